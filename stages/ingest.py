@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> None:
     params = load_params(args.params)
     if args.source not in params.sources:
         raise BadParams(f"params.yaml: no source {args.source!r} under sources")
-    src, lake, strict = params.sources[args.source], Path(params.ingest.lake), params.ingest.strict
+    src, lake, strict = params.sources[args.source], Path(params.lake), params.ingest.strict
 
     out = table_dir(lake, "trajectories", args.source)
     if src.format == "harbor":

@@ -1,7 +1,9 @@
 """End to end: the real DVC pipeline in a temporary git repository.
 
-`dvc repro` builds every stage; a second `dvc repro` does nothing; deleting the outputs and
-reproducing gives byte-identical files and an unchanged dvc.lock.
+`dvc repro` builds every stage (ingest -> score -> filter -> select at every scale -> report); a
+second `dvc repro` does nothing; changing one scale re-runs only that scale (and the report), and
+`dvc params diff` / `dvc metrics diff` show it; deleting the outputs and reproducing gives
+byte-identical files and an unchanged dvc.lock.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from tracelake.lake import read_manifest, read_table
 from .helpers import ROOT
 
 pytestmark = pytest.mark.e2e
-PROJECT_FILES = ["dvc.yaml", "params.yaml", "stages", "src", "schemas", ".dvc/config", ".dvcignore"]
+PROJECT_FILES = ["dvc.yaml", "params.yaml", "stages", "src", "schemas", "sql", "imports", ".dvc/config",
+                 ".dvc/plots", ".dvcignore", ".gitignore"]
+OUTPUTS = ("lake", "data", "metrics", "reports")
 
 
 def sh(args: list[str], cwd: Path) -> str:
@@ -51,6 +55,8 @@ def repo(tmp_path_factory) -> Path:
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     sh(["git", "init", "-q"], repo)
     sh(["dvc", "repro"], repo)
+    sh(["git", "add", "-A"], repo)
+    sh(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "pipeline"], repo)
     return repo
 
 
@@ -75,10 +81,47 @@ def test_second_repro_does_nothing(repo):
 
 
 def test_rebuild_from_scratch_is_byte_identical(repo):
-    before = tree_digest(repo / "lake", repo / "data", repo / "metrics")
+    before = tree_digest(*(repo / d for d in OUTPUTS))
     lock = (repo / "dvc.lock").read_bytes()
-    for d in ("lake", "data", "metrics"):
+    for d in OUTPUTS:
         shutil.rmtree(repo / d)
     sh(["dvc", "repro", "--force"], repo)
-    assert tree_digest(repo / "lake", repo / "data", repo / "metrics") == before
+    assert tree_digest(*(repo / d for d in OUTPUTS)) == before
     assert (repo / "dvc.lock").read_bytes() == lock
+
+
+def test_every_scale_is_a_content_addressed_dataset(repo):
+    scales = yaml.safe_load((repo / "params.yaml").read_text())["select"]["scales"]
+    report = yaml.safe_load((repo / "metrics" / "report.json").read_text())
+    for scale, n in scales.items():
+        m = read_manifest(repo / "lake" / "selections" / scale)
+        table = read_table(repo / "lake" / "selections" / scale, "selection")
+        assert table.num_rows == n == m["counts"]["rows"] == report[scale]["rows"]
+        prefix, label, digest = m["dataset_id"].rsplit("-", 2)
+        assert (prefix, len(digest)) == ("sft", 12) and digest == m["tables"]["selection"]["version_id"]
+    funnel = yaml.safe_load((repo / "metrics" / "filter.json").read_text())
+    for source, f in funnel["sources"].items():
+        assert f["in"] == f["kept"] + sum(f["dropped"].values()), source
+    plots = sh(["dvc", "plots", "show", "--json"], repo)
+    assert "rows_by_source" in plots and "rollouts_per_task" in plots
+
+
+def test_changing_one_scale_reruns_only_that_scale(repo):
+    params_path = repo / "params.yaml"
+    original = params_path.read_text()
+    params = yaml.safe_load(original)
+    params["select"]["scales"]["1k"] = 1200
+    params_path.write_text(yaml.safe_dump(params, sort_keys=False))
+    try:
+        out = sh(["dvc", "repro"], repo)
+        ran = sorted(line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage"))
+        assert ran == ["report", "select@1k"], out
+        assert "select.scales.1k" in sh(["dvc", "params", "diff"], repo)
+        metrics_diff = sh(["dvc", "metrics", "diff", "--json"], repo)
+        changed = yaml.safe_load(metrics_diff)
+        assert changed["metrics/select/1k.json"]["rows"] == {"old": 1000, "new": 1200, "diff": 200}
+        assert "metrics/select/316.json" not in changed
+    finally:
+        params_path.write_text(original)
+        sh(["dvc", "repro"], repo)
+    assert sh(["git", "status", "--porcelain"], repo).strip() == ""

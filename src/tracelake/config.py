@@ -1,11 +1,14 @@
-"""params.yaml -> typed, checked configuration. Unknown keys and bad values fail before any work.
+"""params.yaml -> typed, checked configuration. Unknown keys and bad values fail before any work,
+with one line naming the key.
 
-Each stage reads only its own section; the resolved config is what its manifest records.
+Each stage reads only its own sections; the resolved section is what its manifest records.
 """
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, fields
+import math
+import re
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,9 @@ import yaml
 from .errors import BadParams
 
 FORMATS = ("harbor", "traces")
+EPISODES = ("last", "all")
+_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+_SCORER = re.compile(r"^[a-z0-9_]+_v[0-9]+$")
 
 
 @dataclass(frozen=True)
@@ -34,17 +40,91 @@ class SourceParams:
 @dataclass(frozen=True)
 class IngestParams:
     strict: bool = False
-    lake: str = "lake"
+
+
+@dataclass(frozen=True)
+class TokenizerParams:
+    vocab_size: int = 4096
+    out: str = "data/tokenizer"
+
+
+@dataclass(frozen=True)
+class ImportParams:
+    """A column of precomputed scores in a user's own Parquet file, imported as a scorer."""
+    path: str
+    score: str                    # column holding the score
+    task: str | None = None       # column holding task names (matched on the base name)
+    task_id: str | None = None    # or: column holding tracelake task ids
+    source: str | None = None     # optional column restricting a name to one source
+    model: str | None = None      # recorded in the scores table
+
+
+@dataclass(frozen=True)
+class ScoreParams:
+    scorers: list = field(default_factory=lambda: ["response_length_proxy_v1"])
+    imports: dict = field(default_factory=dict)
+    cache: str = ".tracelake/cache/scores"
+
+
+@dataclass(frozen=True)
+class FilterParams:
+    timeout_exceptions: list = field(default_factory=lambda: ["AgentTimeoutError"])
+    drop_subagents: bool = True
+    episodes: str = "last"
+    min_assistant_turns: int = 5
+    success_only: bool = False
+    max_tokens: int | None = None
+    tokenizer: str = "data/tokenizer"   # an HF tokenizer directory: n_tokens for max_tokens and reports
+    dedup_conversations: bool = True
+
+
+@dataclass(frozen=True)
+class MixParams:
+    sources: Any = "all"          # "all" or a list of source names
+    weights: dict = field(default_factory=dict)
+    top_k: int | None = None
+
+
+@dataclass(frozen=True)
+class SelectParams:
+    score: str = "response_length_proxy_v1"
+    scales: dict = field(default_factory=lambda: {"316": 316, "1k": 1000, "3k": 3160, "10k": 10000})
 
 
 @dataclass(frozen=True)
 class Params:
+    lake: str
     synth: SynthParams
     ingest: IngestParams
     sources: dict[str, SourceParams]
+    tokenizer: TokenizerParams
+    score: ScoreParams
+    filter: FilterParams
+    mix: MixParams
+    select: SelectParams
+
+    def section(self, name: str) -> dict[str, Any]:
+        """One section as plain data (what a stage's manifest records)."""
+        value = getattr(self, name)
+        if name == "sources":
+            return {k: asdict(v) for k, v in value.items()}
+        return asdict(value) if hasattr(value, "__dataclass_fields__") else value
+
+
+_TOP = ("lake", "synth", "ingest", "sources", "tokenizer", "score", "filter", "mix", "select")
+
+
+def _type_ok(value: Any, expected: str) -> bool:
+    if expected.endswith(" | None"):
+        return value is None or _type_ok(value, expected[: -len(" | None")])
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    return {"int": is_int, "bool": isinstance(value, bool), "str": isinstance(value, str),
+            "list": isinstance(value, list), "dict": isinstance(value, dict)}.get(expected, True)
 
 
 def _build(cls, data: Any, where: str):
+    if data is None:
+        data = {}
     if not isinstance(data, dict):
         raise BadParams(f"params.yaml: {where} must be a mapping")
     known = {f.name: f for f in fields(cls)}
@@ -54,25 +134,104 @@ def _build(cls, data: Any, where: str):
     values = {}
     for name, f in known.items():
         if name not in data:
-            if f.default is MISSING:
+            if f.default is MISSING and f.default_factory is MISSING:
                 raise BadParams(f"params.yaml: {where}.{name} is required")
             continue
         value, expected = data[name], f.type
-        ok = {"int": isinstance(value, int) and not isinstance(value, bool),
-              "bool": isinstance(value, bool), "str": isinstance(value, str)}.get(expected, True)
-        if not ok:
-            raise BadParams(f"params.yaml: {where}.{name} must be {expected}, got {value!r}")
+        if not _type_ok(value, expected):
+            raise BadParams(f"params.yaml: {where}.{name} must be {expected.replace(' | None', ' or null')}, "
+                            f"got {value!r}")
         values[name] = value
     return cls(**values)
+
+
+def _check_name(name: Any, where: str) -> None:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise BadParams(f"params.yaml: {where} name {name!r} must be letters, digits, '-' or '_'")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_score(score: ScoreParams) -> None:
+    from .scoring import BUILTIN_SCORERS
+
+    for name in score.scorers:
+        if name not in BUILTIN_SCORERS:
+            raise BadParams(f"params.yaml: score.scorers: unknown scorer {name!r} "
+                            f"(built in: {', '.join(BUILTIN_SCORERS)}; import others under score.imports)")
+    for name, raw in score.imports.items():
+        if not isinstance(name, str) or not _SCORER.match(name):
+            raise BadParams(f"params.yaml: score.imports.{name}: a scorer name is snake_case ending in a "
+                            f"version, e.g. difficulty_v1")
+        if name in BUILTIN_SCORERS:
+            raise BadParams(f"params.yaml: score.imports.{name} shadows a built-in scorer")
+        imp = _build(ImportParams, raw, f"score.imports.{name}")
+        if (imp.task is None) == (imp.task_id is None):
+            raise BadParams(f"params.yaml: score.imports.{name} needs exactly one of task (a column of task "
+                            f"names) or task_id (a column of task ids)")
+
+
+def _check_filter(flt: FilterParams) -> None:
+    if not all(isinstance(x, str) and x for x in flt.timeout_exceptions):
+        raise BadParams("params.yaml: filter.timeout_exceptions must be a list of exception names")
+    if flt.episodes not in EPISODES:
+        raise BadParams(f"params.yaml: filter.episodes must be one of {', '.join(EPISODES)}, got {flt.episodes!r}")
+    if flt.min_assistant_turns < 0:
+        raise BadParams(f"params.yaml: filter.min_assistant_turns must be >= 0, got {flt.min_assistant_turns}")
+    if flt.max_tokens is not None and flt.max_tokens < 1:
+        raise BadParams(f"params.yaml: filter.max_tokens must be >= 1 or null, got {flt.max_tokens}")
+
+
+def _check_mix(mix: MixParams, sources: dict[str, SourceParams]) -> None:
+    if mix.sources != "all":
+        if not isinstance(mix.sources, list) or not mix.sources:
+            raise BadParams("params.yaml: mix.sources must be \"all\" or a non-empty list of source names")
+        for name in mix.sources:
+            if name not in sources:
+                raise BadParams(f"params.yaml: mix.sources: no source {name!r} under sources")
+    mixed = list(sources) if mix.sources == "all" else mix.sources
+    if mix.weights:
+        if mix.top_k is not None:
+            raise BadParams("params.yaml: mix.weights and mix.top_k are alternatives; set one")
+        for name, w in mix.weights.items():
+            if name not in mixed:
+                raise BadParams(f"params.yaml: mix.weights.{name}: not a mixed source ({', '.join(mixed)})")
+            if not _number(w) or w < 0:
+                raise BadParams(f"params.yaml: mix.weights.{name} must be a number >= 0, got {w!r}")
+        total = sum(mix.weights.values())
+        if abs(total - 1.0) > 1e-9:
+            raise BadParams(f"params.yaml: mix.weights must sum to 1, got {total:g}")
+    if mix.top_k is not None and not 1 <= mix.top_k <= len(mixed):
+        raise BadParams(f"params.yaml: mix.top_k must be between 1 and {len(mixed)}, got {mix.top_k}")
+
+
+def _check_select(select: SelectParams, score: ScoreParams) -> None:
+    known = list(score.scorers) + list(score.imports)
+    if select.score not in known:
+        raise BadParams(f"params.yaml: select.score: {select.score!r} is not a configured scorer "
+                        f"({', '.join(known) or 'none'})")
+    if not select.scales:
+        raise BadParams("params.yaml: select.scales must name at least one scale")
+    for name, n in select.scales.items():
+        _check_name(name, "select.scales")
+        if "." in name:
+            raise BadParams(f"params.yaml: select.scales.{name}: a scale name cannot hold '.'")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise BadParams(f"params.yaml: select.scales.{name} must be a row count >= 1, got {n!r}")
 
 
 def parse_params(data: Any) -> Params:
     if not isinstance(data, dict):
         raise BadParams("params.yaml must be a mapping")
     for key in data:
-        if key not in ("synth", "ingest", "sources"):
-            raise BadParams(f"params.yaml: unknown top-level key {key!r} (known: synth, ingest, sources)")
-    synth = _build(SynthParams, data.get("synth", {}), "synth")
+        if key not in _TOP:
+            raise BadParams(f"params.yaml: unknown top-level key {key!r} (known: {', '.join(_TOP)})")
+    lake = data.get("lake", "lake")
+    if not isinstance(lake, str) or not lake:
+        raise BadParams("params.yaml: lake must be a directory path")
+    synth = _build(SynthParams, data.get("synth"), "synth")
     if synth.trials < 1 or synth.tasks < 1:
         raise BadParams("params.yaml: synth.trials and synth.tasks must be >= 1")
     sources_raw = data.get("sources")
@@ -80,13 +239,24 @@ def parse_params(data: Any) -> Params:
         raise BadParams("params.yaml: sources must map at least one source name to its settings")
     sources = {}
     for name, raw in sources_raw.items():
-        if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum():
-            raise BadParams(f"params.yaml: source name {name!r} must be letters, digits, '-' or '_'")
+        _check_name(name, "source")
         src = _build(SourceParams, raw, f"sources.{name}")
         if src.format not in FORMATS:
             raise BadParams(f"params.yaml: sources.{name}.format must be one of {', '.join(FORMATS)}, got {src.format!r}")
         sources[name] = src
-    return Params(synth=synth, ingest=_build(IngestParams, data.get("ingest", {}), "ingest"), sources=sources)
+    tokenizer = _build(TokenizerParams, data.get("tokenizer"), "tokenizer")
+    if tokenizer.vocab_size < 300:
+        raise BadParams(f"params.yaml: tokenizer.vocab_size must be >= 300, got {tokenizer.vocab_size}")
+    score = _build(ScoreParams, data.get("score"), "score")
+    _check_score(score)
+    flt = _build(FilterParams, data.get("filter"), "filter")
+    _check_filter(flt)
+    mix = _build(MixParams, data.get("mix"), "mix")
+    _check_mix(mix, sources)
+    select = _build(SelectParams, data.get("select"), "select")
+    _check_select(select, score)
+    return Params(lake=lake, synth=synth, ingest=_build(IngestParams, data.get("ingest"), "ingest"),
+                  sources=sources, tokenizer=tokenizer, score=score, filter=flt, mix=mix, select=select)
 
 
 def load_params(path: Path | str = "params.yaml") -> Params:

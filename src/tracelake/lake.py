@@ -122,8 +122,10 @@ def write_json(path: Path, value: Any) -> None:
 
 
 def write_manifest(directory: Path, *, kind: str, tables: list[TableInfo], inputs: dict[str, Any],
-                   params: dict[str, Any], formulas: dict[str, str], counts: dict[str, Any]) -> dict:
-    """Write manifest.json (call last). The directory's version id hashes its tables and params."""
+                   params: dict[str, Any], formulas: dict[str, str], counts: dict[str, Any],
+                   dataset_id: str | None = None) -> dict:
+    """Write manifest.json (call last). The directory's version id hashes its tables and params;
+    a dataset (one scale's selection) also carries its content-addressed name, `dataset_id`."""
     table_map = {t.name: t.as_json() for t in tables}
     version_id = content_id(
         "manifest",
@@ -134,6 +136,7 @@ def write_manifest(directory: Path, *, kind: str, tables: list[TableInfo], input
     manifest = {
         "kind": kind,
         "version_id": version_id,
+        **({"dataset_id": dataset_id} if dataset_id else {}),
         "tables": table_map,
         "inputs": inputs,
         "params": params,

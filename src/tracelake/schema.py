@@ -22,7 +22,7 @@ from .assets import asset_dir
 from .errors import SchemaViolation
 from .hashing import content_id
 
-TABLES = ("tasks", "trajectories", "rejects", "scores")
+TABLES = ("tasks", "trajectories", "rejects", "scores", "pool", "dropped", "selection")
 
 _SCALARS = {
     "string": pa.string(),

@@ -41,7 +41,7 @@ REASONS: dict[str, str] = {
 
 ROLES = ("system", "user", "assistant", "tool")
 TIMEOUT_EXCEPTIONS = frozenset({"AgentTimeoutError"})
-_COPY_SUFFIX = re.compile(r"_copy\d+$")
+COPY_SUFFIX = re.compile(r"_copy\d+$")
 
 
 class Reject(Exception):
@@ -81,7 +81,7 @@ class IngestResult:
 
 def base_task_name(task: str) -> str:
     """Strip the upsampling suffix `_copyNNNN`: copies of a task are the same task."""
-    return _COPY_SUFFIX.sub("", task)
+    return COPY_SUFFIX.sub("", task)
 
 
 def task_id_for(source: str, task: str) -> str:

@@ -1,0 +1,34 @@
+"""DVC stage `report`: composition of every scale's dataset -> metrics/report.json (DVC metrics)
+and reports/plots/*.csv (DVC plots: `dvc plots show`).
+
+    python stages/report.py [--params params.yaml]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tracelake.config import load_params
+from tracelake.lake import write_json
+from tracelake.report import build_report, write_plots
+from tracelake.stage import run_stage
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--params", default="params.yaml")
+    args = parser.parse_args(argv)
+    params = load_params(args.params)
+    metrics, plots = build_report(Path(params.lake), params.select.scales)
+    Path("metrics").mkdir(exist_ok=True)
+    write_json(Path("metrics/report.json"), metrics)
+    write_plots(plots, Path("reports/plots"))
+    for scale, m in metrics.items():
+        print(f"report {scale}: {m['dataset_id']}: {m['rows']} rows, {m['tasks']} tasks, "
+              f"turns p50 {m['turns_p10_p50_p90'][1]}, rollouts/task {m['rollouts_per_task_min']}-"
+              f"{m['rollouts_per_task_max']}")
+
+
+if __name__ == "__main__":
+    run_stage(main)

@@ -1,0 +1,68 @@
+"""DVC stage `score`: every configured scorer over the ingested tasks -> <lake>/scores/,
+counts to metrics/score.json.
+
+    python stages/score.py [--params params.yaml]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tracelake.config import ImportParams, load_params
+from tracelake.errors import BadParams
+from tracelake.lake import TableWriter, output_dir, write_json, write_manifest
+from tracelake.lakedb import connect, input_versions
+from tracelake.schema import load_schema
+from tracelake.scoring import BUILTIN_SCORERS, ScoreCache, import_scores, known_tasks_of, run_scorer
+from tracelake.stage import run_stage
+from tracelake.ui import progress
+
+IMPORTS_DIR = Path("imports")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--params", default="params.yaml")
+    args = parser.parse_args(argv)
+    params = load_params(args.params)
+    imports = {name: ImportParams(**raw) for name, raw in params.score.imports.items()}
+    for name, spec in imports.items():
+        if IMPORTS_DIR.resolve() not in Path(spec.path).resolve().parents:
+            raise BadParams(f"params.yaml: score.imports.{name}.path must be under {IMPORTS_DIR}/ "
+                            f"(the score stage's DVC dependency), got {spec.path}")
+    lake, sources = Path(params.lake), list(params.sources)
+    con = connect(lake, sources)
+    cache = ScoreCache(params.score.cache)
+
+    runs = []
+    for name in params.score.scorers:
+        with progress(f"score {name}") as (_, advance):
+            runs.append(run_scorer(BUILTIN_SCORERS[name](), con, cache, on_progress=advance))
+    if imports:
+        known = known_tasks_of(con)
+        runs.extend(import_scores(name, spec, known) for name, spec in sorted(imports.items()))
+
+    out = lake / "scores"
+    with output_dir(out) as tmp:
+        writer = TableWriter(tmp, load_schema("scores"))
+        for run in sorted(runs, key=lambda r: r.scorer):
+            for row in sorted(run.rows, key=lambda r: r["task_id"]):
+                writer.write(row)
+        info = writer.close()
+        metrics = {run.scorer: run.metrics() for run in runs}
+        manifest = write_manifest(
+            tmp, kind="scores", tables=[info],
+            inputs={"trajectories": input_versions(lake, "trajectories", sources)},
+            params={k: v for k, v in params.section("score").items() if k != "cache"},  # where the cache lives changes nothing
+            formulas={run.scorer: run.scorer for run in runs}, counts={"rows": info.rows, "scorers": metrics})
+    Path("metrics").mkdir(exist_ok=True)
+    write_json(Path("metrics/score.json"), metrics)
+    for run in runs:
+        print(f"score {run.scorer}: {len(run.rows)} tasks ({run.cached} cached, {run.computed} computed"
+              f"{f', {run.unmatched} unmatched import rows' if run.unmatched else ''}) "
+              f"-> {out} (version {manifest['version_id']})")
+
+
+if __name__ == "__main__":
+    run_stage(main)

@@ -1,0 +1,28 @@
+"""DVC stage `tokenizer`: build the project's own small byte-level BPE tokenizer (an HF tokenizer
+directory) for counting tokens on the sample and for tiny test models. No hub download: point
+filter.tokenizer at your model's tokenizer directory to count with the real one.
+
+    python stages/tokenizer.py [--params params.yaml]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tracelake.config import load_params
+from tracelake.stage import run_stage
+from tracelake.tokenizer import build_tokenizer
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--params", default="params.yaml")
+    args = parser.parse_args(argv)
+    params = load_params(args.params).tokenizer
+    out = build_tokenizer(Path(params.out), vocab_size=params.vocab_size)
+    print(f"tokenizer: byte-level BPE, vocab {params.vocab_size} -> {out}")
+
+
+if __name__ == "__main__":
+    run_stage(main)
