@@ -105,10 +105,10 @@ def test_summary_and_manifest_match_disk(corpus: tuple[Path, SynthSummary, dict]
             assert len(_trial_dirs(out, spec.name)) == summary.trials[spec.name]
         else:
             lines = (out / spec.name / "traces.jsonl").read_bytes().splitlines()
-            assert len(lines) == summary.trials[spec.name]
+            assert len(lines) == summary.trials[spec.name] + sum(summary.extras[spec.name].values())
         counts = manifest["counts"][spec.name]
         assert counts == {"trials": summary.trials[spec.name], "tasks": summary.tasks[spec.name],
-                          "faults": summary.faults[spec.name]}
+                          "faults": summary.faults[spec.name], "extras": summary.extras[spec.name]}
         listed = Counter(f["fault"] for f in manifest["faults"] if f["source"] == spec.name)
         assert dict(listed) == summary.faults[spec.name]
     assert manifest["faults"] == sorted(manifest["faults"],

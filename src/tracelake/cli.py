@@ -129,7 +129,7 @@ def status(
 
 @app.command()
 def schema(
-    table: Annotated[Optional[str], typer.Argument(help="tasks, trajectories, rejects or scores; all when omitted.")] = None,
+    table: Annotated[Optional[str], typer.Argument(help="tasks, trajectories, rejects, scores, pool, dropped or selection; all when omitted.")] = None,
 ) -> None:
     """Print the declared schema of a table (columns, types, meaning): the data contract."""
     from .status import render_schema

@@ -158,7 +158,7 @@ def _check_score(score: ScoreParams) -> None:
     from .scoring import BUILTIN_SCORERS
 
     for name in score.scorers:
-        if name not in BUILTIN_SCORERS:
+        if not isinstance(name, str) or name not in BUILTIN_SCORERS:
             raise BadParams(f"params.yaml: score.scorers: unknown scorer {name!r} "
                             f"(built in: {', '.join(BUILTIN_SCORERS)}; import others under score.imports)")
     for name, raw in score.imports.items():
@@ -189,7 +189,7 @@ def _check_mix(mix: MixParams, sources: dict[str, SourceParams]) -> None:
         if not isinstance(mix.sources, list) or not mix.sources:
             raise BadParams("params.yaml: mix.sources must be \"all\" or a non-empty list of source names")
         for name in mix.sources:
-            if name not in sources:
+            if not isinstance(name, str) or name not in sources:
                 raise BadParams(f"params.yaml: mix.sources: no source {name!r} under sources")
     mixed = list(sources) if mix.sources == "all" else mix.sources
     if mix.weights:

@@ -69,9 +69,12 @@ def select(tasks: dict[str, Task], scores: dict[str, float], mix: MixParams, n: 
                        "sources (see metrics/filter.json)")
     score_of = {tid: scores.get(tid, 0.0) for tid in candidates}
     if mix.weights:
-        share = split_by_weights({s: float(mix.weights.get(s, 0.0)) for s in sources}, n)
+        # a weighted source with no task in the pool still takes its share, so that it is an error
+        # below instead of its rows silently going to the other sources
+        weighted = sorted({*sources, *(s for s in mix.weights if mix.sources == "all" or s in mix.sources)})
+        share = split_by_weights({s: float(mix.weights.get(s, 0.0)) for s in weighted}, n)
         quotas: dict[str, int] = {}
-        for source in sources:
+        for source in weighted:
             own = {tid: score_of[tid] for tid, t in candidates.items() if t.source == source}
             if share[source] and not own:
                 raise BadInput(f"mix.weights gives {source} {share[source]} rows but no rollout of it "

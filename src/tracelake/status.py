@@ -14,10 +14,14 @@ from .lake import read_manifest
 from .schema import TABLES, load_schema
 
 
+INGESTED = ("trajectories", "tasks")
+
+
 def built_outputs(lake: Path) -> list[tuple[str, str, Path]]:
-    """(table, source, directory) of every finished output under the lake, sorted."""
+    """(table, source, directory) of every finished ingest output under the lake, sorted."""
     lake = Path(lake)
-    return sorted((d.parent.name, d.name, d) for d in lake.glob("*/*") if (d / "manifest.json").is_file())
+    return sorted((d.parent.name, d.name, d) for table in INGESTED for d in (lake / table).glob("*")
+                  if (d / "manifest.json").is_file())
 
 
 def render_status(lake: Path, console: Console) -> None:
@@ -48,6 +52,37 @@ def render_status(lake: Path, console: Console) -> None:
     files = [str(d / "trajectories.parquet") for name, _, d in outputs if name == "trajectories"]
     if files:
         console.print(trajectory_overview(files))
+    render_curation(lake, console)
+
+
+def render_curation(lake: Path, console: Console) -> None:
+    """The filter funnel and one line per built dataset (scale), when they exist."""
+    if (lake / "pool" / "manifest.json").is_file():
+        funnel = read_manifest(lake / "pool")["counts"]
+        table = Table(title="filter funnel (lake/pool)", title_justify="left")
+        table.add_column("source", no_wrap=True)
+        table.add_column("in", justify="right")
+        for rule in funnel["rules"]:  # timeout_v1 -> timeout, min_assistant_turns_v1 -> min
+            table.add_column(rule.split("_")[0], justify="right")
+        table.add_column("kept", justify="right")
+        for source, f in [*funnel["sources"].items(), ("all", funnel["total"])]:
+            table.add_row(source, f"{f['in']:,}", *(f"-{f['dropped'][r]:,}" for r in funnel["rules"]),
+                          f"{f['kept']:,}")
+        console.print(table)
+    selections = sorted((read_manifest(d) for d in (lake / "selections").glob("*")
+                         if (d / "manifest.json").is_file()), key=lambda m: m["counts"]["rows"])
+    if selections:
+        sources = sorted({s for m in selections for s in m["counts"]["rows_by_source"]})
+        table = Table(title="datasets (lake/selections/<scale>): rows per source", title_justify="left")
+        table.add_column("dataset", no_wrap=True)
+        for col in ("tasks", "rollouts", "max/task", *sources):
+            table.add_column(col, justify="right")
+        for m in selections:
+            c = m["counts"]
+            table.add_row(m["dataset_id"], f"{c['tasks']:,}", f"{c['distinct_trajectories']:,}",
+                          str(c["max_rows_per_task"]),
+                          *(f"{c['rows_by_source'].get(s, 0):,}" for s in sources))
+        console.print(table)
 
 
 def trajectory_overview(files: list[str]) -> Table:

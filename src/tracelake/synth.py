@@ -8,7 +8,9 @@ Generates what the terminus-2 agent of Harbor leaves behind, at any scale, from 
     out/<source>/jobs/<job>/<task>__<7 chars>/{result.json, verifier/reward.txt,
         agent/trajectory.json, agent/trajectory.cont-1.json (linear-history continuation),
         agent/trajectory.summarization-1-{summary,questions,answers}.json (subagents)}
-    out/<source>/traces.jsonl     one published-style trace row per trial  (format "traces")
+    out/<source>/traces.jsonl     one published-style trace row per trial  (format "traces"),
+                                  then a few extra rows: earlier episodes of some trials
+                                  (exports with every episode) and re-published copies
     out/synth_manifest.json       params, per-source counts, injected faults (written last)
 
 Trajectories are ATIF v1.5. Every random choice comes from a `random.Random` seeded by a hash of
@@ -17,6 +19,11 @@ written trial by trial (memory stays flat at 100K+ trials). A few faults (HARBOR
 TRACE_FAULTS) are injected on purpose; the manifest lists each as {source, path, line, fault}
 where path is the damaged file, or the trial directory for missing_result_json and
 duplicate_trial, and line is the 1-based JSONL line for trace rows.
+
+Curation material, not faults (the filters must deal with them, ingest must keep them): a few
+Harbor trials with a flood of terminal output far past a 32K-token context (FLOOD_RATE), and, in
+trace tables, earlier-episode rows (EPISODE_RATE) and re-published identical conversations
+(REPUBLISH_RATE); the manifest counts them under `extras`.
 
     uv run python -c "from pathlib import Path; from tracelake.synth import synthesize; \\
         print(synthesize(Path('data/synth'), seed=0, trials=2000, tasks=300))"
@@ -58,6 +65,9 @@ HARBOR_FAULTS = ("unparsable_json", "missing_result_json", "invalid_utf8", "lone
                  "empty_conversation", "unknown_role", "missing_required_field", "duplicate_trial")
 TRACE_FAULTS = ("unparsable_json", "empty_conversation", "unknown_role", "missing_required_field")
 FAULT_RATE = 0.015          # harbor faults per trial (at least one of each from 50 trials up)
+FLOOD_RATE = 0.006          # harbor trials whose terminal prints ~150K characters at once
+EPISODE_RATE = 0.05         # trace rows also exported as an earlier episode
+REPUBLISH_RATE = 0.02       # trace rows published twice (another run id, same conversation)
 MIN_TRIALS_FOR_ALL_FAULTS = 50
 BASE_TIME = datetime(2026, 3, 2, 8, 0, 0)
 MODELS = (("glm", "hosted_vllm/glm", "hosted_vllm"),
@@ -85,6 +95,7 @@ class SynthSummary:
     trials: dict[str, int]              # per source: trial dirs (or JSONL rows), faults included
     tasks: dict[str, int]               # per source: task directories written
     faults: dict[str, dict[str, int]]   # per source: fault name -> count injected
+    extras: dict[str, dict[str, int]] = field(default_factory=dict)  # per source: curation material
 
 
 DEFAULT_SOURCES: tuple[SourceSpec, ...] = (
@@ -299,6 +310,8 @@ def _plan_trial(seed: int, spec: SourceSpec, i: int, task: _Task, n_jobs: int) -
     linear = split is not None and rng.random() < 0.5
     complete = outcome not in ("AgentTimeoutError", "NonZeroAgentExitCodeError")
     turns = _make_turns(rng, task, n, complete, 1.0 if spec.format == "traces" else 0.3, split)
+    if spec.format == "harbor" and n >= 3 and _rng(seed, spec.name, "flood", i).random() < FLOOD_RATE:
+        turns[1] = _flood(turns[1], _rng(seed, spec.name, "flood-text", i))
     suffix = "".join(rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
                      for _ in range(7))
     started = BASE_TIME + timedelta(days=2 * job, seconds=rng.randint(0, 3 * 86400),
@@ -308,6 +321,16 @@ def _plan_trial(seed: int, spec: SourceSpec, i: int, task: _Task, n_jobs: int) -
                   reward, turns, split, linear, started,
                   started + timedelta(seconds=seconds + rng.randint(30, 120)), _uuid(rng),
                   _uuid(rng), f"{rng.getrandbits(48):012x}")
+
+
+def _flood(turn: _Turn, rng: random.Random) -> _Turn:
+    """The turn's first command prints a huge log (an unbounded `cat`, a verbose build)."""
+    lines = [f"[{rng.randint(0, 99999):05d}] worker-{rng.randint(1, 64)}: processed batch "
+             f"{k} checksum {rng.getrandbits(64):016x} status={rng.choice(('ok', 'retry', 'ok', 'skip'))}"
+             for k in range(2400)]
+    flood = ("cat /var/log/build/full.log\n", 5.0, "\n".join(lines))
+    return _Turn(turn.analysis, turn.plan, [flood, *turn.commands[1:]], turn.reasoning, turn.complete,
+                 turn.prompt_tokens, turn.completion_tokens)
 
 
 # --------------------------------------------------------------------------- ATIF rendering
@@ -658,6 +681,8 @@ class _SourceWriter:
         self.jobs = [f"{spec.name}-{MODELS[j % len(MODELS)][0]}-{j}" for j in range(n_jobs)]
         self.stats = [_JobStats() for _ in self.jobs]
         self.last_clean: tuple[Path, int] | None = None
+        self.extra_rows: list[dict[str, Any]] = []
+        self.extras = {"flood": 0} if spec.format == "harbor" else {"earlier_episode": 0, "republished": 0}
         self.traces = None
         if spec.format == "traces":
             self.root.mkdir(parents=True, exist_ok=True)
@@ -679,7 +704,11 @@ class _SourceWriter:
             self.traces.write(_trace_line(trial, fault) + "\n")
             if fault:
                 self._record(f"{self.spec.name}/traces.jsonl", i + 1, fault)
+            else:
+                self._plan_extras(trial, i)
             return None
+        if trial.turns[1:2] and trial.turns[1].commands[:1] and len(trial.turns[1].commands[0][2]) > 100_000:
+            self.extras["flood"] += 1
         job = self.jobs[trial.job]
         trial_dir = self.root / "jobs" / job / trial.name
         _write_harbor_trial(trial_dir, trial, job, self.spec.name, fault)
@@ -691,8 +720,24 @@ class _SourceWriter:
             self.last_clean = (trial_dir, trial.job)
         return None
 
+    def _plan_extras(self, trial: _Trial, i: int) -> None:
+        """Earlier-episode and re-published rows of this trial, written after every trial row."""
+        rng = _rng(self.seed, self.spec.name, "extras", i)
+        row = _trace_row(trial, _rng(trial.session_id, "row"))
+        n_turns = sum(m["role"] == "assistant" for m in row["conversations"])
+        if row["trace_source"] == "main" and n_turns >= 4 and rng.random() < EPISODE_RATE:
+            j = rng.randint(1, n_turns - 2)
+            self.extra_rows.append({**row, "conversations": row["conversations"][: 2 * (j + 1)],
+                                    "episode": f"episode-{j}"})
+            self.extras["earlier_episode"] += 1
+        if rng.random() < REPUBLISH_RATE:
+            self.extra_rows.append({**row, "run_id": _uuid(rng), "trial_name": f"{row['trial_name']}-r1"})
+            self.extras["republished"] += 1
+
     def close(self) -> None:
         if self.traces is not None:
+            for row in self.extra_rows:
+                self.traces.write(json.dumps(row, ensure_ascii=False) + "\n")
             self.traces.close()
             return
         for j, job in enumerate(self.jobs):
@@ -701,7 +746,7 @@ class _SourceWriter:
 
 
 def _run_source(out: Path, seed: int, spec: SourceSpec, n_trials: int, n_tasks: int,
-                faults: list[dict[str, Any]], progress: Callable[[int], None] | None) -> None:
+                faults: list[dict[str, Any]], progress: Callable[[int], None] | None) -> dict[str, int]:
     writer = _SourceWriter(out, seed, spec, n_trials, faults)
     i = 0
     try:
@@ -715,6 +760,7 @@ def _run_source(out: Path, seed: int, spec: SourceSpec, n_trials: int, n_tasks: 
                     progress(1)
     finally:
         writer.close()
+    return writer.extras
 
 
 def _fault_path(trial_rel: str, fault: str | None) -> str:
@@ -735,7 +781,7 @@ def synthesize(out: Path, *, seed: int = 0, trials: int = 2000, tasks: int = 300
     faults: list[dict[str, Any]] = []
     summary = SynthSummary({}, {}, {})
     for spec, (n_trials, n_tasks) in zip(sources, _allocate(trials, tasks, sources), strict=True):
-        _run_source(out, seed, spec, n_trials, n_tasks, faults, progress)
+        summary.extras[spec.name] = _run_source(out, seed, spec, n_trials, n_tasks, faults, progress)
         counts: dict[str, int] = {}
         for f in faults:
             if f["source"] == spec.name:
@@ -747,7 +793,8 @@ def synthesize(out: Path, *, seed: int = 0, trials: int = 2000, tasks: int = 300
                 "params": {"seed": seed, "trials": trials, "tasks": tasks,
                            "sources": [asdict(s) for s in sources]},
                 "counts": {name: {"trials": summary.trials[name], "tasks": summary.tasks[name],
-                                  "faults": summary.faults[name]} for name in summary.trials},
+                                  "faults": summary.faults[name], "extras": summary.extras[name]}
+                           for name in summary.trials},
                 "faults": faults}
     _write(out / "synth_manifest.json", _dumps(manifest))
     return summary

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
@@ -10,7 +11,8 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColum
                            TimeElapsedColumn, TimeRemainingColumn)
 
 err = Console(stderr=True, highlight=False)
-out = Console(highlight=False)
+# On a terminal, its width; in a pipe or a log, wide enough that tables never truncate numbers.
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 
 @contextmanager
