@@ -101,10 +101,23 @@ def test_rejects_round_trip(tmp_path_factory, rows):
     assert read_table(d, "rejects").to_pylist() == rows
 
 
-def test_schemas_readme_documents_every_reject_reason():
-    from tracelake.ingest.common import REASONS
+def _documented(section: str) -> set[str]:
+    """The names in the first column of the tables under one '## section' of schemas/README.md."""
     from tracelake.schema import schemas_dir
 
     text = (schemas_dir() / "README.md").read_text()
-    documented = set(re.findall(r"^\| `([a-z0-9_]+)` \|", text, re.MULTILINE)) - set(TABLES)
-    assert documented == set(REASONS)
+    body = text.split(f"# {section}\n", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\| `([a-z0-9_]+)` \|", body, re.MULTILINE))
+
+
+def test_schemas_readme_documents_every_reject_reason():
+    from tracelake.ingest.common import REASONS
+
+    assert _documented("Reject reasons") == set(REASONS)
+
+
+def test_schemas_readme_documents_every_filter_rule_and_table():
+    from tracelake.filters import RULES
+
+    assert _documented("Filter rules") == {r.name for r in RULES}
+    assert _documented("The data contract") == set(TABLES)
