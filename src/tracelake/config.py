@@ -215,9 +215,10 @@ def _check_select(select: SelectParams, score: ScoreParams) -> None:
     if not select.scales:
         raise BadParams("params.yaml: select.scales must name at least one scale")
     for name, n in select.scales.items():
+        if isinstance(name, int):
+            raise BadParams(f"params.yaml: select.scales.{name}: quote a numeric scale name (\"{name}\": {n}) "
+                            f"so DVC can address it as a param")
         _check_name(name, "select.scales")
-        if "." in name:
-            raise BadParams(f"params.yaml: select.scales.{name}: a scale name cannot hold '.'")
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise BadParams(f"params.yaml: select.scales.{name} must be a row count >= 1, got {n!r}")
 

@@ -37,7 +37,7 @@ class Selection:
 
 def dataset_label(n: int) -> str:
     """316 -> '316', 1000 -> '1k', 3160 -> '3.16k', 100000 -> '100k' (names like sft-3.16k-<hex>)."""
-    return str(n) if n < 1000 else f"{n / 1000:g}k"
+    return str(n) if n < 1000 else f"{n / 1000:.15g}k"
 
 
 def group_pool(rows: Iterable[dict[str, Any]]) -> dict[str, Task]:

@@ -1,0 +1,278 @@
+"""Selection (mix_v1 + largest_remainder_v1): exactly n rows, deterministic slots, nested datasets,
+source mixing (list, top_k, weights) and the dataset label. The quota rule itself is tested in
+test_apportion.py; here it is the oracle.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tracelake.apportion import apportion, split_by_weights
+from tracelake.config import MixParams
+from tracelake.errors import BadInput
+from tracelake.selection import Task, dataset_label, group_pool, mixed_sources, select
+
+ALL = MixParams(sources="all", weights={}, top_k=None)
+
+# (task_id, source, task name, rollouts, score or None for unscored)
+SPEC = [
+    ("a1", "alpha", "hello", 3, 120.0),
+    ("a2", "alpha", "world", 1, 60.0),
+    ("a3", "alpha", "zebra", 2, 15.0),
+    ("b1", "beta", "hello", 2, 5.0),   # same task name as a1, another source
+    ("b2", "beta", "apple", 4, 0.0),
+    ("c1", "gamma", "cli", 1, None),
+]
+T = len(SPEC)
+
+
+def pool_rows(spec=SPEC) -> list[dict]:
+    return [{"trajectory_id": f"{tid}/r{k}", "task_id": tid, "source": src, "task": name}
+            for tid, src, name, n_roll, _ in spec for k in range(n_roll)]
+
+
+def scores_of(spec=SPEC) -> dict[str, float]:
+    return {tid: s for tid, _, _, _, s in spec if s is not None}
+
+
+def make_tasks(spec=SPEC) -> dict[str, Task]:
+    return group_pool(pool_rows(spec))
+
+
+def per_task(rows: list[dict]) -> dict[str, list[str]]:
+    """task_id -> its rollouts in copy order."""
+    out: dict[str, list[tuple[int, str]]] = {}
+    for r in rows:
+        out.setdefault(r["task_id"], []).append((r["copy"], r["trajectory_id"]))
+    return {tid: [rid for _, rid in sorted(v)] for tid, v in out.items()}
+
+
+# --- group_pool ------------------------------------------------------------------------------
+
+
+def test_group_pool():
+    tasks = make_tasks()
+    assert list(tasks) == [s[0] for s in SPEC]
+    assert tasks["a1"] == Task("a1", "alpha", "hello", ["a1/r0", "a1/r1", "a1/r2"])
+    assert tasks["b1"].source == "beta" and tasks["b1"].task == "hello"
+    assert sum(len(t.rollouts) for t in tasks.values()) == len(pool_rows())
+    assert group_pool([]) == {}
+
+
+# --- select: exactly n rows, deterministic slots ---------------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, T - 1, T, T + 1, 10, 37, 200])
+def test_exactly_n_rows(n):
+    tasks, scores = make_tasks(), scores_of()
+    sel = select(tasks, scores, ALL, n)
+    rows = sel.rows
+    assert len(rows) == n and sel.counts["rows"] == n
+    quotas = Counter(r["task_id"] for r in rows)
+    if n >= T:
+        assert set(quotas) == set(tasks) and min(quotas.values()) >= 1
+    else:
+        assert set(quotas.values()) == {1}
+    assert dict(quotas) == {t: q for t, q in apportion({t: scores.get(t, 0.0) for t in tasks}, n).items() if q}
+    # sorted by (source, task, task_id, copy)
+    keys = [(r["source"], r["task"], r["task_id"], r["copy"]) for r in rows]
+    assert keys == sorted(keys)
+    # copies numbered 0.. per task, named <task>_copyNNNN, cycling the task's sorted rollouts
+    for tid, rollouts in per_task(rows).items():
+        task = tasks[tid]
+        mine = [r for r in rows if r["task_id"] == tid]
+        assert [r["copy"] for r in mine] == list(range(len(mine)))
+        assert [r["name"] for r in mine] == [f"{task.task}_copy{k:04d}" for k in range(len(mine))]
+        ids = sorted(task.rollouts)
+        assert rollouts == [ids[k % len(ids)] for k in range(len(mine))]
+        assert all(r["source"] == task.source and r["task"] == task.task for r in mine)
+        assert all(r["score"] == scores.get(tid, 0.0) for r in mine)
+    assert len({r["slot_id"] for r in rows}) == n
+    assert len({(r["trajectory_id"], r["copy"]) for r in rows}) == n
+    assert set(rows[0]) == {"slot_id", "trajectory_id", "task_id", "source", "task", "copy", "name", "score"}
+    c = sel.counts
+    assert c["tasks"] == len(quotas) and c["tasks_available"] == T
+    assert c["max_rows_per_task"] == max(quotas.values())
+    assert c["distinct_trajectories"] == len({r["trajectory_id"] for r in rows})
+    assert c["rows_by_source"] == {s: sum(r["source"] == s for r in rows) for s in ("alpha", "beta", "gamma")}
+
+
+def test_names_example():
+    rows = select(make_tasks(), scores_of(), ALL, 10).rows
+    a1 = [(r["name"], r["trajectory_id"]) for r in rows if r["task_id"] == "a1"]
+    # apportion: R = 4 over 120/60/15/5/0/0 -> a1 gets 1 + 2 (+1 leftover) rows
+    assert a1 == [("hello_copy0000", "a1/r0"), ("hello_copy0001", "a1/r1"),
+                  ("hello_copy0002", "a1/r2"), ("hello_copy0003", "a1/r0")]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_input_order_does_not_matter(seed):
+    rng = random.Random(seed)
+    expected = select(make_tasks(), scores_of(), ALL, 23)
+    rows = pool_rows()
+    rng.shuffle(rows)
+    scores = list(scores_of().items())
+    rng.shuffle(scores)
+    got = select(group_pool(rows), dict(scores), ALL, 23)
+    assert got.rows == expected.rows
+    assert got.counts == expected.counts
+
+
+def test_nested_selections_extend():
+    """A task's slots at a larger n extend those at a smaller n (the rollout order never changes)."""
+    tasks, scores = make_tasks(), scores_of()
+    sizes = [1, 3, T, 7, 10, 16, 31, 64, 100]
+    seqs = {n: per_task(select(tasks, scores, ALL, n).rows) for n in sizes}
+    for small, big in zip(sizes, sizes[1:]):
+        for tid in tasks:
+            a, b = seqs[small].get(tid, []), seqs[big].get(tid, [])
+            if len(b) >= len(a):
+                assert b[: len(a)] == a, (tid, small, big)
+
+
+def test_nested_even_when_a_quota_shrinks():
+    # the Alabama paradox from docs/upsampling.md: a has 2 rows at n = 6, 1 at n = 7
+    spec = [("a", "s", "a", 2, 1.0), ("b", "s", "b", 2, 3.0), ("c", "s", "c", 2, 3.0)]
+    six = per_task(select(make_tasks(spec), scores_of(spec), ALL, 6).rows)
+    seven = per_task(select(make_tasks(spec), scores_of(spec), ALL, 7).rows)
+    assert {t: len(v) for t, v in six.items()} == {"a": 2, "b": 2, "c": 2}
+    assert {t: len(v) for t, v in seven.items()} == {"a": 1, "b": 3, "c": 3}
+    assert six["a"][:1] == seven["a"] and seven["b"][:2] == six["b"]
+
+
+def test_unscored_tasks_get_zero():
+    tasks = make_tasks()
+    scores = scores_of() | {"not-in-pool": 9.0}
+    sel = select(tasks, scores, ALL, 40)
+    c1 = [r for r in sel.rows if r["task_id"] == "c1"]
+    assert [r["score"] for r in c1] == [0.0]          # score 0: exactly its one guaranteed row
+    assert sel.counts["unscored_tasks"] == 1
+    sel = select(tasks, {}, ALL, 12)                   # nothing scored: an even split
+    assert sel.counts["unscored_tasks"] == T
+    assert sorted(Counter(r["task_id"] for r in sel.rows).values()) == [2] * T
+    assert select(tasks, {}, ALL, 3).counts["tasks"] == 3
+
+
+# --- mixing ----------------------------------------------------------------------------------
+
+
+def test_mix_sources_list_restricts():
+    tasks, scores = make_tasks(), scores_of()
+    mix = MixParams(sources=["beta", "gamma", "absent"], weights={}, top_k=None)
+    assert mixed_sources(tasks, scores, mix) == ["beta", "gamma"]
+    sel = select(tasks, scores, mix, 9)
+    assert {r["source"] for r in sel.rows} == {"beta", "gamma"}
+    assert sel.counts["tasks_available"] == 3
+    assert sel.counts["rows_by_source"] == {"beta": sum(r["source"] == "beta" for r in sel.rows),
+                                            "gamma": sum(r["source"] == "gamma" for r in sel.rows)}
+    assert sum(sel.counts["rows_by_source"].values()) == 9
+    assert mixed_sources(tasks, scores, ALL) == ["alpha", "beta", "gamma"]
+
+
+def test_mix_top_k_by_mean_score():
+    spec = [("x1", "x", "t1", 1, 1.0), ("x2", "x", "t2", 1, 5.0),   # mean 3
+            ("y1", "y", "t1", 1, 3.0),                              # mean 3 (ties with x: name wins)
+            ("z1", "z", "t1", 1, 10.0), ("z2", "z", "t2", 1, None),  # mean 5: unscored counts as 0
+            ("w1", "w", "t1", 1, 2.0)]
+    tasks, scores = make_tasks(spec), scores_of(spec)
+
+    def top(k, sources="all"):
+        return mixed_sources(tasks, scores, MixParams(sources=sources, weights={}, top_k=k))
+    assert top(1) == ["z"]
+    assert top(2) == ["x", "z"]
+    assert top(3) == ["x", "y", "z"]
+    assert top(4) == ["w", "x", "y", "z"]
+    assert top(1, ["w", "y"]) == ["y"]
+    sel = select(tasks, scores, MixParams(sources="all", weights={}, top_k=2), 8)
+    assert {r["source"] for r in sel.rows} == {"x", "z"} and len(sel.rows) == 8
+    assert sel.counts["tasks_available"] == 4
+
+
+@pytest.mark.parametrize(("weights", "n", "split"), [
+    ({"alpha": 0.75, "beta": 0.25}, 10, {"alpha": 8, "beta": 2}),     # remainders tie: higher weight
+    ({"alpha": 0.75, "beta": 0.25}, 11, {"alpha": 8, "beta": 3}),
+    ({"alpha": 0.5, "beta": 0.25, "gamma": 0.25}, 7, {"alpha": 3, "beta": 2, "gamma": 2}),
+    ({"alpha": 0.7, "beta": 0.3}, 10, {"alpha": 7, "beta": 3}),
+    ({"alpha": 0.7, "beta": 0.3}, 2, {"alpha": 1, "beta": 1}),         # fewer rows than alpha's tasks
+    ({"alpha": 1.0, "beta": 0.0}, 9, {"alpha": 9}),                    # weight 0: no rows
+    ({"beta": 1.0}, 5, {"beta": 5}),                                   # no weight: no rows
+])
+def test_mix_weights_split_exactly(weights, n, split):
+    tasks, scores = make_tasks(), scores_of()
+    mix = MixParams(sources="all", weights=weights, top_k=None)
+    sel = select(tasks, scores, mix, n)
+    assert len(sel.rows) == n
+    got = Counter(r["source"] for r in sel.rows)
+    assert dict(got) == split
+    assert {s: c for s, c in split_by_weights(weights, n).items() if c} == split
+    for source, share in split.items():
+        own = {t: scores.get(t, 0.0) for t, task in tasks.items() if task.source == source}
+        quotas = Counter(r["task_id"] for r in sel.rows if r["source"] == source)
+        assert dict(quotas) == {t: q for t, q in apportion(own, share).items() if q}
+    assert sel.counts["rows_by_source"] == {s: split.get(s, 0) for s in ("alpha", "beta", "gamma")}
+
+
+def test_weighted_source_without_pool_tasks():
+    tasks, scores = make_tasks(), scores_of()
+    mix = MixParams(sources="all", weights={"alpha": 0.5, "delta": 0.5}, top_k=None)
+    with pytest.raises(BadInput, match="delta") as err:
+        select(tasks, scores, mix, 10)
+    assert "\n" not in str(err.value)
+    only_absent = MixParams(sources="all", weights={"delta": 1.0}, top_k=None)
+    with pytest.raises(BadInput, match="delta"):
+        select(tasks, scores, only_absent, 10)
+    # weight 0 for the missing source: nothing is asked of it
+    zero = MixParams(sources="all", weights={"alpha": 1.0, "delta": 0.0}, top_k=None)
+    assert Counter(r["source"] for r in select(tasks, scores, zero, 10).rows) == {"alpha": 10}
+
+
+def test_empty_pool():
+    with pytest.raises(BadInput, match="no task is left"):
+        select({}, {}, ALL, 10)
+    with pytest.raises(BadInput, match="no task is left"):
+        select(make_tasks(), scores_of(), MixParams(sources=["absent"], weights={}, top_k=None), 10)
+
+
+# --- dataset_label ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("n", "label"), [
+    (1, "1"), (316, "316"), (999, "999"), (1000, "1k"), (3160, "3.16k"), (10000, "10k"),
+    (31600, "31.6k"), (100000, "100k"), (1500, "1.5k"),
+])
+def test_dataset_label(n, label):
+    assert dataset_label(n) == label
+
+
+# --- property: any pool, any n ---------------------------------------------------------------
+
+pools = st.lists(
+    st.tuples(st.sampled_from(["s1", "s2", "s3"]), st.integers(1, 5),
+              st.one_of(st.none(), st.integers(0, 50), st.floats(0, 1e3, allow_nan=False, allow_infinity=False))),
+    min_size=1, max_size=30)
+
+
+@settings(max_examples=150, deadline=None)
+@given(pools, st.integers(1, 300))
+def test_property_any_pool(pool, n):
+    spec = [(f"t{i:02d}", src, f"task{i % 7}", a, s) for i, (src, a, s) in enumerate(pool)]
+    tasks, scores = make_tasks(spec), scores_of(spec)
+    sel = select(tasks, scores, ALL, n)
+    rows = sel.rows
+    assert len(rows) == n
+    quotas = apportion({t: scores.get(t, 0.0) for t in tasks}, n)
+    assert Counter(r["task_id"] for r in rows) == Counter({t: q for t, q in quotas.items() if q})
+    for tid, q in quotas.items():
+        uses = Counter(r["trajectory_id"] for r in rows if r["task_id"] == tid)
+        a = len(tasks[tid].rollouts)
+        assert all(uses.get(rid, 0) in (q // a, math.ceil(q / a)) for rid in tasks[tid].rollouts)
+    assert len({r["slot_id"] for r in rows}) == n
+    keys = [(r["source"], r["task"], r["task_id"], r["copy"]) for r in rows]
+    assert keys == sorted(keys)
+    assert sel.counts["unscored_tasks"] == sum(s is None for *_, s in spec)
