@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> None:
     lake, sources = Path(params.lake), list(params.sources)
     con = connect(lake, sources, tables=("trajectories",))
     with progress("count tokens") as (_, advance):
-        result = run_filters(con, params.filter, on_tokens=advance)
+        result = run_filters(con, params.filter, on_tokens=advance, sources=sources)
 
     out = lake / "pool"
     with output_dir(out) as tmp:

@@ -276,3 +276,11 @@ def test_property_any_pool(pool, n):
     keys = [(r["source"], r["task"], r["task_id"], r["copy"]) for r in rows]
     assert keys == sorted(keys)
     assert sel.counts["unscored_tasks"] == sum(s is None for *_, s in spec)
+
+
+def test_negative_score_is_a_clear_error():
+    from tracelake.errors import BadInput as _BadInput
+
+    tasks = group_pool([{"trajectory_id": "r1", "task_id": "t1", "source": "s", "task": "a"}])
+    with pytest.raises(_BadInput, match=r"task 'a' of s \(t1\) has score -1.0: .*scores >= 0"):
+        select(tasks, {"t1": -1.0}, MixParams(), 3)

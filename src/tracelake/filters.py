@@ -56,8 +56,9 @@ class FilterResult:
 
 
 def run_filters(con: duckdb.DuckDBPyConnection, params: FilterParams,
-                on_tokens: Callable[[int], None] | None = None) -> FilterResult:
-    """Apply the enabled rules to the `trajectories` view; leaves tables `pool` and `dropped`."""
+                on_tokens: Callable[[int], None] | None = None, sources: list[str] = ()) -> FilterResult:
+    """Apply the enabled rules to the `trajectories` view; leaves tables `pool` and `dropped`.
+    `sources` are listed in the funnel even when they have no rows (an empty source shows as 0)."""
     con.execute(f"CREATE TEMP TABLE base AS {sql('filter_base')}", {"copy_suffix": COPY_SUFFIX.pattern})
     con.execute("CREATE TEMP TABLE dropped (trajectory_id VARCHAR, rule VARCHAR, detail VARCHAR)")
     con.execute("CREATE TEMP TABLE tokens (trajectory_id VARCHAR, n_tokens BIGINT)")
@@ -78,7 +79,7 @@ def run_filters(con: duckdb.DuckDBPyConnection, params: FilterParams,
                    SELECT trajectory_id, task_id, source, task, trace_source, episode, n_messages,
                           n_assistant_turns, n_chars, n_tokens, reward, conversation_sha256
                    FROM candidates ORDER BY trajectory_id""")
-    return FilterResult([r.name for r in enabled], _funnel(con, [r.name for r in enabled]), formulas)
+    return FilterResult([r.name for r in enabled], _funnel(con, [r.name for r in enabled], sources), formulas)
 
 
 def _count_tokens(con: duckdb.DuckDBPyConnection, tokenizer_dir: Path,
@@ -101,9 +102,9 @@ def _count_tokens(con: duckdb.DuckDBPyConnection, tokenizer_dir: Path,
     con.unregister("token_counts")
 
 
-def _funnel(con: duckdb.DuckDBPyConnection, rules: list[str]) -> dict[str, dict[str, Any]]:
-    funnel = {source: {"in": n, "dropped": {r: 0 for r in rules}, "kept": 0}
-              for source, n in con.execute("SELECT source, count(*) FROM base GROUP BY 1 ORDER BY 1").fetchall()}
+def _funnel(con: duckdb.DuckDBPyConnection, rules: list[str], sources: list[str]) -> dict[str, dict[str, Any]]:
+    counts = dict.fromkeys(sources, 0) | dict(con.execute("SELECT source, count(*) FROM base GROUP BY 1").fetchall())
+    funnel = {source: {"in": counts[source], "dropped": {r: 0 for r in rules}, "kept": 0} for source in sorted(counts)}
     for source, rule, n in con.execute("""SELECT b.source, d.rule, count(*) FROM dropped d
                                           JOIN base b USING (trajectory_id) GROUP BY 1, 2""").fetchall():
         funnel[source]["dropped"][rule] = n

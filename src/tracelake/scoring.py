@@ -110,7 +110,8 @@ class ScoreCache:
     def add(self, scorer: str, rows: list[dict]) -> None:
         if not rows:
             return
-        table = load_schema("scores").from_rows(sorted(rows, key=lambda r: r["score_id"]))
+        rows = sorted(rows, key=lambda r: r["score_id"])  # the name hashes what the file holds, in its order
+        table = load_schema("scores").from_rows(rows)
         name = f"part-{content_id('score-cache', [r['score_id'] for r in rows], n_hex=16)}.parquet"
         directory = self.directory / scorer
         directory.mkdir(parents=True, exist_ok=True)
@@ -197,6 +198,8 @@ def import_scores(name: str, spec: ImportParams, known_tasks: Iterable[tuple[str
             raise BadInput(f"score.imports.{name}: {path} row {i}: score {value!r} is not a finite number")
         if spec.task_id is not None:
             matches = [by_id[row[spec.task_id]]] if row[spec.task_id] in by_id else []
+        elif row[spec.task] is None:
+            matches = []
         else:
             base = base_task_name(str(row[spec.task]))
             wanted = [row[spec.source]] if spec.source is not None else sources
@@ -205,8 +208,9 @@ def import_scores(name: str, spec: ImportParams, known_tasks: Iterable[tuple[str
             unmatched += 1
         for task_id in matches:
             if task_id in scores and scores[task_id] != float(value):
-                raise BadInput(f"score.imports.{name}: {path} gives task {task_id} two scores "
-                               f"({scores[task_id]} and {value})")
+                label = row[spec.task] if spec.task is not None else row[spec.task_id]
+                raise BadInput(f"score.imports.{name}: {path} row {i} gives task {label!r} ({task_id}) a "
+                               f"second, different score ({scores[task_id]} and {value})")
             scores[task_id] = float(value)
     rows = [score_row(tid, name, spec.model, None, scores[tid]) for tid in sorted(scores)]
     return ScorerRun(name, rows, computed=len(rows), unmatched=unmatched)

@@ -68,6 +68,11 @@ def select(tasks: dict[str, Task], scores: dict[str, float], mix: MixParams, n: 
         raise BadInput("no task is left to select from: the filters dropped every rollout of the mixed "
                        "sources (see metrics/filter.json)")
     score_of = {tid: scores.get(tid, 0.0) for tid in candidates}
+    for tid, value in score_of.items():
+        if not value >= 0:  # also catches NaN
+            t = candidates[tid]
+            raise BadInput(f"task {t.task!r} of {t.source} ({tid}) has score {value}: upsampling by score "
+                           f"share needs scores >= 0 (rescale the scorer's values)")
     if mix.weights:
         # a weighted source with no task in the pool still takes its share, so that it is an error
         # below instead of its rows silently going to the other sources
