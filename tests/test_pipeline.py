@@ -9,6 +9,7 @@ byte-identical files and an unchanged dvc.lock.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -102,8 +103,13 @@ def test_every_scale_is_a_content_addressed_dataset(repo):
     funnel = yaml.safe_load((repo / "metrics" / "filter.json").read_text())
     for source, f in funnel["sources"].items():
         assert f["in"] == f["kept"] + sum(f["dropped"].values()), source
-    plots = sh(["dvc", "plots", "show", "--json"], repo)
-    assert "rows_by_source" in plots and "rollouts_per_task" in plots
+    proc = subprocess.run(["dvc", "plots", "show", "--json"], cwd=repo, capture_output=True, text=True,
+                          env=dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"))
+    plots = json.loads(proc.stdout)["data"]
+    for name in ("rows_by_source", "rollouts_per_task", "assistant_turns", "tokens", "funnel"):
+        (spec,) = plots[f"reports/plots/{name}.csv"]
+        assert spec["type"] == "vega" and spec["content"]["data"]["values"], name
+        assert spec["content"]["encoding"]["color"]["field"] == "group"
 
 
 def test_changing_one_scale_reruns_only_that_scale(repo):
