@@ -6,25 +6,20 @@ and dropped), the funnel (in, dropped per rule, kept; per source) to metrics/fil
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from tracelake.config import load_params
 from tracelake.filters import run_filters
 from tracelake.lake import TableWriter, output_dir, write_json, write_manifest
 from tracelake.lakedb import connect, input_versions
 from tracelake.schema import load_schema
-from tracelake.stage import run_stage
+from tracelake.stage import run_stage, stage_args
 from tracelake.ui import progress
 
 BATCH = 1000
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--params", default="params.yaml")
-    args = parser.parse_args(argv)
-    params = load_params(args.params)
+    params, _ = stage_args(__doc__, argv)
     lake, sources = Path(params.lake), list(params.sources)
     con = connect(lake, sources, tables=("trajectories",))
     with progress("count tokens") as (_, advance):

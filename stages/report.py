@@ -6,20 +6,15 @@ and reports/plots/*.csv (DVC plots: `dvc plots show`).
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from tracelake.config import load_params
 from tracelake.lake import write_json
 from tracelake.report import build_report, write_plots
-from tracelake.stage import run_stage
+from tracelake.stage import run_stage, stage_args
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--params", default="params.yaml")
-    args = parser.parse_args(argv)
-    params = load_params(args.params)
+    params, _ = stage_args(__doc__, argv)
     metrics, plots = build_report(Path(params.lake), params.select.scales)
     Path("metrics").mkdir(exist_ok=True)
     write_json(Path("metrics/report.json"), metrics)

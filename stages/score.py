@@ -6,26 +6,22 @@ counts to metrics/score.json.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from tracelake.config import ImportParams, load_params
+from tracelake.config import ImportParams
 from tracelake.errors import BadParams
 from tracelake.lake import TableWriter, output_dir, write_json, write_manifest
 from tracelake.lakedb import connect, input_versions
 from tracelake.schema import load_schema
 from tracelake.scoring import BUILTIN_SCORERS, ScoreCache, import_scores, known_tasks_of, run_scorer
-from tracelake.stage import run_stage
+from tracelake.stage import run_stage, stage_args
 from tracelake.ui import progress
 
 IMPORTS_DIR = Path("imports")
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--params", default="params.yaml")
-    args = parser.parse_args(argv)
-    params = load_params(args.params)
+    params, _ = stage_args(__doc__, argv)
     imports = {name: ImportParams(**raw) for name, raw in params.score.imports.items()}
     for name, spec in imports.items():
         if IMPORTS_DIR.resolve() not in Path(spec.path).resolve().parents:

@@ -6,28 +6,22 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pyarrow.compute as pc
 
-from tracelake.config import load_params
 from tracelake.errors import BadParams
 from tracelake.lake import TableWriter, output_dir, read_manifest, read_table, write_json, write_manifest
 from tracelake.schema import load_schema
 from tracelake.selection import SELECTION_RULE, dataset_label, group_pool, select
-from tracelake.stage import run_stage
+from tracelake.stage import run_stage, stage_args
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scale")
-    parser.add_argument("--params", default="params.yaml")
-    args = parser.parse_args(argv)
-    params = load_params(args.params)
-    if args.scale not in params.select.scales:
-        raise BadParams(f"params.yaml: no scale {args.scale!r} under select.scales")
-    n = params.select.scales[args.scale]
+    params, scale = stage_args(__doc__, argv, "scale")
+    if scale not in params.select.scales:
+        raise BadParams(f"params.yaml: no scale {scale!r} under select.scales")
+    n = params.select.scales[scale]
     lake = Path(params.lake)
 
     pool = read_table(lake / "pool", "pool").select(["trajectory_id", "task_id", "source", "task"])
@@ -36,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     score_of = dict(zip(scores["task_id"].to_pylist(), scores["score"].to_pylist()))
     selection = select(group_pool(pool.to_pylist()), score_of, params.mix, n)
 
-    out = lake / "selections" / args.scale
+    out = lake / "selections" / scale
     with output_dir(out) as tmp:
         writer = TableWriter(tmp, load_schema("selection"))
         for row in selection.rows:
@@ -48,13 +42,13 @@ def main(argv: list[str] | None = None) -> None:
             tmp, kind="selection", tables=[info], dataset_id=dataset_id,
             inputs={"pool": read_manifest(lake / "pool")["version_id"],
                     "scores": read_manifest(lake / "scores")["version_id"]},
-            params={"scale": args.scale, "rows": n, "score": params.select.score, "mix": params.section("mix")},
+            params={"scale": scale, "rows": n, "score": params.select.score, "mix": params.section("mix")},
             formulas={"selection": SELECTION_RULE}, counts=counts)
-    metrics = Path("metrics/select") / f"{args.scale}.json"
+    metrics = Path("metrics/select") / f"{scale}.json"
     metrics.parent.mkdir(parents=True, exist_ok=True)
     write_json(metrics, counts)
     c = selection.counts
-    print(f"select {args.scale}: {dataset_id}: {c['rows']} rows over {c['tasks']} of {c['tasks_available']} tasks, "
+    print(f"select {scale}: {dataset_id}: {c['rows']} rows over {c['tasks']} of {c['tasks_available']} tasks, "
           f"{c['distinct_trajectories']} distinct rollouts -> {out} (version {manifest['version_id']})")
 
 

@@ -5,20 +5,15 @@
 
 from __future__ import annotations
 
-import argparse
 import shutil
 from pathlib import Path
 
-from tracelake.config import load_params
-from tracelake.stage import run_stage
+from tracelake.stage import run_stage, stage_args
 from tracelake.synth import synthesize
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--params", default="params.yaml")
-    args = parser.parse_args(argv)
-    p = load_params(args.params).synth
+    p = stage_args(__doc__, argv)[0].synth
     out = Path(p.out)
     shutil.rmtree(out, ignore_errors=True)  # a stage output is rebuilt from scratch
     summary = synthesize(out, seed=p.seed, trials=p.trials, tasks=p.tasks)

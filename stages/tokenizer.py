@@ -7,19 +7,14 @@ filter.tokenizer at your model's tokenizer directory to count with the real one.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from tracelake.config import load_params
-from tracelake.stage import run_stage
+from tracelake.stage import run_stage, stage_args
 from tracelake.tokenizer import build_tokenizer
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--params", default="params.yaml")
-    args = parser.parse_args(argv)
-    params = load_params(args.params).tokenizer
+    params = stage_args(__doc__, argv)[0].tokenizer
     out = build_tokenizer(Path(params.out), vocab_size=params.vocab_size)
     print(f"tokenizer: byte-level BPE, vocab {params.vocab_size} -> {out}")
 

@@ -16,12 +16,12 @@ from .assets import sql
 from .lake import read_manifest
 from .selection import dataset_label
 
-PLOTS = {  # plot -> (x column, y column, group column meaning)
-    "rows_by_source": ("scale", "rows", "source"),
-    "rollouts_per_task": ("rollouts", "tasks", "scale"),
-    "assistant_turns": ("turns", "share", "scale"),
-    "tokens": ("tokens", "share", "scale"),
-    "funnel": ("rule", "dropped", "source"),
+PLOTS = {  # plot -> (x column, y column); `group` is the source or the scale, as noted
+    "rows_by_source": ("scale", "rows"),        # group: source
+    "rollouts_per_task": ("rollouts", "tasks"),  # group: scale
+    "assistant_turns": ("turns", "share"),       # group: scale
+    "tokens": ("tokens", "share"),               # group: scale
+    "funnel": ("rule", "dropped"),               # group: source
 }
 
 
@@ -60,7 +60,7 @@ def build_report(lake: Path, scales: dict[str, int]) -> tuple[dict[str, Any], di
 def write_plots(plots: dict[str, list[list]], out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, rows in plots.items():
-        x, y, _ = PLOTS[name]
+        x, y = PLOTS[name]
         with open(out_dir / f"{name}.csv", "w", newline="") as f:
             w = csv.writer(f, lineterminator="\n")
             w.writerow([x, y, "group"])
