@@ -1,5 +1,5 @@
 """DVC stage `select@<scale>`: one dataset of N rows from the filtered pool and the task scores ->
-<lake>/selections/<scale>/, named by its content (sft-<N>-<12 hex>); counts to metrics/select/<scale>.json.
+<lake>/selections/<scale>/, named by its content (sel-<N>-<12 hex>); counts to metrics/select/<scale>.json.
 
     python stages/select_scale.py SCALE  (named so it does not shadow the stdlib module `select`) [--params params.yaml]
 """
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
         for row in selection.rows:
             writer.write(row)
         info = writer.close()
-        dataset_id = f"sft-{dataset_label(n)}-{info.version_id}"
+        dataset_id = f"sel-{dataset_label(n)}-{info.version_id}"
         counts = {"dataset_id": dataset_id, **selection.counts}
         manifest = write_manifest(
             tmp, kind="selection", tables=[info], dataset_id=dataset_id,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,54 @@ def make_trial(jobs: Path, name: str, *, task: str = "hello", job: str = "job-1"
         else:
             target.write_text(json.dumps(content))
     return trial
+
+
+def train_python() -> Path:
+    """The training environment's python (torch, LLaMA-Factory, skyrl-train): $TRACELAKE_TRAIN_ENV (a venv
+    directory), else <repo>/.venv-train. Missing: a failure where TRACELAKE_REQUIRE_TRAIN_ENV=1 (CI), else
+    a skip naming the command that installs it."""
+    env = Path(os.environ.get("TRACELAKE_TRAIN_ENV") or ROOT / ".venv-train")
+    python = env / "bin" / "python"
+    if not python.is_file():
+        if os.environ.get("TRACELAKE_REQUIRE_TRAIN_ENV") == "1":
+            pytest.fail(f"training environment required (TRACELAKE_REQUIRE_TRAIN_ENV=1) but {python} is missing: "
+                        f"bash training/setup-env.sh {env}")
+        pytest.skip("training environment not installed: bash training/setup-env.sh")
+    return python
+
+
+PROJECT_FILES = ["dvc.yaml", "params.yaml", "stages", "src", "schemas", "sql", "imports", "training",
+                 ".dvc/config", ".dvc/plots", ".dvcignore", ".gitignore"]
+
+
+def run_ok(args: list[str], cwd: Path, env: dict | None = None) -> str:
+    """Run a command (with this interpreter's bin dir first on PATH); fail the test with its output."""
+    import subprocess
+    import sys
+
+    full = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", **(env or {}))
+    proc = subprocess.run(args, cwd=cwd, env=full, capture_output=True, text=True)
+    assert proc.returncode == 0, f"{' '.join(map(str, args))} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout + proc.stderr
+
+
+def copy_project(dest: Path, *, trials: int = 240, tasks: int = 40) -> Path:
+    """The project's pipeline files in a new git repository at dest, with a small sample (the same
+    code paths as the default sample, a few seconds to build). Generated outputs are not copied."""
+    import shutil
+
+    import yaml
+
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "configs")
+    for name in PROJECT_FILES:
+        src, dst = ROOT / name, dest / name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.copytree(src, dst, ignore=ignore)
+        else:
+            shutil.copy(src, dst)
+    params = yaml.safe_load((dest / "params.yaml").read_text())
+    params["synth"].update(trials=trials, tasks=tasks)
+    (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    run_ok(["git", "init", "-q"], dest)
+    return dest

@@ -186,7 +186,7 @@ def test_unsafe_archives(tmp_path, bad, detail):
     assert repr(detail)[1:-1] in rej["detail"]
 
 
-@pytest.mark.parametrize("data", [b"garbage bytes", gzip.compress(b"not a tar"), b""])
+@pytest.mark.parametrize("data", [b"garbage bytes", gzip.compress(b"not a tar", mtime=0), b""])
 def test_unreadable_archives(tmp_path, data):
     f = tmp_path / "t.parquet"
     pq.write_table(pa.table({"path": ["x"], "task_binary": pa.array([data], pa.binary())}), f)

@@ -21,12 +21,10 @@ import yaml
 
 from tracelake.lake import read_manifest, read_table
 
-from .helpers import ROOT
+from .helpers import copy_project
 
 pytestmark = pytest.mark.e2e
-PROJECT_FILES = ["dvc.yaml", "params.yaml", "stages", "src", "schemas", "sql", "imports", ".dvc/config",
-                 ".dvc/plots", ".dvcignore", ".gitignore"]
-OUTPUTS = ("lake", "data", "metrics", "reports")
+OUTPUTS = ("lake", "data", "metrics", "reports", "training/configs")
 
 
 def sh(args: list[str], cwd: Path) -> str:
@@ -43,18 +41,7 @@ def tree_digest(*dirs: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> Path:
-    repo = tmp_path_factory.mktemp("pipeline")
-    for name in PROJECT_FILES:
-        src, dst = ROOT / name, repo / name
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_dir():
-            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-        else:
-            shutil.copy(src, dst)
-    params = yaml.safe_load((repo / "params.yaml").read_text())
-    params["synth"].update(trials=240, tasks=40)  # small: the same code paths, a few seconds
-    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    sh(["git", "init", "-q"], repo)
+    repo = copy_project(tmp_path_factory.mktemp("pipeline"))  # small sample: the same code paths
     sh(["dvc", "repro"], repo)
     sh(["git", "add", "-A"], repo)
     sh(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "pipeline"], repo)
@@ -99,7 +86,15 @@ def test_every_scale_is_a_content_addressed_dataset(repo):
         table = read_table(repo / "lake" / "selections" / scale, "selection")
         assert table.num_rows == n == m["counts"]["rows"] == report[scale]["rows"]
         prefix, label, digest = m["dataset_id"].rsplit("-", 2)
-        assert (prefix, len(digest)) == ("sft", 12) and digest == m["tables"]["selection"]["version_id"]
+        assert (prefix, len(digest)) == ("sel", 12) and digest == m["tables"]["selection"]["version_id"]
+        export = read_manifest(repo / "lake" / "exports" / "sft" / scale)
+        c = export["counts"]
+        assert export["dataset_id"] == f"sft-{label}-{export['tables']['sft_rows']['version_id']}"
+        assert c["rows_in"] == n == c["rows_out"] + sum(c["rejected"].values())
+        info = json.loads((repo / "lake" / "exports" / "sft" / scale / "dataset_info.json").read_text())
+        assert info[export["dataset_id"]]["file_name"] == export["dataset_id"]
+        shards = sorted((repo / "lake" / "exports" / "sft" / scale / export["dataset_id"]).iterdir())
+        assert [p.suffix for p in shards] == [".parquet"] * c["shards"]   # nothing but shards
     funnel = yaml.safe_load((repo / "metrics" / "filter.json").read_text())
     for source, f in funnel["sources"].items():
         assert f["in"] == f["kept"] + sum(f["dropped"].values()), source
@@ -121,12 +116,35 @@ def test_changing_one_scale_reruns_only_that_scale(repo):
     try:
         out = sh(["dvc", "repro"], repo)
         ran = sorted(line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage"))
-        assert ran == ["report", "select@1k"], out
+        assert ran == ["export_sft@1k", "report", "select@1k", "train_config"], out
         assert "select.scales.1k" in sh(["dvc", "params", "diff"], repo)
         metrics_diff = sh(["dvc", "metrics", "diff", "--json"], repo)
         changed = yaml.safe_load(metrics_diff)
         assert changed["metrics/select/1k.json"]["rows"] == {"old": 1000, "new": 1200, "diff": 200}
         assert "metrics/select/316.json" not in changed
+        assert changed["metrics/export_sft/1k.json"]["rows_out"]["new"] == 1200
+        config = yaml.safe_load((repo / "training" / "configs" / "sft-1k.yaml").read_text())
+        new_id = read_manifest(repo / "lake" / "exports" / "sft" / "1k")["dataset_id"]
+        assert new_id.startswith("sft-1.2k-") and config["dataset"] == f"{new_id}.00000"
+    finally:
+        params_path.write_text(original)
+        sh(["dvc", "repro"], repo)
+    assert sh(["git", "status", "--porcelain"], repo).strip() == ""
+
+
+def test_changing_a_training_hyperparameter_reruns_only_the_configs(repo):
+    params_path = repo / "params.yaml"
+    original = params_path.read_text()
+    params = yaml.safe_load(original)
+    params["train"]["sft"]["learning_rate"] = 1.0e-5
+    params_path.write_text(yaml.safe_dump(params, sort_keys=False))
+    try:
+        out = sh(["dvc", "repro"], repo)
+        ran = sorted(line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage"))
+        assert ran == ["train_config"], out
+        for scale in yaml.safe_load(original)["select"]["scales"]:
+            config = yaml.safe_load((repo / "training" / "configs" / f"sft-{scale}.yaml").read_text())
+            assert config["learning_rate"] == 1.0e-5
     finally:
         params_path.write_text(original)
         sh(["dvc", "repro"], repo)

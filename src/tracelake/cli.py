@@ -3,6 +3,8 @@
     tracelake synth --out data/sample            # the embedded sample corpus
     tracelake ingest harbor JOBS --source NAME --out lake
     tracelake status                             # what is built
+    tracelake tasks extract TABLE --out DIR      # task directories back out of a task table
+    tracelake train sft --dataset 3k --backend modal --dry-run
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ ingest_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(ingest_app, name="ingest")
+tasks_app = typer.Typer(
+    help="Work with Harbor task archives (task_binary: a gzipped tar of a task directory).",
+    no_args_is_help=True,
+)
+app.add_typer(tasks_app, name="tasks")
 
 SourceOpt = Annotated[str, typer.Option("--source", "-s", help="Source name recorded in every row, e.g. swesmith.")]
 OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Lake root; writes OUT/<table>/<source>/.")]
@@ -115,6 +122,44 @@ def ingest_tasks_cmd(
 
     _ingest("tasks", "tasks", ingest_tasks, path, source=source, lake=out_dir, strict=strict,
             metrics=metrics, with_binary=binary)
+
+
+@tasks_app.command("extract")
+def tasks_extract_cmd(
+    table: Annotated[Path, typer.Argument(help="A Parquet task table with columns path and task_binary.")],
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Directory to extract into; each task goes to OUT/<path>, which must not exist.")],
+    task: Annotated[Optional[list[str]], typer.Option("--task", "-t", metavar="NAME", help="Only this task (its path or its last path component); repeatable.")] = None,
+) -> None:
+    """Extract Harbor task directories from a (path, task_binary) table, e.g.
+    lake/exports/rl/tasks/*.parquet, for SkyRL's Harbor integration."""
+    from .task_archive import extract_table
+
+    written = extract_table(table, out_dir, names=task or None)
+    out.print(f"tasks extract: {len(written)} task directories -> {out_dir}")
+
+
+@app.command()
+def train(
+    kind: Annotated[str, typer.Argument(metavar="sft|rl", help="sft: LLaMA-Factory full SFT; rl: SkyRL GRPO.")],
+    dataset: Annotated[str, typer.Option("--dataset", "-d", help="A scale name (3k), a dataset id (sft-3.16k-f8c62a5a74ed) or a unique prefix of one; `rl` for the RL export.")],
+    backend: Annotated[str, typer.Option("--backend", "-b", help="local: run the trainer here; modal: upload the dataset once and run on Modal GPUs.")] = "local",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the dataset, config, GPU, volumes and exact command; run nothing (works offline).")] = False,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="Override one trainer config key for this run, e.g. --set max_steps=3; repeatable.")] = None,
+    gpus: Annotated[Optional[int], typer.Option("--gpus", help="Local SFT: processes (GPUs) for this run instead of train.sft.gpus; 1 runs without torchrun.")] = None,
+    params: Annotated[Path, typer.Option("--params", help="The params file that generated the configs.")] = Path("params.yaml"),
+) -> None:
+    """Train on an exported dataset with the config generated from params.yaml (training/configs/):
+    locally with llamafactory-cli / SkyRL, or on Modal. Credentials come only from the environment."""
+    from .config import load_params
+    from .launch import describe, make_plan, run
+
+    plan = make_plan(load_params(params), kind, dataset, backend, set_ or [], gpus)
+    out.print(describe(plan), markup=False, highlight=False, soft_wrap=True)
+    if dry_run:
+        return
+    rc = run(plan)
+    if rc:
+        raise typer.Exit(rc)
 
 
 @app.command()

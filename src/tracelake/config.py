@@ -92,6 +92,84 @@ class SelectParams:
 
 
 @dataclass(frozen=True)
+class ExportSftParams:
+    rows_per_shard: int = 5000
+    same_role: str = "merge"          # consecutive same-side messages: merge | reject
+    tokenizer: str = "data/tokenizer"
+
+
+@dataclass(frozen=True)
+class ExportRlParams:
+    sources: Any = "all"              # "all" or a list of source names
+    env_class: str = "harbor"
+    reward_method: str = "rule"
+    system_prompt: str | None = None
+    max_turns: int = 32
+    max_prompt_length: int = 8192     # longer prompts are rejected (SkyRL would drop them silently)
+    rows_per_shard: int = 5000
+    tokenizer: str = "data/tokenizer"
+
+
+@dataclass(frozen=True)
+class SftTrainParams:
+    """LLaMA-Factory full SFT (the seed recipe). `extra` passes any other LLaMA-Factory key as-is."""
+    model: str = "Qwen/Qwen3-8B"
+    template: str = "qwen3"
+    cutoff_len: int = 32768           # export_sft rejects longer examples (LLaMA-Factory would cut them)
+    finetuning_type: str = "full"
+    learning_rate: float = 4.0e-5
+    lr_scheduler_type: str = "cosine"
+    warmup_ratio: float = 0.1
+    num_train_epochs: float = 7.0
+    per_device_train_batch_size: int = 1
+    gradient_accumulation_steps: int = 2
+    gpus: int = 8
+    optim: str = "adamw_torch_fused"
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    adam_epsilon: float = 1.0e-8
+    weight_decay: float = 0.0
+    seed: int = 42
+    bf16: bool = True
+    deepspeed: str | None = "training/deepspeed/ds_z3_config.json"
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RlTrainParams:
+    """SkyRL (skyrl_train entrypoint, GRPO). `extra` passes any other SkyRL config key as-is."""
+    model: str = "Qwen/Qwen3-8B"
+    entrypoint: str = "skyrl_train.entrypoints.main_base"
+    advantage_estimator: str = "grpo"
+    n_samples_per_prompt: int = 8
+    epochs: int = 1
+    train_batch_size: int = 32
+    learning_rate: float = 1.0e-6
+    gpus: int = 8
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModalParams:
+    app: str = "tracelake-train"
+    sft_gpu: str = "H100:8"
+    rl_gpu: str = "H100:8"
+    timeout_hours: int = 24
+    datasets_volume: str = "tracelake-datasets"   # shards, uploaded once per content id
+    runs_volume: str = "tracelake-runs"           # checkpoints and logs
+    image_python: str = "3.11"
+
+
+@dataclass(frozen=True)
+class TrainParams:
+    configs: str = "training/configs"
+    runs: str = "runs"
+    sft: SftTrainParams = field(default_factory=SftTrainParams)
+    rl: RlTrainParams = field(default_factory=RlTrainParams)
+    modal: ModalParams = field(default_factory=ModalParams)
+
+
+@dataclass(frozen=True)
 class Params:
     lake: str
     synth: SynthParams
@@ -102,6 +180,9 @@ class Params:
     filter: FilterParams
     mix: MixParams
     select: SelectParams
+    export_sft: ExportSftParams = field(default_factory=ExportSftParams)
+    export_rl: ExportRlParams = field(default_factory=ExportRlParams)
+    train: TrainParams = field(default_factory=TrainParams)
 
     def section(self, name: str) -> dict[str, Any]:
         """One section as plain data (what a stage's manifest records)."""
@@ -111,13 +192,16 @@ class Params:
         return asdict(value) if hasattr(value, "__dataclass_fields__") else value
 
 
-_TOP = ("lake", "synth", "ingest", "sources", "tokenizer", "score", "filter", "mix", "select")
+_TOP = ("lake", "synth", "ingest", "sources", "tokenizer", "score", "filter", "mix", "select",
+        "export_sft", "export_rl", "train")
 
 
 def _type_ok(value: Any, expected: str) -> bool:
     if expected.endswith(" | None"):
         return value is None or _type_ok(value, expected[: -len(" | None")])
     is_int = isinstance(value, int) and not isinstance(value, bool)
+    if expected == "float":
+        return (is_int or isinstance(value, float)) and math.isfinite(value)
     return {"int": is_int, "bool": isinstance(value, bool), "str": isinstance(value, str),
             "list": isinstance(value, list), "dict": isinstance(value, dict)}.get(expected, True)
 
@@ -223,6 +307,52 @@ def _check_select(select: SelectParams, score: ScoreParams) -> None:
             raise BadParams(f"params.yaml: select.scales.{name} must be a row count >= 1, got {n!r}")
 
 
+def _check_exports(sft: ExportSftParams, rl: ExportRlParams, sources: dict[str, SourceParams]) -> None:
+    from .sharegpt import SAME_ROLE_POLICIES
+
+    if sft.rows_per_shard < 1 or rl.rows_per_shard < 1:
+        raise BadParams("params.yaml: export_sft.rows_per_shard and export_rl.rows_per_shard must be >= 1")
+    if sft.same_role not in SAME_ROLE_POLICIES:
+        raise BadParams(f"params.yaml: export_sft.same_role must be one of {', '.join(SAME_ROLE_POLICIES)}, "
+                        f"got {sft.same_role!r}")
+    if rl.sources != "all":
+        if not isinstance(rl.sources, list) or not rl.sources or any(s not in sources for s in rl.sources):
+            raise BadParams(f"params.yaml: export_rl.sources must be \"all\" or a list of source names "
+                            f"({', '.join(sources)}), got {rl.sources!r}")
+    if rl.max_turns < 1 or rl.max_prompt_length < 1:
+        raise BadParams("params.yaml: export_rl.max_turns and export_rl.max_prompt_length must be >= 1")
+    for key in ("env_class", "reward_method"):
+        if not getattr(rl, key):
+            raise BadParams(f"params.yaml: export_rl.{key} must not be empty")
+
+
+def _build_train(data: Any) -> TrainParams:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise BadParams("params.yaml: train must be a mapping")
+    nested = {"sft": SftTrainParams, "rl": RlTrainParams, "modal": ModalParams}
+    flat = {k: v for k, v in data.items() if k not in nested}
+    train = _build(TrainParams, flat, "train")
+    parts = {k: _build(cls, data.get(k), f"train.{k}") for k, cls in nested.items()}
+    for key in ("sft", "rl"):
+        p = parts[key]
+        for name in ("gpus", "epochs", "n_samples_per_prompt", "train_batch_size",
+                     "per_device_train_batch_size", "gradient_accumulation_steps"):
+            if hasattr(p, name) and getattr(p, name) < 1:
+                raise BadParams(f"params.yaml: train.{key}.{name} must be >= 1, got {getattr(p, name)}")
+        if p.learning_rate <= 0:
+            raise BadParams(f"params.yaml: train.{key}.learning_rate must be > 0, got {p.learning_rate}")
+    from .sft_export import template_slots
+
+    template_slots(parts["sft"].template)
+    if parts["sft"].cutoff_len < 1:
+        raise BadParams(f"params.yaml: train.sft.cutoff_len must be >= 1, got {parts['sft'].cutoff_len}")
+    if parts["modal"].timeout_hours < 1:
+        raise BadParams("params.yaml: train.modal.timeout_hours must be >= 1")
+    return TrainParams(configs=train.configs, runs=train.runs, **parts)
+
+
 def parse_params(data: Any) -> Params:
     if not isinstance(data, dict):
         raise BadParams("params.yaml must be a mapping")
@@ -256,8 +386,12 @@ def parse_params(data: Any) -> Params:
     _check_mix(mix, sources)
     select = _build(SelectParams, data.get("select"), "select")
     _check_select(select, score)
+    export_sft = _build(ExportSftParams, data.get("export_sft"), "export_sft")
+    export_rl = _build(ExportRlParams, data.get("export_rl"), "export_rl")
+    _check_exports(export_sft, export_rl, sources)
     return Params(lake=lake, synth=synth, ingest=_build(IngestParams, data.get("ingest"), "ingest"),
-                  sources=sources, tokenizer=tokenizer, score=score, filter=flt, mix=mix, select=select)
+                  sources=sources, tokenizer=tokenizer, score=score, filter=flt, mix=mix, select=select,
+                  export_sft=export_sft, export_rl=export_rl, train=_build_train(data.get("train")))
 
 
 def load_params(path: Path | str = "params.yaml") -> Params:

@@ -49,6 +49,9 @@ class TableInfo:
     version_id: str
     schema_fingerprint: str
 
+    def with_file(self, file: str) -> "TableInfo":
+        return TableInfo(self.name, file, self.rows, self.version_id, self.schema_fingerprint)
+
     def as_json(self) -> dict[str, Any]:
         return {"file": self.file, "rows": self.rows, "version_id": self.version_id,
                 "schema_fingerprint": self.schema_fingerprint}
@@ -90,6 +93,63 @@ class TableWriter:
         self._flush()
         self._writer.close()
         return TableInfo(self.schema.name, self.file, self._rows,
+                         self._hash.hexdigest()[:VERSION_HEX], self.schema.fingerprint)
+
+
+def _row_digest_default(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return hashlib.sha256(bytes(value)).hexdigest()
+    raise TypeError(f"cannot hash a {type(value).__name__}")
+
+
+class ShardWriter:
+    """Streams rows of one table into fixed-size Parquet shards `<dir>/<prefix>-00000.parquet`, ...
+
+    For training data: the version id hashes every row's full content in order (a training shard's
+    order matters), not just its key; bytes columns enter as their sha256.
+    """
+
+    def __init__(self, directory: Path, schema: TableSchema, rows_per_shard: int, prefix: str = "train",
+                 row_group_size: int = ROW_GROUP_SIZE):
+        if rows_per_shard < 1:
+            raise ValueError("rows_per_shard must be >= 1")
+        self.schema, self.directory, self.prefix = schema, Path(directory), prefix
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._rows_per_shard, self._row_group_size = rows_per_shard, min(row_group_size, rows_per_shard)
+        self._buffer: list[dict] = []
+        self._in_shard = 0
+        self._rows = 0
+        self._writer: pq.ParquetWriter | None = None
+        self.files: list[str] = []
+        self._hash = hashlib.sha256(schema.fingerprint.encode())
+
+    def write(self, row: dict) -> None:
+        self._hash.update(orjson.dumps(row, option=orjson.OPT_SORT_KEYS, default=_row_digest_default) + b"\n")
+        self._buffer.append(row)
+        self._in_shard += 1
+        if self._in_shard == self._rows_per_shard:
+            self._flush()
+            self._writer.close()
+            self._writer, self._in_shard = None, 0
+        elif len(self._buffer) >= self._row_group_size:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._buffer:
+            return
+        if self._writer is None:
+            name = f"{self.prefix}-{len(self.files):05d}.parquet"
+            self.files.append(name)
+            self._writer = pq.ParquetWriter(self.directory / name, self.schema.arrow, **_PARQUET_OPTIONS)
+        self._writer.write_table(self.schema.from_rows(self._buffer), row_group_size=self._row_group_size)
+        self._rows += len(self._buffer)
+        self._buffer = []
+
+    def close(self) -> TableInfo:
+        self._flush()
+        if self._writer is not None:
+            self._writer.close()
+        return TableInfo(self.schema.name, self.directory.name + "/", self._rows,
                          self._hash.hexdigest()[:VERSION_HEX], self.schema.fingerprint)
 
 

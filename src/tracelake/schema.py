@@ -22,7 +22,8 @@ from .assets import asset_dir
 from .errors import SchemaViolation
 from .hashing import content_id
 
-TABLES = ("tasks", "trajectories", "rejects", "scores", "pool", "dropped", "selection")
+TABLES = ("tasks", "trajectories", "rejects", "scores", "pool", "dropped", "selection",
+          "sft_rows", "export_rejects", "rl_prompts", "harbor_tasks")
 
 _SCALARS = {
     "string": pa.string(),

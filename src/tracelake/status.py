@@ -83,6 +83,28 @@ def render_curation(lake: Path, console: Console) -> None:
                           str(c["max_rows_per_task"]),
                           *(f"{c['rows_by_source'].get(s, 0):,}" for s in sources))
         console.print(table)
+    render_exports(lake, console)
+
+
+def render_exports(lake: Path, console: Console) -> None:
+    """One line per training dataset (lake/exports): its id, rows out of rows in, rejects, shards."""
+    exports = [(f"sft {d.name}", read_manifest(d)) for d in sorted((lake / "exports" / "sft").glob("*"))
+               if (d / "manifest.json").is_file()]
+    if (lake / "exports" / "rl" / "manifest.json").is_file():
+        exports.append(("rl", read_manifest(lake / "exports" / "rl")))
+    if not exports:
+        return
+    table = Table(title="training datasets (lake/exports): tracelake train sft|rl --dataset ID",
+                  title_justify="left")
+    for col in ("export", "dataset id", "out", "in", "rejected", "shards"):
+        table.add_column(col, no_wrap=True, justify="left" if col in ("export", "dataset id", "rejected") else "right")
+    for name, m in sorted(exports, key=lambda e: (e[0] == "rl", e[1]["counts"].get("rows_in", 0))):
+        c = m["counts"]
+        n_out, n_in = c.get("rows_out", c.get("tasks_out")), c.get("rows_in", c.get("tasks_in"))
+        rejected = ", ".join(f"{k} {v:,}" for k, v in c["rejected"].items() if v) or "none"
+        shards = c.get("shards", len(c["files"]["prompts"]) if isinstance(c["files"], dict) else len(c["files"]))
+        table.add_row(name, m["dataset_id"], f"{n_out:,}", f"{n_in:,}", rejected, str(shards))
+    console.print(table)
 
 
 def trajectory_overview(files: list[str]) -> Table:

@@ -12,20 +12,16 @@ A Harbor task directory holds instruction.md (the prompt), task.toml ([metadata]
 
 Units: every task directory or table row. A directory's task_binary is built deterministically
 (sorted entries, mode 0644/0755, owner 0, mtime 0, gzip header without name or time), so the same
-directory gives the same bytes on any machine; a table's task_binary is kept as given.
+directory gives the same bytes on any machine; a table's task_binary is kept as given. Building,
+reading and safely extracting archives live in tracelake.task_archive.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import dataclasses
-import gzip
-import io
 import os
-import tarfile
 import tomllib
-import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -33,25 +29,21 @@ from typing import Any
 import orjson
 
 from ..errors import BadInput
-from ..hashing import canonical_json, sha256_bytes
-from .common import IngestResult, Reject, Unit, check_text, inputs_digest, run_ingest, task_id_for
+from ..hashing import canonical_json
+from ..task_archive import (
+    ARCHIVE_FORMAT,
+    CHECKSUM_FORMULA,
+    Entry,
+    build_archive,
+    read_archive,
+    task_checksum,
+    walk_task_dir,
+)
+from .common import IngestResult, Reject, Unit, inputs_digest, run_ingest, task_id_for
 from .tables import TABLE_SUFFIXES, json_kind, required_str, row_object, table_units
 
 INPUT_KIND = "tasks"
-ARCHIVE_FORMAT = "tar-pax-sorted-mode644/755-uid0-mtime0-gzip9-v1"
-CHECKSUM_FORMULA = "sha256(canonical_json(sorted [posix path, sha256(bytes)] of regular files))"
 BATCH_ROWS = 64  # task_binary values can be megabytes each
-MAX_ARCHIVE_BYTES = 1 << 30  # uncompressed; a larger task_binary is treated as a zip bomb
-
-
-@dataclasses.dataclass(frozen=True)
-class Entry:
-    """A regular file or directory of a task, path relative to the task directory."""
-
-    name: str
-    is_dir: bool
-    executable: bool = False
-    data: bytes = b""
 
 
 # --- task directories ------------------------------------------------------------------------
@@ -72,114 +64,7 @@ def find_task_dirs(path: Path) -> tuple[Path, list[str]]:
     return path, names
 
 
-def walk_task_dir(task_dir: Path) -> list[Entry]:
-    """Every file and directory under task_dir, sorted by path; links and devices are refused."""
-    entries: list[Entry] = []
-
-    def visit(d: Path, prefix: str) -> None:
-        with os.scandir(d) as it:
-            children = sorted(it, key=lambda e: e.name)
-        for e in children:
-            rel = prefix + e.name
-            try:
-                rel.encode("utf-8")
-            except UnicodeEncodeError:
-                raise Reject("invalid_utf8", f"a file name under {prefix or './'} is not UTF-8") from None
-            if e.is_symlink():
-                raise Reject("unsafe_archive", f"{rel} is a symlink (links are never followed)")
-            if e.is_dir(follow_symlinks=False):
-                entries.append(Entry(rel, is_dir=True))
-                visit(Path(e.path), rel + "/")
-            elif e.is_file(follow_symlinks=False):
-                executable = bool(e.stat(follow_symlinks=False).st_mode & 0o111)
-                entries.append(Entry(rel, is_dir=False, executable=executable, data=Path(e.path).read_bytes()))
-            else:
-                raise Reject("unsafe_archive", f"{rel} is not a regular file or directory")
-
-    try:
-        visit(task_dir, "")
-    except OSError as e:
-        raise Reject("unreadable_file", f"{e.filename}: {e.strerror or e}") from None
-    return sorted(entries, key=lambda e: e.name)
-
-
-def build_archive(entries: list[Entry]) -> bytes:
-    """A deterministic gzipped tar of the entries (same entries -> same bytes)."""
-    buf = io.BytesIO()
-    with (gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, filename="", compresslevel=9) as gz,
-          tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8") as tar):
-        for e in sorted(entries, key=lambda e: e.name):
-            info = tarfile.TarInfo(e.name)
-            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-            if e.is_dir:
-                info.type, info.mode = tarfile.DIRTYPE, 0o755
-                tar.addfile(info)
-            else:
-                info.mode, info.size = (0o755 if e.executable else 0o644), len(e.data)
-                tar.addfile(info, io.BytesIO(e.data))
-    return buf.getvalue()
-
-
-# --- task archives ---------------------------------------------------------------------------
-
-def read_archive(data: bytes) -> list[Entry]:
-    """The entries of a gzipped tar, read in memory; unsafe members are refused, not skipped."""
-    try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            members = tar.getmembers()
-            names = [_safe_name(m) for m in members]
-            _check_archive(members, names)
-            entries = [Entry(n, is_dir=m.isdir(), executable=bool(m.mode & 0o111),
-                             data=b"" if m.isdir() else tar.extractfile(m).read())
-                       for m, n in zip(members, names) if n != "."]
-    except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
-        raise Reject("unreadable_archive", f"task_binary is not a readable gzipped tar ({e})") from None
-    return _strip_top_dir(sorted(entries, key=lambda e: e.name))
-
-
-def _safe_name(m: tarfile.TarInfo) -> str:
-    """The member's normalised name; absolute paths, '..', links and special files are refused."""
-    if m.name.startswith("/") or ".." in PurePosixPath(m.name).parts:
-        raise Reject("unsafe_archive", f"member {m.name!r} has an absolute path or a '..' component")
-    if m.issym() or m.islnk():
-        raise Reject("unsafe_archive", f"member {m.name!r} is a link (to {m.linkname!r})")
-    if not (m.isfile() or m.isdir()):
-        raise Reject("unsafe_archive", f"member {m.name!r} is a device, fifo or other special file")
-    check_text(m.name, f"member {m.name!r}")
-    return PurePosixPath(m.name).as_posix()
-
-
-def _check_archive(members: list[tarfile.TarInfo], names: list[str]) -> None:
-    seen: set[str] = set()
-    for n in names:
-        if n in seen:
-            raise Reject("unsafe_archive", f"member {n!r} appears twice (one would overwrite the other)")
-        seen.add(n)
-    total = sum(m.size for m in members if m.isfile())
-    if total > MAX_ARCHIVE_BYTES:
-        raise Reject("unsafe_archive", f"members total {total} bytes uncompressed (limit {MAX_ARCHIVE_BYTES})")
-
-
-def _strip_top_dir(entries: list[Entry]) -> list[Entry]:
-    """Files under one top-level directory (task-name/instruction.md) -> relative to it."""
-    files = {e.name for e in entries if not e.is_dir}
-    if "instruction.md" in files or "task.toml" in files:
-        return entries
-    tops = {e.name.split("/", 1)[0] for e in entries}
-    if len(tops) != 1:
-        return entries
-    prefix = tops.pop() + "/"
-    if prefix + "instruction.md" not in files and prefix + "task.toml" not in files:
-        return entries
-    return [dataclasses.replace(e, name=e.name[len(prefix):]) for e in entries if e.name.startswith(prefix)]
-
-
 # --- one task --------------------------------------------------------------------------------
-
-def task_checksum(entries: list[Entry]) -> str:
-    listing = sorted([e.name, sha256_bytes(e.data)] for e in entries if not e.is_dir)
-    return sha256_bytes(canonical_json(listing))
-
 
 def read_instruction(data: bytes | None) -> str:
     if data is None:

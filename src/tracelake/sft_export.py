@@ -1,0 +1,151 @@
+"""One scale's selection -> LLaMA-Factory SFT shards: the rows (sharegpt_v1), their rejects and the
+dataset_info.json that names the dataset by its content id.
+
+    lake/exports/sft/<scale>/
+      dataset_info.json        entries: <id> (every shard) and <id>.NNNNN (one shard each, in order)
+      <id>/train-00000.parquet  sharegpt shards only (LLaMA-Factory refuses mixed file types)
+      rejects.parquet          the slots that could not become examples, with reasons
+      manifest.json            written last
+
+LLaMA-Factory lists a dataset directory with os.listdir (unsorted), so the generated training config
+names the per-shard entries in order: the example order is the same on every machine.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from tokenizers import Tokenizer
+
+from .errors import BadParams
+from .sharegpt import ExportReject, SharegptRow, dataset_info_entry, to_sharegpt
+
+SHARD_PREFIX = "train"
+TOKEN_RULE = "lf_template_tokens_v1"
+
+
+@dataclass(frozen=True)
+class TemplateSlots:
+    """How a LLaMA-Factory 0.9.5 template turns each message into text it encodes on its own."""
+    system: str
+    human: str
+    observation: str
+    gpt: str
+    empty_thought: str | None   # prepended to a gpt turn with no <think> (ReasoningTemplate)
+
+
+_CHATML = dict(system="<|im_start|>system\n{}<|im_end|>\n",
+               human="<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n",
+               observation="<|im_start|>user\n<tool_response>\n{}\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
+               gpt="{}<|im_end|>\n")
+TEMPLATES = {
+    "qwen3": TemplateSlots(**_CHATML, empty_thought="<think>\n\n</think>\n\n"),
+    "qwen3_nothink": TemplateSlots(**_CHATML, empty_thought=None),
+}
+
+
+def template_slots(name: str) -> TemplateSlots:
+    if name not in TEMPLATES:
+        raise BadParams(f"params.yaml: train.sft.template {name!r}: export_sft counts tokens exactly for "
+                        f"{', '.join(TEMPLATES)} only")
+    return TEMPLATES[name]
+
+
+def count_template_tokens(tokenizer: Tokenizer, rows: list[SharegptRow], template: TemplateSlots) -> list[int]:
+    """Tokens LLaMA-Factory 0.9.5's supervised processor gives each row (rule lf_template_tokens_v1).
+
+    It encodes every message's formatted text on its own (the system block separately from the first
+    turn) and prepends an empty thought to each gpt turn without one (qwen3). Summing encodings of
+    the same pieces gives its exact length, so `n_tokens <= cutoff_len` means nothing is cut.
+    """
+    pieces: list[str] = []
+    owner: list[int] = []
+    extra = [0] * len(rows)
+    thought = len(tokenizer.encode(template.empty_thought, add_special_tokens=False).ids) if template.empty_thought else 0
+    for k, row in enumerate(rows):
+        if row.system:
+            pieces.append(template.system.format(row.system))
+            owner.append(k)
+        for turn in row.conversations:
+            slot = getattr(template, turn["from"])
+            pieces.append(slot.format(turn["value"]))
+            owner.append(k)
+            if turn["from"] == "gpt" and thought and "<think>" not in turn["value"] and "</think>" not in turn["value"]:
+                extra[k] += thought
+    counts = list(extra)
+    for i in range(0, len(pieces), 512):
+        for k, enc in zip(owner[i:i + 512], tokenizer.encode_batch(pieces[i:i + 512], add_special_tokens=False)):
+            counts[k] += len(enc.ids)
+    return counts
+
+
+@dataclass
+class SftStats:
+    rows_in: int = 0
+    rows_out: int = 0
+    rejected: Counter = field(default_factory=Counter)
+    rows_merged: int = 0          # examples with at least one merged message
+    messages_merged: int = 0
+    rows_trimmed: int = 0         # examples whose trailing prompt-side messages were removed
+    messages_trimmed: int = 0
+    max_tokens: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        return {"rows_in": self.rows_in, "rows_out": self.rows_out,
+                "rejected": dict(sorted(self.rejected.items())), "rows_merged": self.rows_merged,
+                "messages_merged": self.messages_merged, "rows_trimmed": self.rows_trimmed,
+                "messages_trimmed": self.messages_trimmed, "max_tokens": self.max_tokens}
+
+
+def convert_batch(rows: Iterable[dict[str, Any]], *, same_role: str, cutoff_len: int | None,
+                  tokenizer: Tokenizer, template: TemplateSlots, stats: SftStats) -> tuple[list[dict], list[dict]]:
+    """Selection rows joined with their trajectory's `messages` -> (sft_rows, export_rejects).
+
+    Every input row ends in exactly one of the two lists (in = out + rejected).
+    """
+    converted: list[tuple[dict, SharegptRow]] = []
+    rejects: list[dict] = []
+    for r in rows:
+        stats.rows_in += 1
+        try:
+            converted.append((r, to_sharegpt(r["messages"], same_role)))
+        except ExportReject as e:
+            rejects.append(_reject(r, e.reason, e.detail))
+    counts = count_template_tokens(tokenizer, [sg for _, sg in converted], template)
+    out: list[dict] = []
+    for (r, sg), n_tokens in zip(converted, counts):
+        if cutoff_len is not None and n_tokens > cutoff_len:
+            rejects.append(_reject(r, "over_cutoff_len", f"{n_tokens} tokens > cutoff_len {cutoff_len} "
+                                   f"(LLaMA-Factory would cut it silently)"))
+            continue
+        stats.rows_merged += sg.merged > 0
+        stats.messages_merged += sg.merged
+        stats.rows_trimmed += sg.trimmed > 0
+        stats.messages_trimmed += sg.trimmed
+        stats.max_tokens = max(stats.max_tokens, n_tokens)
+        out.append({"id": f"{r['source']}/{r['name']}", "conversations": sg.conversations, "system": sg.system,
+                    "slot_id": r["slot_id"], "trajectory_id": r["trajectory_id"], "task_id": r["task_id"],
+                    "source": r["source"], "task": r["task"], "copy": r["copy"], "n_tokens": n_tokens})
+    for rej in rejects:
+        stats.rejected[rej["reason"]] += 1
+    stats.rows_out += len(out)
+    return out, rejects
+
+
+def _reject(r: dict[str, Any], reason: str, detail: str) -> dict[str, Any]:
+    return {"item_id": r["slot_id"], "trajectory_id": r["trajectory_id"], "source": r["source"],
+            "name": r["name"], "reason": reason, "detail": detail}
+
+
+def shard_entry_name(dataset_id: str, index: int) -> str:
+    return f"{dataset_id}.{index:05d}"
+
+
+def dataset_info(dataset_id: str, shard_files: list[str]) -> dict[str, Any]:
+    """dataset_info.json: the whole dataset under its content id, and one entry per shard in order."""
+    info = {dataset_id: dataset_info_entry(dataset_id)}
+    for i, f in enumerate(shard_files):
+        info[shard_entry_name(dataset_id, i)] = dataset_info_entry(f"{dataset_id}/{f}")
+    return info

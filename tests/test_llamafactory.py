@@ -1,0 +1,142 @@
+"""The SFT export as LLaMA-Factory itself reads it (0.9.5, in the training environment).
+
+- every exported row survives LLaMA-Factory's own data pipeline (converter + supervised processor),
+  in order, and its token count equals the export's `n_tokens` exactly (so none was cut);
+- a smaller cutoff_len rejects the long rows at export time instead of letting the loader cut them;
+- real OpenThoughts-Agent rows: the one LLaMA-Factory would drop (two user messages in a row) is
+  merged and kept, or rejected with its reason;
+- `tracelake train sft --backend local` runs 3 full-SFT steps of a tiny random Qwen3 on CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from tracelake.lake import ShardWriter, read_manifest, read_table, write_json
+from tracelake.schema import load_schema
+from tracelake.sft_export import SftStats, convert_batch, dataset_info, template_slots
+from tracelake.tokenizer import load_tokenizer
+
+from .helpers import FIXTURES, ROOT, need, run_ok, train_python
+
+pytestmark = pytest.mark.train_env
+LF_LOAD = ROOT / "tests" / "train_env" / "lf_load.py"
+TINY = ROOT / "tests" / "train_env" / "tiny_qwen3.py"
+CPU = {"deepspeed": None, "bf16": False, "preprocessing_num_workers": 1}
+
+
+def train_env(tmp: Path) -> dict[str, str]:
+    return {"HF_DATASETS_CACHE": str(tmp / "hf-datasets"), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+            "TRACELAKE_TRAIN_ENV": str(train_python().parent.parent)}
+
+
+@pytest.fixture(scope="module")
+def tiny_model(sample_project, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("tiny-qwen3")
+    run_ok([str(train_python()), str(TINY), str(sample_project / "data" / "tokenizer"), str(out)], sample_project)
+    return out
+
+
+def lf_load(config: Path, cwd: Path, tmp: Path, **overrides) -> dict:
+    args = [f"{k}={json.dumps(v)}" for k, v in {**CPU, "output_dir": str(tmp / "out"), **overrides}.items()]
+    text = run_ok([str(train_python()), str(LF_LOAD), str(config), *args], cwd, env=train_env(tmp))
+    return json.loads(text.strip().splitlines()[-1]) if text.strip().startswith("{") else _last_json(text)
+
+
+def _last_json(text: str) -> dict:
+    return json.loads(next(line for line in reversed(text.splitlines()) if line.startswith("{")))
+
+
+def exported_tokens(export: Path) -> list[int]:
+    m = read_manifest(export)
+    return [n for f in m["counts"]["files"] for n in pq.read_table(export / f)["n_tokens"].to_pylist()]
+
+
+@pytest.mark.parametrize("scale", ["316", "1k"])
+def test_llamafactory_keeps_every_exported_row_uncut(sample_project, tiny_model, tmp_path, scale):
+    export = sample_project / "lake" / "exports" / "sft" / scale
+    manifest = read_manifest(export)
+    config = sample_project / "training" / "configs" / f"sft-{scale}.yaml"
+    got = lf_load(config, sample_project, tmp_path, model_name_or_path=str(tiny_model))
+    assert got["examples"] == manifest["counts"]["rows_out"] == manifest["tables"]["sft_rows"]["rows"]
+    assert got["lengths"] == exported_tokens(export)           # same order, same length: nothing cut
+    assert all(t > 0 for t in got["trained_tokens"])
+
+
+def test_smaller_cutoff_rejects_long_rows_instead_of_cutting(sample_project, tiny_model, tmp_path):
+    project = tmp_path / "p"
+    shutil.copytree(sample_project, project, symlinks=True)
+    tokens = sorted(exported_tokens(project / "lake" / "exports" / "sft" / "316"))
+    cutoff = tokens[len(tokens) // 2]
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["train"]["sft"]["cutoff_len"] = cutoff
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    run_ok([sys.executable, "stages/export_sft.py", "316"], project)
+    run_ok([sys.executable, "stages/train_config.py"], project)
+    export = project / "lake" / "exports" / "sft" / "316"
+    counts = read_manifest(export)["counts"]
+    assert counts["rows_out"] < 316 and counts["rejected"]["over_cutoff_len"] == 316 - counts["rows_out"]
+    rejects = read_table(export, "export_rejects")
+    assert set(rejects["reason"].to_pylist()) == {"over_cutoff_len"}
+    config = yaml.safe_load((project / "training" / "configs" / "sft-316.yaml").read_text())
+    assert config["cutoff_len"] == cutoff
+    got = lf_load(project / "training" / "configs" / "sft-316.yaml", project, tmp_path,
+                  model_name_or_path=str(tiny_model))
+    assert got["examples"] == counts["rows_out"]
+    assert got["lengths"] == exported_tokens(export) and max(got["lengths"]) <= cutoff
+
+
+@pytest.mark.parametrize("same_role,expected", [("merge", 4), ("reject", 3)])
+def test_real_openthoughts_rows(sample_project, tiny_model, tmp_path, same_role, expected):
+    raw = json.loads(need(FIXTURES / "otagent" / "sample_raw.json").read_text())
+    rows = [{"slot_id": f"s{i}", "trajectory_id": f"t{i}", "task_id": f"k{i}", "source": "otagent",
+             "task": r["task"], "copy": 0, "name": r["task"], "messages": r["conversations"]}
+            for i, r in enumerate(raw)]
+    stats = SftStats()
+    out, rejects = convert_batch(rows, same_role=same_role, cutoff_len=None,
+                                 tokenizer=load_tokenizer(tiny_model), template=template_slots("qwen3"), stats=stats)
+    assert len(out) == expected and len(out) + len(rejects) == 4
+    if same_role == "reject":
+        assert [r["reason"] for r in rejects] == ["consecutive_same_role"] and rejects[0]["item_id"] == "s3"
+    dataset = tmp_path / "data"
+    writer = ShardWriter(dataset / "real", load_schema("sft_rows"), rows_per_shard=3)
+    for row in out:
+        writer.write(row)
+    writer.close()
+    write_json(dataset / "dataset_info.json", dataset_info("real", writer.files))
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({
+        "model_name_or_path": str(tiny_model), "stage": "sft", "do_train": True, "finetuning_type": "full",
+        "dataset": ",".join(f"real.{i:05d}" for i in range(len(writer.files))), "dataset_dir": str(dataset),
+        "template": "qwen3", "cutoff_len": 1_000_000, "overwrite_cache": True, "report_to": "none"}))
+    got = lf_load(config, tmp_path, tmp_path)
+    assert got["examples"] == expected
+    assert got["lengths"] == [r["n_tokens"] for r in out]
+
+
+def test_cpu_smoke_training_through_the_launcher(sample_project, tiny_model, tmp_path):
+    """`tracelake train sft --backend local`: 3 full-SFT steps, finite loss (~10 s on 2 CPU cores)."""
+    out = tmp_path / "run"
+    sets = {"model_name_or_path": str(tiny_model), "deepspeed": "null", "bf16": "false", "use_cpu": "true",
+            "max_steps": 3, "save_strategy": "no", "logging_steps": 1, "output_dir": str(out),
+            "preprocessing_num_workers": 1, "dataloader_num_workers": 0, "plot_loss": "false"}
+    args = [sys.executable, "-m", "tracelake", "train", "sft", "--dataset", "316", "--backend", "local", "--gpus", "1"]
+    for k, v in sets.items():
+        args += ["--set", f"{k}={v}"]
+    proc = subprocess.run(args, cwd=sample_project, capture_output=True, text=True,
+                          env={**__import__("os").environ, **train_env(tmp_path)})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "llamafactory-cli train training/configs/sft-316.yaml" in proc.stdout
+    log = [json.loads(line) for line in (out / "trainer_log.jsonl").read_text().splitlines()]
+    losses = [e["loss"] for e in log if "loss" in e]
+    assert len(losses) == 3 and all(math.isfinite(x) and x > 0 for x in losses)
+    assert log[-1]["current_steps"] == 3

@@ -1,0 +1,101 @@
+"""Rule sharegpt_v1: trajectory messages -> rows LLaMA-Factory never drops, or a reject with a reason."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tracelake.schema import schemas_dir
+from tracelake.sharegpt import JOIN, REJECT_REASONS, ExportReject, check_alternation, to_sharegpt
+
+
+def m(role: str, content: str = "x") -> dict:
+    return {"role": role, "content": content}
+
+
+def test_plain_alternation_maps_roles_and_keeps_think():
+    row = to_sharegpt([m("system", "be brief"), m("user", "q"), m("assistant", "<think>hm</think>a"),
+                       m("tool", "out"), m("assistant", "b")])
+    assert row.system == "be brief"
+    assert row.conversations == [{"from": "human", "value": "q"}, {"from": "gpt", "value": "<think>hm</think>a"},
+                                 {"from": "observation", "value": "out"}, {"from": "gpt", "value": "b"}]
+    assert (row.merged, row.trimmed) == (0, 0)
+
+
+def test_consecutive_same_side_messages_merge_or_reject():
+    msgs = [m("user", "task"), m("assistant", "a1"), m("user", "obs"), m("user", "summary"), m("assistant", "a2")]
+    row = to_sharegpt(msgs)
+    assert row.conversations[2] == {"from": "human", "value": "obs" + JOIN + "summary"} and row.merged == 1
+    with pytest.raises(ExportReject) as e:
+        to_sharegpt(msgs, same_role="reject")
+    assert e.value.reason == "consecutive_same_role" and "messages 2 and 3" in e.value.detail
+
+
+def test_merged_tool_and_user_is_human_all_tool_is_observation():
+    assert to_sharegpt([m("user"), m("assistant"), m("tool"), m("tool"), m("assistant")]).conversations[2]["from"] == "observation"
+    assert to_sharegpt([m("user"), m("assistant"), m("tool"), m("user"), m("assistant")]).conversations[2]["from"] == "human"
+
+
+def test_trailing_prompt_turns_are_trimmed_and_counted():
+    row = to_sharegpt([m("user"), m("assistant"), m("user"), m("tool")])
+    assert len(row.conversations) == 2 and row.trimmed == 2
+
+
+@pytest.mark.parametrize("msgs,reason", [
+    ([], "empty_conversation"),
+    ([m("system")], "empty_conversation"),
+    ([m("assistant"), m("user"), m("assistant")], "starts_with_assistant"),
+    ([m("system"), m("assistant")], "starts_with_assistant"),
+    ([m("user"), m("system"), m("assistant")], "system_not_leading"),
+    ([m("user"), m("tool")], "no_assistant_turn"),
+])
+def test_rejects(msgs, reason):
+    with pytest.raises(ExportReject) as e:
+        to_sharegpt(msgs)
+    assert e.value.reason == reason
+
+
+def test_none_content_is_empty_text():
+    assert to_sharegpt([m("user", None), m("assistant", "a")]).conversations[0]["value"] == ""
+
+
+ROLES = st.sampled_from(["system", "user", "assistant", "tool"])
+
+
+@given(st.lists(st.tuples(ROLES, st.text(max_size=5)), max_size=12), st.sampled_from(["merge", "reject"]))
+def test_any_message_list_becomes_a_valid_row_or_a_known_reject(pairs, policy):
+    msgs = [m(r, c) for r, c in pairs]
+    try:
+        row = to_sharegpt(msgs, policy)
+    except ExportReject as e:
+        assert e.reason in REJECT_REASONS
+        return
+    check_alternation(row.conversations)     # what LLaMA-Factory's converter demands
+    body = [x for x in msgs if x["role"] != "system"]
+    kept = body[:len(body) - row.trimmed]
+    # nothing lost or reordered: the kept messages' texts, in order, are exactly the row's turns
+    assert [t["value"] for t in row.conversations] == _joined(kept)
+    assert row.merged == len(kept) - len(row.conversations)
+
+
+def _joined(msgs: list[dict]) -> list[str]:
+    side = {"user": 0, "tool": 0, "assistant": 1}
+    out: list[tuple[int, list[str]]] = []
+    for x in msgs:
+        if out and out[-1][0] == side[x["role"]]:
+            out[-1][1].append(x["content"])
+        else:
+            out.append((side[x["role"]], [x["content"]]))
+    return [JOIN.join(parts) for _, parts in out]
+
+
+def test_every_export_reject_reason_is_documented():
+    from tracelake.rl_export import REJECT_REASONS as RL_REASONS
+
+    text = (schemas_dir() / "README.md").read_text()
+    body = text.split("## Exports\n", 1)[1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"^\| `([a-z_]+)` \|", body, re.MULTILINE))
+    assert documented == set(REJECT_REASONS) | set(RL_REASONS)

@@ -1,0 +1,155 @@
+"""Generated training configs and the `tracelake train` launcher (dry runs, offline)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tracelake.config import SftTrainParams, load_params
+from tracelake.errors import BadInput, BadParams
+from tracelake.launch import make_plan, parse_sets, resolve_dataset
+from tracelake.lake import read_manifest
+from tracelake.train_configs import hydra_overrides, total_batch
+
+from .helpers import ROOT, run_ok, train_python
+
+# The seed recipe (OpenThoughts-Agent SFT model card), written out independently of params.yaml.
+SEED = {"model_name_or_path": "Qwen/Qwen3-8B", "stage": "sft", "finetuning_type": "full", "learning_rate": 4e-5,
+        "lr_scheduler_type": "cosine", "warmup_ratio": 0.1, "num_train_epochs": 7.0,
+        "per_device_train_batch_size": 1, "gradient_accumulation_steps": 2, "optim": "adamw_torch_fused",
+        "adam_beta1": 0.9, "adam_beta2": 0.98, "adam_epsilon": 1e-8, "seed": 42, "bf16": True,
+        "cutoff_len": 32768, "template": "qwen3"}
+
+
+def tracelake(project: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tracelake", *args], cwd=project, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.fixture()
+def in_project(sample_project, monkeypatch):
+    monkeypatch.chdir(sample_project)
+    return sample_project
+
+
+def test_generated_sft_config_is_the_seed_recipe(sample_project):
+    params = load_params(sample_project / "params.yaml")
+    assert total_batch(params.train.sft) == 16
+    for scale in params.select.scales:
+        config = yaml.safe_load((sample_project / "training" / "configs" / f"sft-{scale}.yaml").read_text())
+        assert {k: config[k] for k in SEED} == SEED
+        ds = json.loads((sample_project / "training" / "deepspeed" / "ds_z3_config.json").read_text())
+        assert config["deepspeed"] == "training/deepspeed/ds_z3_config.json" and ds["zero_optimization"]["stage"] == 3
+        manifest = read_manifest(sample_project / "lake" / "exports" / "sft" / scale)
+        assert config["dataset"].split(",") == [f"{manifest['dataset_id']}.{i:05d}" for i in range(manifest["counts"]["shards"])]
+        assert config["dataset_dir"] == f"lake/exports/sft/{scale}"
+        assert manifest["dataset_id"] in (sample_project / "training" / "configs" / f"sft-{scale}.yaml").read_text().splitlines()[0]
+
+
+def test_default_params_match_the_seed_recipe():
+    sft = SftTrainParams()
+    assert (sft.learning_rate, sft.num_train_epochs, sft.adam_beta2, sft.seed, total_batch(sft)) == (4e-5, 7.0, 0.98, 42, 16)
+    assert load_params(ROOT / "params.yaml").train.sft == sft
+
+
+def test_rl_config_lists_explicit_parquet_files(sample_project):
+    config = yaml.safe_load((sample_project / "training" / "configs" / "rl.yaml").read_text())
+    manifest = read_manifest(sample_project / "lake" / "exports" / "rl")
+    files = config["overrides"]["data.train_data"]
+    assert files == [f"lake/exports/rl/{f}" for f in manifest["counts"]["files"]["prompts"]]
+    assert all(f.endswith(".parquet") and (sample_project / f).is_file() for f in files)
+    assert config["dataset_id"] == manifest["dataset_id"]
+    o = config["overrides"]
+    assert (o["trainer.algorithm.advantage_estimator"], o["generator.n_samples_per_prompt"], o["generator.max_turns"]) == ("grpo", 8, 32)
+
+
+def test_modal_dry_run_offline_shows_command_gpu_volumes_and_dataset(sample_project, tmp_path):
+    secret = "hf_do_not_print_me_123"
+    proc = tracelake(sample_project, "train", "sft", "--dataset", "3k", "--backend", "modal", "--dry-run",
+                     env={"HF_TOKEN": secret, "MODAL_TOKEN_SECRET": secret, "HOME": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    dataset_id = read_manifest(sample_project / "lake" / "exports" / "sft" / "3k")["dataset_id"]
+    assert f"dataset:  {dataset_id}" in text and "gpu:      H100:8" in text
+    assert "tracelake-datasets -> /datasets" in text and "tracelake-runs -> /runs" in text
+    assert f"tracelake-datasets:/{dataset_id} (skipped when" in text
+    assert "modal run training/modal_app.py::sft" in text
+    assert f"dataset_dir: /datasets/{dataset_id}" in text and "HF_TOKEN (set)" in text
+    assert secret not in text and secret not in proc.stderr
+    assert not list(tmp_path.iterdir())                      # nothing written (no credentials file)
+
+
+def test_local_dry_run_and_dataset_resolution(in_project):
+    params = load_params("params.yaml")
+    manifest = read_manifest(Path("lake/exports/sft/1k"))
+    dataset_id = manifest["dataset_id"]
+    digest = dataset_id.rsplit("-", 1)[1]
+    for ref in ("1k", dataset_id, digest[:6], dataset_id[:-4]):
+        assert resolve_dataset(params, "sft", ref).dataset_id == dataset_id
+    for ref in ("abc", digest[:5], "nope"):
+        with pytest.raises(BadInput):
+            resolve_dataset(params, "sft", ref)
+    plan = make_plan(params, "sft", "1k", "local", ["max_steps=3", "save_strategy=no"], gpus=None)
+    assert plan.command[1:] == ["train", "training/configs/sft-1k.yaml", "max_steps=3", "save_strategy='no'"]
+    assert plan.env["NPROC_PER_NODE"] == "8" and plan.env["FORCE_TORCHRUN"] == "1"
+    assert make_plan(params, "sft", "1k", "local", [], gpus=1).env == {}
+    rl = make_plan(params, "rl", "rl", "local", ["trainer.epochs=2"])
+    assert rl.command[1:3] == ["-m", "skyrl_train.entrypoints.main_base"] and "trainer.epochs=2" in rl.command
+
+
+def test_bad_launch_requests_fail_with_one_line(in_project):
+    for args in (["train", "sft", "--dataset", "nope", "--dry-run"],
+                 ["train", "sft", "--dataset", "1k", "--backend", "slurm", "--dry-run"],
+                 ["train", "sft", "--dataset", "1k", "--set", "novalue", "--dry-run"]):
+        proc = tracelake(in_project, *args)
+        assert proc.returncode == 2 and proc.stderr.startswith("tracelake: ") and proc.stderr.count("\n") == 1, args
+    with pytest.raises(BadParams):
+        parse_sets(["=3"])
+
+
+def test_stale_config_is_refused(sample_project, tmp_path, monkeypatch):
+    import shutil
+
+    project = tmp_path / "p"
+    shutil.copytree(sample_project, project, symlinks=True)
+    config = project / "training" / "configs" / "sft-316.yaml"
+    config.write_text(config.read_text().replace("sft-316-", "sft-316-0"))
+    monkeypatch.chdir(project)
+    with pytest.raises(BadInput, match="dvc repro"):
+        resolve_dataset(load_params("params.yaml"), "sft", "316")
+
+
+def test_set_values_are_typed_like_the_trainers_read_them():
+    assert parse_sets(["a=3", "b=0.5", "c=true", "d=null", "e=no", "f=epoch"]) == \
+        {"a": 3, "b": 0.5, "c": True, "d": None, "e": "no", "f": "epoch"}
+    assert hydra_overrides({"x": ["a", "b"], "y": False}) == ["x=['a','b']", "y=false"]
+
+
+@pytest.mark.train_env
+def test_modal_app_defines_its_functions_offline(sample_project, tmp_path):
+    code = ("import sys; sys.path.insert(0, 'training'); import modal_app as m; "
+            "print(m.app.name, sorted(m.app.registered_functions), m.GPU, m.DATASETS)")
+    env = {"HOME": str(tmp_path), "TRACELAKE_MODAL_GPU": "A100:2", "TRACELAKE_MODAL_APP": "t-app"}
+    text = run_ok([str(train_python()), "-c", code], sample_project, env=env)
+    assert "t-app ['train_rl', 'train_sft'] A100:2 tracelake-datasets" in text
+
+
+@pytest.mark.train_env
+def test_rl_overrides_are_keys_of_skyrls_own_config(sample_project):
+    """Every generated override names a key that exists in skyrl-train's base config."""
+    config = yaml.safe_load((sample_project / "training" / "configs" / "rl.yaml").read_text())
+    code = ("import json, sys, yaml, skyrl_train, pathlib; "
+            "p = pathlib.Path(skyrl_train.__file__).parent / 'config' / 'ppo_base_config.yaml'; "
+            "print(json.dumps(yaml.safe_load(p.read_text())))")
+    base = json.loads(run_ok([str(train_python()), "-c", code], sample_project).strip().splitlines()[-1])
+    for key in config["overrides"]:
+        node = base
+        for part in key.split("."):
+            assert isinstance(node, dict) and part in node, f"{key} is not a SkyRL config key"
+            node = node[part]

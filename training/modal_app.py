@@ -1,0 +1,98 @@
+"""Modal app for `tracelake train sft|rl --backend modal` (run it through that command: it sets the
+TRACELAKE_MODAL_* variables below from params.yaml `train.modal` and passes the rewritten config).
+
+    tracelake train sft --dataset 3k --backend modal --dry-run   # what would run, offline
+    tracelake train sft --dataset 3k --backend modal             # = modal run training/modal_app.py::sft ...
+
+- Volumes: `datasets` holds each export under its content id (/datasets/<dataset id>/); it is
+  uploaded from the local entrypoint only when that id is not on the volume yet, so an unchanged
+  dataset is never uploaded twice. `runs` holds checkpoints and logs (/runs/<dataset id>/).
+- Images: SFT = LLaMA-Factory with CUDA torch and DeepSpeed; RL = skyrl-train with vLLM (Python 3.12).
+- Credentials: Modal's own token from the environment or ~/.modal.toml; HF_TOKEN / WANDB_API_KEY,
+  when set locally, travel as a Modal secret built from the local environment. Nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path, PurePosixPath
+
+import modal
+
+HERE = Path(__file__).resolve().parent
+APP = os.environ.get("TRACELAKE_MODAL_APP", "tracelake-train")
+GPU = os.environ.get("TRACELAKE_MODAL_GPU", "H100:8")
+TIMEOUT_S = int(os.environ.get("TRACELAKE_MODAL_TIMEOUT_HOURS", "24")) * 3600
+DATASETS = os.environ.get("TRACELAKE_MODAL_DATASETS_VOLUME", "tracelake-datasets")
+RUNS = os.environ.get("TRACELAKE_MODAL_RUNS_VOLUME", "tracelake-runs")
+PYTHON = os.environ.get("TRACELAKE_MODAL_PYTHON", "3.11")
+FORWARDED_ENV = ("HF_TOKEN", "WANDB_API_KEY")
+DATASETS_MOUNT, RUNS_MOUNT = "/datasets", "/runs"
+
+app = modal.App(APP)
+datasets_volume = modal.Volume.from_name(DATASETS, create_if_missing=True)
+runs_volume = modal.Volume.from_name(RUNS, create_if_missing=True)
+volumes = {DATASETS_MOUNT: datasets_volume, RUNS_MOUNT: runs_volume}
+secrets = [modal.Secret.from_local_environ([n for n in FORWARDED_ENV if os.environ.get(n)])]
+
+sft_image = (
+    modal.Image.debian_slim(python_version=PYTHON)
+    .pip_install("torch==2.13.0", "llamafactory==0.9.5", "transformers==4.57.6", "datasets==4.0.0",
+                 "deepspeed==0.18.2")
+    .add_local_dir(HERE / "deepspeed", "/opt/tracelake/deepspeed")
+)
+rl_image = (
+    modal.Image.debian_slim(python_version="3.12")
+    .pip_install("skyrl-train[vllm]==0.3.1")
+)
+
+
+def _run(job: dict, dataset_id: str) -> None:
+    """Write the job's config file (if any) and run its command; the runs volume is committed even
+    after a failure, so logs survive."""
+    if job.get("config") is not None:
+        Path(job["config_path"]).write_text(json.dumps(job["config"]))   # JSON is valid YAML
+    print("running:", " ".join(job["command"]), flush=True)
+    try:
+        subprocess.run(job["command"], check=True, env={**os.environ, **job.get("env", {})})
+    finally:
+        runs_volume.commit()
+    print(f"done: checkpoints and logs in volume {RUNS}:/{dataset_id}")
+
+
+@app.function(image=sft_image, gpu=GPU, volumes=volumes, secrets=secrets, timeout=TIMEOUT_S)
+def train_sft(job: dict, dataset_id: str) -> None:
+    """LLaMA-Factory full SFT on /datasets/<dataset id> (the config already points there)."""
+    _run(job, dataset_id)
+
+
+@app.function(image=rl_image, gpu=GPU, volumes=volumes, secrets=secrets, timeout=TIMEOUT_S)
+def train_rl(job: dict, dataset_id: str) -> None:
+    """SkyRL on /datasets/<dataset id>/prompts/*.parquet (the overrides already point there)."""
+    _run(job, dataset_id)
+
+
+def upload_once(dataset_dir: str, dataset_id: str) -> bool:
+    """Put the export on the datasets volume under its content id unless it is there; True if uploaded."""
+    present = {PurePosixPath(e.path).name for e in datasets_volume.listdir("/")}
+    if dataset_id in present:
+        print(f"{dataset_id} is already on volume {DATASETS}: not uploading")
+        return False
+    with datasets_volume.batch_upload() as batch:
+        batch.put_directory(dataset_dir, f"/{dataset_id}")
+    print(f"uploaded {dataset_dir} -> {DATASETS}:/{dataset_id}")
+    return True
+
+
+@app.local_entrypoint()
+def sft(dataset_id: str, dataset_dir: str, job_json: str) -> None:
+    upload_once(dataset_dir, dataset_id)
+    train_sft.remote(json.loads(job_json), dataset_id)
+
+
+@app.local_entrypoint()
+def rl(dataset_id: str, dataset_dir: str, job_json: str) -> None:
+    upload_once(dataset_dir, dataset_id)
+    train_rl.remote(json.loads(job_json), dataset_id)
