@@ -12,7 +12,7 @@ from pathlib import Path
 from tracelake.errors import BadInput
 from tracelake.lake import ShardWriter, TableWriter, output_dir, write_json, write_manifest
 from tracelake.lakedb import connect, input_versions
-from tracelake.rl_export import PROMPT_RULE, SHARD_PREFIX, TASK_COLUMNS, RlSettings, RlStats, convert_batch
+from tracelake.rl_export import PROMPT_RULE, TASK_COLUMNS, RlSettings, RlStats, convert_batch
 from tracelake.schema import load_schema
 from tracelake.selection import dataset_label
 from tracelake.stage import run_stage, stage_args
@@ -36,8 +36,8 @@ def main(argv: list[str] | None = None) -> None:
 
     out = lake / "exports" / "rl"
     with output_dir(out) as tmp:
-        prompts = ShardWriter(tmp / "prompts", load_schema("rl_prompts"), cfg.rows_per_shard, prefix=SHARD_PREFIX)
-        harbor = ShardWriter(tmp / "tasks", load_schema("harbor_tasks"), cfg.rows_per_shard, prefix=SHARD_PREFIX,
+        prompts = ShardWriter(tmp / "prompts", load_schema("rl_prompts"), cfg.rows_per_shard)
+        harbor = ShardWriter(tmp / "tasks", load_schema("harbor_tasks"), cfg.rows_per_shard,
                              row_group_size=BATCH)
         rejects = TableWriter(tmp, load_schema("export_rejects"))
         with progress("export_rl") as (set_total, advance):

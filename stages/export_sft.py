@@ -14,7 +14,7 @@ from tracelake.lake import ShardWriter, TableWriter, output_dir, read_manifest, 
 from tracelake.lakedb import connect
 from tracelake.schema import load_schema
 from tracelake.selection import dataset_label
-from tracelake.sft_export import SHARD_PREFIX, TOKEN_RULE, SftStats, convert_batch, dataset_info, template_slots
+from tracelake.sft_export import TOKEN_RULE, SftStats, convert_batch, dataset_info, template_slots
 from tracelake.sharegpt import SHAREGPT_RULE
 from tracelake.stage import run_stage, stage_args
 from tracelake.tokenizer import load_tokenizer, tokenizer_fingerprint
@@ -44,11 +44,11 @@ def main(argv: list[str] | None = None) -> None:
                        f"(stale selection: run `dvc repro select@{scale}`)")
     tokenizer, sft = load_tokenizer(cfg.tokenizer), params.train.sft
     template = template_slots(sft.template)
-    stats = SftStats()
+    stats, token_cache = SftStats(), {}
 
     out = lake / "exports" / "sft" / scale
     with output_dir(out) as tmp:
-        shards = ShardWriter(tmp / "shards", load_schema("sft_rows"), cfg.rows_per_shard, prefix=SHARD_PREFIX)
+        shards = ShardWriter(tmp / "shards", load_schema("sft_rows"), cfg.rows_per_shard)
         rejects = TableWriter(tmp, load_schema("export_rejects"))
         total = selection["tables"]["selection"]["rows"]
         with progress(f"export_sft {scale}") as (set_total, advance):
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
             for batch in con.sql(ROWS, params={"selection": str(sel_dir / "selection.parquet")}).to_arrow_reader(BATCH):
                 rows, rejected = convert_batch(batch.to_pylist(), same_role=cfg.same_role,
                                                cutoff_len=sft.cutoff_len, tokenizer=tokenizer, template=template,
-                                               stats=stats)
+                                               stats=stats, token_cache=token_cache)
                 for row in rows:
                     shards.write(row)
                 for row in rejected:

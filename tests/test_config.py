@@ -140,6 +140,21 @@ BAD = [
     ("source-name", _set("sources", "bad name", {"format": "harbor", "path": "p", "tasks": "t"}), "'bad name'"),
     ("vocab-size", _set("tokenizer", "vocab_size", 10), "tokenizer.vocab_size"),
     ("section-not-mapping", _set("filter", [1, 2]), "filter must be a mapping"),
+    ("export-sft-unknown-key", _set("export_sft", "cutoff_len", 100), "export_sft.cutoff_len"),
+    ("export-sft-same-role", _set("export_sft", "same_role", "drop"), "export_sft.same_role"),
+    ("export-sft-shard-zero", _set("export_sft", "rows_per_shard", 0), "rows_per_shard"),
+    ("export-rl-sources", _set("export_rl", "sources", ["nosuch"]), "export_rl.sources"),
+    ("export-rl-max-turns", _set("export_rl", "max_turns", 0), "export_rl.max_turns"),
+    ("export-rl-env-empty", _set("export_rl", "env_class", ""), "export_rl.env_class"),
+    ("train-unknown-key", _set("train", "sft", "lr", 1e-5), "train.sft.lr"),
+    ("train-lr-str", _set("train", "sft", "learning_rate", "1e-5"), "train.sft.learning_rate"),
+    ("train-lr-zero", _set("train", "sft", "learning_rate", 0), "train.sft.learning_rate"),
+    ("train-template", _set("train", "sft", "template", "llama3"), "train.sft.template"),
+    ("train-cutoff-zero", _set("train", "sft", "cutoff_len", 0), "train.sft.cutoff_len"),
+    ("train-gpus-zero", _set("train", "sft", "gpus", 0), "train.sft.gpus"),
+    ("train-rl-samples", _set("train", "rl", "n_samples_per_prompt", 0), "train.rl.n_samples_per_prompt"),
+    ("train-modal-unknown", _set("train", "modal", "gpu", "A100"), "train.modal.gpu"),
+    ("train-not-mapping", _set("train", [1]), "train must be a mapping"),
 ]
 
 

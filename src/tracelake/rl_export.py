@@ -29,7 +29,6 @@ from tokenizers import Tokenizer
 from .tokenizer import render_chatml
 
 PROMPT_RULE = "skyrl_prompt_v1"
-SHARD_PREFIX = "train"
 GENERATION_PROMPT = "<|im_start|>assistant\n"
 REJECT_REASONS = ("no_task_binary", "prompt_too_long")
 TASK_COLUMNS = ("task_id", "source", "name", "instruction", "task_checksum", "task_binary")

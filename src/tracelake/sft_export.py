@@ -22,7 +22,6 @@ from tokenizers import Tokenizer
 from .errors import BadParams
 from .sharegpt import ExportReject, SharegptRow, dataset_info_entry, to_sharegpt
 
-SHARD_PREFIX = "train"
 TOKEN_RULE = "lf_template_tokens_v1"
 
 
@@ -100,10 +99,13 @@ class SftStats:
 
 
 def convert_batch(rows: Iterable[dict[str, Any]], *, same_role: str, cutoff_len: int | None,
-                  tokenizer: Tokenizer, template: TemplateSlots, stats: SftStats) -> tuple[list[dict], list[dict]]:
+                  tokenizer: Tokenizer, template: TemplateSlots, stats: SftStats,
+                  token_cache: dict[str, int] | None = None) -> tuple[list[dict], list[dict]]:
     """Selection rows joined with their trajectory's `messages` -> (sft_rows, export_rejects).
 
-    Every input row ends in exactly one of the two lists (in = out + rejected).
+    Every input row ends in exactly one of the two lists (in = out + rejected). `token_cache`
+    (trajectory_id -> tokens), kept across batches by the caller, counts each rollout once however
+    many upsampled copies it has (the sample's 10k scale holds ~1,500 distinct rollouts).
     """
     converted: list[tuple[dict, SharegptRow]] = []
     rejects: list[dict] = []
@@ -113,7 +115,10 @@ def convert_batch(rows: Iterable[dict[str, Any]], *, same_role: str, cutoff_len:
             converted.append((r, to_sharegpt(r["messages"], same_role)))
         except ExportReject as e:
             rejects.append(_reject(r, e.reason, e.detail))
-    counts = count_template_tokens(tokenizer, [sg for _, sg in converted], template)
+    cache = {} if token_cache is None else token_cache
+    todo = {r["trajectory_id"]: sg for r, sg in converted if r["trajectory_id"] not in cache}
+    cache.update(zip(todo, count_template_tokens(tokenizer, list(todo.values()), template)))
+    counts = [cache[r["trajectory_id"]] for r, _ in converted]
     out: list[dict] = []
     for (r, sg), n_tokens in zip(converted, counts):
         if cutoff_len is not None and n_tokens > cutoff_len:
