@@ -10,23 +10,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from tracelake.errors import BadInput, BadParams
-from tracelake.lake import ShardWriter, TableWriter, output_dir, read_manifest, write_json, write_manifest
-from tracelake.lakedb import connect
+from tracelake.lake import ShardWriter, TableWriter, output_dir, read_manifest, read_table, write_json, write_manifest
+from tracelake.lakedb import table_files
 from tracelake.schema import load_schema
 from tracelake.selection import dataset_label
-from tracelake.sft_export import TOKEN_RULE, SftStats, convert_batch, dataset_info, template_slots
+from tracelake.sft_export import TOKEN_RULE, SftStats, convert_batch, dataset_info, slots_with_messages, template_slots
 from tracelake.sharegpt import SHAREGPT_RULE
 from tracelake.stage import run_stage, stage_args
 from tracelake.tokenizer import load_tokenizer, tokenizer_fingerprint
 from tracelake.ui import progress
 
 BATCH = 256
-ROWS = """
-SELECT s.slot_id, s.trajectory_id, s.task_id, s.source, s.task, s.copy, s.name, t.messages
-FROM read_parquet($selection, file_row_number = true) s
-LEFT JOIN trajectories t USING (trajectory_id)
-ORDER BY s.file_row_number
-"""
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -36,15 +30,11 @@ def main(argv: list[str] | None = None) -> None:
     cfg, lake = params.export_sft, Path(params.lake)
     sel_dir = lake / "selections" / scale
     selection = read_manifest(sel_dir)
-    con = connect(lake, list(params.sources), tables=("trajectories",))
-    missing = con.execute("SELECT count(*) FROM read_parquet($s) s ANTI JOIN trajectories t USING (trajectory_id)",
-                          {"s": str(sel_dir / "selection.parquet")}).fetchall()[0][0]
-    if missing:
-        raise BadInput(f"{sel_dir}: {missing} selected trajectories are not in {lake}/trajectories "
-                       f"(stale selection: run `dvc repro select@{scale}`)")
+    slots = read_table(sel_dir, "selection").drop_columns(["score"]).to_pylist()
+    trajectory_files = table_files(lake, "trajectories", list(params.sources))
     tokenizer, sft = load_tokenizer(cfg.tokenizer), params.train.sft
     template = template_slots(sft.template)
-    stats, token_cache = SftStats(), {}
+    stats = SftStats()
 
     out = lake / "exports" / "sft" / scale
     with output_dir(out) as tmp:
@@ -53,20 +43,20 @@ def main(argv: list[str] | None = None) -> None:
         total = selection["tables"]["selection"]["rows"]
         with progress(f"export_sft {scale}") as (set_total, advance):
             set_total(total)
-            for batch in con.sql(ROWS, params={"selection": str(sel_dir / "selection.parquet")}).to_arrow_reader(BATCH):
-                rows, rejected = convert_batch(batch.to_pylist(), same_role=cfg.same_role,
+            for batch in slots_with_messages(slots, trajectory_files, BATCH):
+                rows, rejected = convert_batch(batch, same_role=cfg.same_role,
                                                cutoff_len=sft.cutoff_len, tokenizer=tokenizer, template=template,
-                                               stats=stats, token_cache=token_cache)
+                                               stats=stats)
                 for row in rows:
                     shards.write(row)
                 for row in rejected:
                     rejects.write(row)
-                advance(batch.num_rows)
+                advance(len(batch))
         info, reject_info = shards.close(), rejects.close()
         assert stats.rows_in == stats.rows_out + sum(stats.rejected.values()) == total, "export accounting"
         if not info.rows:
             raise BadInput(f"export_sft {scale}: every one of {total} rows was rejected "
-                           f"({dict(stats.rejected)}); see the rejects above")
+                           f"({', '.join(f'{k} {v}' for k, v in sorted(stats.rejected.items()))})")
         dataset_id = f"sft-{dataset_label(selection['params']['rows'])}-{info.version_id}"
         (tmp / "shards").rename(tmp / dataset_id)
         write_json(tmp / "dataset_info.json", dataset_info(dataset_id, shards.files))

@@ -7,19 +7,25 @@ dataset_info.json that names the dataset by its content id.
       rejects.parquet          the slots that could not become examples, with reasons
       manifest.json            written last
 
-LLaMA-Factory lists a dataset directory with os.listdir (unsorted), so the generated training config
-names the per-shard entries in order: the example order is the same on every machine.
+Row order: the trajectories tables are streamed once, in file order, and each selected rollout
+gives all its slots there (copies in selection order), so memory holds one batch of messages, never
+the dataset (a sorted join of 100K slots with their messages held 1.7 GB). LLaMA-Factory lists a
+dataset directory with os.listdir (unsorted), so the generated training config names the per-shard
+entries in order: the example order is the same on every machine (the trainer then shuffles).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
-from .errors import BadParams
+from .errors import BadInput, BadParams
 from .sharegpt import ExportReject, SharegptRow, dataset_info_entry, to_sharegpt
 
 TOKEN_RULE = "lf_template_tokens_v1"
@@ -98,14 +104,35 @@ class SftStats:
                 "messages_trimmed": self.messages_trimmed, "max_tokens": self.max_tokens}
 
 
+def slots_with_messages(slots: list[dict[str, Any]], trajectory_files: list[str],
+                        batch_size: int = 256) -> Iterator[list[dict[str, Any]]]:
+    """Selection slots joined with their trajectory's `messages`, streamed in trajectory-file order.
+
+    Raises BadInput after the scan when a selected trajectory is not in the files (a stale selection).
+    """
+    by_id: dict[str, list[dict[str, Any]]] = {}
+    for slot in slots:
+        by_id.setdefault(slot["trajectory_id"], []).append(slot)
+    needed = pa.array(list(by_id), pa.string())
+    found = 0
+    for path in trajectory_files:
+        for batch in pq.ParquetFile(path).iter_batches(batch_size, columns=["trajectory_id", "messages"]):
+            batch = batch.filter(pc.is_in(batch.column("trajectory_id"), value_set=needed))
+            rows = [{**slot, "messages": t["messages"]} for t in batch.to_pylist() for slot in by_id[t["trajectory_id"]]]
+            found += batch.num_rows
+            if rows:
+                yield rows
+    if found != len(by_id):
+        raise BadInput(f"{len(by_id) - found} selected trajectories are not in the trajectories tables "
+                       f"(a stale selection: run `dvc repro`)")
+
+
 def convert_batch(rows: Iterable[dict[str, Any]], *, same_role: str, cutoff_len: int | None,
-                  tokenizer: Tokenizer, template: TemplateSlots, stats: SftStats,
-                  token_cache: dict[str, int] | None = None) -> tuple[list[dict], list[dict]]:
+                  tokenizer: Tokenizer, template: TemplateSlots, stats: SftStats) -> tuple[list[dict], list[dict]]:
     """Selection rows joined with their trajectory's `messages` -> (sft_rows, export_rejects).
 
-    Every input row ends in exactly one of the two lists (in = out + rejected). `token_cache`
-    (trajectory_id -> tokens), kept across batches by the caller, counts each rollout once however
-    many upsampled copies it has (the sample's 10k scale holds ~1,500 distinct rollouts).
+    Every input row ends in exactly one of the two lists (in = out + rejected). Tokens are counted
+    once per rollout in the batch, however many upsampled copies it has there.
     """
     converted: list[tuple[dict, SharegptRow]] = []
     rejects: list[dict] = []
@@ -115,10 +142,9 @@ def convert_batch(rows: Iterable[dict[str, Any]], *, same_role: str, cutoff_len:
             converted.append((r, to_sharegpt(r["messages"], same_role)))
         except ExportReject as e:
             rejects.append(_reject(r, e.reason, e.detail))
-    cache = {} if token_cache is None else token_cache
-    todo = {r["trajectory_id"]: sg for r, sg in converted if r["trajectory_id"] not in cache}
-    cache.update(zip(todo, count_template_tokens(tokenizer, list(todo.values()), template)))
-    counts = [cache[r["trajectory_id"]] for r, _ in converted]
+    unique = {r["trajectory_id"]: sg for r, sg in converted}
+    tokens = dict(zip(unique, count_template_tokens(tokenizer, list(unique.values()), template)))
+    counts = [tokens[r["trajectory_id"]] for r, _ in converted]
     out: list[dict] = []
     for (r, sg), n_tokens in zip(converted, counts):
         if cutoff_len is not None and n_tokens > cutoff_len:
