@@ -141,7 +141,7 @@ def tasks_extract_cmd(
 @app.command()
 def train(
     kind: Annotated[str, typer.Argument(metavar="sft|rl", help="sft: LLaMA-Factory full SFT; rl: SkyRL GRPO.")],
-    dataset: Annotated[str, typer.Option("--dataset", "-d", help="A scale name (3k), a dataset id (sft-3.16k-f8c62a5a74ed) or a unique prefix of one; `rl` for the RL export.")],
+    dataset: Annotated[str, typer.Option("--dataset", "-d", help="A scale name (3k), a dataset id (sft-3.16k-396828c45111) or a unique prefix of one; `rl` for the RL export.")],
     backend: Annotated[str, typer.Option("--backend", "-b", help="local: run the trainer here; modal: upload the dataset once and run on Modal GPUs.")] = "local",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the dataset, config, GPU, volumes and exact command; run nothing (works offline).")] = False,
     set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="Override one trainer config key for this run, e.g. --set max_steps=3; repeatable.")] = None,
