@@ -10,11 +10,26 @@ from __future__ import annotations
 from pathlib import Path
 
 from tracelake.errors import BadInput, BadParams
-from tracelake.lake import ShardWriter, TableWriter, output_dir, read_manifest, read_table, write_json, write_manifest
+from tracelake.lake import (
+    ShardWriter,
+    TableWriter,
+    output_dir,
+    read_manifest,
+    read_table,
+    write_json,
+    write_manifest,
+)
 from tracelake.lakedb import table_files
 from tracelake.schema import load_schema
 from tracelake.selection import dataset_label
-from tracelake.sft_export import TOKEN_RULE, SftStats, convert_batch, dataset_info, slots_with_messages, template_slots
+from tracelake.sft_export import (
+    TOKEN_RULE,
+    SftStats,
+    convert_batch,
+    dataset_info,
+    slots_with_messages,
+    template_slots,
+)
 from tracelake.sharegpt import SHAREGPT_RULE
 from tracelake.stage import run_stage, stage_args
 from tracelake.tokenizer import load_tokenizer, tokenizer_fingerprint

@@ -26,6 +26,8 @@ from tracelake.tokenizer import (
     tokenizer_fingerprint,
 )
 
+from .helpers import train_python
+
 FILES = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -79,13 +81,29 @@ def test_config_files_are_sorted_json_with_trailing_newline(tok_dir: Path):
     assert smap["additional_special_tokens"] == list(SPECIAL_TOKENS)
 
 
+TRAIN_ENV_RENDER = """
+import json, sys
+import jinja2
+template, msgs = json.loads(sys.stdin.read())
+t = jinja2.Environment().from_string(template)
+print(json.dumps([t.render(messages=msgs, add_generation_prompt=False), t.render(messages=msgs, add_generation_prompt=True)]))
+"""
+
+
+@pytest.mark.train_env
 def test_chat_template_renders_chatml():
-    jinja2 = pytest.importorskip("jinja2", reason="jinja2 not installed")
+    """The template as jinja2 renders it (in the training environment, which has jinja2)."""
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
-    t = jinja2.Environment().from_string(CHAT_TEMPLATE)
-    assert t.render(messages=msgs, add_generation_prompt=False) == render_chatml(msgs)
-    assert t.render(messages=msgs, add_generation_prompt=True) == (
-        render_chatml(msgs) + "<|im_start|>assistant\n")
+    plain, with_prompt = _in_train_env(TRAIN_ENV_RENDER, [CHAT_TEMPLATE, msgs])
+    assert plain == render_chatml(msgs)
+    assert with_prompt == render_chatml(msgs) + "<|im_start|>assistant\n"
+
+
+def _in_train_env(code: str, payload) -> object:
+    proc = subprocess.run([str(train_python()), "-c", code], input=json.dumps(payload), capture_output=True,
+                          text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def test_rebuild_replaces_directory_atomically_and_leaves_no_temp(tmp_path: Path):
@@ -119,17 +137,27 @@ def test_loads_with_tokenizers_from_file_and_from_json_path(tok_dir: Path):
     assert 256 + len(SPECIAL_TOKENS) < a.get_vocab_size() <= 4096
 
 
+TRAIN_ENV_AUTOTOKENIZER = """
+import json, sys
+from transformers import AutoTokenizer
+tok_dir, msgs = json.loads(sys.stdin.read())
+hf = AutoTokenizer.from_pretrained(tok_dir)
+text = hf.apply_chat_template(msgs, tokenize=False)
+print(json.dumps({"eos": hf.eos_token, "pad": hf.pad_token, "text": text,
+                  "n_ids": len(hf(text, add_special_tokens=False)["input_ids"]),
+                  "with_prompt": hf.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)}))
+"""
+
+
+@pytest.mark.train_env
 def test_loads_with_transformers_autotokenizer(tok_dir: Path, tok: Tokenizer):
-    transformers = pytest.importorskip("transformers", reason="transformers not installed")
-    hf = transformers.AutoTokenizer.from_pretrained(str(tok_dir))
-    assert hf.eos_token == "<|im_end|>" and hf.pad_token == "<|endoftext|>"
+    """transformers (the training environment's) loads the directory and renders the same ChatML."""
     msgs = [{"role": "user", "content": "run ls"}, {"role": "assistant", "content": "ok"}]
-    text = hf.apply_chat_template(msgs, tokenize=False)
-    assert text == render_chatml(msgs)
-    ids = hf(text, add_special_tokens=False)["input_ids"]
-    assert len(ids) == count_chatml_tokens(tok, [msgs])[0]
-    assert hf.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True) == (
-        text + "<|im_start|>assistant\n")
+    got = _in_train_env(TRAIN_ENV_AUTOTOKENIZER, [str(tok_dir), msgs])
+    assert (got["eos"], got["pad"]) == ("<|im_end|>", "<|endoftext|>")
+    assert got["text"] == render_chatml(msgs)
+    assert got["n_ids"] == count_chatml_tokens(tok, [msgs])[0]
+    assert got["with_prompt"] == got["text"] + "<|im_start|>assistant\n"
 
 
 def test_special_tokens_are_single_tokens(tok: Tokenizer):

@@ -13,8 +13,8 @@ import yaml
 
 from tracelake.config import SftTrainParams, load_params
 from tracelake.errors import BadInput, BadParams
-from tracelake.launch import make_plan, parse_sets, resolve_dataset
 from tracelake.lake import read_manifest
+from tracelake.launch import make_plan, parse_sets, resolve_dataset
 from tracelake.train_configs import hydra_overrides, total_batch
 
 from .helpers import ROOT, run_ok, train_python

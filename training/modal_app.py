@@ -7,7 +7,8 @@ TRACELAKE_MODAL_* variables below from params.yaml `train.modal` and passes the 
 - Volumes: `datasets` holds each export under its content id (/datasets/<dataset id>/); it is
   uploaded from the local entrypoint only when that id is not on the volume yet, so an unchanged
   dataset is never uploaded twice. `runs` holds checkpoints and logs (/runs/<dataset id>/).
-- Images: SFT = LLaMA-Factory with CUDA torch and DeepSpeed; RL = skyrl-train with vLLM (Python 3.12).
+- Images (on a CUDA devel base): SFT = LLaMA-Factory, CUDA torch, DeepSpeed; RL = skyrl-train with
+  vLLM (Python 3.12). Never built here: Modal's builders need the network and a token.
 - Credentials: Modal's own token from the environment or ~/.modal.toml; HF_TOKEN / WANDB_API_KEY,
   when set locally, travel as a Modal secret built from the local environment. Nothing is written.
 """
@@ -37,14 +38,15 @@ runs_volume = modal.Volume.from_name(RUNS, create_if_missing=True)
 volumes = {DATASETS_MOUNT: datasets_volume, RUNS_MOUNT: runs_volume}
 secrets = [modal.Secret.from_local_environ([n for n in FORWARDED_ENV if os.environ.get(n)])]
 
+CUDA_BASE = "nvidia/cuda:12.8.1-devel-ubuntu22.04"   # nvcc: DeepSpeed and flash-attn build against it
 sft_image = (
-    modal.Image.debian_slim(python_version=PYTHON)
+    modal.Image.from_registry(CUDA_BASE, add_python=PYTHON)
     .pip_install("torch==2.13.0", "llamafactory==0.9.5", "transformers==4.57.6", "datasets==4.0.0",
                  "deepspeed==0.18.2")
     .add_local_dir(HERE / "deepspeed", "/opt/tracelake/deepspeed")
 )
-rl_image = (
-    modal.Image.debian_slim(python_version="3.12")
+rl_image = (   # skyrl-train needs Python 3.12; its vllm extra pins torch 2.8 and flash-attn
+    modal.Image.from_registry(CUDA_BASE, add_python="3.12")
     .pip_install("skyrl-train[vllm]==0.3.1")
 )
 
