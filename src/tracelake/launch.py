@@ -15,6 +15,7 @@ environment at run time. Dry runs print names and whether they are set, never va
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ import yaml
 from .config import Params
 from .errors import BadInput, BadParams
 from .lake import read_manifest
-from .train_configs import RL_FILE, hydra_overrides, sft_config_name
+from .train_configs import RL_FILE, hydra_overrides, override_value, sft_config_name
 
 KINDS = ("sft", "rl")
 BACKENDS = ("local", "modal")
@@ -156,13 +157,9 @@ def _typed(value: str) -> Any:
 def _cli_value(v: Any) -> str:
     """A value for `llamafactory-cli train CONFIG key=value` (OmegaConf reads it as YAML 1.1, where
     a bare `no` is false: such strings are quoted)."""
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
     if isinstance(v, str) and yaml.safe_load(v) != v:
         return f"'{v}'"
-    return str(v)
+    return override_value(v)
 
 
 def plan_local(params: Params, ds: Dataset, sets: dict[str, Any], gpus: int | None = None) -> Plan:
@@ -250,19 +247,13 @@ def describe(plan: Plan) -> str:
                                               for n in FORWARDED_ENV) + " from the local environment")
     for k, v in plan.env.items():
         lines.append(f"env:      {k}={v}")
-    lines.append("command:  " + " ".join(_quote(c) for c in plan.command))
+    lines.append("command:  " + shlex.join(plan.command))
     if plan.remote_command:
-        lines.append("remote:   " + " ".join(_quote(c) for c in plan.remote_command))
+        lines.append("remote:   " + shlex.join(plan.remote_command))
     if plan.remote_config is not None and plan.dataset.kind == "sft":
         lines.append(f"remote config ({REMOTE_SFT_CONFIG}):")
         lines += ["  " + line for line in yaml.safe_dump(plan.remote_config, sort_keys=False).splitlines()]
     return "\n".join(lines)
-
-
-def _quote(s: str) -> str:
-    import shlex
-
-    return shlex.quote(s)
 
 
 def run(plan: Plan) -> int:

@@ -102,17 +102,20 @@ def rl_config(rl: RlTrainParams, *, dataset_id: str, prompt_files: list[str], ma
     return {"dataset_id": dataset_id, "entrypoint": rl.entrypoint, "overrides": overrides}
 
 
+def override_value(v: Any) -> str:
+    """One value as a trainer's command line writes it: true/false, null, ['a','b'], else str(v)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return "null"
+    if isinstance(v, list):
+        return "[" + ",".join(f"'{x}'" if isinstance(x, str) else override_value(x) for x in v) + "]"
+    return str(v)
+
+
 def hydra_overrides(overrides: dict[str, Any]) -> list[str]:
-    """`key=value` arguments for a Hydra entrypoint (lists as ['a','b'], booleans lower case)."""
-    def value(v: Any) -> str:
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if v is None:
-            return "null"
-        if isinstance(v, list):
-            return "[" + ",".join(f"'{x}'" if isinstance(x, str) else value(x) for x in v) + "]"
-        return str(v)
-    return [f"{k}={value(v)}" for k, v in overrides.items()]
+    """`key=value` arguments for a Hydra entrypoint such as SkyRL's."""
+    return [f"{k}={override_value(v)}" for k, v in overrides.items()]
 
 
 def render(config: dict[str, Any], header: list[str]) -> str:
