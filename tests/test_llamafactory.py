@@ -95,32 +95,56 @@ def test_smaller_cutoff_rejects_long_rows_instead_of_cutting(sample_project, tin
     assert got["lengths"] == exported_tokens(export) and max(got["lengths"]) <= cutoff
 
 
-@pytest.mark.parametrize("same_role,expected", [("merge", 4), ("reject", 3)])
-def test_real_openthoughts_rows(sample_project, tiny_model, tmp_path, same_role, expected):
-    raw = json.loads(need(FIXTURES / "otagent" / "sample_raw.json").read_text())
-    rows = [{"slot_id": f"s{i}", "trajectory_id": f"t{i}", "task_id": f"k{i}", "source": "otagent",
-             "task": r["task"], "copy": 0, "name": r["task"], "messages": r["conversations"]}
-            for i, r in enumerate(raw)]
-    stats = SftStats()
-    out, rejects = convert_batch(rows, same_role=same_role, cutoff_len=None,
-                                 tokenizer=load_tokenizer(tiny_model), template=template_slots("qwen3"), stats=stats)
-    assert len(out) == expected and len(out) + len(rejects) == 4
-    if same_role == "reject":
-        assert [r["reason"] for r in rejects] == ["consecutive_same_role"] and rejects[0]["item_id"] == "s3"
+def load_rows(rows: list[dict], tiny_model: Path, tmp_path: Path, *, same_role: str = "merge",
+              template: str = "qwen3") -> tuple[dict, list[dict], list[dict]]:
+    """Convert rows with export_sft's own functions, write shards + dataset_info, load them with LLaMA-Factory."""
+    out, rejects = convert_batch(rows, same_role=same_role, cutoff_len=None, tokenizer=load_tokenizer(tiny_model),
+                                 template=template_slots(template), stats=SftStats())
     dataset = tmp_path / "data"
-    writer = ShardWriter(dataset / "real", load_schema("sft_rows"), rows_per_shard=3)
+    writer = ShardWriter(dataset / "d", load_schema("sft_rows"), rows_per_shard=3)
     for row in out:
         writer.write(row)
     writer.close()
-    write_json(dataset / "dataset_info.json", dataset_info("real", writer.files))
+    write_json(dataset / "dataset_info.json", dataset_info("d", writer.files))
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump({
         "model_name_or_path": str(tiny_model), "stage": "sft", "do_train": True, "finetuning_type": "full",
-        "dataset": ",".join(f"real.{i:05d}" for i in range(len(writer.files))), "dataset_dir": str(dataset),
-        "template": "qwen3", "cutoff_len": 1_000_000, "overwrite_cache": True, "report_to": "none"}))
-    got = lf_load(config, tmp_path, tmp_path)
+        "dataset": ",".join(f"d.{i:05d}" for i in range(len(writer.files))), "dataset_dir": str(dataset),
+        "template": template, "cutoff_len": 1_000_000, "overwrite_cache": True, "report_to": "none"}))
+    return lf_load(config, tmp_path, tmp_path), out, rejects
+
+
+def slot(i: int, messages: list[dict]) -> dict:
+    return {"slot_id": f"s{i}", "trajectory_id": f"t{i}", "task_id": f"k{i}", "source": "src", "task": f"task{i}",
+            "copy": 0, "name": f"task{i}", "messages": messages}
+
+
+@pytest.mark.parametrize("same_role,expected", [("merge", 4), ("reject", 3)])
+def test_real_openthoughts_rows(tiny_model, tmp_path, same_role, expected):
+    raw = json.loads(need(FIXTURES / "otagent" / "sample_raw.json").read_text())
+    got, out, rejects = load_rows([slot(i, r["conversations"]) for i, r in enumerate(raw)], tiny_model, tmp_path,
+                                  same_role=same_role)
+    assert len(out) == expected and len(out) + len(rejects) == 4
+    if same_role == "reject":
+        assert [r["reason"] for r in rejects] == ["consecutive_same_role"] and rejects[0]["item_id"] == "s3"
     assert got["examples"] == expected
     assert got["lengths"] == [r["n_tokens"] for r in out]
+
+
+@pytest.mark.parametrize("template", ["qwen3", "qwen3_nothink"])
+def test_token_counts_match_for_system_tool_and_think_turns(tiny_model, tmp_path, template):
+    """The paths the sample does not exercise: a system prompt, tool observations, thoughts, braces."""
+    def m(role, content):
+        return {"role": role, "content": content}
+    rows = [
+        slot(0, [m("system", "You are {terse}."), m("user", "list files"), m("assistant", "<think>ls</think>ls -la"),
+                 m("tool", "a.txt {b}"), m("assistant", "done")]),
+        slot(1, [m("user", "hi"), m("assistant", "no thought here"), m("tool", "x"), m("tool", "y"),
+                 m("assistant", "<think>\nlong\n</think>\n\nok")]),
+        slot(2, [m("system", "a"), m("system", "b"), m("user", "q"), m("assistant", "")]),
+    ]
+    got, out, _ = load_rows(rows, tiny_model, tmp_path, template=template)
+    assert got["examples"] == 3 and got["lengths"] == [r["n_tokens"] for r in out]
 
 
 def test_cpu_smoke_training_through_the_launcher(sample_project, tiny_model, tmp_path):

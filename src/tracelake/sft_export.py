@@ -4,7 +4,7 @@ dataset_info.json that names the dataset by its content id.
     lake/exports/sft/<scale>/
       dataset_info.json        entries: <id> (every shard) and <id>.NNNNN (one shard each, in order)
       <id>/train-00000.parquet  sharegpt shards only (LLaMA-Factory refuses mixed file types)
-      rejects.parquet          the slots that could not become examples, with reasons
+      export_rejects.parquet   the slots that could not become examples, with reasons
       manifest.json            written last
 
 Row order: the trajectories tables are streamed once, in file order, and each selected rollout
