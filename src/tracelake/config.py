@@ -316,7 +316,8 @@ def _check_exports(sft: ExportSftParams, rl: ExportRlParams, sources: dict[str, 
         raise BadParams(f"params.yaml: export_sft.same_role must be one of {', '.join(SAME_ROLE_POLICIES)}, "
                         f"got {sft.same_role!r}")
     if rl.sources != "all":
-        if not isinstance(rl.sources, list) or not rl.sources or any(s not in sources for s in rl.sources):
+        if (not isinstance(rl.sources, list) or not rl.sources
+                or any(not isinstance(s, str) or s not in sources for s in rl.sources)):
             raise BadParams(f"params.yaml: export_rl.sources must be \"all\" or a list of source names "
                             f"({', '.join(sources)}), got {rl.sources!r}")
     if rl.max_turns < 1 or rl.max_prompt_length < 1:
