@@ -163,6 +163,37 @@ def train(
 
 
 @app.command()
+def sql(
+    query: Annotated[Optional[str], typer.Argument(help="SQL to run; omit it (and --file) for an interactive prompt.")] = None,
+    file: Annotated[Optional[Path], typer.Option("--file", "-f", help="Run the SQL in this file, e.g. sql/examples/longest_traces.sql.")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table, csv, json (one object per line) or parquet (needs --out).")] = "table",
+    out_file: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the result here instead of stdout.")] = None,
+    lake: Annotated[Path, typer.Option("--lake", help="Lake root.")] = Path("lake"),
+) -> None:
+    """Query every table of the lake with DuckDB SQL, read-only. Views: tasks, trajectories, messages
+    (one row per message), scores, rejects, pool, dropped, funnel, selection_<scale>, sft_<scale>
+    (and each dataset under its id, e.g. "sft-3.16k-396828c45111"), rl_prompts, harbor_tasks,
+    export_rejects. `.tables` at the prompt lists them."""
+    from .explore import open_lake, run_query, write_result
+
+    if fmt not in ("table", "csv", "json", "parquet"):
+        raise typer.BadParameter("--format must be table, csv, json or parquet")
+    if fmt == "parquet" and out_file is None:
+        raise typer.BadParameter("--format parquet needs --out FILE")
+    con, views = open_lake(lake)
+    if file is not None:
+        if not file.is_file():
+            raise TracelakeError(f"{file} not found")
+        query = file.read_text()
+    if query is None:
+        from .explore import interactive
+
+        interactive(con, views, out)
+        return
+    write_result(run_query(con, query), fmt, out_file, out)
+
+
+@app.command()
 def status(
     lake: Annotated[Path, typer.Option("--lake", help="Lake root to describe.")] = Path("lake"),
 ) -> None:
