@@ -194,6 +194,25 @@ def sql(
 
 
 @app.command()
+def show(
+    trajectory: Annotated[str, typer.Argument(metavar="ID", help="A trajectory id or a unique prefix of it (6+ hex digits).")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print the whole row as JSON instead.")] = False,
+    full: Annotated[bool, typer.Option("--full", help="Do not fold long messages and thoughts.")] = False,
+    lake: Annotated[Path, typer.Option("--lake", help="Lake root.")] = Path("lake"),
+) -> None:
+    """Show one trajectory: every message with its role, <think> blocks dimmed, long terminal
+    output folded (--full shows everything), or the whole row as JSON."""
+    from .show import find_trajectory, render, to_json
+
+    row = find_trajectory(lake, trajectory)
+    if json_out:
+        sys.stdout.buffer.write(to_json(row))
+        sys.stdout.flush()
+        return
+    render(row, out, full=full)
+
+
+@app.command()
 def status(
     lake: Annotated[Path, typer.Option("--lake", help="Lake root to describe.")] = Path("lake"),
 ) -> None:

@@ -1,0 +1,83 @@
+"""`tracelake show ID`: one trajectory by id or unique prefix, for a terminal or as JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tracelake.errors import BadInput
+from tracelake.show import find_trajectory, fold
+
+
+def tracelake(project: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tracelake", *args], cwd=project, capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "120"})
+
+
+@pytest.fixture(scope="module")
+def ids(sample_project) -> list[str]:
+    return sorted(i for f in (sample_project / "lake").glob("trajectories/*/trajectories.parquet")
+                  for i in pq.read_table(f, columns=["trajectory_id"])["trajectory_id"].to_pylist())
+
+
+def _unique_prefix(ids: list[str], target: str) -> str:
+    for n in range(6, 17):
+        if sum(i.startswith(target[:n]) for i in ids) == 1:
+            return target[:n]
+    raise AssertionError("no unique prefix")
+
+
+def test_json_is_the_row_found_by_id_or_unique_prefix(sample_project, ids):
+    target = ids[len(ids) // 2]
+    proc = tracelake(sample_project, "show", _unique_prefix(ids, target), "--json")
+    assert proc.returncode == 0, proc.stderr
+    row = json.loads(proc.stdout)
+    assert row["trajectory_id"] == target and len(row["messages"]) == row["n_messages"]
+    assert find_trajectory(sample_project / "lake", target.upper())["trajectory_id"] == target
+
+
+def test_terminal_rendering_shows_roles_and_folds_long_output(sample_project):
+    lake = sample_project / "lake"
+    rows = pq.read_table(sorted(lake.glob("trajectories/*/trajectories.parquet"))[0]).to_pylist()
+    row = max(rows, key=lambda r: max(len((m["content"] or "").split("\n")) for m in r["messages"] if m["role"] != "assistant"))
+    proc = tracelake(sample_project, "show", row["trajectory_id"])
+    assert proc.returncode == 0, proc.stderr
+    assert f"0 {row['messages'][0]['role']}" in proc.stdout and "1 assistant" in proc.stdout
+    assert "more lines …" in proc.stdout
+    assert "more lines" not in tracelake(sample_project, "show", row["trajectory_id"], "--full").stdout
+
+
+def test_fold_keeps_head_and_tail():
+    text = "\n".join(str(i) for i in range(30))
+    folded = fold(text, 6).split("\n")
+    assert folded[:3] == ["0", "1", "2"] and folded[-3:] == ["27", "28", "29"] and "24 more lines" in folded[3]
+    assert fold("a\nb") == "a\nb"
+
+
+def test_ambiguous_prefix(tmp_path):
+    import pyarrow as pa
+
+    d = tmp_path / "trajectories" / "x"
+    d.mkdir(parents=True)
+    pq.write_table(pa.table({"trajectory_id": ["abcdef0123456789", "abcdef0f23456789"]}), d / "trajectories.parquet")
+    with pytest.raises(BadInput, match="ambiguous"):
+        find_trajectory(tmp_path, "abcdef")
+    assert find_trajectory(tmp_path, "abcdef0f")["trajectory_id"] == "abcdef0f23456789"
+
+
+def test_bad_references(sample_project, ids):
+    lake = sample_project / "lake"
+    with pytest.raises(BadInput, match="at least 6"):
+        find_trajectory(lake, ids[0][:5])
+    with pytest.raises(BadInput, match="not a trajectory id"):
+        find_trajectory(lake, "zzzzzzzz")
+    with pytest.raises(BadInput, match="no trajectory"):
+        find_trajectory(lake, "ffffffffffffffff0")
+    proc = tracelake(sample_project, "show", "abc")
+    assert proc.returncode == 2 and proc.stderr.startswith("tracelake: show: ") and proc.stderr.count("\n") == 1
