@@ -190,6 +190,8 @@ def sql(
 
         interactive(con, views, out)
         return
+    if query.strip() == ".tables":
+        query = "SHOW TABLES"
     write_result(run_query(con, query), fmt, out_file, out)
 
 

@@ -17,7 +17,6 @@ connection's configuration is locked.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import duckdb
@@ -28,7 +27,6 @@ from .errors import BadInput
 from .lake import read_manifest
 
 ALLOWED = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
-_SAFE_NAME = re.compile(r"^[a-z0-9_]+$")
 
 
 def _files(pattern_root: Path, pattern: str) -> list[str]:
@@ -66,10 +64,10 @@ def open_lake(lake: Path | str) -> tuple[duckdb.DuckDBPyConnection, dict[str, st
         con.register("funnel", pa.Table.from_pylist(rows))
         views["funnel"] = "lake/pool/manifest.json"
     for d in sorted((lake / "selections").glob("*")):
-        if (d / "manifest.json").is_file() and _SAFE_NAME.match(d.name.lower()):
+        if (d / "manifest.json").is_file():
             _dataset_views(con, views, f"selection_{d.name}", read_manifest(d)["dataset_id"], [str(d / "selection.parquet")])
     for d in sorted((lake / "exports" / "sft").glob("*")):
-        if (d / "manifest.json").is_file() and _SAFE_NAME.match(d.name.lower()):
+        if (d / "manifest.json").is_file():
             m = read_manifest(d)
             _dataset_views(con, views, f"sft_{d.name}", m["dataset_id"], [str(d / f) for f in m["counts"]["files"]])
     rl = lake / "exports" / "rl"
@@ -87,7 +85,8 @@ def open_lake(lake: Path | str) -> tuple[duckdb.DuckDBPyConnection, dict[str, st
 
 def _dataset_views(con, views: dict[str, str], name: str, dataset_id: str, files: list[str]) -> None:
     _view(con, name, files, views)
-    con.execute(f'CREATE VIEW "{dataset_id}" AS SELECT * FROM {name}')   # ids are [a-z0-9.-], made here
+    # names come from params (scale names: letters, digits, - and _) and from dataset ids ([a-z0-9.-])
+    con.execute(f'CREATE VIEW "{dataset_id}" AS SELECT * FROM "{name}"')
     views[dataset_id] = name
 
 
