@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
                            f"see {out}/export_rejects.parquet")
         dataset_id = f"rl-{dataset_label(stats.tasks_out)}-{info.version_id}"
         files = {"prompts": [f"prompts/{f}" for f in prompts.files], "tasks": [f"tasks/{f}" for f in harbor.files]}
-        counts = {"dataset_id": dataset_id, **stats.as_json(), "files": files}
+        counts = {"dataset_id": dataset_id, "shards": len(prompts.files), **stats.as_json(), "files": files}
         write_manifest(
             tmp, kind="export_rl", dataset_id=dataset_id,
             tables=[info.with_file("prompts/"), task_info.with_file("tasks/"), reject_info],

@@ -248,6 +248,7 @@ def check_export(out: Path, lake: Path, sources: list[str]) -> dict:
     n_files = -(-c["tasks_out"] // m["params"]["rows_per_shard"])
     assert c["files"]["prompts"] == [f"prompts/train-{i:05d}.parquet" for i in range(n_files)]
     assert c["files"]["tasks"] == [f"tasks/train-{i:05d}.parquet" for i in range(n_files)]
+    assert c["shards"] == n_files
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == sorted(
         [*c["files"]["prompts"], *c["files"]["tasks"], "export_rejects.parquet", "manifest.json"])
     for f in c["files"]["prompts"]:

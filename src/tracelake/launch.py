@@ -103,10 +103,11 @@ def resolve_dataset(params: Params, kind: str, ref: str) -> Dataset:
 
 
 def _prefix_match(ref: str, dataset_id: str) -> bool:
-    hex_part = dataset_id.rsplit("-", 1)[-1]
-    if dataset_id.startswith(ref) and len(ref) > len(dataset_id) - len(hex_part):
-        return len(ref) - (len(dataset_id) - len(hex_part)) >= 6
-    return len(ref) >= 6 and hex_part.startswith(ref)
+    """`396828` or `sft-3.16k-396828`: at least 6 digits of the id's hash, like git."""
+    head, _, digest = dataset_id.rpartition("-")
+    if ref.startswith(head + "-"):
+        ref = ref[len(head) + 1:]
+    return len(ref) >= 6 and digest.startswith(ref)
 
 
 def _config_dataset_id(kind: str, config: Path) -> str:

@@ -102,8 +102,7 @@ def render_exports(lake: Path, console: Console) -> None:
         c = m["counts"]
         n_out, n_in = c.get("rows_out", c.get("tasks_out")), c.get("rows_in", c.get("tasks_in"))
         rejected = ", ".join(f"{k} {v:,}" for k, v in c["rejected"].items() if v) or "none"
-        shards = c.get("shards", len(c["files"]["prompts"]) if isinstance(c["files"], dict) else len(c["files"]))
-        table.add_row(name, m["dataset_id"], f"{n_out:,}", f"{n_in:,}", rejected, str(shards))
+        table.add_row(name, m["dataset_id"], f"{n_out:,}", f"{n_in:,}", rejected, str(c["shards"]))
     console.print(table)
 
 
