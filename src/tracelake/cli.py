@@ -168,31 +168,81 @@ def sql(
     file: Annotated[Optional[Path], typer.Option("--file", "-f", help="Run the SQL in this file, e.g. sql/examples/longest_traces.sql.")] = None,
     fmt: Annotated[str, typer.Option("--format", help="table, csv, json (one object per line) or parquet (needs --out).")] = "table",
     out_file: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the result here instead of stdout.")] = None,
-    lake: Annotated[Path, typer.Option("--lake", help="Lake root.")] = Path("lake"),
+    rev: Annotated[Optional[str], typer.Option("--rev", help="Query the lake as it was at this git revision (commit, HEAD~1, branch, tag, `dvc exp` name), read through DVC from its cache; nothing is checked out.")] = None,
+    lake: Annotated[Path, typer.Option("--lake", help="Lake root (with --rev: its path in the repository).")] = Path("lake"),
 ) -> None:
     """Query every table of the lake with DuckDB SQL, read-only. Views: tasks, trajectories, messages
     (one row per message), scores, rejects, pool, dropped, funnel, selection_<scale>, sft_<scale>
     (and each dataset under its id, e.g. "sft-3.16k-396828c45111"), rl_prompts, harbor_tasks,
     export_rejects. `.tables` at the prompt lists them."""
+    from contextlib import ExitStack
+
     from .explore import open_lake, run_query, write_result
 
     if fmt not in ("table", "csv", "json", "parquet"):
         raise typer.BadParameter("--format must be table, csv, json or parquet")
     if fmt == "parquet" and out_file is None:
         raise typer.BadParameter("--format parquet needs --out FILE")
-    con, views = open_lake(lake)
     if file is not None:
         if not file.is_file():
             raise TracelakeError(f"{file} not found")
         query = file.read_text()
-    if query is None:
-        from .explore import interactive
+    with ExitStack() as stack:
+        root = lake
+        if rev is not None:
+            from .revisions import tree_at
 
-        interactive(con, views, out)
-        return
-    if query.strip() == ".tables":
-        query = "SHOW TABLES"
-    write_result(run_query(con, query), fmt, out_file, out)
+            if lake.is_absolute():
+                raise typer.BadParameter("with --rev, --lake is the lake's path inside the repository")
+            tree = stack.enter_context(tree_at(rev, [str(lake)]))
+            root = tree.root / lake
+            err.print(f"lake at {rev} ({tree.revision.sha[:10]})", style="dim")
+        con, views = open_lake(root)
+        if query is None:
+            from .explore import interactive
+
+            interactive(con, views, out)
+            return
+        if query.strip() == ".tables":
+            query = "SHOW TABLES"
+        write_result(run_query(con, query), fmt, out_file, out)
+
+
+@app.command()
+def diff(
+    a: Annotated[str, typer.Argument(metavar="A", help="The base version: a dataset directory, `pool`, a scale (its selection), `sft-<scale>`, a dataset id or a unique prefix (6+ hex); REV:any of these reads it at a git revision (main:1k, HEAD~1:lake/pool, my-ablation:sft-3k).")],
+    b: Annotated[str, typer.Argument(metavar="B", help="The version to compare with A (same forms).")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print the whole report as JSON (every moved trajectory) instead.")] = False,
+    html: Annotated[Optional[Path], typer.Option("--html", help="Also write a self-contained HTML report with plots to this file.")] = None,
+    lake: Annotated[str, typer.Option("--lake", help="Lake root, as a path inside the repository.")] = "lake",
+) -> None:
+    """Compare two dataset versions row by row: trajectories added, removed, reweighted (copies),
+    changed or unchanged, each move explained (the filter rule, export reject or selection that caused
+    it), rows per source and task, turn and token quantiles, params that differ and the filter funnel.
+    Versions are pools, selections or SFT exports, in the work tree or at any git revision."""
+    from contextlib import ExitStack
+
+    import orjson
+
+    from .diff import diff_versions, resolve_version
+    from .diff_view import render
+
+    with ExitStack() as stack:
+        va = resolve_version(a, stack, lake=lake)
+        vb = resolve_version(b, stack, lake=lake)
+        report = diff_versions(va, vb)
+    if html is not None:
+        from .diff_html import render_html
+
+        html.parent.mkdir(parents=True, exist_ok=True)
+        html.write_text(render_html(report))
+    if json_out:
+        sys.stdout.buffer.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
+        sys.stdout.flush()
+    else:
+        render(report, out)
+    if html is not None:
+        err.print(f"wrote {html}")
 
 
 @app.command()

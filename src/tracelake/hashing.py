@@ -37,3 +37,15 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+MIN_PREFIX = 6
+
+
+def matches_id_prefix(ref: str, dataset_id: str) -> bool:
+    """Whether `ref` names `dataset_id` by prefix, like git: at least MIN_PREFIX digits of the id's hash,
+    alone (`396828`) or after the id's head (`sft-3.16k-396828`)."""
+    head, _, digest = dataset_id.rpartition("-")
+    if head and ref.startswith(head + "-"):
+        ref = ref[len(head) + 1:]
+    return len(ref) >= MIN_PREFIX and digest.startswith(ref)

@@ -27,6 +27,7 @@ import yaml
 
 from .config import Params
 from .errors import BadInput, BadParams
+from .hashing import matches_id_prefix
 from .lake import read_manifest
 from .train_configs import RL_FILE, hydra_overrides, override_value, sft_config_name
 
@@ -84,7 +85,7 @@ def resolve_dataset(params: Params, kind: str, ref: str) -> Dataset:
         raise BadInput(f"no {kind} export is built under {params.lake}/exports: run `dvc repro`")
     matches = [k for k, (_, m) in built.items() if ref in (k, m["dataset_id"])]
     if not matches:
-        matches = [k for k, (_, m) in built.items() if _prefix_match(ref, m["dataset_id"])]
+        matches = [k for k, (_, m) in built.items() if matches_id_prefix(ref, m["dataset_id"])]
     if not matches:
         known = ", ".join(f"{k} ({m['dataset_id']})" for k, (_, m) in built.items())
         raise BadInput(f"no {kind} dataset {ref!r}; built: {known}")
@@ -100,14 +101,6 @@ def resolve_dataset(params: Params, kind: str, ref: str) -> Dataset:
         raise BadInput(f"{config} trains on {config_id} but {export_dir} holds {manifest['dataset_id']}: "
                        f"run `dvc repro` to bring them in line")
     return Dataset(kind, manifest["dataset_id"], export_dir, config, manifest)
-
-
-def _prefix_match(ref: str, dataset_id: str) -> bool:
-    """`396828` or `sft-3.16k-396828`: at least 6 digits of the id's hash, like git."""
-    head, _, digest = dataset_id.rpartition("-")
-    if ref.startswith(head + "-"):
-        ref = ref[len(head) + 1:]
-    return len(ref) >= 6 and digest.startswith(ref)
 
 
 def _config_dataset_id(kind: str, config: Path) -> str:

@@ -15,8 +15,8 @@ from rich.panel import Panel
 from rich.text import Text
 
 from .errors import BadInput
+from .hashing import MIN_PREFIX
 
-MIN_PREFIX = 6
 FOLD_LINES = 12   # a message longer than this shows its first and last FOLD_LINES // 2 lines
 _HEX = re.compile(r"^[0-9a-f]+$")
 _THINK = re.compile(r"(<think>.*?</think>)", re.DOTALL)

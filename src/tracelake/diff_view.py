@@ -1,0 +1,123 @@
+"""The terminal summary of a diff report (see diff.py for what it holds)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+SHOW_TASKS = 10
+SHOW_MOVED = 12
+QUANTILES = ("min", "p10", "p25", "p50", "p75", "p90", "mean", "max")
+
+
+def signed(n: int | float) -> str:
+    return f"+{n:,}" if n > 0 else f"{n:,}" if n < 0 else "0"
+
+
+def _style(n: int | float) -> str:
+    return "green" if n > 0 else "red" if n < 0 else "dim"
+
+
+def side_line(label: str, side: dict[str, Any]) -> str:
+    at = f"  at {side['commit'][:10]}" if side.get("commit") else ""
+    return f"{label}  {side['spec']}  ({side['path']}{at})  {side['kind']} {side['dataset_id']}  {side['rows']:,} rows"
+
+
+def render(report: dict[str, Any], console: Console) -> None:
+    p = console.print
+    p(side_line("A", report["a"]), highlight=False, markup=False)
+    p(side_line("B", report["b"]), highlight=False, markup=False)
+    for note in report["notes"]:
+        p(f"note: {note}", style="yellow", markup=False)
+    s = report["summary"]
+    if report["identical"]:
+        p("\nSame content id: the two versions are identical.", style="bold")
+    p(f"\n[bold]Rows[/] {s['rows_a']:,} → {s['rows_b']:,} ([{_style(s['rows_delta'])}]{signed(s['rows_delta'])}[/])")
+    t = s["trajectories"]
+    p("[bold]Trajectories[/]  " + " · ".join(f"{k} {t[k]['trajectories']:,}" for k in t))
+
+    if report["explained"]:
+        table = Table(title="Why rows moved (from the other side's lineage)", title_justify="left", title_style="bold")
+        for col in ("status", "stage", "rule", "trajectories", "rows Δ"):
+            table.add_column(col, justify="right" if col in ("trajectories", "rows Δ") else "left")
+        for e in report["explained"]:
+            table.add_row(e["status"], e["stage"] or "", e["rule"] or "", f"{e['trajectories']:,}",
+                          f"[{_style(e['rows_delta'])}]{signed(e['rows_delta'])}[/]")
+        p(table)
+
+    if report["params"]:
+        table = Table(title="Params that differ", title_justify="left", title_style="bold")
+        for col in ("key", "A", "B"):
+            table.add_column(col, overflow="fold")
+        for d in report["params"]:
+            table.add_row(d["key"], fmt_value(d["a"]), fmt_value(d["b"]))
+        p(table)
+    else:
+        p("[bold]Params[/]: no difference in the manifests of the two versions and their lineage")
+
+    f = report["funnel"]
+    if f is not None:
+        tot = f["total"]
+        table = Table(title=f"Filter funnel (pool): in {tot['in_a']:,} → {tot['in_b']:,}, kept {tot['kept_a']:,} → {tot['kept_b']:,}",
+                      title_justify="left", title_style="bold")
+        for col in ("rule", "dropped A", "dropped B", "Δ"):
+            table.add_column(col, justify="left" if col == "rule" else "right")
+        for r in tot["rules"]:
+            table.add_row(r["rule"], f"{r['a']:,}", f"{r['b']:,}", f"[{_style(r['delta'])}]{signed(r['delta'])}[/]")
+        p(table)
+
+    table = Table(title="Rows per source", title_justify="left", title_style="bold")
+    for col in ("source", "A", "B", "Δ", "trajectories A → B", "tasks A → B"):
+        table.add_column(col, justify="left" if col == "source" else "right")
+    for r in report["sources"]:
+        table.add_row(r["source"], f"{r['rows_a']:,}", f"{r['rows_b']:,}", f"[{_style(r['rows_delta'])}]{signed(r['rows_delta'])}[/]",
+                      f"{r['trajectories_a']:,} → {r['trajectories_b']:,}", f"{r['tasks_a']:,} → {r['tasks_b']:,}")
+    p(table)
+
+    table = Table(title="Distributions over rows", title_justify="left", title_style="bold")
+    table.add_column("metric")
+    table.add_column("side")
+    for q in QUANTILES:
+        table.add_column(q, justify="right")
+    for metric in ("turns", "tokens"):
+        d = report["distributions"].get(metric, {})
+        for side in ("a", "b"):
+            if side in d:
+                table.add_row(metric if side == "a" else "", side.upper(), *(fmt_value(d[side][q]) for q in QUANTILES))
+    p(table)
+
+    tasks = report["tasks"]
+    c = tasks["counts"]
+    p(f"[bold]Tasks[/]  added {c['added']:,} · removed {c['removed']:,} · rollout count changed {c['changed']:,} · "
+      f"unchanged {c['unchanged']:,}")
+    if tasks["top"]:
+        table = Table(title="Largest per-task changes (rows)", title_justify="left", title_style="bold")
+        for col in ("task", "source", "A", "B", "Δ", "task_id"):
+            table.add_column(col, justify="right" if col in ("A", "B", "Δ") else "left")
+        for r in tasks["top"][:SHOW_TASKS]:
+            table.add_row(r["task"], r["source"], str(r["rows_a"]), str(r["rows_b"]),
+                          f"[{_style(r['delta'])}]{signed(r['delta'])}[/]", r["task_id"])
+        p(table)
+
+    moved = report["moved"]
+    if moved:
+        table = Table(title=f"Moved trajectories (first {min(SHOW_MOVED, len(moved))} of {len(moved):,}; --json lists all)",
+                      title_justify="left", title_style="bold")
+        for col in ("trajectory_id", "status", "copies A → B", "source", "task", "why"):
+            table.add_column(col, overflow="fold")
+        for r in moved[:SHOW_MOVED]:
+            why = " ".join(x for x in (r["stage"], r["rule"]) if x) + (f": {r['detail']}" if r["detail"] else "")
+            table.add_row(r["trajectory_id"], r["status"], f"{r['copies_a']} → {r['copies_b']}", r["source"], r["task"], why)
+        p(table)
+
+
+def fmt_value(v: Any) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return f"{v:,.2f}".rstrip("0").rstrip(".")
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
+    return str(v)
