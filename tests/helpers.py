@@ -120,3 +120,20 @@ def copy_project(dest: Path, *, trials: int = 240, tasks: int = 40) -> Path:
     (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     run_ok(["git", "init", "-q"], dest)
     return dest
+
+
+def chromium() -> Path:
+    """Debian's Chromium ($TRACELAKE_CHROMIUM or /usr/bin/chromium) for the browser checks. Missing: a
+    failure where TRACELAKE_REQUIRE_BROWSER=1 (CI), else a skip naming the install command."""
+    path = Path(os.environ.get("TRACELAKE_CHROMIUM") or "/usr/bin/chromium")
+    if not path.is_file():
+        if os.environ.get("TRACELAKE_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"Chromium required (TRACELAKE_REQUIRE_BROWSER=1) but {path} is missing: bash tests/setup-browser.sh")
+        pytest.skip("Chromium not installed: bash tests/setup-browser.sh")
+    return path
+
+
+# Flags for headless Chromium on a machine without network: no sandbox (root), and no background
+# connections that a closed network refuses.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--disable-default-apps"]

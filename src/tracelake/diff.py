@@ -134,8 +134,8 @@ def resolve_version(spec: str, stack: ExitStack, lake: str = "lake", root: Path 
 
 
 def _under(path: str, lake: str) -> bool:
-    p, l = Path(path).parts, Path(lake).parts
-    return p[:len(l)] == l
+    parts, lake_parts = Path(path).parts, Path(lake).parts
+    return parts[:len(lake_parts)] == lake_parts
 
 
 def _attach_lineage(v: Version) -> None:

@@ -53,7 +53,7 @@ def render_html(report: dict[str, Any]) -> str:
              f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
              f"<title>tracelake diff {escape(a['dataset_id'])} → {escape(b['dataset_id'])}</title>"
              f"<style>{CSS}</style></head><body>",
-             f"<h1>tracelake diff</h1>", _side("A", a), _side("B", b)]
+             "<h1>tracelake diff</h1>", _side("A", a), _side("B", b)]
     parts += [f'<p class="note">{escape(n)}</p>' for n in report["notes"]]
     if report["identical"]:
         parts.append('<p class="note">Same content id: the two versions are identical.</p>')
