@@ -165,6 +165,27 @@ def test_terminal_summary_names_the_filter(ablation):
     assert f"removed {len(expected_moved(aside)):,}" in out and "Why rows moved" in out
 
 
+def test_dvc_experiment_names_are_revisions(ablation, tmp_path):
+    """`dvc exp run -n NAME` keeps its result under refs/exps/…: NAME: reads it through DVC."""
+    repo, _, aside = ablation
+    work = tmp_path / "repo"
+    shutil.copytree(repo, work, symlinks=True)
+    git(work, "checkout", "-q", "main")
+    run_ok(["dvc", "checkout", "-q"], work)
+    run_ok(["dvc", "exp", "run", "-q", "-n", "six-turns", "-S", "filter.min_assistant_turns=6"], work)
+    git(work, "checkout", "-q", "--", ".")
+    run_ok(["dvc", "checkout", "-q", "--force"], work)
+    proc = tracelake(work, "diff", "main:pool", "six-turns:pool", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    moved = ids("SELECT trajectory_id FROM read_parquet($f) WHERE n_assistant_turns < 6", f=str(aside / "pool.parquet"))
+    assert {r["trajectory_id"] for r in report["moved"]} == moved
+    assert report["params"] == [{"key": "filter.min_assistant_turns", "a": 5, "b": 6}]
+    refs = git(work, "for-each-ref", "--format=%(refname)", "refs/exps").split()
+    exp_ref = [r for r in refs if r.endswith("/six-turns")]
+    assert len(exp_ref) == 1 and report["b"]["commit"] == git(work, "rev-parse", exp_ref[0]).strip()
+
+
 def cache_digest(repo: Path) -> str:
     h = hashlib.sha256()
     for p in sorted((repo / ".dvc" / "cache").rglob("*")):
