@@ -221,6 +221,16 @@ def test_sql_rev_is_read_only_and_leaves_the_cache_alone(ablation):
     assert git(repo, "status", "--porcelain") == ""
 
 
+def test_revision_missing_from_the_cache_says_how_to_fetch_it(ablation, tmp_path):
+    repo, _, _ = ablation
+    work = tmp_path / "repo"
+    shutil.copytree(repo, work, symlinks=True)
+    shutil.rmtree(work / ".dvc" / "cache")
+    proc = tracelake(work, "sql", "--rev", "main", "SELECT count(*) FROM pool")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "dvc fetch" in proc.stderr and "main" in proc.stderr
+
+
 @pytest.mark.parametrize("args, message", [
     (["sql", "--rev", "no-such-branch", "SELECT 1"], "unknown revision 'no-such-branch'"),
     (["diff", "no-such-branch:1k", "1k"], "unknown revision 'no-such-branch'"),

@@ -58,7 +58,7 @@ def resolve(repo, rev: str) -> Revision:
     except RevError:
         raise BadInput(f"unknown revision {rev!r} (a commit, branch, tag or `dvc exp` name)") from None
     except Exception as e:  # scmrepo raises its own types for a repository without commits
-        raise BadInput(f"cannot resolve revision {rev!r}: {e}") from None
+        raise BadInput(f"cannot resolve revision {rev!r}: {_first_line(e)}") from None
 
 
 @dataclass(frozen=True)
@@ -83,10 +83,14 @@ def tree_at(rev: str, paths: Iterable[str], root: Path | str = ".") -> Iterator[
         try:
             found = 0
             for path in paths:
-                if not fs.exists(path):
-                    continue
+                try:
+                    if not fs.exists(path):
+                        continue
+                    files = fs.find(path, detail=True) if fs.isdir(path) else {path: fs.info(path)}
+                except Exception as e:  # DVC raises its own types for a directory listing it cannot load
+                    raise BadInput(f"cannot list {path} at {rev}: its DVC data is not in the cache "
+                                   f"(`dvc fetch --rev {rev}` or `dvc pull` first): {_first_line(e)}") from None
                 found += 1
-                files = fs.find(path, detail=True) if fs.isdir(path) else {path: fs.info(path)}
                 for name, info in files.items():
                     _place(fs, cache, name, info, out / name, rev)
             if not found:
@@ -109,4 +113,9 @@ def _place(fs, cache, name: str, info: dict, target: Path, rev: str) -> None:
         fs.get_file(name, str(target))
     except Exception as e:
         raise BadInput(f"{name} at {rev} is neither in the DVC cache nor fetchable "
-                       f"(`dvc fetch --rev {rev}` or `dvc pull` first): {e}") from None
+                       f"(`dvc fetch --rev {rev}` or `dvc pull` first): {_first_line(e)}") from None
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
