@@ -112,7 +112,8 @@ def _find(base: Path, lake: str, ref: str, spec: str) -> Path:
 
 def resolve_version(spec: str, stack: ExitStack, lake: str = "lake", root: Path | str = ".") -> Version:
     """`REV:ref` or `ref`; ref is a directory, `pool`, a scale (its selection), `sft-<scale>` (its SFT
-    export), a dataset id or a unique id prefix. A revision is read through DVC into a temporary tree that lives as long as `stack`."""
+    export), a dataset id or a unique id prefix. A revision is read through DVC into a temporary tree
+    that lives as long as `stack`."""
     root = Path(root)
     rev, ref = split_spec(spec)
     sha = None
@@ -301,7 +302,7 @@ def _distributions(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
         for r in _rows(con, assets.sql("diff/histogram"), {"metric": column, "lo": lo, "width": width}):
             counts[r["side"]][min(int(r["bin"]), HIST_BINS - 1)] += int(r["rows"])
         n_bins = -(-(hi - lo + 1) // width)
-        out[metric]["histogram"] = {"lo": lo, "width": width, "a": counts["a"][:n_bins], "b": counts["b"][:n_bins]}
+        out[metric]["histogram"] = {"lo": lo, "hi": hi, "width": width, "a": counts["a"][:n_bins], "b": counts["b"][:n_bins]}
     return out
 
 

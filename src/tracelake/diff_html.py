@@ -103,7 +103,7 @@ def render_html(report: dict[str, Any]) -> str:
     for metric, unit in (("turns", "assistant turns"), ("tokens", "tokens")):
         h = d.get(metric, {}).get("histogram")
         if h:
-            parts.append(svg.histogram(f"{metric.capitalize()} per row (share of each side's rows)", h["lo"], h["width"],
+            parts.append(svg.histogram(f"{metric.capitalize()} per row (share of each side's rows)", h["lo"], h["hi"], h["width"],
                                        h["a"], h["b"], unit))
     parts.append("</div>")
     rows = [[metric if side == "a" else "", side.upper(), *(fmt_value(d[metric][side][q]) for q in QUANTILES)]

@@ -83,7 +83,7 @@ def diverging_bars(title: str, categories: list[str], values: list[float]) -> st
     return "".join(out)
 
 
-def histogram(title: str, lo: float, width: float, a: list[int], b: list[int], unit: str,
+def histogram(title: str, lo: float, hi: float, width: float, a: list[int], b: list[int], unit: str,
               labels: tuple[str, str] = ("A", "B")) -> str:
     """Two histograms on shared bins, as fractions of each side's rows (so different sizes compare):
     A as filled bars, B as an outlined step line over them."""
@@ -117,5 +117,5 @@ def histogram(title: str, lo: float, width: float, a: list[int], b: list[int], u
                f'<text x="{left - 6}" y="{base}" text-anchor="end" {FONT} fill="#444">0</text>'
                f'<text x="{left}" y="{base + 16}" {FONT} fill="#444">{_fmt(lo)}</text>'
                f'<text x="{left + chart_w}" y="{base + 16}" text-anchor="end" {FONT} fill="#444">'
-               f'{_fmt(lo + n * width - 1)} {escape(unit)}</text></svg>')
+               f'{_fmt(hi)} {escape(unit)}</text></svg>')
     return "".join(out)
