@@ -156,6 +156,17 @@ def test_diff_of_a_version_with_itself_is_empty(ablation):
     assert report["summary"]["trajectories"]["unchanged"]["rows_a"] == 1000
 
 
+def test_selection_against_its_own_export(ablation):
+    """Different kinds compare by trajectory id and copies: a selection and its export (nothing
+    rejected) have the same rows, so nothing moved, and the note says how they were compared."""
+    repo, _, _ = ablation
+    assert read_manifest(repo / "lake/exports/sft/1k")["counts"]["rejected"] == {}
+    with ExitStack() as stack:
+        report = diff_versions(resolve_version("1k", stack, root=repo), resolve_version("sft-1k", stack, root=repo))
+    assert report["moved"] == [] and report["summary"]["trajectories"]["unchanged"]["rows_b"] == 1000
+    assert any("selection with export_sft" in n for n in report["notes"])
+
+
 def test_terminal_summary_names_the_filter(ablation):
     repo, _, aside = ablation
     proc = tracelake(repo, "diff", "main:pool", "pool")

@@ -236,6 +236,8 @@ def diff_versions(a: Version, b: Version, *, threads: int | None = None) -> dict
         con.execute(f"SET threads = {int(threads)}")
     _load_side(con, "a", a)
     _load_side(con, "b", b)
+    if a.kind != b.kind:  # contents of different kinds never compare equal: compare ids and copies only
+        con.execute("UPDATE a_rows SET content = NULL; UPDATE b_rows SET content = NULL")
     content_stage = "export" if "export_sft" in (a.kind, b.kind) else "filter"
     con.execute("CREATE TABLE traj AS " + assets.sql("diff/trajectories"),
                 {"content_stage": content_stage, "a_lineage": a.pool is not None, "b_lineage": b.pool is not None})
@@ -280,7 +282,8 @@ def diff_versions(a: Version, b: Version, *, threads: int | None = None) -> dict
 def _kind_notes(a: Version, b: Version) -> list[str]:
     if a.kind == b.kind:
         return []
-    return [f"comparing a {a.kind} with a {b.kind}: turns and tokens are counted the way each kind counts them"]
+    return [f"comparing {a.kind} with {b.kind}: rows compare by trajectory id and copies only (not content), "
+            f"and turns and tokens are counted the way each kind counts them"]
 
 
 def _distributions(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
