@@ -1,5 +1,5 @@
 -- Rollouts (rows) per task on each side, every task on either side: status added | removed | changed
--- (row count differs) | unchanged; ordered by the size of the change, then task id.
+-- (row count differs) | unchanged.
 WITH a AS (SELECT task_id, any_value(source) AS source, any_value(task) AS task, count(*) AS rows
            FROM a_rows GROUP BY task_id),
      b AS (SELECT task_id, any_value(source) AS source, any_value(task) AS task, count(*) AS rows
@@ -10,4 +10,3 @@ SELECT task_id, coalesce(a.source, b.source) AS source, coalesce(a.task, b.task)
        CASE WHEN a.task_id IS NULL THEN 'added' WHEN b.task_id IS NULL THEN 'removed'
             WHEN a.rows <> b.rows THEN 'changed' ELSE 'unchanged' END AS status
 FROM a FULL OUTER JOIN b USING (task_id)
-ORDER BY abs(delta) DESC, task_id

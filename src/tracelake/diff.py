@@ -99,7 +99,7 @@ def _find(base: Path, lake: str, ref: str, spec: str) -> Path:
     built = _datasets(base / lake)
     if ref in built:
         return built[ref]
-    ids = {name: read_manifest(d).get("dataset_id", "") for name, d in built.items()}
+    ids = {name: read_manifest(d).get("dataset_id") or "" for name, d in built.items()}
     matches = [n for n, i in ids.items() if i == ref] or [n for n, i in ids.items() if matches_id_prefix(ref, i)]
     if len(matches) == 1:
         return built[matches[0]]
@@ -229,11 +229,9 @@ def _rows(con: duckdb.DuckDBPyConnection, query: str, params: dict | None = None
     return [dict(zip(names, r)) for r in rel.fetchall()]
 
 
-def diff_versions(a: Version, b: Version, *, threads: int | None = None) -> dict[str, Any]:
+def diff_versions(a: Version, b: Version) -> dict[str, Any]:
     """The whole comparison as plain data (JSON-ready)."""
     con = duckdb.connect()
-    if threads:
-        con.execute(f"SET threads = {int(threads)}")
     _load_side(con, "a", a)
     _load_side(con, "b", b)
     if a.kind != b.kind:  # contents of different kinds never compare equal: compare ids and copies only
@@ -256,10 +254,9 @@ def diff_versions(a: Version, b: Version, *, threads: int | None = None) -> dict
                               GROUP BY ALL ORDER BY status, trajectories DESC, stage, rule""")
     moved = _rows(con, """SELECT trajectory_id, source, task_id, task, status, copies_a, copies_b, stage, rule, detail
                           FROM traj WHERE status <> 'unchanged' ORDER BY status, trajectory_id""")
-    tasks = _rows(con, assets.sql("diff/by_task"))
+    con.execute("CREATE TABLE tasks AS " + assets.sql("diff/by_task"))
     task_counts = {s: 0 for s in ("added", "removed", "changed", "unchanged")}
-    for t in tasks:
-        task_counts[t["status"]] += 1
+    task_counts |= dict(con.execute("SELECT status, count(*) FROM tasks GROUP BY status").fetchall())
     report = {
         "format": DIFF_FORMAT,
         "a": a.describe() | {"rows": rows_a},
@@ -269,7 +266,9 @@ def diff_versions(a: Version, b: Version, *, threads: int | None = None) -> dict
         "summary": {"rows_a": rows_a, "rows_b": rows_b, "rows_delta": rows_b - rows_a, "trajectories": by_status},
         "explained": explained,
         "sources": _rows(con, assets.sql("diff/by_source")),
-        "tasks": {"counts": task_counts, "top": [t for t in tasks if t["delta"]][:TOP_TASKS]},
+        "tasks": {"counts": task_counts,
+                  "top": _rows(con, "SELECT * FROM tasks WHERE delta <> 0 ORDER BY abs(delta) DESC, task_id LIMIT $n",
+                               {"n": TOP_TASKS})},
         "distributions": _distributions(con),
         "params": _params_diff(a, b),
         "funnel": _funnel_diff(a, b),
