@@ -26,10 +26,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tracelake.config import load_params
-from tracelake.diff import diff_versions, resolve_version
-from tracelake.diff_html import render_html
-from tracelake.lake import read_manifest
+from tracelake.core.lake import read_manifest
+from tracelake.explore.diff import diff_versions, resolve_version
+from tracelake.explore.diff_html import render_html
+from tracelake.params import load_params
 
 NEW_MIN_TURNS = 7
 SHARD_ROWS = 5000

@@ -19,12 +19,13 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from tracelake.config import load_params
-from tracelake.lake import ShardWriter
-from tracelake.lakedb import table_files
-from tracelake.schema import load_schema
-from tracelake.sft_export import SftStats, convert_batch, slots_with_messages, template_slots
-from tracelake.tokenizer import load_tokenizer
+from tracelake.core.lake import ShardWriter
+from tracelake.core.layout import Lake
+from tracelake.core.schema import load_schema
+from tracelake.core.tokens import load_tokenizer
+from tracelake.export.sft import SftStats, convert_batch, slots_with_messages
+from tracelake.export.templates import template_slots
+from tracelake.params import load_params
 
 
 def fake_slots(pool: Path, rows: int) -> list[dict]:
@@ -41,7 +42,7 @@ def main() -> None:
     params = load_params(args.params)
     lake = Path(params.lake)
     slots = fake_slots(lake / "pool" / "pool.parquet", args.rows)
-    files = table_files(lake, "trajectories", list(params.sources))
+    files = Lake(lake).table_files("trajectories", list(params.sources))
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
     t = time.perf_counter()

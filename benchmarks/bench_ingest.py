@@ -20,7 +20,7 @@ import orjson
 
 from tracelake.ingest.harbor import ingest_harbor
 from tracelake.ingest.traces import ingest_traces
-from tracelake.synth import DEFAULT_SOURCES, synthesize
+from tracelake.sample.synth import DEFAULT_SOURCES, synthesize
 
 
 def parse_floor(root: Path) -> float:

@@ -1,53 +1,46 @@
-"""DVC stage `filter`: the rollout filters over every ingested source -> <lake>/pool/ (tables pool
-and dropped), the funnel (in, dropped per rule, kept; per source) to metrics/filter.json.
+"""DVC stage `filter`: every ingested trajectory -> <lake>/pool/ (pool.parquet: kept rows;
+dropped.parquet: each dropped row with the rule that dropped it), the funnel to metrics/filter.json.
 
     python stages/filter.py [--params params.yaml]
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from tracelake.filters import run_filters
-from tracelake.lake import TableWriter, output_dir, write_json, write_manifest
-from tracelake.lakedb import connect, input_versions
-from tracelake.schema import load_schema
-from tracelake.stage import run_stage, stage_args
-from tracelake.ui import progress
+from tracelake.core.assets import sql
+from tracelake.core.lake import TableWriter, output_dir, write_manifest
+from tracelake.core.lakedb import connect, input_versions
+from tracelake.core.layout import Lake
+from tracelake.core.schema import load_schema
+from tracelake.core.stage import run_stage, write_metrics
+from tracelake.core.ui import progress
+from tracelake.curate.filter import run_filters
+from tracelake.params import stage_args
 
 BATCH = 1000
 
 
 def main(argv: list[str] | None = None) -> None:
     params, _ = stage_args(__doc__, argv)
-    lake, sources = Path(params.lake), list(params.sources)
-    con = connect(lake, sources, tables=("trajectories",))
+    lake, sources = Lake(params.lake), list(params.sources)
+    con = connect(lake.root, sources, tables=("trajectories",))
     with progress("count tokens") as (_, advance):
         result = run_filters(con, params.filter, on_tokens=advance, sources=sources)
 
-    out = lake / "pool"
-    with output_dir(out) as tmp:
+    with output_dir(lake.pool) as tmp:
         tables = []
-        for name, query in (("pool", "SELECT * FROM pool ORDER BY trajectory_id"),
-                            ("dropped", "SELECT d.trajectory_id, b.task_id, b.source, d.rule, d.detail "
-                                        "FROM dropped d JOIN base b USING (trajectory_id) ORDER BY d.trajectory_id")):
+        for name, query in (("pool", "SELECT * FROM pool ORDER BY trajectory_id"), ("dropped", sql("filter/dropped"))):
             writer = TableWriter(tmp, load_schema(name))
             for batch in con.sql(query).to_arrow_reader(BATCH):
-                for row in batch.to_pylist():
-                    writer.write(row)
+                writer.write_batch(batch)
             tables.append(writer.close())
-        totals = {"in": sum(f["in"] for f in result.funnel.values()),
-                  "kept": sum(f["kept"] for f in result.funnel.values()),
-                  "dropped": {r: sum(f["dropped"][r] for f in result.funnel.values()) for r in result.rules}}
-        funnel = {"rules": result.rules, "sources": result.funnel, "total": totals}
         manifest = write_manifest(
             tmp, kind="pool", tables=tables,
-            inputs={"trajectories": input_versions(lake, "trajectories", sources)},
-            params=params.section("filter"), formulas=result.formulas, counts=funnel)
-    Path("metrics").mkdir(exist_ok=True)
-    write_json(Path("metrics/filter.json"), funnel)
+            inputs={"trajectories": input_versions(lake.root, "trajectories", sources)},
+            params=params.section("filter"), formulas=result.formulas, counts=result.metrics())
+    write_metrics("metrics/filter.json", result.metrics())
+    totals = result.totals()
     dropped = ", ".join(f"{r} {n}" for r, n in totals["dropped"].items())
-    print(f"filter: {totals['in']} in, {totals['kept']} kept; dropped: {dropped} -> {out} "
+    print(f"filter: {totals['in']} in, {totals['kept']} kept; dropped: {dropped} -> {lake.pool} "
           f"(version {manifest['version_id']})")
 
 

@@ -8,31 +8,29 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tracelake.errors import BadParams
+from tracelake.core.errors import BadParams
+from tracelake.core.layout import Lake
+from tracelake.core.stage import run_stage, write_metrics
 from tracelake.ingest.harbor import ingest_harbor
 from tracelake.ingest.tasks import ingest_tasks
 from tracelake.ingest.traces import ingest_traces
-from tracelake.lake import table_dir, write_json
-from tracelake.stage import run_stage, stage_args
+from tracelake.params import stage_args
 
 
 def main(argv: list[str] | None = None) -> None:
     params, source = stage_args(__doc__, argv, "source")
     if source not in params.sources:
         raise BadParams(f"params.yaml: no source {source!r} under sources")
-    src, lake, strict = params.sources[source], Path(params.lake), params.ingest.strict
+    src, lake, strict = params.sources[source], Lake(params.lake), params.ingest.strict
 
-    out = table_dir(lake, "trajectories", source)
+    out = lake.table("trajectories", source)
     if src.format == "harbor":
         traj = ingest_harbor(Path(src.path), source=source, out_dir=out, strict=strict)
     else:
         traj = ingest_traces([Path(src.path)], source=source, out_dir=out, strict=strict)
-    tasks = ingest_tasks(Path(src.tasks), source=source, out_dir=table_dir(lake, "tasks", source),
-                         strict=strict)
+    tasks = ingest_tasks(Path(src.tasks), source=source, out_dir=lake.table("tasks", source), strict=strict)
 
-    metrics = Path("metrics/ingest") / f"{source}.json"
-    metrics.parent.mkdir(parents=True, exist_ok=True)
-    write_json(metrics, {"trajectories": traj.metrics(), "tasks": tasks.metrics()})
+    write_metrics(f"metrics/ingest/{source}.json", {"trajectories": traj.metrics(), "tasks": tasks.metrics()})
     for name, r in (("trajectories", traj), ("tasks", tasks)):
         print(f"ingest {source} {name}: {r.rows} rows, {r.rejects} rejects of {r.inputs} inputs "
               f"(version {r.manifest['version_id']})")

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tracelake.lake import write_json
-from tracelake.report import build_report, write_plots
-from tracelake.stage import run_stage, stage_args
+from tracelake.core.stage import run_stage, write_metrics
+from tracelake.curate.report import build_report, write_plots
+from tracelake.params import stage_args
 
 
 def main(argv: list[str] | None = None) -> None:
     params, _ = stage_args(__doc__, argv)
     metrics, plots = build_report(Path(params.lake), params.select.scales)
-    Path("metrics").mkdir(exist_ok=True)
-    write_json(Path("metrics/report.json"), metrics)
+    write_metrics("metrics/report.json", metrics)
     write_plots(plots, Path("reports/plots"))
     for scale, m in metrics.items():
         print(f"report {scale}: {m['dataset_id']}: {m['rows']} rows, {m['tasks']} tasks, "

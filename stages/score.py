@@ -8,14 +8,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tracelake.config import ImportParams
-from tracelake.errors import BadParams
-from tracelake.lake import TableWriter, output_dir, write_json, write_manifest
-from tracelake.lakedb import connect, input_versions
-from tracelake.schema import load_schema
-from tracelake.scoring import BUILTIN_SCORERS, ScoreCache, import_scores, known_tasks_of, run_scorer
-from tracelake.stage import run_stage, stage_args
-from tracelake.ui import progress
+from tracelake.core.errors import BadParams
+from tracelake.core.lake import TableWriter, output_dir, write_manifest
+from tracelake.core.lakedb import connect, input_versions
+from tracelake.core.layout import Lake
+from tracelake.core.schema import load_schema
+from tracelake.core.stage import run_stage, write_metrics
+from tracelake.core.ui import progress
+from tracelake.curate.params import ImportParams
+from tracelake.curate.score import ScoreCache, import_scores, known_tasks_of, run_scorer
+from tracelake.curate.scorers import BUILTIN_SCORERS
+from tracelake.params import stage_args
 
 IMPORTS_DIR = Path("imports")
 
@@ -27,8 +30,8 @@ def main(argv: list[str] | None = None) -> None:
         if IMPORTS_DIR.resolve() not in Path(spec.path).resolve().parents:
             raise BadParams(f"params.yaml: score.imports.{name}.path must be under {IMPORTS_DIR}/ "
                             f"(the score stage's DVC dependency), got {spec.path}")
-    lake, sources = Path(params.lake), list(params.sources)
-    con = connect(lake, sources)
+    lake, sources = Lake(params.lake), list(params.sources)
+    con = connect(lake.root, sources)
     cache = ScoreCache(params.score.cache)
 
     runs = []
@@ -39,8 +42,7 @@ def main(argv: list[str] | None = None) -> None:
         known = known_tasks_of(con)
         runs.extend(import_scores(name, spec, known) for name, spec in sorted(imports.items()))
 
-    out = lake / "scores"
-    with output_dir(out) as tmp:
+    with output_dir(lake.scores) as tmp:
         writer = TableWriter(tmp, load_schema("scores"))
         for run in sorted(runs, key=lambda r: r.scorer):
             for row in sorted(run.rows, key=lambda r: r["task_id"]):
@@ -49,15 +51,14 @@ def main(argv: list[str] | None = None) -> None:
         metrics = {run.scorer: run.metrics() for run in runs}
         manifest = write_manifest(
             tmp, kind="scores", tables=[info],
-            inputs={"trajectories": input_versions(lake, "trajectories", sources)},
+            inputs={"trajectories": input_versions(lake.root, "trajectories", sources)},
             params={k: v for k, v in params.section("score").items() if k != "cache"},  # where the cache lives changes nothing
             formulas={run.scorer: run.scorer for run in runs}, counts={"rows": info.rows, "scorers": metrics})
-    Path("metrics").mkdir(exist_ok=True)
-    write_json(Path("metrics/score.json"), metrics)
+    write_metrics("metrics/score.json", metrics)
     for run in runs:
         print(f"score {run.scorer}: {len(run.rows)} tasks ({run.cached} cached, {run.computed} computed"
               f"{f', {run.unmatched} unmatched import rows' if run.unmatched else ''}) "
-              f"-> {out} (version {manifest['version_id']})")
+              f"-> {lake.scores} (version {manifest['version_id']})")
 
 
 if __name__ == "__main__":

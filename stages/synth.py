@@ -8,8 +8,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tracelake.stage import run_stage, stage_args
-from tracelake.synth import synthesize
+from tracelake.core.stage import run_stage
+from tracelake.params import stage_args
+from tracelake.sample.synth import synthesize
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tracelake.stage import run_stage, stage_args
-from tracelake.tokenizer import build_tokenizer
+from tracelake.core.stage import run_stage
+from tracelake.core.tokens import build_tokenizer
+from tracelake.params import stage_args
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -16,3 +16,11 @@ def sample_project(tmp_path_factory) -> Path:
     repo = copy_project(tmp_path_factory.mktemp("project"))
     run_ok(["dvc", "repro"], repo)
     return repo
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """Every test that needs the built sample pipeline (directly or through another fixture) is an
+    end-to-end test: `-m "not e2e"` leaves it out of the fast loop."""
+    for item in items:
+        if "sample_project" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.e2e)

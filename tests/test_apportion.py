@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracelake.apportion import APPORTION_RULE, apportion, assign_rollouts, split_by_weights
+from tracelake.curate.apportion import APPORTION_RULE, apportion, assign_rollouts, split_by_weights
 
 PROPS = settings(max_examples=300, deadline=None)
 

@@ -70,3 +70,55 @@ def test_schema_command_prints_the_contract():
     assert result.exit_code == 0 and "trajectory_id" in result.output and "n_assistant_turns" in result.output
     bad = runner.invoke(app, ["schema", "nope"])
     assert bad.exit_code != 0
+
+
+def _cli_with(patch: str, args: list[str], cwd) -> subprocess.CompletedProcess:
+    """Run the real entry point (tracelake.cli.main) in a fresh interpreter after `patch` (Python)."""
+    code = f"import sys\n{patch}\nsys.argv = ['tracelake', *{args!r}]\nfrom tracelake.cli import main\nmain()\n"
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def test_ctrl_c_names_the_outputs_it_did_not_write(tmp_path):
+    """Ctrl-C in the middle of an ingest: exit 130, one line naming the unwritten output, and the
+    previous version of that output is still there, untouched."""
+    make_trial(tmp_path / "jobs", "t__1")
+    args = ["ingest", "harbor", str(tmp_path / "jobs"), "--source", "s", "--out", str(tmp_path / "lake")]
+    assert _cli_with("", args, tmp_path).returncode == 0
+    out = tmp_path / "lake" / "trajectories" / "s"
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    interrupt = ("import tracelake.core.lake as lake\n"
+                 "def boom(self, row): raise KeyboardInterrupt\n"
+                 "lake.TableWriter.write = boom")
+    proc = _cli_with(interrupt, args, tmp_path)
+    assert proc.returncode == 130, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tracelake: interrupted; not written"), proc.stderr
+    assert str(out) in lines[0]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".")], "a temporary directory was left"
+
+
+def test_a_failed_internal_check_is_a_bug_report_with_traceback(tmp_path):
+    make_trial(tmp_path / "jobs", "t__1")
+    broken = ("import tracelake.ingest.common as common\n"
+              "common.check(True, 'ok')\n"
+              "orig = common.run_ingest\n"
+              "def wrapped(**kw):\n"
+              "    process = kw['batches']\n"
+              "    kw['batches'] = ((units, lambda u: []) for units, _ in process)\n"
+              "    return orig(**kw)\n"
+              "common.run_ingest = wrapped\n"
+              "import tracelake.ingest.harbor as harbor\n"
+              "harbor.run_ingest = wrapped")
+    proc = _cli_with(broken, ["ingest", "harbor", str(tmp_path / "jobs"), "--source", "s",
+                              "--out", str(tmp_path / "lake")], tmp_path)
+    assert proc.returncode == 70, proc.stderr
+    assert "Traceback" in proc.stderr and "units but 0 outcomes" in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("tracelake: this is a bug in tracelake")
+
+
+def test_usage_errors_keep_click_messages(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "tracelake", "ingest", "harbor"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "Missing argument" in proc.stderr and "Traceback" not in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "tracelake", "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "Usage" in proc.stdout

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tracelake.config import MixParams, Params, SelectParams, load_params, parse_params
-from tracelake.errors import BadParams
+from tracelake.core.errors import BadParams
+from tracelake.curate.params import MixParams, SelectParams
+from tracelake.params import Params, load_params, parse_params
 
 from .helpers import ROOT
 

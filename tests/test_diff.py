@@ -17,9 +17,9 @@ import duckdb
 import pytest
 import yaml
 
-from tracelake.diff import diff_versions, resolve_version
-from tracelake.errors import BadInput
-from tracelake.lake import read_manifest
+from tracelake.core.errors import BadInput
+from tracelake.core.lake import read_manifest
+from tracelake.explore.diff import diff_versions, resolve_version
 
 from .helpers import CHROMIUM_ARGS, chromium, run_ok
 

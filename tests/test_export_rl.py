@@ -25,8 +25,11 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tracelake.lake import read_manifest
-from tracelake.rl_export import (
+from tracelake.core.ids import dataset_label
+from tracelake.core.lake import read_manifest
+from tracelake.core.schema import load_schema
+from tracelake.core.tokens import build_tokenizer, count_chatml_tokens, load_tokenizer
+from tracelake.export.rl import (
     GENERATION_PROMPT,
     REJECT_REASONS,
     RlSettings,
@@ -36,10 +39,7 @@ from tracelake.rl_export import (
     prompt_row,
     prompt_tokens,
 )
-from tracelake.schema import load_schema
-from tracelake.selection import dataset_label
-from tracelake.task_archive import extract_archive, extract_table
-from tracelake.tokenizer import build_tokenizer, count_chatml_tokens, load_tokenizer
+from tracelake.ingest.task_archive import extract_archive, extract_table
 
 from .helpers import ROOT, train_python
 

@@ -1,4 +1,4 @@
-"""Rollout filters (tracelake.filters, sql/filters/*.sql) over real Parquet in a tmp lake.
+"""Rollout filters (tracelake.curate.filter, sql/filters/*.sql) over real Parquet in a tmp lake.
 
 Rows go in through the project's own trace-table ingest (one JSONL file per source), the filters
 run on a fresh DuckDB connection over the lake, and each row's outcome is read back from the
@@ -8,7 +8,6 @@ which is not part of the trajectory id.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 import re
@@ -23,13 +22,19 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tracelake.config import FilterParams
-from tracelake.filters import RULES, run_filters
+from tracelake.core.lake import read_manifest, read_table
+from tracelake.core.lakedb import connect
+from tracelake.core.layout import Lake
+from tracelake.core.tokens import (
+    build_tokenizer,
+    count_chatml_tokens,
+    load_tokenizer,
+    tokenizer_fingerprint,
+)
+from tracelake.curate.filter import RULES, run_filters
+from tracelake.curate.params import FilterParams
 from tracelake.ingest.harbor import ingest_harbor
 from tracelake.ingest.traces import ingest_traces
-from tracelake.lake import read_manifest, read_table, table_dir
-from tracelake.lakedb import connect
-from tracelake.tokenizer import build_tokenizer, count_chatml_tokens, load_tokenizer, tokenizer_fingerprint
 
 from .helpers import FIXTURES, GOLDEN, ROOT, make_trial, need, result_json
 
@@ -64,7 +69,7 @@ def build_lake(root: Path, sources: dict[str, list[dict]]) -> tuple[Path, list[s
     for name, rows in sources.items():
         f = root / "in" / f"{name}.jsonl"
         f.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
-        res = ingest_traces([f], source=name, out_dir=table_dir(lake, "trajectories", name))
+        res = ingest_traces([f], source=name, out_dir=Lake(lake).table("trajectories", name))
         assert (res.rows, res.rejects) == (len(rows), 0)
     return lake, list(sources)
 
@@ -415,7 +420,7 @@ def test_rules_match_a_plain_python_restatement(tokenizer, alpha, beta, params):
                                  episode=sp["episode"], trace_source=sp["trace_source"], result=sp["result"],
                                  messages=conv(sp["turns"], f"{src}{i}" if sp["tag"] == "unique" else sp["tag"]))
                             for i, sp in enumerate(specs)]
-    params = dataclasses.replace(params, tokenizer=str(tokenizer))
+    params = params.model_copy(update={"tokenizer": str(tokenizer)})
     with tempfile.TemporaryDirectory() as tmp:
         lake, names = build_lake(Path(tmp), sources)
         r = Run(lake, names, params)
@@ -443,8 +448,8 @@ def test_real_fixtures_subagents_and_timeout_dropped(tmp_path, tokenizer):
     make_trial(jobs, "timeout__1", task="hello-world",
                result=result_json("hello-world", "timeout__1", exception="AgentTimeoutError", reward=None),
                files={"trajectory.json": g("hello-world-timeout.trajectory.json")})
-    assert ingest_harbor(jobs, source="golden", out_dir=table_dir(lake, "trajectories", "golden")).rejects == 0
-    assert ingest_traces([sample], source="otagent", out_dir=table_dir(lake, "trajectories", "otagent")).rows == 4
+    assert ingest_harbor(jobs, source="golden", out_dir=Lake(lake).table("trajectories", "golden")).rejects == 0
+    assert ingest_traces([sample], source="otagent", out_dir=Lake(lake).table("trajectories", "otagent")).rows == 4
 
     con = connect(lake, ["golden", "otagent"], tables=("trajectories",))
     result = run_filters(con, FilterParams(tokenizer=str(tokenizer)))
@@ -477,7 +482,7 @@ def test_real_harbor_episode_export_keeps_last_episode(tmp_path, tokenizer):
     """Harbor's own per-episode export of one trial (7 rows): only episode-6 survives."""
     export = need(GOLDEN / "hello-world-context-summarization.traces.json")
     lake = tmp_path / "lake"
-    assert ingest_traces([export], source="harbor", out_dir=table_dir(lake, "trajectories", "harbor")).rows == 7
+    assert ingest_traces([export], source="harbor", out_dir=Lake(lake).table("trajectories", "harbor")).rows == 7
     con = connect(lake, ["harbor"], tables=("trajectories",))
     run_filters(con, FilterParams(tokenizer=str(tokenizer)))
     assert con.execute("SELECT episode, n_assistant_turns FROM pool").fetchall() == [("episode-6", 5)]

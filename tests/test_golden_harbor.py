@@ -14,8 +14,8 @@ import re
 
 import pytest
 
+from tracelake.core.lake import read_table
 from tracelake.ingest.harbor import ingest_harbor
-from tracelake.lake import read_table
 
 from .helpers import GOLDEN, make_trial, need, result_json
 

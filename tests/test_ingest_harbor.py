@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tracelake.errors import BadInput, StrictReject
+from tracelake.core.errors import BadInput, RejectedInput
+from tracelake.core.lake import read_manifest, read_table
 from tracelake.ingest.harbor import find_trials, ingest_harbor
-from tracelake.lake import read_manifest, read_table
 
 from .helpers import make_trial, result_json, simple_trajectory
 
@@ -136,7 +136,7 @@ def test_subagent_rows_and_timeouts(tmp_path):
 def test_strict_stops_at_first_reject_and_writes_nothing(tmp_path):
     jobs = tmp_path / "jobs"
     make_trial(jobs, "t__1", files={"trajectory.json": b"{"})
-    with pytest.raises(StrictReject, match=r"job-1/t__1/agent/trajectory.json: unparsable_json"):
+    with pytest.raises(RejectedInput, match=r"job-1/t__1/agent/trajectory.json: unparsable_json"):
         ingest_harbor(jobs, source="src", out_dir=tmp_path / "lake", strict=True)
     assert not (tmp_path / "lake").exists() and not list(tmp_path.glob(".lake*"))
 

@@ -17,10 +17,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tracelake.errors import BadInput, StrictReject
-from tracelake.ingest.common import task_id_for
+from tracelake.core.errors import BadInput, RejectedInput
+from tracelake.core.ids import task_id_for
+from tracelake.core.lake import read_table
 from tracelake.ingest.tasks import ingest_tasks
-from tracelake.lake import read_table
 
 from .helpers import FIXTURES, need
 
@@ -275,7 +275,7 @@ def test_bad_paths_are_errors(tmp_path):
 def test_strict_raises_naming_the_task(tmp_path):
     make_task(tmp_path / "tasks" / "a")
     make_task(tmp_path / "tasks" / "b", instruction=None)
-    with pytest.raises(StrictReject, match="b: missing_instruction"):
+    with pytest.raises(RejectedInput, match="b: missing_instruction"):
         ingest_tasks(tmp_path / "tasks", source=SOURCE, out_dir=tmp_path / "o", strict=True)
     assert not (tmp_path / "o").exists()
 

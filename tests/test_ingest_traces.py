@@ -10,11 +10,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tracelake.errors import BadInput, StrictReject
-from tracelake.hashing import sha256_file
-from tracelake.ingest.common import task_id_for
+from tracelake.core.errors import BadInput, RejectedInput
+from tracelake.core.hashing import sha256_file
+from tracelake.core.ids import task_id_for
+from tracelake.core.lake import read_table
 from tracelake.ingest.traces import ingest_traces
-from tracelake.lake import read_table
 
 from .helpers import FIXTURES, need
 
@@ -271,7 +271,7 @@ def test_missing_and_repeated_files_are_errors(tmp_path):
 
 def test_strict_raises_naming_the_file(tmp_path):
     f = jsonl(tmp_path / "t.jsonl", row(0), b"{broken")
-    with pytest.raises(StrictReject, match=r"t\.jsonl row 1: unparsable_json"):
+    with pytest.raises(RejectedInput, match=r"t\.jsonl row 1: unparsable_json"):
         ingest_traces([f], source=SOURCE, out_dir=tmp_path / "o", strict=True)
     assert not (tmp_path / "o").exists()
 

@@ -21,10 +21,11 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tracelake.lake import ShardWriter, read_manifest, read_table, write_json
-from tracelake.schema import load_schema
-from tracelake.sft_export import SftStats, convert_batch, dataset_info, template_slots
-from tracelake.tokenizer import load_tokenizer
+from tracelake.core.lake import ShardWriter, read_manifest, read_table, write_json
+from tracelake.core.schema import load_schema
+from tracelake.core.tokens import load_tokenizer
+from tracelake.export.sft import SftStats, convert_batch, dataset_info
+from tracelake.export.templates import template_slots
 
 from .helpers import FIXTURES, ROOT, need, run_ok, train_python
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tracelake.lake import read_manifest, read_table
+from tracelake.core.lake import read_manifest, read_table
 
 from .helpers import copy_project
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from tracelake.core.lake import read_table
 from tracelake.ingest.harbor import ingest_harbor
 from tracelake.ingest.tasks import ingest_tasks
 from tracelake.ingest.traces import ingest_traces
-from tracelake.lake import read_table
-from tracelake.synth import DEFAULT_SOURCES, synthesize
+from tracelake.sample.synth import DEFAULT_SOURCES, synthesize
 
 
 @pytest.fixture(scope="module")

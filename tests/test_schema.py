@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tracelake.errors import SchemaViolation
+from tracelake.core.errors import SchemaViolation
+from tracelake.core.lake import TableWriter, read_table
+from tracelake.core.schema import TABLES, load_schema, parse_type
 from tracelake.ingest.common import ROLES, trajectory_row
-from tracelake.lake import TableWriter, read_table
-from tracelake.schema import TABLES, load_schema, parse_type
 
 
 def test_type_language():
@@ -90,7 +90,7 @@ def test_trajectories_round_trip(tmp_path_factory, rows):
     "row_index": st.none() | st.integers(0, 2**40), "trace_source": opt_text,
     "reason": st.sampled_from(["unparsable_json", "unknown_role"]), "detail": text}), max_size=5))
 def test_rejects_round_trip(tmp_path_factory, rows):
-    from tracelake.hashing import content_id
+    from tracelake.core.hashing import content_id
 
     rows = [{"reject_id": content_id("reject", r), **r} for r in rows]
     d = tmp_path_factory.mktemp("rj")
@@ -103,7 +103,7 @@ def test_rejects_round_trip(tmp_path_factory, rows):
 
 def _documented(section: str) -> set[str]:
     """The names in the first column of the tables under one '## section' of schemas/README.md."""
-    from tracelake.schema import schemas_dir
+    from tracelake.core.schema import schemas_dir
 
     text = (schemas_dir() / "README.md").read_text()
     body = text.split(f"# {section}\n", 1)[1].split("\n## ", 1)[0]
@@ -117,7 +117,7 @@ def test_schemas_readme_documents_every_reject_reason():
 
 
 def test_schemas_readme_documents_every_filter_rule_and_table():
-    from tracelake.filters import RULES
+    from tracelake.curate.filter import RULES
 
     assert _documented("Filter rules") == {r.name for r in RULES}
     assert _documented("The data contract") == set(TABLES)

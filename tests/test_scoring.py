@@ -1,4 +1,4 @@
-"""Task scores (tracelake.scoring): the response-length proxy, the score cache, imported scores,
+"""Task scores (tracelake.curate.score): the response-length proxy, the score cache, imported scores,
 and the score stage's check on import paths. Real DuckDB over real Parquet in a tmp lake."""
 
 from __future__ import annotations
@@ -14,16 +14,17 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tracelake.config import ImportParams
-from tracelake.errors import BadInput
-from tracelake.hashing import sha256_bytes
-from tracelake.ingest.common import task_id_for
+from tracelake.core.errors import BadInput
+from tracelake.core.hashing import sha256_bytes
+from tracelake.core.ids import task_id_for
+from tracelake.core.lake import read_manifest, read_table
+from tracelake.core.lakedb import connect
+from tracelake.core.layout import Lake
+from tracelake.curate.params import ImportParams
+from tracelake.curate.score import ScoreCache, import_scores, known_tasks_of, run_scorer
+from tracelake.curate.scorers import ResponseLengthProxy, Scorer, ScoreRequest
 from tracelake.ingest.tasks import ingest_tasks
 from tracelake.ingest.traces import ingest_traces
-from tracelake.lake import read_manifest, read_table, table_dir
-from tracelake.lakedb import connect
-from tracelake.scoring import (ResponseLengthProxy, ScoreCache, Scorer, ScoreRequest, import_scores,
-                               known_tasks_of, run_scorer)
 
 from .helpers import ROOT
 
@@ -51,7 +52,7 @@ def ingest_source(root: Path, lake: Path, source: str, rows: list[dict]) -> None
     f = root / "in" / f"{source}.jsonl"
     f.parent.mkdir(parents=True, exist_ok=True)
     f.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
-    res = ingest_traces([f], source=source, out_dir=table_dir(lake, "trajectories", source))
+    res = ingest_traces([f], source=source, out_dir=Lake(lake).table("trajectories", source))
     assert (res.rows, res.rejects) == (len(rows), 0)
 
 
@@ -389,7 +390,7 @@ def test_score_stage_end_to_end_with_an_import(tmp_path):
         d.mkdir(parents=True)
         (d / "instruction.md").write_text(f"Do {name}.\n")
         (d / "task.toml").write_text('version = "1.0"\n')
-    ingest_tasks(tmp_path / "tasks", source="alpha", out_dir=table_dir(lake, "tasks", "alpha"))
+    ingest_tasks(tmp_path / "tasks", source="alpha", out_dir=Lake(lake).table("tasks", "alpha"))
     (tmp_path / "imports").mkdir()
     pq.write_table(pa.table({"task_name": ["calc_copy0003", "three", "ghost"], "difficulty": [2.0, 1.0, 9.0]}),
                    tmp_path / "imports" / "d.parquet")

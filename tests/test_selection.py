@@ -13,10 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracelake.apportion import apportion, split_by_weights
-from tracelake.config import MixParams
-from tracelake.errors import BadInput
-from tracelake.selection import Task, dataset_label, group_pool, mixed_sources, select
+from tracelake.core.errors import BadInput
+from tracelake.core.ids import dataset_label
+from tracelake.curate.apportion import apportion, split_by_weights
+from tracelake.curate.params import MixParams
+from tracelake.curate.select import Task, group_pool, mixed_sources, select
 
 ALL = MixParams(sources="all", weights={}, top_k=None)
 
@@ -279,7 +280,7 @@ def test_property_any_pool(pool, n):
 
 
 def test_negative_score_is_a_clear_error():
-    from tracelake.errors import BadInput as _BadInput
+    from tracelake.core.errors import BadInput as _BadInput
 
     tasks = group_pool([{"trajectory_id": "r1", "task_id": "t1", "source": "s", "task": "a"}])
     with pytest.raises(_BadInput, match=r"task 'a' of s \(t1\) has score -1.0: .*scores >= 0"):

@@ -8,8 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tracelake.schema import schemas_dir
-from tracelake.sharegpt import JOIN, REJECT_REASONS, ExportReject, check_alternation, to_sharegpt
+from tracelake.core.schema import schemas_dir
+from tracelake.export.sharegpt import (
+    JOIN,
+    REJECT_REASONS,
+    ExportReject,
+    check_alternation,
+    to_sharegpt,
+)
 
 
 def m(role: str, content: str = "x") -> dict:
@@ -93,7 +99,7 @@ def _joined(msgs: list[dict]) -> list[str]:
 
 
 def test_every_export_reject_reason_is_documented():
-    from tracelake.rl_export import REJECT_REASONS as RL_REASONS
+    from tracelake.export.rl import REJECT_REASONS as RL_REASONS
 
     text = (schemas_dir() / "README.md").read_text()
     body = text.split("## Exports\n", 1)[1].split("\n## ", 1)[0]

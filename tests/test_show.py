@@ -11,8 +11,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tracelake.errors import BadInput
-from tracelake.show import find_trajectory, fold
+from tracelake.core.errors import BadInput
+from tracelake.explore.show import find_trajectory, fold
 
 
 def tracelake(project: Path, *args: str) -> subprocess.CompletedProcess:

@@ -13,9 +13,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from tracelake.errors import BadInput
-from tracelake.explore import open_lake, run_query
-from tracelake.lake import read_manifest
+from tracelake.core.errors import BadInput
+from tracelake.core.lake import read_manifest
+from tracelake.explore.sql import open_lake, run_query
 
 from .helpers import ROOT
 

@@ -1,14 +1,17 @@
-"""Tests for tracelake.synth: determinism, counts vs disk, injected faults, realism, validation."""
+"""Tests for tracelake.sample.synth: determinism, counts vs disk, faults, realism, validation."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from tracelake.synth import (
+from tracelake.core.errors import BadInput
+from tracelake.sample.synth import (
     DEFAULT_SOURCES,
     HARBOR_FAULTS,
     TRACE_FAULTS,
@@ -348,8 +351,26 @@ def test_bad_arguments_raise_value_error(tmp_path: Path, kwargs: dict, needle: s
 def test_refuses_non_empty_output(tmp_path: Path) -> None:
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "keep.txt").write_text("x")
-    with pytest.raises(ValueError, match="not empty"):
+    with pytest.raises(BadInput, match="is not empty: synth writes a new corpus") as info:
         synthesize(tmp_path / "out", trials=5, tasks=2)
+    assert "\n" not in str(info.value)
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["keep.txt"]  # nothing written
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(BadInput, match="not a directory"):
+        synthesize(tmp_path / "file", trials=5, tasks=2)
     synthesize(tmp_path / "empty", trials=5, tasks=2)  # absent directory is fine
     (tmp_path / "empty2").mkdir()
     synthesize(tmp_path / "empty2", trials=5, tasks=2)  # empty directory is fine
+
+
+def test_cli_refuses_non_empty_output_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "keep.txt").write_text("x")
+    proc = subprocess.run([sys.executable, "-m", "tracelake", "synth", "--out",
+                           str(tmp_path / "out"), "--trials", "5", "--tasks", "2"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tracelake: ") and "is not empty" in lines[0]
+    assert "Traceback" not in proc.stderr
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["keep.txt"]

@@ -15,13 +15,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tracelake import task_archive
-from tracelake.errors import BadInput
-from tracelake.task_archive import (
+from tracelake.core.errors import BadInput
+from tracelake.ingest import task_archive
+from tracelake.ingest.common import Reject
+from tracelake.ingest.task_archive import (
     Entry,
     build_archive,
     extract_archive,
     extract_table,
+    read_archive,
     walk_task_dir,
 )
 
@@ -171,6 +173,21 @@ def test_character_device_member_is_refused(tmp_path):
 def test_fifo_member_is_refused(tmp_path):
     msg = refused(tmp_path, targz([*GOOD, ("fifo", "pipe", None)]), "pipe")
     assert "device, fifo" in msg
+
+
+def test_nul_byte_in_a_member_name_is_refused(tmp_path):
+    """A PAX path can hold a NUL byte (tarfile.data_filter's realpath raises ValueError on one)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+        tar.addfile(tarfile.TarInfo("instruction.md"), io.BytesIO(b""))
+        info = tarfile.TarInfo("placeholder")
+        info.pax_headers = {"path": "tests/a\x00b"}
+        tar.addfile(info, io.BytesIO(b""))
+    msg = refused(tmp_path, buf.getvalue(), "tests/a\x00b")
+    assert "NUL byte" in msg
+    with pytest.raises(Reject) as r:
+        read_archive(buf.getvalue())
+    assert r.value.reason == "unsafe_archive"
 
 
 def test_duplicate_member_is_refused(tmp_path):

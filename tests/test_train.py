@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tracelake.config import SftTrainParams, load_params
-from tracelake.errors import BadInput, BadParams
-from tracelake.lake import read_manifest
-from tracelake.launch import make_plan, parse_sets, resolve_dataset
-from tracelake.train_configs import hydra_overrides, total_batch
+from tracelake.core.errors import BadInput, BadParams
+from tracelake.core.lake import read_manifest
+from tracelake.export.launch import make_plan, parse_sets, resolve_dataset
+from tracelake.export.params import SftTrainParams
+from tracelake.export.train_config import hydra_overrides, total_batch
+from tracelake.params import load_params
 
 from .helpers import ROOT, run_ok, train_python
 

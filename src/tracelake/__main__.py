@@ -1,5 +1,5 @@
 """`python -m tracelake` is the `tracelake` command."""
 
-from .cli import main
+from tracelake.cli import main
 
 main()

@@ -15,10 +15,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from . import __version__
-from .errors import TracelakeError
-from .lake import table_dir
-from .ui import err, out, progress
+from tracelake import __version__
+from tracelake.core.errors import Bug, TracelakeError
+from tracelake.core.layout import Lake
+from tracelake.core.stage import interrupted_message
+from tracelake.core.ui import err, out, progress
 
 app = typer.Typer(
     name="tracelake",
@@ -49,7 +50,7 @@ def _ingest(kind: str, table: str, run, inputs, *, source: str, lake: Path, stri
             metrics: Path | None, **options) -> None:
     """Run one ingest function with a progress bar and print its one-line report."""
     with progress(f"{kind} {source}") as (set_total, advance):
-        result = run(inputs, source=source, out_dir=table_dir(lake, table, source), strict=strict,
+        result = run(inputs, source=source, out_dir=Lake(lake).table(table, source), strict=strict,
                      metrics_path=metrics, on_start=set_total, on_progress=advance, **options)
     out.print(f"{kind} {source}: {result.rows} rows, {result.rejects} rejects of {result.inputs} inputs "
               f"-> {result.out_dir} (version {result.manifest['version_id']})")
@@ -66,7 +67,7 @@ def synth(
 ) -> None:
     """Write a deterministic, realistic sample corpus: Harbor job dirs, task dirs and a trace table,
     several sources, timeouts, subagents, continuations and a few malformed files."""
-    from .synth import synthesize
+    from tracelake.sample.synth import synthesize
 
     with progress("synth") as (set_total, advance):
         set_total(trials)
@@ -85,7 +86,7 @@ def ingest_harbor_cmd(
     metrics: MetricsOpt = None,
 ) -> None:
     """Ingest Harbor job directories (result.json + ATIF agent/trajectory*.json) into OUT/trajectories/SOURCE."""
-    from .ingest.harbor import ingest_harbor
+    from tracelake.ingest.harbor import ingest_harbor
 
     _ingest("harbor", "trajectories", ingest_harbor, jobs_dir, source=source, lake=out_dir, strict=strict,
             metrics=metrics)
@@ -101,7 +102,7 @@ def ingest_traces_cmd(
 ) -> None:
     """Ingest trace tables as Harbor and OpenThoughts-Agent publish them (conversations, task, episode,
     trace_source, result, ...) into OUT/trajectories/SOURCE."""
-    from .ingest.traces import ingest_traces
+    from tracelake.ingest.traces import ingest_traces
 
     _ingest("traces", "trajectories", ingest_traces, files, source=source, lake=out_dir, strict=strict,
             metrics=metrics)
@@ -118,7 +119,7 @@ def ingest_tasks_cmd(
 ) -> None:
     """Ingest Harbor task directories (instruction.md, task.toml, environment/, tests/) or task tables
     into OUT/tasks/SOURCE."""
-    from .ingest.tasks import ingest_tasks
+    from tracelake.ingest.tasks import ingest_tasks
 
     _ingest("tasks", "tasks", ingest_tasks, path, source=source, lake=out_dir, strict=strict,
             metrics=metrics, with_binary=binary)
@@ -132,7 +133,7 @@ def tasks_extract_cmd(
 ) -> None:
     """Extract Harbor task directories from a (path, task_binary) table, e.g.
     lake/exports/rl/tasks/*.parquet, for SkyRL's Harbor integration."""
-    from .task_archive import extract_table
+    from tracelake.ingest.task_archive import extract_table
 
     written = extract_table(table, out_dir, names=task or None)
     out.print(f"tasks extract: {len(written)} task directories -> {out_dir}")
@@ -150,8 +151,8 @@ def train(
 ) -> None:
     """Train on an exported dataset with the config generated from params.yaml (training/configs/):
     locally with llamafactory-cli / SkyRL, or on Modal. Credentials come only from the environment."""
-    from .config import load_params
-    from .launch import describe, make_plan, run
+    from tracelake.export.launch import describe, make_plan, run
+    from tracelake.params import load_params
 
     plan = make_plan(load_params(params), kind, dataset, backend, set_ or [], gpus)
     out.print(describe(plan), markup=False, highlight=False, soft_wrap=True)
@@ -177,7 +178,7 @@ def sql(
     export_rejects. `.tables` at the prompt lists them."""
     from contextlib import ExitStack
 
-    from .explore import open_lake, run_query, write_result
+    from tracelake.explore.sql import open_lake, run_query, write_result
 
     if fmt not in ("table", "csv", "json", "parquet"):
         raise typer.BadParameter("--format must be table, csv, json or parquet")
@@ -190,7 +191,7 @@ def sql(
     with ExitStack() as stack:
         root = lake
         if rev is not None:
-            from .revisions import tree_at
+            from tracelake.explore.revisions import tree_at
 
             if lake.is_absolute():
                 raise typer.BadParameter("with --rev, --lake is the lake's path inside the repository")
@@ -199,7 +200,7 @@ def sql(
             err.print(f"lake at {rev} ({tree.revision.sha[:10]})", style="dim")
         con, views = open_lake(root)
         if query is None:
-            from .explore import interactive
+            from tracelake.explore.sql import interactive
 
             interactive(con, views, out)
             return
@@ -224,15 +225,15 @@ def diff(
 
     import orjson
 
-    from .diff import diff_versions, resolve_version
-    from .diff_view import render
+    from tracelake.explore.diff import diff_versions, resolve_version
+    from tracelake.explore.diff_view import render
 
     with ExitStack() as stack:
         va = resolve_version(a, stack, lake=lake)
         vb = resolve_version(b, stack, lake=lake)
         report = diff_versions(va, vb)
     if html is not None:
-        from .diff_html import render_html
+        from tracelake.explore.diff_html import render_html
 
         html.parent.mkdir(parents=True, exist_ok=True)
         html.write_text(render_html(report))
@@ -254,7 +255,7 @@ def show(
 ) -> None:
     """Show one trajectory: every message with its role, <think> blocks dimmed, long terminal
     output folded (--full shows everything), or the whole row as JSON."""
-    from .show import find_trajectory, render, to_json
+    from tracelake.explore.show import find_trajectory, render, to_json
 
     row = find_trajectory(lake, trajectory)
     if json_out:
@@ -269,7 +270,7 @@ def status(
     lake: Annotated[Path, typer.Option("--lake", help="Lake root to describe.")] = Path("lake"),
 ) -> None:
     """Show what is built: every table directory in the lake with its version, rows and rejects."""
-    from .status import render_status
+    from tracelake.explore.status import render_status
 
     render_status(lake, out)
 
@@ -279,7 +280,7 @@ def schema(
     table: Annotated[Optional[str], typer.Argument(help="tasks, trajectories, rejects, scores, pool, dropped or selection; all when omitted.")] = None,
 ) -> None:
     """Print the declared schema of a table (columns, types, meaning): the data contract."""
-    from .status import render_schema
+    from tracelake.explore.status import render_schema
 
     render_schema(table, out)
 
@@ -291,11 +292,26 @@ def version() -> None:
 
 
 def main() -> None:
+    """The `tracelake` entry point: user errors as one line (exit 2), Ctrl-C names the outputs it
+    left unwritten (exit 130), a Bug keeps its traceback (exit 70)."""
     try:
-        app()
+        rc = app(standalone_mode=False)  # standalone mode would turn Ctrl-C into a bare exit 130
     except TracelakeError as e:
         err.print(f"tracelake: {e}", markup=False, soft_wrap=True)
         sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        err.print("tracelake: interrupted; outputs of the interrupted step were not written")
-        sys.exit(130)
+    except typer.Abort:
+        err.print("Aborted!")
+        sys.exit(1)
+    except typer.TyperException as e:  # usage errors: what standalone mode would have printed
+        e.show()
+        sys.exit(getattr(e, "exit_code", 2))
+    except Bug:
+        import traceback
+
+        traceback.print_exc()
+        err.print("tracelake: this is a bug in tracelake (an internal check failed); please report it with "
+                  "the traceback above", markup=False, soft_wrap=True)
+        sys.exit(Bug.exit_code)
+    if rc == 130:  # typer's answer to KeyboardInterrupt (a trainer interrupted under `train` too)
+        err.print(f"tracelake: {interrupted_message()}", markup=False, soft_wrap=True)
+    sys.exit(rc or 0)

@@ -22,7 +22,7 @@ import json
 import re
 from typing import Any
 
-from .common import Reject
+from tracelake.ingest.common import Reject
 
 RENDERER = "harbor-atif-v1"
 _ANALYSIS_PLAN = re.compile(r"\AAnalysis: (?P<analysis>.*?)\nPlan: (?P<plan>.*)\Z", re.DOTALL)

@@ -7,15 +7,15 @@ before it processes them, so `inputs == rows + rejects` is checked, not assumed.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from ..errors import StrictReject
-from ..hashing import canonical_json, content_id, sha256_bytes
-from ..lake import TableWriter, output_dir, write_json, write_manifest
-from ..schema import load_schema
+from tracelake.core.errors import RejectedInput, check
+from tracelake.core.hashing import canonical_json, content_id, sha256_bytes
+from tracelake.core.ids import task_id_for
+from tracelake.core.lake import TableWriter, output_dir, write_json, write_manifest
+from tracelake.core.schema import load_schema
 
 # reason -> what it means; schemas/README.md lists the same reasons for users.
 REASONS: dict[str, str] = {
@@ -41,7 +41,6 @@ REASONS: dict[str, str] = {
 
 ROLES = ("system", "user", "assistant", "tool")
 TIMEOUT_EXCEPTIONS = frozenset({"AgentTimeoutError"})
-COPY_SUFFIX = re.compile(r"_copy\d+$")
 
 
 class Reject(Exception):
@@ -77,15 +76,6 @@ class IngestResult:
     def metrics(self) -> dict[str, Any]:
         return {"inputs": self.inputs, "rows": self.rows, "rejects": self.rejects,
                 "rejects_by_reason": dict(sorted(self.by_reason.items()))}
-
-
-def base_task_name(task: str) -> str:
-    """Strip the upsampling suffix `_copyNNNN`: copies of a task are the same task."""
-    return COPY_SUFFIX.sub("", task)
-
-
-def task_id_for(source: str, task: str) -> str:
-    return content_id("task", [source, base_task_name(task)])
 
 
 def check_text(value: Any, where: str) -> None:
@@ -179,13 +169,12 @@ def run_ingest(*, out_dir: Path, table: str, source: str, input_kind: str,
         writer = TableWriter(tmp, load_schema(table))
         for units, process in batches:
             outcomes = process(units)
-            if len(outcomes) != len(units):  # a bug, never user error: the identity must hold
-                raise AssertionError(f"{len(units)} units but {len(outcomes)} outcomes")
+            check(len(outcomes) == len(units), f"{len(units)} units but {len(outcomes)} outcomes")
             n_inputs += len(units)
             for unit, outcome in zip(units, outcomes):
                 if isinstance(outcome, Reject):
                     if strict:
-                        raise StrictReject(
+                        raise RejectedInput(
                             f"{unit.path}{'' if unit.row_index is None else f' row {unit.row_index}'}: "
                             f"{outcome.reason} ({outcome.detail}); without --strict it is recorded in "
                             f"rejects and ingest goes on")
@@ -206,7 +195,7 @@ def run_ingest(*, out_dir: Path, table: str, source: str, input_kind: str,
         for r in rejects:
             by_reason[r["reason"]] = by_reason.get(r["reason"], 0) + 1
         result = IngestResult(out_dir, n_inputs, n_rows, len(rejects), by_reason)
-        assert result.inputs == result.rows + result.rejects
+        check(result.inputs == result.rows + result.rejects, f"ingest accounting: {result.metrics()}")
         result.manifest = write_manifest(
             tmp, kind=f"ingest-{input_kind}", tables=[info, reject_info], inputs=inputs(),
             params=params, formulas=formulas,

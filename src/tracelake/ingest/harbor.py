@@ -17,11 +17,18 @@ from typing import Any, Callable, Iterator
 
 import orjson
 
-from ..errors import BadInput
-from ..hashing import sha256_bytes
-from . import atif
-from .common import (IngestResult, Reject, Unit, inputs_digest, parse_json_bytes, run_ingest,
-                     trajectory_row)
+from tracelake.core.errors import BadInput
+from tracelake.core.hashing import sha256_bytes
+from tracelake.ingest import atif
+from tracelake.ingest.common import (
+    IngestResult,
+    Reject,
+    Unit,
+    inputs_digest,
+    parse_json_bytes,
+    run_ingest,
+    trajectory_row,
+)
 
 INPUT_KIND = "harbor"
 _MAX_CONTINUATIONS = 1000

@@ -18,9 +18,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import BadInput
-from ..hashing import sha256_bytes, sha256_file
-from .common import Reject, Unit, check_text, parse_json_bytes
+from tracelake.core.errors import BadInput
+from tracelake.core.hashing import sha256_bytes, sha256_file
+from tracelake.ingest.common import Reject, Unit, check_text, parse_json_bytes
 
 TABLE_SUFFIXES = (".parquet", ".jsonl", ".json")
 

@@ -13,7 +13,7 @@ A Harbor task directory holds instruction.md (the prompt), task.toml ([metadata]
 Units: every task directory or table row. A directory's task_binary is built deterministically
 (sorted entries, mode 0644/0755, owner 0, mtime 0, gzip header without name or time), so the same
 directory gives the same bytes on any machine; a table's task_binary is kept as given. Building,
-reading and safely extracting archives live in tracelake.task_archive.
+reading and safely extracting archives live in tracelake.ingest.task_archive.
 """
 
 from __future__ import annotations
@@ -28,9 +28,12 @@ from typing import Any
 
 import orjson
 
-from ..errors import BadInput
-from ..hashing import canonical_json
-from ..task_archive import (
+from tracelake.core.errors import BadInput
+from tracelake.core.hashing import canonical_json
+from tracelake.core.ids import task_id_for
+from tracelake.ingest.common import IngestResult, Reject, Unit, inputs_digest, run_ingest
+from tracelake.ingest.tables import TABLE_SUFFIXES, json_kind, required_str, row_object, table_units
+from tracelake.ingest.task_archive import (
     ARCHIVE_FORMAT,
     CHECKSUM_FORMULA,
     Entry,
@@ -39,8 +42,6 @@ from ..task_archive import (
     task_checksum,
     walk_task_dir,
 )
-from .common import IngestResult, Reject, Unit, inputs_digest, run_ingest, task_id_for
-from .tables import TABLE_SUFFIXES, json_kind, required_str, row_object, table_units
 
 INPUT_KIND = "tasks"
 BATCH_ROWS = 64  # task_binary values can be megabytes each

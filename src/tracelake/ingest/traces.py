@@ -25,10 +25,23 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-
-from .common import (IngestResult, Reject, Unit, check_text, inputs_digest, run_ingest,
-                     trajectory_row)
-from .tables import expand_inputs, json_kind, relative_paths, required_str, row_object, table_units
+from tracelake.ingest.common import (
+    IngestResult,
+    Reject,
+    Unit,
+    check_text,
+    inputs_digest,
+    run_ingest,
+    trajectory_row,
+)
+from tracelake.ingest.tables import (
+    expand_inputs,
+    json_kind,
+    relative_paths,
+    required_str,
+    row_object,
+    table_units,
+)
 
 INPUT_KIND = "traces"
 RENDERER = "trace-table-v1"

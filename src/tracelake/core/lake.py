@@ -1,0 +1,266 @@
+"""Lake I/O: deterministic Parquet tables, atomic output directories, manifests.
+
+An output directory (one per ingest source, later one per dataset) holds one Parquet file per table
+and a manifest.json written last. It is built under a temporary name and renamed into place, so a
+crashed run never leaves a directory that looks finished.
+
+Determinism: rows are written in the order the caller gives (callers sort), with fixed writer
+settings (zstd level 3, 1,000-row groups, no timestamps), so the same rows give the same bytes.
+1,000-row groups keep writer memory bounded and reads fast (one big group was 1.65x slower and 4x
+the memory on 20K real trace rows).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tracelake import __version__
+from tracelake.core.errors import BadInput
+from tracelake.core.hashing import content_id
+from tracelake.core.schema import TableSchema, load_schema
+
+ROW_GROUP_SIZE = 1000
+VERSION_HEX = 12
+_PARQUET_OPTIONS = dict(
+    compression="zstd",
+    compression_level=3,
+    use_dictionary=True,
+    write_statistics=True,
+    version="2.6",
+    data_page_size=1 << 20,
+)
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    name: str
+    file: str
+    rows: int
+    version_id: str
+    schema_fingerprint: str
+
+    def with_file(self, file: str) -> "TableInfo":
+        return TableInfo(self.name, file, self.rows, self.version_id, self.schema_fingerprint)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"file": self.file, "rows": self.rows, "version_id": self.version_id,
+                "schema_fingerprint": self.schema_fingerprint}
+
+
+class TableWriter:
+    """Streams the rows of one table into a Parquet file in fixed row groups, validating each.
+
+    Rows come as dicts (`write`, where a row is built in Python, as in ingest) or as Arrow data
+    (`write_batch`, e.g. a DuckDB result batch: no Python objects in between). Either way the
+    file holds the same row groups, so the same rows give the same bytes.
+
+    The table's version id is sha256 over the schema fingerprint and the key column in row order,
+    so it names the content, not the file layout.
+    """
+
+    def __init__(self, directory: Path, schema: TableSchema, row_group_size: int = ROW_GROUP_SIZE):
+        self.schema = schema
+        self.file = f"{schema.name}.parquet"
+        self._path = directory / self.file
+        self._row_group_size = row_group_size
+        self._dicts: list[dict] = []
+        self._pending: list[pa.Table] = []   # validated Arrow rows not yet written
+        self._rows = 0
+        self._hash = hashlib.sha256(schema.fingerprint.encode())
+        self._writer = pq.ParquetWriter(self._path, schema.arrow, **_PARQUET_OPTIONS)
+
+    def write(self, row: dict) -> None:
+        self._dicts.append(row)
+        if len(self._dicts) >= self._row_group_size:
+            self._take_dicts()
+            self._drain(final=False)
+
+    def write_batch(self, data: pa.RecordBatch | pa.Table) -> None:
+        """Rows already in Arrow, columns named and ordered as the schema (types are cast to it)."""
+        self._take_dicts()
+        table = self.schema.conform(data)
+        if table.num_rows:
+            self._pending.append(table)
+            self._drain(final=False)
+
+    def _take_dicts(self) -> None:
+        if self._dicts:
+            self._pending.append(self.schema.from_rows(self._dicts))
+            self._dicts = []
+
+    def _drain(self, final: bool) -> None:
+        """Write every full row group (and, when final, the rest)."""
+        if not self._pending:
+            return
+        table = pa.concat_tables(self._pending) if len(self._pending) > 1 else self._pending[0]
+        size, start = self._row_group_size, 0
+        while table.num_rows - start >= size or (final and start < table.num_rows):
+            self._write_group(table.slice(start, size).combine_chunks())
+            start += size
+        rest = table.slice(min(start, table.num_rows))
+        self._pending = [rest] if rest.num_rows else []
+
+    def _write_group(self, group: pa.Table) -> None:
+        for key in group.column(self.schema.key).to_pylist():
+            self._hash.update(key.encode() + b"\n")
+        self._writer.write_table(group, row_group_size=self._row_group_size)
+        self._rows += group.num_rows
+
+    def _flush(self) -> None:
+        self._take_dicts()
+        self._drain(final=True)
+
+    def close(self) -> TableInfo:
+        self._flush()
+        self._writer.close()
+        return TableInfo(self.schema.name, self.file, self._rows,
+                         self._hash.hexdigest()[:VERSION_HEX], self.schema.fingerprint)
+
+
+def _row_digest_default(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return hashlib.sha256(bytes(value)).hexdigest()
+    raise TypeError(f"cannot hash a {type(value).__name__}")
+
+
+class ShardWriter:
+    """Streams rows of one table into fixed-size Parquet shards `<dir>/<prefix>-00000.parquet`, ...
+
+    For training data: the version id hashes every row's full content in order (a training shard's
+    order matters), not just its key; bytes columns enter as their sha256.
+    """
+
+    def __init__(self, directory: Path, schema: TableSchema, rows_per_shard: int, prefix: str = "train",
+                 row_group_size: int = ROW_GROUP_SIZE):
+        if rows_per_shard < 1:
+            raise ValueError("rows_per_shard must be >= 1")
+        self.schema, self.directory, self.prefix = schema, Path(directory), prefix
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._rows_per_shard, self._row_group_size = rows_per_shard, min(row_group_size, rows_per_shard)
+        self._buffer: list[dict] = []
+        self._in_shard = 0
+        self._rows = 0
+        self._writer: pq.ParquetWriter | None = None
+        self.files: list[str] = []
+        self._hash = hashlib.sha256(schema.fingerprint.encode())
+
+    def write(self, row: dict) -> None:
+        self._hash.update(orjson.dumps(row, option=orjson.OPT_SORT_KEYS, default=_row_digest_default) + b"\n")
+        self._buffer.append(row)
+        self._in_shard += 1
+        if self._in_shard == self._rows_per_shard:
+            self._flush()
+            self._writer.close()
+            self._writer, self._in_shard = None, 0
+        elif len(self._buffer) >= self._row_group_size:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._buffer:
+            return
+        if self._writer is None:
+            name = f"{self.prefix}-{len(self.files):05d}.parquet"
+            self.files.append(name)
+            self._writer = pq.ParquetWriter(self.directory / name, self.schema.arrow, **_PARQUET_OPTIONS)
+        self._writer.write_table(self.schema.from_rows(self._buffer), row_group_size=self._row_group_size)
+        self._rows += len(self._buffer)
+        self._buffer = []
+
+    def close(self) -> TableInfo:
+        self._flush()
+        if self._writer is not None:
+            self._writer.close()
+        return TableInfo(self.schema.name, self.directory.name + "/", self._rows,
+                         self._hash.hexdigest()[:VERSION_HEX], self.schema.fingerprint)
+
+
+_UNFINISHED: list[Path] = []  # outputs whose build was abandoned in this process (for the Ctrl-C message)
+
+
+@contextmanager
+def output_dir(final: Path) -> Iterator[Path]:
+    """The one way an output directory is built: yield a fresh temporary directory beside `final`;
+    on success swap it into place whole, on any failure (Ctrl-C included) remove it. `final` is
+    always either the previous complete version or the new complete one, never a mix."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        _UNFINISHED.append(final)
+        raise
+    old = final.with_name(f".{final.name}.old-{os.getpid()}")
+    if final.exists():
+        final.rename(old)
+    tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def unfinished_outputs() -> list[Path]:
+    """Outputs this process started and did not finish (their previous versions are untouched)."""
+    return list(dict.fromkeys(_UNFINISHED))
+
+
+def write_json(path: Path, value: Any) -> None:
+    """Pretty, sorted, newline-terminated JSON (stable bytes for DVC and git)."""
+    data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n"
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def write_manifest(directory: Path, *, kind: str, tables: list[TableInfo], inputs: dict[str, Any],
+                   params: dict[str, Any], formulas: dict[str, str], counts: dict[str, Any],
+                   dataset_id: str | None = None) -> dict:
+    """Write manifest.json (call last). The directory's version id hashes its tables and params;
+    a dataset (one scale's selection) also carries its content-addressed name, `dataset_id`."""
+    table_map = {t.name: t.as_json() for t in tables}
+    version_id = content_id(
+        "manifest",
+        {"kind": kind, "tables": {n: t["version_id"] for n, t in table_map.items()},
+         "params": params, "formulas": formulas},
+        n_hex=VERSION_HEX,
+    )
+    manifest = {
+        "kind": kind,
+        "version_id": version_id,
+        **({"dataset_id": dataset_id} if dataset_id else {}),
+        "tables": table_map,
+        "inputs": inputs,
+        "params": params,
+        "formulas": formulas,
+        "counts": counts,
+        "tracelake_version": __version__,
+    }
+    write_json(directory / "manifest.json", manifest)
+    return manifest
+
+
+def read_manifest(directory: Path) -> dict[str, Any]:
+    path = Path(directory) / "manifest.json"
+    if not path.is_file():
+        raise BadInput(f"{directory} is not a finished tracelake output (no manifest.json)")
+    return orjson.loads(path.read_bytes())
+
+
+def read_table(directory: Path, name: str) -> pa.Table:
+    """Read one table of an output directory and validate it against its declared schema."""
+    schema = load_schema(name)
+    path = Path(directory) / f"{name}.parquet"
+    if not path.is_file():
+        raise BadInput(f"{directory} has no {name} table ({path.name} is missing)")
+    return schema.validate(pq.read_table(path))

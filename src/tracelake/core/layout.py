@@ -1,0 +1,121 @@
+"""Where every table and dataset lives in a lake, which of them are built, and how a name given on
+the command line (a scale, a dataset id, a unique prefix of one) finds its directory.
+
+    <lake>/
+      trajectories/<source>/  trajectories.parquet rejects.parquet manifest.json   ingest@<source>
+      tasks/<source>/         tasks.parquet rejects.parquet manifest.json          ingest@<source>
+      scores/                 scores.parquet manifest.json                         score
+      pool/                   pool.parquet dropped.parquet manifest.json           filter
+      selections/<scale>/     selection.parquet manifest.json                      select@<scale>
+      exports/sft/<scale>/    <dataset id>/train-NNNNN.parquet dataset_info.json
+                              export_rejects.parquet manifest.json                 export_sft@<scale>
+      exports/rl/             prompts/ tasks/ export_rejects.parquet manifest.json export_rl
+
+Every directory is an output: built whole, swapped into place, `manifest.json` written last, so a
+directory is *built* exactly when its manifest exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from tracelake.core.errors import BadInput
+from tracelake.core.ids import matches_id_prefix
+
+MANIFEST = "manifest.json"
+INGESTED = ("trajectories", "tasks")
+
+
+def is_built(directory: Path) -> bool:
+    return (Path(directory) / MANIFEST).is_file()
+
+
+@dataclass(frozen=True)
+class Lake:
+    """The paths of one lake (`params.lake`, default `lake`)."""
+
+    root: Path
+
+    def __init__(self, root: Path | str):
+        object.__setattr__(self, "root", Path(root))
+
+    # --- one directory per stage output -------------------------------------------------------
+    def table(self, table: str, source: str) -> Path:
+        """An ingested table of one source: <lake>/trajectories/<source>, <lake>/tasks/<source>."""
+        return self.root / table / source
+
+    @property
+    def scores(self) -> Path:
+        return self.root / "scores"
+
+    @property
+    def pool(self) -> Path:
+        return self.root / "pool"
+
+    @property
+    def selections(self) -> Path:
+        return self.root / "selections"
+
+    def selection(self, scale: str) -> Path:
+        return self.selections / scale
+
+    @property
+    def sft_exports(self) -> Path:
+        return self.root / "exports" / "sft"
+
+    def sft_export(self, scale: str) -> Path:
+        return self.sft_exports / scale
+
+    @property
+    def rl_export(self) -> Path:
+        return self.root / "exports" / "rl"
+
+    # --- what is built ----------------------------------------------------------------------
+    def table_files(self, table: str, sources: Iterable[str]) -> list[str]:
+        """<lake>/<table>/<source>/<table>.parquet of each source, each checked to be built."""
+        files = []
+        for source in sources:
+            directory = self.table(table, source)
+            if not is_built(directory):
+                raise BadInput(f"{directory} is not built: run `dvc repro` (or `tracelake ingest`) first")
+            files.append(str(directory / f"{table}.parquet"))
+        return files
+
+    def ingested(self) -> list[tuple[str, str, Path]]:
+        """(table, source, directory) of every built ingest output, sorted."""
+        return sorted((table, d.name, d) for table in INGESTED for d in (self.root / table).glob("*")
+                      if is_built(d))
+
+    def built_selections(self) -> dict[str, Path]:
+        """scale -> directory of every built selection."""
+        return {d.name: d for d in sorted(self.selections.glob("*")) if is_built(d)}
+
+    def built_sft_exports(self) -> dict[str, Path]:
+        """scale -> directory of every built SFT export."""
+        return {d.name: d for d in sorted(self.sft_exports.glob("*")) if is_built(d)}
+
+    def versions(self) -> dict[str, Path]:
+        """Every built version that `diff` compares, by name: `pool`, `<scale>` (its selection) and
+        `sft-<scale>` (its SFT export)."""
+        found = {"pool": self.pool} if is_built(self.pool) else {}
+        found.update(self.built_selections())
+        found.update({f"sft-{scale}": d for scale, d in self.built_sft_exports().items()})
+        return found
+
+
+def pick_dataset(ref: str, named: dict[str, str], what: str = "dataset", where: str = "") -> str:
+    """The one name in `named` (name -> dataset id) that `ref` means: the name itself, the full
+    dataset id, or a unique prefix of the id's hash (6+ hex digits, like git). One-line errors for
+    no match (listing what is built) and for an ambiguous prefix (listing the candidates)."""
+    if ref in named:
+        return ref
+    matches = [n for n, i in named.items() if i == ref] or \
+              [n for n, i in named.items() if i and matches_id_prefix(ref, i)]
+    if len(matches) > 1:
+        raise BadInput(f"{ref!r} is ambiguous: {', '.join(named[n] for n in matches)}")
+    if not matches:
+        known = ", ".join(f"{n} ({i})" if i else n for n, i in named.items()) or "nothing built"
+        raise BadInput(f"no {what} {ref!r}{where} (known: {known})")
+    return matches[0]

@@ -1,0 +1,33 @@
+"""Terminal output: progress bars on stderr (only on a terminal) and one-line summaries."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+err = Console(stderr=True, highlight=False)
+# On a terminal, its width; in a pipe or a log, wide enough that tables never truncate numbers.
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+
+@contextmanager
+def progress(description: str) -> Iterator[tuple[Callable[[int], None], Callable[[int], None]]]:
+    """Yield (set_total, advance). Renders a bar on a terminal, nothing in logs (DVC, CI)."""
+    bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=True,
+                   disable=not err.is_terminal)
+    with bar:
+        task = bar.add_task(description, total=None)
+        yield (lambda total: bar.update(task, total=total)), (lambda n=1: bar.advance(task, n))

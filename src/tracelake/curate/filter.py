@@ -1,0 +1,126 @@
+"""Rollout filters: named, versioned rules in DuckDB SQL (sql/filters/), applied in a fixed order.
+
+Each rule is a query over the view `candidates` (the rows every earlier rule kept) returning the
+(trajectory_id, detail) pairs it drops. A row is dropped by the first rule that matches it, so
+every ingested row ends as exactly one of: kept, or dropped by one named rule, and the funnel
+`in = kept + sum(dropped)` holds per source by construction (and is checked).
+
+Order: cheap structural rules first, token counting only for rows still standing, duplicates last.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import duckdb
+import pyarrow as pa
+
+from tracelake.core.assets import sql
+from tracelake.core.errors import check
+from tracelake.core.ids import COPY_SUFFIX
+from tracelake.core.tokens import (
+    TOKEN_COUNT_RULE,
+    count_chatml_tokens,
+    load_tokenizer,
+    tokenizer_fingerprint,
+)
+from tracelake.curate.params import FilterParams
+
+TOKEN_BATCH = 500
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str                                       # versioned: change the name when the meaning changes
+    query: str                                      # sql/filters/<query>.sql
+    enabled: Callable[[FilterParams], bool]
+    bind: Callable[[FilterParams], dict[str, Any]]  # the query's bound parameters
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("timeout_v1", "timeout", lambda p: bool(p.timeout_exceptions),
+         lambda p: {"exceptions": list(p.timeout_exceptions)}),
+    Rule("subagent_v1", "subagent", lambda p: p.drop_subagents, lambda p: {}),
+    Rule("earlier_episode_v1", "earlier_episode", lambda p: p.episodes == "last", lambda p: {}),
+    Rule("min_assistant_turns_v1", "min_assistant_turns", lambda p: p.min_assistant_turns > 0,
+         lambda p: {"min_turns": p.min_assistant_turns}),
+    Rule("success_only_v1", "success_only", lambda p: p.success_only, lambda p: {}),
+    Rule("max_tokens_v1", "max_tokens", lambda p: p.max_tokens is not None,
+         lambda p: {"max_tokens": p.max_tokens}),
+    Rule("duplicate_conversation_v1", "duplicate_conversation", lambda p: p.dedup_conversations, lambda p: {}),
+)
+_COUNT_TOKENS_BEFORE = "max_tokens_v1"
+
+
+@dataclass
+class FilterResult:
+    rules: list[str]                  # the enabled rules, in order
+    funnel: dict[str, dict[str, Any]]  # source -> {"in", "dropped": {rule: n}, "kept"}
+    formulas: dict[str, str]
+
+    def totals(self) -> dict[str, Any]:
+        """The funnel over every source: in, kept, dropped per rule."""
+        sources = self.funnel.values()
+        return {"in": sum(f["in"] for f in sources), "kept": sum(f["kept"] for f in sources),
+                "dropped": {r: sum(f["dropped"][r] for f in sources) for r in self.rules}}
+
+    def metrics(self) -> dict[str, Any]:
+        """metrics/filter.json and the pool manifest's counts: rules, per-source funnel, totals."""
+        return {"rules": self.rules, "sources": self.funnel, "total": self.totals()}
+
+
+def run_filters(con: duckdb.DuckDBPyConnection, params: FilterParams,
+                on_tokens: Callable[[int], None] | None = None, sources: list[str] = ()) -> FilterResult:
+    """Apply the enabled rules to the `trajectories` view; leaves tables `pool` and `dropped`.
+    `sources` are listed in the funnel even when they have no rows (an empty source shows as 0)."""
+    con.execute(f"CREATE TEMP TABLE base AS {sql('filter/base')}", {"copy_suffix": COPY_SUFFIX.pattern})
+    con.execute("CREATE TEMP TABLE dropped (trajectory_id VARCHAR, rule VARCHAR, detail VARCHAR)")
+    con.execute("CREATE TEMP TABLE tokens (trajectory_id VARCHAR, n_tokens BIGINT)")
+    con.execute(sql("filter/candidates"))
+    formulas: dict[str, str] = {}
+    enabled = [r for r in RULES if r.enabled(params)]
+    for rule in RULES:
+        if rule.name == _COUNT_TOKENS_BEFORE:
+            _count_tokens(con, Path(params.tokenizer), on_tokens)
+            formulas["tokens"] = f"{TOKEN_COUNT_RULE} tokenizer sha256 {tokenizer_fingerprint(params.tokenizer)}"
+        if rule in enabled:
+            con.execute(f"INSERT INTO dropped SELECT trajectory_id, $rule_name, detail "
+                        f"FROM ({sql('filters/' + rule.query)})", {"rule_name": rule.name, **rule.bind(params)})
+            formulas[rule.name] = rule.name
+    con.execute(sql("filter/pool"))
+    return FilterResult([r.name for r in enabled], _funnel(con, [r.name for r in enabled], sources), formulas)
+
+
+def _count_tokens(con: duckdb.DuckDBPyConnection, tokenizer_dir: Path,
+                  on_tokens: Callable[[int], None] | None) -> None:
+    """n_tokens for every row still standing (the tokens table), batch by batch."""
+    tokenizer = load_tokenizer(tokenizer_dir)
+    reader = con.sql("""SELECT trajectory_id, messages FROM trajectories
+                        WHERE trajectory_id IN (SELECT trajectory_id FROM candidates)
+                        ORDER BY trajectory_id""").to_arrow_reader(TOKEN_BATCH)
+    ids: list[str] = []
+    counts: list[int] = []
+    for batch in reader:
+        ids.extend(batch.column("trajectory_id").to_pylist())
+        counts.extend(count_chatml_tokens(tokenizer, batch.column("messages").to_pylist()))
+        if on_tokens:
+            on_tokens(batch.num_rows)
+    con.register("token_counts", pa.table({"trajectory_id": pa.array(ids, pa.string()),
+                                           "n_tokens": pa.array(counts, pa.int64())}))
+    con.execute("INSERT INTO tokens SELECT * FROM token_counts")
+    con.unregister("token_counts")
+
+
+def _funnel(con: duckdb.DuckDBPyConnection, rules: list[str], sources: list[str]) -> dict[str, dict[str, Any]]:
+    counts = dict.fromkeys(sources, 0) | dict(con.execute("SELECT source, count(*) FROM base GROUP BY 1").fetchall())
+    funnel = {source: {"in": counts[source], "dropped": {r: 0 for r in rules}, "kept": 0} for source in sorted(counts)}
+    for source, rule, n in con.execute("""SELECT b.source, d.rule, count(*) FROM dropped d
+                                          JOIN base b USING (trajectory_id) GROUP BY 1, 2""").fetchall():
+        funnel[source]["dropped"][rule] = n
+    for source, n in con.execute("SELECT source, count(*) FROM pool GROUP BY 1").fetchall():
+        funnel[source]["kept"] = n
+    for source, f in funnel.items():
+        check(f["in"] == f["kept"] + sum(f["dropped"].values()), f"funnel does not reconcile for {source}: {f}")
+    return funnel

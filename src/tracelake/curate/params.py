@@ -1,0 +1,109 @@
+"""params.yaml `score`, `filter`, `mix` and `select` (stages score, filter, select_scale).
+
+What needs other sections (mix names sources, select names a configured scorer) is checked where
+the whole file is assembled: tracelake/params.py.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, field_validator, model_validator
+
+from tracelake.core.params import CheckedAs, Count, Invalid, Name, Number, Section
+from tracelake.curate.scorers import BUILTIN_SCORERS
+from tracelake.ingest.params import SourceSelection
+
+_SCORER = re.compile(r"^[a-z0-9_]+_v[0-9]+$")
+
+
+class ImportParams(Section):
+    """A column of precomputed scores in a user's own Parquet file, imported as a scorer."""
+    path: str
+    score: str                    # column holding the score
+    task: str | None = None       # column holding task names (matched on the base name)
+    task_id: str | None = None    # or: column holding tracelake task ids
+    source: str | None = None     # optional column restricting a name to one source
+    model: str | None = None      # recorded in the scores table
+
+    @model_validator(mode="after")
+    def _one_way_to_match(self) -> ImportParams:
+        if (self.task is None) == (self.task_id is None):
+            raise Invalid("needs exactly one of task (a column of task names) or task_id (a column of "
+                          "task ids)")
+        return self
+
+
+def _scorer_name(name: Any) -> Any:
+    if not isinstance(name, str) or not _SCORER.match(name):
+        raise Invalid(": a scorer name is snake_case ending in a version, e.g. difficulty_v1", at=(name,))
+    if name in BUILTIN_SCORERS:
+        raise Invalid("shadows a built-in scorer", at=(name,))
+    return name
+
+
+ScorerName = Annotated[str, BeforeValidator(_scorer_name)]
+
+
+class ScoreParams(Section):
+    scorers: list[str] = Field(default_factory=lambda: ["response_length_proxy_v1"])
+    # checked as ImportParams, kept as written: stages/score.py reads them, the manifest records them
+    imports: Annotated[dict[str, dict[str, Any]], CheckedAs(dict[ScorerName, ImportParams])] = \
+        Field(default_factory=dict)
+    cache: str = ".tracelake/cache/scores"
+
+    @field_validator("scorers")
+    @classmethod
+    def _built_in(cls, scorers: list[str]) -> list[str]:
+        for name in scorers:
+            if name not in BUILTIN_SCORERS:
+                raise Invalid(f": unknown scorer {name!r} (built in: {', '.join(BUILTIN_SCORERS)}; import "
+                              f"others under score.imports)")
+        return scorers
+
+
+class FilterParams(Section):
+    timeout_exceptions: list[Annotated[str, Field(min_length=1)]] = \
+        Field(default_factory=lambda: ["AgentTimeoutError"])
+    drop_subagents: bool = True
+    episodes: Literal["last", "all"] = "last"
+    min_assistant_turns: Annotated[int, Field(ge=0)] = 5
+    success_only: bool = False
+    max_tokens: Annotated[int | None, Field(ge=1)] = None
+    tokenizer: str = "data/tokenizer"   # an HF tokenizer directory: n_tokens for max_tokens and reports
+    dedup_conversations: bool = True
+
+
+class MixParams(Section):
+    sources: SourceSelection = "all"
+    weights: dict[str, Annotated[Number, Field(ge=0)]] = Field(default_factory=dict)
+    top_k: Annotated[int | None, Field(ge=1)] = None
+
+    @model_validator(mode="after")
+    def _weights_or_top_k(self) -> MixParams:
+        if self.weights:
+            if self.top_k is not None:
+                raise Invalid("and mix.weights are alternatives; set one", at=("top_k",))
+            total = sum(self.weights.values())
+            if abs(total - 1.0) > 1e-9:
+                raise Invalid(f"must sum to 1, got {total:g}", at=("weights",))
+        return self
+
+
+class SelectParams(Section):
+    score: str = "response_length_proxy_v1"
+    scales: dict[Name, Count] = \
+        Field(default_factory=lambda: {"316": 316, "1k": 1000, "3k": 3160, "10k": 10000})
+
+    @field_validator("scales", mode="before")
+    @classmethod
+    def _scale_names(cls, scales: Any) -> Any:
+        if isinstance(scales, dict):
+            if not scales:
+                raise Invalid("must name at least one scale")
+            for name, n in scales.items():
+                if isinstance(name, int):
+                    raise Invalid(f': quote a numeric scale name ("{name}": {n}) so DVC can address it as a '
+                                  f'param', at=(name,))
+        return scales

@@ -1,0 +1,113 @@
+"""One dataset per scale: mix sources, then upsample tasks in proportion to their scores.
+
+    pool (filtered rollouts) + scores + mix params + N  ->  N slots (task, rollout, copy number)
+
+Mixing (params `mix`): keep the listed sources (or all); `top_k` keeps the k sources whose pool
+tasks have the highest mean score; `weights` first splits N across sources (largest remainder) and
+apportions each source's share over its own tasks. Without weights every task of every mixed
+source competes for the same N. The apportionment rule is in apportion.py and docs/upsampling.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from tracelake.core.errors import BadInput, check
+from tracelake.core.hashing import content_id
+from tracelake.core.ids import copy_name
+from tracelake.curate.apportion import APPORTION_RULE, apportion, assign_rollouts, split_by_weights
+from tracelake.curate.params import MixParams
+
+SELECTION_RULE = f"mix_v1+{APPORTION_RULE}"
+
+
+@dataclass
+class Task:
+    task_id: str
+    source: str
+    task: str
+    rollouts: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Selection:
+    rows: list[dict[str, Any]]
+    counts: dict[str, Any]
+
+
+def group_pool(rows: Iterable[dict[str, Any]]) -> dict[str, Task]:
+    """task_id -> Task with its rollout ids, from pool rows (trajectory_id, task_id, source, task)."""
+    tasks: dict[str, Task] = {}
+    for r in rows:
+        t = tasks.setdefault(r["task_id"], Task(r["task_id"], r["source"], r["task"]))
+        t.rollouts.append(r["trajectory_id"])
+    return tasks
+
+
+def mixed_sources(tasks: dict[str, Task], scores: dict[str, float], mix: MixParams) -> list[str]:
+    present = sorted({t.source for t in tasks.values()})
+    chosen = present if mix.sources == "all" else [s for s in present if s in mix.sources]
+    if mix.top_k is not None:
+        def mean_score(source: str) -> float:
+            values = [scores.get(t.task_id, 0.0) for t in tasks.values() if t.source == source]
+            return sum(values) / len(values)
+        chosen = sorted(chosen, key=lambda s: (-mean_score(s), s))[: mix.top_k]
+    return sorted(chosen)
+
+
+def select(tasks: dict[str, Task], scores: dict[str, float], mix: MixParams, n: int) -> Selection:
+    """The slots of one dataset of exactly n rows (fewer only when the pool is empty: an error)."""
+    sources = mixed_sources(tasks, scores, mix)
+    candidates = {tid: t for tid, t in tasks.items() if t.source in sources}
+    if not candidates:
+        raise BadInput("no task is left to select from: the filters dropped every rollout of the mixed "
+                       "sources (see metrics/filter.json)")
+    score_of = {tid: scores.get(tid, 0.0) for tid in candidates}
+    for tid, value in score_of.items():
+        if not value >= 0:  # also catches NaN
+            t = candidates[tid]
+            raise BadInput(f"task {t.task!r} of {t.source} ({tid}) has score {value}: upsampling by score "
+                           f"share needs scores >= 0 (rescale the scorer's values)")
+    if mix.weights:
+        # a weighted source with no task in the pool still takes its share, so that it is an error
+        # below instead of its rows silently going to the other sources
+        weighted = sorted({*sources, *(s for s in mix.weights if mix.sources == "all" or s in mix.sources)})
+        share = split_by_weights({s: float(mix.weights.get(s, 0.0)) for s in weighted}, n)
+        quotas: dict[str, int] = {}
+        for source in weighted:
+            own = {tid: score_of[tid] for tid, t in candidates.items() if t.source == source}
+            if share[source] and not own:
+                raise BadInput(f"mix.weights gives {source} {share[source]} rows but no rollout of it "
+                               f"survived the filters")
+            quotas.update(apportion(own, share[source]) if own else {})
+    else:
+        quotas = apportion(score_of, n)
+
+    rows = []
+    for tid in sorted(candidates, key=lambda t: (candidates[t].source, candidates[t].task, t)):
+        task = candidates[tid]
+        for trajectory_id, copy in assign_rollouts(quotas.get(tid, 0), task.rollouts):
+            rows.append({"slot_id": content_id("slot", [trajectory_id, copy]), "trajectory_id": trajectory_id,
+                         "task_id": tid, "source": task.source, "task": task.task, "copy": copy,
+                         "name": copy_name(task.task, copy), "score": score_of[tid]})
+    check(len(rows) == n, f"selected {len(rows)} rows for n={n}")
+    return Selection(rows, _counts(rows, candidates, scores, sources))
+
+
+def _counts(rows: list[dict], candidates: dict[str, Task], scores: dict[str, float],
+            sources: list[str]) -> dict[str, Any]:
+    per_task: dict[str, int] = {}
+    by_source = {s: 0 for s in sources}
+    for r in rows:
+        per_task[r["task_id"]] = per_task.get(r["task_id"], 0) + 1
+        by_source[r["source"]] += 1
+    return {
+        "rows": len(rows),
+        "tasks": len(per_task),
+        "tasks_available": len(candidates),
+        "unscored_tasks": sum(tid not in scores for tid in candidates),
+        "distinct_trajectories": len({r["trajectory_id"] for r in rows}),
+        "max_rows_per_task": max(per_task.values(), default=0),
+        "rows_by_source": by_source,
+    }

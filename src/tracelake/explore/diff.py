@@ -1,0 +1,314 @@
+"""`tracelake diff A B`: what an ablation changed, row by row, and why.
+
+    with ExitStack() as stack:
+        a = resolve_version("main:1k", stack)            # REV:path, a directory, a scale, an id or prefix
+        b = resolve_version("fewer-turns:1k", stack)
+        report = diff_versions(a, b)                     # plain data: see DIFF_FORMAT below
+
+A version is a built dataset directory with its manifest: the pool (`lake/pool`), a selection
+(`lake/selections/<scale>`) or an SFT export (`lake/exports/sft/<scale>`). Each side is loaded into
+DuckDB as one row per dataset row (sql/diff/rows_<kind>.sql) and compared there by trajectory id
+(sql/diff/trajectories.sql); nothing loops over rows in Python. A trajectory that moved is explained
+from the other side's lineage, the pool and filters it was built from:
+  filter     dropped there by a filter rule (min_assistant_turns_v1, timeout_v1, ...)
+  export     rejected there by the export (over_cutoff_len, ...)
+  selection  in that side's pool but not selected (or selected with another number of copies)
+  input      not among that side's trajectories at all (sources or ingest changed)
+The report also has rows per source and per task, turn and token quantiles, the params that differ
+(from the manifests of the dataset and its lineage) and the filter funnel of both pools.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from tracelake.core import assets
+from tracelake.core.errors import BadInput
+from tracelake.core.lake import read_manifest
+from tracelake.core.layout import Lake, is_built, pick_dataset
+from tracelake.explore.revisions import split_spec, tree_at
+
+DIFF_FORMAT = "tracelake_diff_v1"
+KINDS = ("pool", "selection", "export_sft")
+SECTIONS = {"pool": "filter", "scores": "score", "selection": "select", "export_sft": "export_sft"}
+STATUSES = ("added", "removed", "reweighted", "changed", "unchanged")
+HIST_BINS = 24
+TOP_TASKS = 20
+
+
+@dataclass
+class Version:
+    """One side of a diff: a built dataset directory and the lineage it was built from."""
+
+    spec: str                       # as given on the command line
+    rev: str | None                 # the git revision it was read at (None: the work tree)
+    sha: str | None
+    directory: Path                 # where its files are (a temporary tree for a revision)
+    path: str                       # the directory as the user would name it (relative to the repository)
+    manifest: dict[str, Any]
+    pool: Path | None = None        # the pool directory it was drawn from, when known
+    lineage: dict[str, dict[str, Any]] = field(default_factory=dict)   # kind -> manifest
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        return self.manifest["kind"]
+
+    @property
+    def dataset_id(self) -> str:
+        return self.manifest.get("dataset_id") or f"pool-{self.manifest['version_id']}"
+
+    def files(self) -> list[str]:
+        """The Parquet files holding the dataset's rows."""
+        if self.kind == "pool":
+            return [str(self.directory / "pool.parquet")]
+        if self.kind == "selection":
+            return [str(self.directory / "selection.parquet")]
+        return [str(self.directory / f) for f in self.manifest["counts"]["files"]]
+
+    def describe(self) -> dict[str, Any]:
+        return {"spec": self.spec, "rev": self.rev, "commit": self.sha, "path": self.path, "kind": self.kind,
+                "dataset_id": self.dataset_id, "version_id": self.manifest["version_id"]}
+
+
+def _find(base: Path, lake: str, ref: str, spec: str) -> Path:
+    """A directory (with a manifest), `pool`, a scale name (its selection), `sft-<scale>`, a dataset id
+    or a unique prefix of one (6+ hex digits of its hash)."""
+    direct = base / ref
+    if is_built(direct):
+        return direct
+    if direct.is_dir() and ("/" in ref or ref.startswith(".")):
+        raise BadInput(f"{spec}: {ref} is not a built dataset (no manifest.json)")
+    built = Lake(base / lake).versions()
+    ids = {name: read_manifest(d).get("dataset_id") or "" for name, d in built.items()}
+    where = f" in {lake}/" + (f" at {spec.partition(':')[0]}" if ":" in spec else "")
+    try:
+        return built[pick_dataset(ref, ids, where=where)]
+    except BadInput as e:
+        raise BadInput(f"{spec}: {e}") from None
+
+
+def resolve_version(spec: str, stack: ExitStack, lake: str = "lake", root: Path | str = ".") -> Version:
+    """`REV:ref` or `ref`; ref is a directory, `pool`, a scale (its selection), `sft-<scale>` (its SFT
+    export), a dataset id or a unique id prefix. A revision is read through DVC into a temporary tree
+    that lives as long as `stack`."""
+    root = Path(root)
+    rev, ref = split_spec(spec)
+    sha = None
+    if rev is None:
+        base = root
+    else:
+        paths = [lake] + ([ref] if "/" in ref and not _under(ref, lake) else [])
+        tree = stack.enter_context(tree_at(rev, paths, root))
+        base, sha = tree.root, tree.revision.sha
+    directory = _find(base, lake, ref, spec)
+    manifest = read_manifest(directory)
+    if manifest.get("kind") not in KINDS:
+        raise BadInput(f"{spec}: {ref} holds a {manifest.get('kind')!r} output; diff compares versions of "
+                       f"{', '.join(KINDS)}")
+    path = str(directory.relative_to(base)) if directory.is_relative_to(base) else str(directory)
+    version = Version(spec, rev, sha, directory, path, manifest)
+    _attach_lineage(version)
+    return version
+
+
+def _under(path: str, lake: str) -> bool:
+    parts, lake_parts = Path(path).parts, Path(lake).parts
+    return parts[:len(lake_parts)] == lake_parts
+
+
+def _attach_lineage(v: Version) -> None:
+    """Find the pool (and selection, scores) a version was built from, beside it in the same lake,
+    and check by version id that they are the ones its manifest names."""
+    d = v.directory
+    v.lineage[v.kind] = v.manifest
+    if v.kind == "pool":  # <lake>/pool, <lake>/selections/<scale>, <lake>/exports/sft/<scale>
+        v.pool = d
+        lake = Lake(d.parent)
+    elif v.kind == "selection":
+        lake = Lake(d.parent.parent)
+        _link(v, lake.pool, "pool", v.manifest["inputs"].get("pool"))
+    else:
+        lake = Lake(d.parents[2])
+        sel = lake.selection(str(v.manifest["params"]["scale"]))
+        if _link(v, sel, "selection", v.manifest["inputs"].get("selection")):
+            _link(v, lake.pool, "pool", v.lineage["selection"]["inputs"].get("pool"))
+    scores = v.lineage.get("selection", {}).get("inputs", {}).get("scores")
+    if scores:
+        _link(v, lake.scores, "scores", scores, required=False)
+
+
+def _link(v: Version, directory: Path, kind: str, version_id: str | None, required: bool = True) -> bool:
+    if not is_built(directory):
+        if required:
+            v.notes.append(f"{v.spec}: no {kind} beside it ({directory.name}): moves are explained only in part")
+        return False
+    m = read_manifest(directory)
+    if version_id and m["version_id"] != version_id:
+        v.notes.append(f"{v.spec}: the {kind} beside it ({m['version_id']}) is not the one it was built from "
+                       f"({version_id}); run `dvc repro` there: explanations may be off")
+    v.lineage[kind] = m
+    if kind == "pool":
+        v.pool = directory
+    return True
+
+
+def flat_params(v: Version) -> dict[str, Any]:
+    """The params of a version and its lineage, flat: `filter.min_assistant_turns` -> 5."""
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict) and value:
+            for k in sorted(value):
+                walk(f"{prefix}.{k}", value[k])
+        else:
+            out[prefix] = value
+
+    for kind in ("pool", "scores", "selection", "export_sft"):
+        if kind in v.lineage:
+            walk(SECTIONS[kind], v.lineage[kind].get("params", {}))
+    return out
+
+
+def _load_side(con: duckdb.DuckDBPyConnection, side: str, v: Version) -> None:
+    """<side>_rows, <side>_pool, <side>_dropped, <side>_xrej as DuckDB tables."""
+    params: dict[str, Any] = {"files": v.files()}
+    if v.kind == "selection":
+        if v.pool is None:
+            raise BadInput(f"{v.spec}: a selection needs the pool it was drawn from beside it "
+                           f"(lake/pool) for turns and tokens")
+        params["pool"] = str(v.pool / "pool.parquet")
+    try:
+        con.execute(f"CREATE TABLE {side}_rows AS " + assets.sql(f"diff/rows_{v.kind}"), params)
+    except duckdb.Error as e:
+        raise BadInput(f"{v.spec}: cannot read its rows: {str(e).splitlines()[0]}") from None
+    if v.pool is not None:
+        con.execute(f"CREATE TABLE {side}_pool AS SELECT trajectory_id FROM read_parquet($f)",
+                    {"f": str(v.pool / "pool.parquet")})
+    else:
+        con.execute(f"CREATE TABLE {side}_pool (trajectory_id VARCHAR)")
+    dropped = v.pool / "dropped.parquet" if v.pool is not None else None
+    if dropped is not None and dropped.is_file():
+        con.execute(f"CREATE TABLE {side}_dropped AS SELECT trajectory_id, rule, detail FROM read_parquet($f)",
+                    {"f": str(dropped)})
+    else:
+        con.execute(f"CREATE TABLE {side}_dropped (trajectory_id VARCHAR, rule VARCHAR, detail VARCHAR)")
+    rejects = v.directory / "export_rejects.parquet"
+    if v.kind == "export_sft" and rejects.is_file():
+        con.execute(f"""CREATE TABLE {side}_xrej AS SELECT trajectory_id, reason, detail FROM read_parquet($f)
+                        WHERE trajectory_id IS NOT NULL""", {"f": str(rejects)})
+    else:
+        con.execute(f"CREATE TABLE {side}_xrej (trajectory_id VARCHAR, reason VARCHAR, detail VARCHAR)")
+
+
+def _rows(con: duckdb.DuckDBPyConnection, query: str, params: dict | None = None) -> list[dict[str, Any]]:
+    rel = con.execute(query, params or {})
+    names = [d[0] for d in rel.description]
+    return [dict(zip(names, r)) for r in rel.fetchall()]
+
+
+def diff_versions(a: Version, b: Version) -> dict[str, Any]:
+    """The whole comparison as plain data (JSON-ready)."""
+    con = duckdb.connect()
+    _load_side(con, "a", a)
+    _load_side(con, "b", b)
+    if a.kind != b.kind:  # contents of different kinds never compare equal: compare ids and copies only
+        con.execute("UPDATE a_rows SET content = NULL; UPDATE b_rows SET content = NULL")
+    content_stage = "export" if "export_sft" in (a.kind, b.kind) else "filter"
+    con.execute("CREATE TABLE traj AS " + assets.sql("diff/trajectories"),
+                {"content_stage": content_stage, "a_lineage": a.pool is not None, "b_lineage": b.pool is not None})
+
+    totals = _rows(con, """SELECT status, count(*) AS trajectories, sum(copies_a) AS rows_a, sum(copies_b) AS rows_b
+                           FROM traj GROUP BY status""")
+    by_status = {s: {"trajectories": 0, "rows_a": 0, "rows_b": 0} for s in STATUSES}
+    for r in totals:
+        status = r.pop("status")
+        by_status[status] = {k: int(v) for k, v in r.items()}
+    rows_a = con.execute("SELECT count(*) FROM a_rows").fetchone()[0]
+    rows_b = con.execute("SELECT count(*) FROM b_rows").fetchone()[0]
+    explained = _rows(con, """SELECT status, stage, rule, count(*) AS trajectories,
+                                     sum(copies_b) - sum(copies_a) AS rows_delta
+                              FROM traj WHERE status <> 'unchanged'
+                              GROUP BY ALL ORDER BY status, trajectories DESC, stage, rule""")
+    moved = _rows(con, """SELECT trajectory_id, source, task_id, task, status, copies_a, copies_b, stage, rule, detail
+                          FROM traj WHERE status <> 'unchanged' ORDER BY status, trajectory_id""")
+    con.execute("CREATE TABLE tasks AS " + assets.sql("diff/by_task"))
+    task_counts = {s: 0 for s in ("added", "removed", "changed", "unchanged")}
+    task_counts |= dict(con.execute("SELECT status, count(*) FROM tasks GROUP BY status").fetchall())
+    report = {
+        "format": DIFF_FORMAT,
+        "a": a.describe() | {"rows": rows_a},
+        "b": b.describe() | {"rows": rows_b},
+        "identical": a.dataset_id == b.dataset_id,
+        "notes": a.notes + b.notes + _kind_notes(a, b),
+        "summary": {"rows_a": rows_a, "rows_b": rows_b, "rows_delta": rows_b - rows_a, "trajectories": by_status},
+        "explained": explained,
+        "sources": _rows(con, assets.sql("diff/by_source")),
+        "tasks": {"counts": task_counts,
+                  "top": _rows(con, "SELECT * FROM tasks WHERE delta <> 0 ORDER BY abs(delta) DESC, task_id LIMIT $n",
+                               {"n": TOP_TASKS})},
+        "distributions": _distributions(con),
+        "params": _params_diff(a, b),
+        "funnel": _funnel_diff(a, b),
+        "moved": moved,
+    }
+    con.close()
+    return report
+
+
+def _kind_notes(a: Version, b: Version) -> list[str]:
+    if a.kind == b.kind:
+        return []
+    return [f"comparing {a.kind} with {b.kind}: rows compare by trajectory id and copies only (not content), "
+            f"and turns and tokens are counted the way each kind counts them"]
+
+
+def _distributions(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for r in _rows(con, assets.sql("diff/quantiles")):
+        q = r.pop("q") or [None] * 5
+        entry = {"n": r["n"], "min": r["min"], "p10": q[0], "p25": q[1], "p50": q[2], "p75": q[3], "p90": q[4],
+                 "mean": None if r["mean"] is None else round(float(r["mean"]), 2), "max": r["max"]}
+        out.setdefault(r["metric"], {})[r["side"]] = entry
+    for metric, column in (("turns", "n_turns"), ("tokens", "n_tokens")):
+        sides = out.get(metric, {})
+        lo = min((s["min"] for s in sides.values() if s["min"] is not None), default=None)
+        hi = max((s["max"] for s in sides.values() if s["max"] is not None), default=None)
+        if lo is None:
+            out.setdefault(metric, {})["histogram"] = None
+            continue
+        width = max(1, -(-(hi - lo + 1) // HIST_BINS))
+        counts = {"a": [0] * HIST_BINS, "b": [0] * HIST_BINS}
+        for r in _rows(con, assets.sql("diff/histogram"), {"metric": column, "lo": lo, "width": width}):
+            counts[r["side"]][min(int(r["bin"]), HIST_BINS - 1)] += int(r["rows"])
+        n_bins = -(-(hi - lo + 1) // width)
+        out[metric]["histogram"] = {"lo": lo, "hi": hi, "width": width, "a": counts["a"][:n_bins], "b": counts["b"][:n_bins]}
+    return out
+
+
+def _params_diff(a: Version, b: Version) -> list[dict[str, Any]]:
+    pa_, pb = flat_params(a), flat_params(b)
+    return [{"key": k, "a": pa_.get(k), "b": pb.get(k)}
+            for k in sorted(set(pa_) | set(pb)) if pa_.get(k) != pb.get(k)]
+
+
+def _funnel_diff(a: Version, b: Version) -> dict[str, Any] | None:
+    """Per rule: rows dropped in A's pool and in B's, overall and per source."""
+    fa, fb = (v.lineage.get("pool", {}).get("counts") for v in (a, b))
+    if not fa or not fb:
+        return None
+
+    def rows(ca: dict, cb: dict) -> dict[str, Any]:
+        rules = list(dict.fromkeys(list(ca.get("dropped", {})) + list(cb.get("dropped", {}))))
+        return {"in_a": ca.get("in", 0), "in_b": cb.get("in", 0), "kept_a": ca.get("kept", 0), "kept_b": cb.get("kept", 0),
+                "rules": [{"rule": r, "a": ca.get("dropped", {}).get(r, 0), "b": cb.get("dropped", {}).get(r, 0),
+                           "delta": cb.get("dropped", {}).get(r, 0) - ca.get("dropped", {}).get(r, 0)} for r in rules]}
+
+    sources = sorted(set(fa.get("sources", {})) | set(fb.get("sources", {})))
+    return {"total": rows(fa["total"], fb["total"]),
+            "sources": {s: rows(fa["sources"].get(s, {}), fb["sources"].get(s, {})) for s in sources}}

@@ -1,0 +1,121 @@
+"""The lake as it was at a git revision, read through DVC from its cache: no checkout, no copy.
+
+    with tree_at("HEAD~1", ["lake"]) as tree:       # tree.root/lake is the lake at HEAD~1
+        con, views = open_lake(tree.root / "lake")
+
+A revision is anything git or `dvc exp` names: a commit, `HEAD~1`, a branch, a tag, an experiment
+name or ref. DVC's filesystem lists each path as that revision's dvc.lock recorded it; each DVC-tracked
+file appears as a symlink to its object in the DVC cache (fetched through DVC only when the cache lacks
+it: `dvc fetch` / a configured remote), and git-tracked files are copied out of git. The temporary tree
+is removed when the block ends.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from tracelake.core.errors import BadInput
+
+
+@dataclass(frozen=True)
+class Revision:
+    name: str        # as the user wrote it
+    sha: str         # the commit it resolves to
+
+
+def split_spec(spec: str) -> tuple[str | None, str]:
+    """`REV:path` -> (REV, path); anything without a colon -> (None, spec)."""
+    rev, sep, path = spec.partition(":")
+    if not sep:
+        return None, spec
+    if not rev or not path:
+        raise BadInput(f"{spec!r}: expected REV:PATH (e.g. main:lake/selections/1k or HEAD~1:1k)")
+    return rev, path
+
+
+def _open_repo(root: Path):
+    from dvc.exceptions import NotDvcRepoError
+    from dvc.repo import Repo
+
+    try:
+        return Repo(str(root))
+    except NotDvcRepoError:
+        raise BadInput(f"{root.resolve()} is not a DVC repository: revisions need the project's git "
+                       f"and DVC history (run from the repository root)") from None
+
+
+def resolve(repo, rev: str) -> Revision:
+    from dvc.scm import RevError, resolve_rev
+
+    try:
+        return Revision(rev, resolve_rev(repo.scm, rev))
+    except RevError:
+        raise BadInput(f"unknown revision {rev!r} (a commit, branch, tag or `dvc exp` name)") from None
+    except Exception as e:  # scmrepo raises its own types for a repository without commits
+        raise BadInput(f"cannot resolve revision {rev!r}: {_first_line(e)}") from None
+
+
+@dataclass(frozen=True)
+class Tree:
+    root: Path               # a temporary directory: root/<path> for each path asked for
+    revision: Revision
+
+
+@contextmanager
+def tree_at(rev: str, paths: Iterable[str], root: Path | str = ".") -> Iterator[Tree]:
+    """A temporary directory holding each of `paths` (relative to the repository root) as it was at
+    `rev`. Paths that did not exist at that revision are absent; at least one must exist."""
+    from dvc.api import DVCFileSystem
+
+    root = Path(root)
+    paths = [str(Path(p)) for p in paths]
+    with _open_repo(root) as repo:
+        revision = resolve(repo, rev)
+        fs = DVCFileSystem(url=str(root), rev=revision.sha)
+        cache = repo.cache.local
+        out = Path(tempfile.mkdtemp(prefix=f"tracelake-{revision.sha[:8]}-"))
+        try:
+            found = 0
+            for path in paths:
+                try:
+                    if not fs.exists(path):
+                        continue
+                    files = fs.find(path, detail=True) if fs.isdir(path) else {path: fs.info(path)}
+                except Exception as e:  # DVC raises its own types for a directory listing it cannot load
+                    raise BadInput(f"cannot list {path} at {rev}: its DVC data is not in the cache "
+                                   f"(`dvc fetch --rev {rev}` or `dvc pull` first): {_first_line(e)}") from None
+                found += 1
+                for name, info in files.items():
+                    _place(fs, cache, name, info, out / name, rev)
+            if not found:
+                raise BadInput(f"{', '.join(paths)} did not exist at {rev} ({revision.sha[:10]}): "
+                               f"was the pipeline built and committed there?")
+            yield Tree(out, revision)
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+
+
+def _place(fs, cache, name: str, info: dict, target: Path, rev: str) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    md5 = (info.get("dvc_info") or {}).get("md5")
+    if md5 and not md5.endswith(".dir"):
+        obj = cache.oid_to_path(md5)
+        if os.path.isfile(obj):
+            os.symlink(obj, target)
+            return
+    try:
+        fs.get_file(name, str(target))
+    except Exception as e:
+        raise BadInput(f"{name} at {rev} is neither in the DVC cache nor fetchable "
+                       f"(`dvc fetch --rev {rev}` or `dvc pull` first): {_first_line(e)}") from None
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"

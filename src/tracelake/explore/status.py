@@ -1,0 +1,124 @@
+"""`tracelake status` and `tracelake schema`: one screen on what is built and what it means."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+from rich.console import Console
+from rich.table import Table
+
+from tracelake.core.assets import sql
+from tracelake.core.errors import BadInput
+from tracelake.core.lake import read_manifest
+from tracelake.core.layout import Lake, is_built
+from tracelake.core.schema import TABLES, load_schema
+
+
+def render_status(lake: Path, console: Console) -> None:
+    outputs = Lake(lake).ingested()
+    if not outputs:
+        raise BadInput(f"nothing is built under {lake}/ yet: run `dvc repro` (or `tracelake ingest ...`)")
+    table = Table(title=f"lake: {lake}", title_justify="left")
+    for col, justify in [("table", "left"), ("source", "left"), ("version", "left"), ("inputs", "right"),
+                         ("rows", "right"), ("rejects", "right")]:
+        table.add_column(col, justify=justify)
+    totals: dict[str, list[int]] = {}
+    reasons: dict[str, int] = {}
+    for name, source, directory in outputs:
+        manifest = read_manifest(directory)
+        counts = manifest["counts"]
+        table.add_row(name, source, manifest["version_id"], f"{counts['inputs']:,}",
+                      f"{counts['rows']:,}", f"{counts['rejects']:,}")
+        t = totals.setdefault(name, [0, 0])
+        t[0] += counts["rows"]
+        t[1] += counts["rejects"]
+        for reason, n in counts.get("rejects_by_reason", {}).items():
+            reasons[reason] = reasons.get(reason, 0) + n
+    console.print(table)
+    console.print("  ".join(f"{name}: {rows:,} rows, {rejects:,} rejects" for name, (rows, rejects) in sorted(totals.items())))
+    if reasons:
+        console.print("rejects by reason: " + ", ".join(
+            f"{k} {v}" for k, v in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))))
+    files = [str(d / "trajectories.parquet") for name, _, d in outputs if name == "trajectories"]
+    if files:
+        console.print(trajectory_overview(files))
+    render_curation(lake, console)
+
+
+def render_curation(lake: Path, console: Console) -> None:
+    """The filter funnel and one line per built dataset (scale), when they exist."""
+    layout = Lake(lake)
+    if is_built(layout.pool):
+        funnel = read_manifest(layout.pool)["counts"]
+        table = Table(title="filter funnel (lake/pool)", title_justify="left")
+        table.add_column("source", no_wrap=True)
+        table.add_column("in", justify="right")
+        for rule in funnel["rules"]:  # timeout_v1 -> timeout, min_assistant_turns_v1 -> min
+            table.add_column(rule.split("_")[0], justify="right")
+        table.add_column("kept", justify="right")
+        for source, f in [*funnel["sources"].items(), ("all", funnel["total"])]:
+            table.add_row(source, f"{f['in']:,}", *(f"-{f['dropped'][r]:,}" for r in funnel["rules"]),
+                          f"{f['kept']:,}")
+        console.print(table)
+    selections = sorted((read_manifest(d) for d in layout.built_selections().values()),
+                        key=lambda m: m["counts"]["rows"])
+    if selections:
+        sources = sorted({s for m in selections for s in m["counts"]["rows_by_source"]})
+        table = Table(title="datasets (lake/selections/<scale>): rows per source", title_justify="left")
+        table.add_column("dataset", no_wrap=True)
+        for col in ("tasks", "rollouts", "max/task", *sources):
+            table.add_column(col, justify="right")
+        for m in selections:
+            c = m["counts"]
+            table.add_row(m["dataset_id"], f"{c['tasks']:,}", f"{c['distinct_trajectories']:,}",
+                          str(c["max_rows_per_task"]),
+                          *(f"{c['rows_by_source'].get(s, 0):,}" for s in sources))
+        console.print(table)
+    render_exports(lake, console)
+
+
+def render_exports(lake: Path, console: Console) -> None:
+    """One line per training dataset (lake/exports): its id, rows out of rows in, rejects, shards."""
+    layout = Lake(lake)
+    exports = [(f"sft {scale}", read_manifest(d)) for scale, d in layout.built_sft_exports().items()]
+    if is_built(layout.rl_export):
+        exports.append(("rl", read_manifest(layout.rl_export)))
+    if not exports:
+        return
+    table = Table(title="training datasets (lake/exports): tracelake train sft|rl --dataset ID",
+                  title_justify="left")
+    for col in ("export", "dataset id", "out", "in", "rejected", "shards"):
+        table.add_column(col, no_wrap=True, justify="left" if col in ("export", "dataset id", "rejected") else "right")
+    for name, m in sorted(exports, key=lambda e: (e[0] == "rl", e[1]["counts"].get("rows_in", 0))):
+        c = m["counts"]
+        n_out, n_in = c.get("rows_out", c.get("tasks_out")), c.get("rows_in", c.get("tasks_in"))
+        rejected = ", ".join(f"{k} {v:,}" for k, v in c["rejected"].items() if v) or "none"
+        table.add_row(name, m["dataset_id"], f"{n_out:,}", f"{n_in:,}", rejected, str(c["shards"]))
+    console.print(table)
+
+
+def trajectory_overview(files: list[str]) -> Table:
+    """Per-source shape of the trajectories (sql/status_trajectories.sql over the Parquet files)."""
+    cursor = duckdb.connect().execute(sql("status_trajectories"), {"files": files})
+    columns = [d[0] for d in cursor.description]
+    table = Table(title="trajectories by source", title_justify="left")
+    for col in columns:
+        table.add_column(col, justify="left" if col == "source" else "right")
+    for row in cursor.fetchall():
+        table.add_row(*("" if v is None else f"{v:,}" if isinstance(v, int) else str(v) for v in row))
+    return table
+
+
+def render_schema(name: str | None, console: Console) -> None:
+    names = TABLES if name is None else (name,)
+    for n in names:
+        if n not in TABLES:
+            raise BadInput(f"no table {n!r}; tables: {', '.join(TABLES)}")
+        s = load_schema(n)
+        table = Table(title=f"{n} (v{s.version}, key {s.key}, fingerprint {s.fingerprint})", title_justify="left")
+        for col in ("column", "type", "null", "meaning"):
+            table.add_column(col)
+        for field in s.arrow:
+            table.add_row(field.name, str(field.type), "yes" if field.nullable else "", s.docs[field.name])
+        console.print(table)

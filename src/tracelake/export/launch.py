@@ -1,0 +1,262 @@
+"""`tracelake train sft|rl`: resolve a dataset, plan the run, print it (--dry-run) or start it.
+
+- local: `llamafactory-cli train training/configs/sft-<scale>.yaml [key=value ...]` or
+  `python -m <SkyRL entrypoint> key=value ...`, from the training environment (TRACELAKE_TRAIN_ENV,
+  else .venv-train, else PATH; `bash training/setup-env.sh` makes it).
+- modal: `modal run training/modal_app.py::sft|rl`: the export directory goes to a Modal volume
+  under its content id (skipped when the id is already there, so an unchanged dataset is never
+  uploaded twice), and a GPU function runs the same trainer with paths rewritten to the volumes.
+
+A plan holds no credentials: Modal reads its token from the environment (MODAL_TOKEN_ID/SECRET) or
+its own config, and the names in FORWARDED_ENV travel as a Modal secret built from the local
+environment at run time. Dry runs print names and whether they are set, never values.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Protocol
+
+import orjson
+import yaml
+
+from tracelake.core.errors import BadInput, BadParams
+from tracelake.core.lake import read_manifest
+from tracelake.core.layout import Lake, is_built, pick_dataset
+from tracelake.curate.params import SelectParams
+from tracelake.export.params import TrainParams
+from tracelake.export.train_config import RL_FILE, hydra_overrides, override_value, sft_config_name
+
+KINDS = ("sft", "rl")
+BACKENDS = ("local", "modal")
+FORWARDED_ENV = ("HF_TOKEN", "WANDB_API_KEY")
+DATASETS_MOUNT = "/datasets"
+RUNS_MOUNT = "/runs"
+REMOTE_DEEPSPEED_DIR = "/opt/tracelake/deepspeed"
+REMOTE_SFT_CONFIG = "/tmp/tracelake-sft.yaml"
+MODAL_APP_FILE = "training/modal_app.py"
+
+
+class Params(Protocol):
+    """What a launch reads of tracelake.params.Params (a phase may not import the top level)."""
+
+    @property
+    def lake(self) -> str: ...
+
+    @property
+    def select(self) -> SelectParams: ...
+
+    @property
+    def train(self) -> TrainParams: ...
+
+
+@dataclass
+class Dataset:
+    kind: str
+    dataset_id: str
+    export_dir: Path
+    config_path: Path
+    manifest: dict[str, Any]
+
+
+@dataclass
+class Plan:
+    dataset: Dataset
+    backend: str
+    command: list[str]
+    env: dict[str, str] = field(default_factory=dict)   # set for the command (no secrets)
+    gpu: str | None = None
+    volumes: dict[str, str] = field(default_factory=dict)   # mount point -> volume name
+    upload: tuple[str, str, str] | None = None               # (local dir, volume, remote dir)
+    remote_config: dict[str, Any] | None = None
+    remote_command: list[str] | None = None
+
+
+# --- datasets ----------------------------------------------------------------------------------
+
+def _exports(params: Params, kind: str) -> dict[str, Path]:
+    lake = Lake(params.lake)
+    if kind == "rl":
+        return {"rl": lake.rl_export}
+    return {scale: lake.sft_export(scale) for scale in params.select.scales}
+
+
+def resolve_dataset(params: Params, kind: str, ref: str) -> Dataset:
+    """A scale name (`3k`), a dataset id (`sft-3.16k-396828c45111`) or a unique prefix of one
+    (at least 6 characters of its hash, like git) -> the built export and its generated config."""
+    if kind not in KINDS:
+        raise BadParams(f"train: kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    built = {key: (d, read_manifest(d)) for key, d in _exports(params, kind).items() if is_built(d)}
+    if not built:
+        raise BadInput(f"no {kind} export is built under {params.lake}/exports: run `dvc repro`")
+    key = pick_dataset(ref, {k: m["dataset_id"] for k, (_, m) in built.items()}, what=f"{kind} dataset")
+    export_dir, manifest = built[key]
+    config = Path(params.train.configs) / (RL_FILE if kind == "rl" else sft_config_name(key))
+    if not config.is_file():
+        raise BadInput(f"{config} is missing: run `dvc repro train_config`")
+    config_id = _config_dataset_id(kind, config)
+    if config_id != manifest["dataset_id"]:
+        raise BadInput(f"{config} trains on {config_id} but {export_dir} holds {manifest['dataset_id']}: "
+                       f"run `dvc repro` to bring them in line")
+    return Dataset(kind, manifest["dataset_id"], export_dir, config, manifest)
+
+
+def _config_dataset_id(kind: str, config: Path) -> str:
+    data = yaml.safe_load(config.read_text())
+    if kind == "rl":
+        return data["dataset_id"]
+    return data["dataset"].split(",")[0].rsplit(".", 1)[0]
+
+
+# --- the training environment -------------------------------------------------------------------
+
+def train_env_bin(name: str) -> str:
+    """A program of the training environment (TRACELAKE_TRAIN_ENV, else .venv-train), else the bare
+    name, found on PATH when it runs."""
+    env_dir = os.environ.get("TRACELAKE_TRAIN_ENV") or ".venv-train"
+    candidate = Path(env_dir) / "bin" / name
+    return str(candidate) if candidate.exists() else name
+
+
+# --- plans --------------------------------------------------------------------------------------
+
+def parse_sets(sets: list[str]) -> dict[str, Any]:
+    """`--set key=value` options, typed the way the trainers' own command lines (OmegaConf, Hydra)
+    read them: integers, floats, true/false, null; anything else (`no`, `epoch`) stays text."""
+    out = {}
+    for s in sets:
+        key, eq, value = s.partition("=")
+        if not eq or not key:
+            raise BadParams(f"--set {s!r}: expected key=value")
+        out[key] = _typed(value)
+    return out
+
+
+def _typed(value: str) -> Any:
+    low = value.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("null", "none", "~"):
+        return None
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+def _cli_value(v: Any) -> str:
+    """A value for `llamafactory-cli train CONFIG key=value` (OmegaConf reads it as YAML 1.1, where
+    a bare `no` is false: such strings are quoted)."""
+    if isinstance(v, str) and yaml.safe_load(v) != v:
+        return f"'{v}'"
+    return override_value(v)
+
+
+def plan_local(params: Params, ds: Dataset, sets: dict[str, Any], gpus: int | None = None) -> Plan:
+    if ds.kind == "sft":
+        gpus = gpus or params.train.sft.gpus
+        command = [train_env_bin("llamafactory-cli"), "train", str(ds.config_path),
+                   *(f"{k}={_cli_value(v)}" for k, v in sets.items())]
+        env = {"FORCE_TORCHRUN": "1", "NNODES": "1", "NPROC_PER_NODE": str(gpus)} if gpus > 1 else {}
+        return Plan(ds, "local", command, env=env)
+    config = yaml.safe_load(ds.config_path.read_text())
+    command = [train_env_bin("python"), "-m", config["entrypoint"],
+               *hydra_overrides({**config["overrides"], **sets})]
+    return Plan(ds, "local", command)
+
+
+def plan_modal(params: Params, ds: Dataset, sets: dict[str, Any]) -> Plan:
+    m = params.train.modal
+    remote_dir = f"{DATASETS_MOUNT}/{ds.dataset_id}"
+    out_dir = f"{RUNS_MOUNT}/{ds.dataset_id}"
+    config = yaml.safe_load(ds.config_path.read_text())
+    if ds.kind == "sft":
+        config.update(dataset_dir=remote_dir, output_dir=out_dir)
+        if config.get("deepspeed"):
+            config["deepspeed"] = f"{REMOTE_DEEPSPEED_DIR}/{PurePosixPath(config['deepspeed']).name}"
+        config.update(sets)
+        remote_command = ["llamafactory-cli", "train", REMOTE_SFT_CONFIG]
+        remote_env = {"FORCE_TORCHRUN": "1"}
+        gpu = m.sft_gpu
+    else:
+        local_prefix = ds.export_dir.as_posix().rstrip("/") + "/"
+        o = config["overrides"]
+        for key in ("data.train_data", "data.val_data"):
+            o[key] = [remote_dir + "/" + f[len(local_prefix):] if f.startswith(local_prefix) else f
+                      for f in o.get(key) or []]
+        o["trainer.ckpt_path"], o["trainer.export_path"] = f"{out_dir}/ckpts", f"{out_dir}/exports"
+        o.update(sets)
+        remote_command = ["python", "-m", config["entrypoint"], *hydra_overrides(o)]
+        remote_env = {}
+        gpu = m.rl_gpu
+    job = {"command": remote_command, "env": remote_env,
+           "config": config if ds.kind == "sft" else None, "config_path": REMOTE_SFT_CONFIG}
+    command = [train_env_bin("modal"), "run", MODAL_APP_FILE + f"::{ds.kind}",
+               "--dataset-id", ds.dataset_id, "--dataset-dir", ds.export_dir.as_posix(),
+               "--job-json", orjson.dumps(job, option=orjson.OPT_SORT_KEYS).decode()]
+    env = {"TRACELAKE_MODAL_APP": m.app, "TRACELAKE_MODAL_GPU": gpu,
+           "TRACELAKE_MODAL_TIMEOUT_HOURS": str(m.timeout_hours),
+           "TRACELAKE_MODAL_DATASETS_VOLUME": m.datasets_volume, "TRACELAKE_MODAL_RUNS_VOLUME": m.runs_volume,
+           "TRACELAKE_MODAL_PYTHON": m.image_python}
+    return Plan(ds, "modal", command, env=env, gpu=gpu,
+                volumes={DATASETS_MOUNT: m.datasets_volume, RUNS_MOUNT: m.runs_volume},
+                upload=(ds.export_dir.as_posix(), m.datasets_volume, f"/{ds.dataset_id}"),
+                remote_config=config, remote_command=remote_command)
+
+
+def make_plan(params: Params, kind: str, ref: str, backend: str, sets: list[str], gpus: int | None = None) -> Plan:
+    """`gpus` overrides train.sft.gpus for a local SFT run (processes started by torchrun)."""
+    if backend not in BACKENDS:
+        raise BadParams(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if gpus is not None and gpus < 1:
+        raise BadParams(f"--gpus must be >= 1, got {gpus}")
+    ds = resolve_dataset(params, kind, ref)
+    parsed = parse_sets(sets)
+    return plan_local(params, ds, parsed, gpus) if backend == "local" else plan_modal(params, ds, parsed)
+
+
+# --- output and running -------------------------------------------------------------------------
+
+def describe(plan: Plan) -> str:
+    """What would run, in plain text (the --dry-run output)."""
+    ds = plan.dataset
+    rows = ds.manifest["counts"].get("rows_out", ds.manifest["counts"].get("tasks_out"))
+    lines = [f"dataset:  {ds.dataset_id} ({rows} {'examples' if ds.kind == 'sft' else 'task prompts'}, "
+             f"{ds.export_dir.as_posix()})",
+             f"config:   {ds.config_path.as_posix()}",
+             f"backend:  {plan.backend}"]
+    if plan.gpu:
+        lines.append(f"gpu:      {plan.gpu}")
+    for mount, volume in plan.volumes.items():
+        lines.append(f"volume:   {volume} -> {mount}")
+    if plan.upload:
+        local, volume, remote = plan.upload
+        lines.append(f"upload:   {local} -> {volume}:{remote} (skipped when {remote} is already on the volume)")
+    if plan.backend == "modal":
+        lines.append("secrets:  " + ", ".join(f"{n} ({'set' if os.environ.get(n) else 'not set'})"
+                                              for n in FORWARDED_ENV) + " from the local environment")
+    for k, v in plan.env.items():
+        lines.append(f"env:      {k}={v}")
+    lines.append("command:  " + shlex.join(plan.command))
+    if plan.remote_command:
+        lines.append("remote:   " + shlex.join(plan.remote_command))
+    if plan.remote_config is not None and plan.dataset.kind == "sft":
+        lines.append(f"remote config ({REMOTE_SFT_CONFIG}):")
+        lines += ["  " + line for line in yaml.safe_dump(plan.remote_config, sort_keys=False).splitlines()]
+    return "\n".join(lines)
+
+
+def run(plan: Plan) -> int:
+    """Start the plan; returns the trainer's exit code."""
+    program = plan.command[0]
+    if not (Path(program).exists() or shutil.which(program)):
+        raise BadInput(f"{Path(program).name} not found: install the training environment with "
+                       f"`bash training/setup-env.sh` (or set TRACELAKE_TRAIN_ENV to one)")
+    return subprocess.run(plan.command, env={**os.environ, **plan.env}).returncode

@@ -1,0 +1,94 @@
+"""params.yaml `export_sft`, `export_rl` and `train` (stages export_sft, export_rl, train_config and
+`tracelake train`). export_rl.sources is checked against `sources` in tracelake/params.py."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field
+
+from tracelake.core.params import Count, Invalid, Number, Section, one_of
+from tracelake.export.sharegpt import SAME_ROLE_POLICIES
+from tracelake.export.templates import TEMPLATES
+from tracelake.ingest.params import SourceSelection
+
+NonEmpty = Annotated[str, Field(min_length=1)]
+LearningRate = Annotated[Number, Field(gt=0)]
+
+
+class ExportSftParams(Section):
+    rows_per_shard: Count = 5000
+    same_role: Annotated[str, one_of(SAME_ROLE_POLICIES)] = "merge"   # consecutive same-side messages
+    tokenizer: str = "data/tokenizer"
+
+
+class ExportRlParams(Section):
+    sources: SourceSelection = "all"
+    env_class: NonEmpty = "harbor"
+    reward_method: NonEmpty = "rule"
+    system_prompt: str | None = None
+    max_turns: Count = 32
+    max_prompt_length: Count = 8192   # longer prompts are rejected (SkyRL would drop them silently)
+    rows_per_shard: Count = 5000
+    tokenizer: str = "data/tokenizer"
+
+
+def _template(name: Any) -> Any:
+    if not isinstance(name, str) or name not in TEMPLATES:
+        raise Invalid(f"{name!r}: export_sft counts tokens exactly for {', '.join(TEMPLATES)} only")
+    return name
+
+
+class SftTrainParams(Section):
+    """LLaMA-Factory full SFT (the seed recipe). `extra` passes any other LLaMA-Factory key as-is."""
+    model: str = "Qwen/Qwen3-8B"
+    template: Annotated[str, BeforeValidator(_template)] = "qwen3"
+    cutoff_len: Count = 32768         # export_sft rejects longer examples (LLaMA-Factory would cut them)
+    finetuning_type: str = "full"
+    learning_rate: LearningRate = 4.0e-5
+    lr_scheduler_type: str = "cosine"
+    warmup_ratio: Number = 0.1
+    num_train_epochs: Number = 7.0
+    per_device_train_batch_size: Count = 1
+    gradient_accumulation_steps: Count = 2
+    gpus: Count = 8
+    optim: str = "adamw_torch_fused"
+    adam_beta1: Number = 0.9
+    adam_beta2: Number = 0.98
+    adam_epsilon: Number = 1.0e-8
+    weight_decay: Number = 0.0
+    seed: int = 42
+    bf16: bool = True
+    deepspeed: str | None = "training/deepspeed/ds_z3_config.json"
+    extra: dict[Any, Any] = Field(default_factory=dict)
+
+
+class RlTrainParams(Section):
+    """SkyRL (skyrl_train entrypoint, GRPO). `extra` passes any other SkyRL config key as-is."""
+    model: str = "Qwen/Qwen3-8B"
+    entrypoint: str = "skyrl_train.entrypoints.main_base"
+    advantage_estimator: str = "grpo"
+    n_samples_per_prompt: Count = 8
+    epochs: Count = 1
+    train_batch_size: Count = 32
+    learning_rate: LearningRate = 1.0e-6
+    gpus: Count = 8
+    extra: dict[Any, Any] = Field(default_factory=dict)
+
+
+class ModalParams(Section):
+    app: str = "tracelake-train"
+    sft_gpu: str = "H100:8"
+    rl_gpu: str = "H100:8"
+    timeout_hours: Count = 24
+    datasets_volume: str = "tracelake-datasets"   # shards, uploaded once per content id
+    runs_volume: str = "tracelake-runs"           # checkpoints and logs
+    image_python: str = "3.11"
+
+
+class TrainParams(Section):
+    configs: str = "training/configs"
+    runs: str = "runs"
+    sft: SftTrainParams = Field(default_factory=SftTrainParams)
+    rl: RlTrainParams = Field(default_factory=RlTrainParams)
+    modal: ModalParams = Field(default_factory=ModalParams)

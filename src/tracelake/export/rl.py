@@ -1,0 +1,185 @@
+"""Tasks -> SkyRL RL data: a PromptDataset (one prompt row per task, rule skyrl_prompt_v1), the Harbor
+task table its environment runs, and the tasks that could not become either, with reasons.
+
+    lake/exports/rl/
+      prompts/train-00000.parquet  rl_prompts: what skyrl_train.dataset.PromptDataset reads
+      tasks/train-00000.parquet    harbor_tasks: (path, task_binary) rows, the same tasks in the same order
+      export_rejects.parquet       tasks without a runnable binary or with a prompt SkyRL would drop
+      manifest.json                written last; dataset_id rl-<tasks>-<12 hex of the prompts>
+
+Why: SkyRL passes every prompt column except `prompt` and `env_class` to the environment as its
+extras, so a row carries everything the Harbor environment needs to find and grade its task:
+reward_spec.ground_truth is the task's `path` in the task table (`<source>/<name>`, where
+`tracelake tasks extract` puts its directory). PromptDataset silently filters out prompts whose chat
+template with the generation prompt is longer than max_prompt_length tokens, and a task without a
+task_binary cannot be run at all; both are rejected here with a reason instead, so every task is
+accounted for (in = out + rejected). A prompt's length is `len(tokenizer.encode(render_chatml(prompt)
++ "<|im_start|>assistant\\n", add_special_tokens=False))`: exactly what PromptDataset measures with a
+ChatML chat template (the project's tokenizer; Qwen's for messages without tools).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from tokenizers import Tokenizer
+
+from tracelake.core.errors import BadInput, check
+from tracelake.core.ids import dataset_id
+from tracelake.core.lake import ShardWriter, TableWriter, output_dir, write_manifest
+from tracelake.core.lakedb import connect, input_versions
+from tracelake.core.layout import Lake
+from tracelake.core.schema import load_schema
+from tracelake.core.tokens import load_tokenizer, render_chatml, tokenizer_fingerprint
+from tracelake.core.ui import progress
+
+PROMPT_RULE = "skyrl_prompt_v1"
+GENERATION_PROMPT = "<|im_start|>assistant\n"
+REJECT_REASONS = ("no_task_binary", "prompt_too_long")
+TASK_COLUMNS = ("task_id", "source", "name", "instruction", "task_checksum", "task_binary")
+BATCH = 64  # task_binary values can be megabytes each
+
+
+@dataclass(frozen=True)
+class RlSettings:
+    """The export_rl params that shape a prompt row."""
+    env_class: str
+    reward_method: str
+    system_prompt: str | None
+    max_turns: int
+    max_prompt_length: int
+
+
+@dataclass
+class RlStats:
+    tasks_in: int = 0
+    tasks_out: int = 0
+    rejected: Counter = field(default_factory=Counter)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"tasks_in": self.tasks_in, "tasks_out": self.tasks_out,
+                "rejected": {r: self.rejected.get(r, 0) for r in REJECT_REASONS}}
+
+
+def task_path(source: str, name: str) -> str:
+    """Where the task directory goes when the task table is extracted, and the reward's ground truth."""
+    return f"{source}/{name}"
+
+
+def prompt_messages(instruction: str, system_prompt: str | None) -> list[dict[str, str]]:
+    """[optional system message] + the task instruction as the user turn (verbatim)."""
+    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    return [*system, {"role": "user", "content": instruction}]
+
+
+def prompt_tokens(tokenizer: Tokenizer, prompts: list[list[dict[str, str]]], batch_size: int = 256) -> list[int]:
+    """Tokens of each prompt as PromptDataset counts them: the ChatML rendering plus the generation prompt."""
+    counts: list[int] = []
+    for i in range(0, len(prompts), batch_size):
+        texts = [render_chatml(p) + GENERATION_PROMPT for p in prompts[i:i + batch_size]]
+        counts.extend(len(e.ids) for e in tokenizer.encode_batch(texts, add_special_tokens=False))
+    return counts
+
+
+def prompt_row(task: dict[str, Any], messages: list[dict[str, str]], s: RlSettings) -> dict[str, Any]:
+    """One rl_prompts row (every struct has the same fields on every row)."""
+    path = task_path(task["source"], task["name"])
+    return {
+        "prompt": messages,
+        "env_class": s.env_class,
+        "reward_spec": {"method": s.reward_method, "ground_truth": path},
+        "data_source": task["source"],
+        "max_turns": s.max_turns,
+        "task_id": task["task_id"],
+        "extra_info": {"task_id": task["task_id"], "task": task["name"], "source": task["source"],
+                       "path": path, "task_checksum": task["task_checksum"]},
+    }
+
+
+def harbor_row(task: dict[str, Any]) -> dict[str, Any]:
+    """One harbor_tasks row: the task's binary as ingested, under its path."""
+    return {"path": task_path(task["source"], task["name"]), "task_binary": task["task_binary"],
+            "task_id": task["task_id"], "source": task["source"], "name": task["name"],
+            "task_checksum": task["task_checksum"]}
+
+
+def reject_row(task: dict[str, Any], reason: str, detail: str) -> dict[str, Any]:
+    check(reason in REJECT_REASONS, f"unknown export reject reason {reason!r}")
+    return {"item_id": task["task_id"], "trajectory_id": None, "source": task["source"], "name": task["name"],
+            "reason": reason, "detail": detail}
+
+
+def convert_batch(tasks: Iterable[dict[str, Any]], settings: RlSettings, tokenizer: Tokenizer,
+                  stats: RlStats) -> tuple[list[dict], list[dict], list[dict]]:
+    """Task rows (TASK_COLUMNS) -> (rl_prompts rows, harbor_tasks rows, export_rejects rows).
+
+    The prompt and task lists are parallel and keep the input order; every input task ends in
+    exactly one of prompts or rejects.
+    """
+    tasks = list(tasks)
+    messages = {i: prompt_messages(t["instruction"], settings.system_prompt)
+                for i, t in enumerate(tasks) if t["task_binary"] is not None}
+    n_tokens = dict(zip(messages, prompt_tokens(tokenizer, list(messages.values()))))
+    prompts: list[dict] = []
+    harbor: list[dict] = []
+    rejects: list[dict] = []
+    for i, t in enumerate(tasks):
+        if i not in messages:
+            rejects.append(reject_row(t, "no_task_binary", "the task row has no task_binary: the Harbor "
+                                      "environment cannot run it"))
+        elif n_tokens[i] > settings.max_prompt_length:
+            rejects.append(reject_row(t, "prompt_too_long", f"{n_tokens[i]} prompt tokens > max_prompt_length "
+                                      f"{settings.max_prompt_length} (SkyRL would drop it silently)"))
+        else:
+            prompts.append(prompt_row(t, messages[i], settings))
+            harbor.append(harbor_row(t))
+    stats.tasks_in += len(tasks)
+    stats.tasks_out += len(prompts)
+    stats.rejected.update(r["reason"] for r in rejects)
+    return prompts, harbor, rejects
+
+
+def export_rl(lake: Lake, sources: list[str], settings: RlSettings, *, tokenizer_path: str, rows_per_shard: int,
+              params: dict[str, Any]) -> dict[str, Any]:
+    """Every task of `sources` -> <lake>/exports/rl/ (prompts, Harbor task table, rejects, manifest).
+    Returns the counts (dataset id, shards, in/out/rejected, files) that the manifest records."""
+    con = connect(lake.root, sources, tables=("tasks",))
+    total = con.execute("SELECT count(*) FROM tasks").fetchall()[0][0]
+    tokenizer = load_tokenizer(tokenizer_path)
+    stats = RlStats()
+    rows = f"SELECT {', '.join(TASK_COLUMNS)} FROM tasks ORDER BY source, name, task_id"
+    out = lake.rl_export
+    with output_dir(out) as tmp:
+        prompts = ShardWriter(tmp / "prompts", load_schema("rl_prompts"), rows_per_shard)
+        harbor = ShardWriter(tmp / "tasks", load_schema("harbor_tasks"), rows_per_shard, row_group_size=BATCH)
+        rejects = TableWriter(tmp, load_schema("export_rejects"))
+        with progress("export_rl") as (set_total, advance):
+            set_total(total)
+            for batch in con.sql(rows).to_arrow_reader(BATCH):
+                prompt_rows, task_rows, rejected = convert_batch(batch.to_pylist(), settings, tokenizer, stats)
+                for prompt, task in zip(prompt_rows, task_rows):
+                    prompts.write(prompt)
+                    harbor.write(task)
+                for row in rejected:
+                    rejects.write(row)
+                advance(batch.num_rows)
+        info, task_info, reject_info = prompts.close(), harbor.close(), rejects.close()
+        check(stats.tasks_in == stats.tasks_out + sum(stats.rejected.values()) == total,
+              f"export_rl accounting: {total} tasks, {stats.as_json()}")
+        check(info.rows == task_info.rows == stats.tasks_out and prompts.files == harbor.files,
+              "export_rl: prompt and task shards differ")
+        if not info.rows:
+            raise BadInput(f"export_rl: every one of {total} tasks was rejected ({dict(stats.rejected)}); "
+                           f"see {out}/export_rejects.parquet")
+        name = dataset_id("rl", stats.tasks_out, info.version_id)
+        files = {"prompts": [f"prompts/{f}" for f in prompts.files], "tasks": [f"tasks/{f}" for f in harbor.files]}
+        counts = {"dataset_id": name, "shards": len(prompts.files), **stats.as_json(), "files": files}
+        write_manifest(
+            tmp, kind="export_rl", dataset_id=name,
+            tables=[info.with_file("prompts/"), task_info.with_file("tasks/"), reject_info],
+            inputs={"tasks": input_versions(lake.root, "tasks", sources),
+                    "tokenizer": tokenizer_fingerprint(tokenizer_path)},
+            params=params, formulas={"prompts": PROMPT_RULE}, counts=counts)
+    return counts
