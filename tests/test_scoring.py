@@ -345,7 +345,7 @@ def test_import_missing_column_lists_the_columns(tmp_path, known):
 
 
 def test_import_unreadable_files(tmp_path, known):
-    with pytest.raises(BadInput, match=r"score\.imports\.d_v1: .*missing\.parquet not found"):
+    with pytest.raises(BadInput, match=r"score\.imports\.d_v1: .*missing\.parquet does not exist"):
         import_scores("d_v1", ImportParams(path=str(tmp_path / "missing.parquet"), task="t", score="s"), known)
     junk = tmp_path / "junk.parquet"
     junk.write_text("task,score\nother,1\n")

@@ -257,6 +257,18 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     return orjson.loads(path.read_bytes())
 
 
+def open_parquet(path: Path | str, what: str = "") -> pq.ParquetFile:
+    """A user's Parquet file, or a one-line BadInput saying it is missing or unreadable.
+    `what` prefixes the message (e.g. `score.imports.difficulty_v1: `)."""
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(f"{what}{path} does not exist or is not a file")
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as e:
+        raise BadInput(f"{what}{path} is not a readable Parquet file ({e})") from None
+
+
 def read_table(directory: Path, name: str) -> pa.Table:
     """Read one table of an output directory and validate it against its declared schema."""
     schema = load_schema(name)

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from tracelake.core.errors import BadInput
 from tracelake.core.hashing import content_id, sha256_bytes
 from tracelake.core.ids import COPY_SUFFIX, base_task_name
+from tracelake.core.lake import open_parquet
 from tracelake.core.schema import load_schema
 from tracelake.curate.params import ImportParams
 from tracelake.curate.scorers import Scorer, ScoreRequest
@@ -122,12 +123,11 @@ def import_scores(name: str, spec: ImportParams, known_tasks: Iterable[tuple[str
     matching no task are counted as unmatched, two different scores for one task are an error.
     """
     path = Path(spec.path)
-    if not path.is_file():
-        raise BadInput(f"score.imports.{name}: {path} not found")
+    where = f"score.imports.{name}: "
     try:
-        table = pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as e:
-        raise BadInput(f"score.imports.{name}: {path} is not a readable Parquet file ({e})") from None
+        table = open_parquet(path, where).read()
+    except (pa.ArrowException, OSError) as e:
+        raise BadInput(f"{where}{path} is not a readable Parquet file ({e})") from None
     columns = [c for c in (spec.score, spec.task, spec.task_id, spec.source) if c is not None]
     for column in columns:
         if column not in table.column_names:

@@ -3,5 +3,7 @@
 - harbor.py  Harbor job directories (result.json + ATIF trajectories) -> trajectories
 - traces.py  published trace tables (Parquet / JSON / JSONL) -> trajectories
 - tasks.py   Harbor task directories and (path, task_binary) tables -> tasks
+- task_archive.py  deterministic task archives (task_binary) and their safe extraction
+- params.py  params.yaml `ingest` and `sources`
 - common.py  the shared run loop: rejects, --strict, accounting, output directory and manifest
 """

@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 
 from tracelake.core.errors import BadInput
 from tracelake.core.hashing import canonical_json, sha256_bytes
+from tracelake.core.lake import open_parquet
 from tracelake.ingest.common import Reject, check_text
 
 ARCHIVE_FORMAT = "tar-pax-sorted-mode644/755-uid0-mtime0-gzip9-v1"
@@ -306,12 +307,7 @@ def extract_table(table_path: Path, out: Path, *, names: list[str] | None = None
 
 
 def _open_table(table_path: Path) -> pq.ParquetFile:
-    if not table_path.is_file():
-        raise BadInput(f"{table_path} does not exist or is not a file")
-    try:
-        table = pq.ParquetFile(table_path)
-    except (pa.ArrowException, OSError) as e:
-        raise BadInput(f"{table_path} is not a readable Parquet file ({e})") from None
+    table = open_parquet(table_path)
     for column in ("path", "task_binary"):
         if column not in table.schema_arrow.names:
             raise BadInput(f"{table_path} has no {column!r} column (a task table has path and task_binary)")
