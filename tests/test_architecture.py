@@ -120,3 +120,19 @@ def test_loading_params_imports_no_engine(engine):
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False", f"loading params imported {engine}"
+
+
+def test_no_assert_in_the_library():
+    """Invariants are `check(...)` (raises Bug), never `assert`, which `python -O` removes."""
+    found = [f"{p.relative_to(ROOT)}:{n.lineno}" for p in sorted(PACKAGE.rglob("*.py"))
+             for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.Assert)]
+    found += [f"{p.relative_to(ROOT)}:{n.lineno}" for p in sorted((ROOT / "stages").glob("*.py"))
+              for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.Assert)]
+    assert not found, "assert statements (use tracelake.core.errors.check): " + ", ".join(found)
+
+
+def test_check_survives_python_O():
+    code = ("from tracelake.core.errors import Bug, check\n"
+            "try:\n    check(1 + 1 == 3, 'arithmetic')\nexcept Bug as e:\n    print('bug:', e)\n")
+    proc = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "bug: arithmetic", proc.stdout + proc.stderr

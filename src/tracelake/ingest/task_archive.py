@@ -30,7 +30,6 @@ import io
 import os
 import shutil
 import tarfile
-import tempfile
 import zlib
 from pathlib import Path, PurePosixPath
 
@@ -39,7 +38,7 @@ import pyarrow.parquet as pq
 
 from tracelake.core.errors import BadInput
 from tracelake.core.hashing import canonical_json, sha256_bytes
-from tracelake.core.lake import open_parquet
+from tracelake.core.lake import open_parquet, output_dir
 from tracelake.ingest.common import Reject, check_text
 
 ARCHIVE_FORMAT = "tar-pax-sorted-mode644/755-uid0-mtime0-gzip9-v1"
@@ -191,8 +190,8 @@ def _strip_top_dir(entries: list[Entry]) -> list[Entry]:
 def extract_archive(data: bytes, dest: Path, *, label: str | None = None) -> list[str]:
     """Extract a task_binary into dest (absent or an empty directory); the files written, sorted.
 
-    The archive is read and checked in memory (read_archive), written under a temporary directory
-    beside dest and renamed into place, so a refused archive leaves nothing behind. Files get mode
+    The archive is read and checked in memory (read_archive), written with `lake.output_dir` (a
+    temporary directory beside dest, renamed into place), so a refused archive leaves nothing behind. Files get mode
     0755 when executable in the archive, else 0644; directories 0755. label names the archive in
     error messages (default: dest).
     """
@@ -205,19 +204,15 @@ def extract_archive(data: bytes, dest: Path, *, label: str | None = None) -> lis
     except Reject as r:
         raise BadInput(f"{what}: {r.detail} — {NOTHING}") from None
     created = _make_parents(dest.parent, what)
-    tmp, done = None, False
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".partial", dir=dest.parent))
-        _write_entries(entries, tmp, what)
-        os.rename(tmp, dest)
-        done = True
+        with output_dir(dest) as tmp:
+            _write_entries(entries, tmp, what)
     except OSError as e:
+        _remove_dirs(created)
         raise BadInput(f"{what}: cannot write {dest} ({e.strerror or e}) — {NOTHING}") from None
-    finally:
-        if not done:
-            if tmp is not None:
-                shutil.rmtree(tmp, ignore_errors=True)
-            _remove_dirs(created)
+    except BaseException:
+        _remove_dirs(created)
+        raise
     return sorted(e.name for e in entries if not e.is_dir)
 
 
