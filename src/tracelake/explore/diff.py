@@ -223,20 +223,15 @@ def diff_versions(a: Version, b: Version) -> dict[str, Any]:
     con.execute("CREATE TABLE traj AS " + assets.sql("diff/trajectories"),
                 {"content_stage": content_stage, "a_lineage": a.pool is not None, "b_lineage": b.pool is not None})
 
-    totals = _rows(con, """SELECT status, count(*) AS trajectories, sum(copies_a) AS rows_a, sum(copies_b) AS rows_b
-                           FROM traj GROUP BY status""")
+    totals = _rows(con, assets.sql("diff/status_totals"))
     by_status = {s: {"trajectories": 0, "rows_a": 0, "rows_b": 0} for s in STATUSES}
     for r in totals:
         status = r.pop("status")
         by_status[status] = {k: int(v) for k, v in r.items()}
     rows_a = con.execute("SELECT count(*) FROM a_rows").fetchone()[0]
     rows_b = con.execute("SELECT count(*) FROM b_rows").fetchone()[0]
-    explained = _rows(con, """SELECT status, stage, rule, count(*) AS trajectories,
-                                     sum(copies_b) - sum(copies_a) AS rows_delta
-                              FROM traj WHERE status <> 'unchanged'
-                              GROUP BY ALL ORDER BY status, trajectories DESC, stage, rule""")
-    moved = _rows(con, """SELECT trajectory_id, source, task_id, task, status, copies_a, copies_b, stage, rule, detail
-                          FROM traj WHERE status <> 'unchanged' ORDER BY status, trajectory_id""")
+    explained = _rows(con, assets.sql("diff/explained"))
+    moved = _rows(con, assets.sql("diff/moved"))
     con.execute("CREATE TABLE tasks AS " + assets.sql("diff/by_task"))
     task_counts = {s: 0 for s in ("added", "removed", "changed", "unchanged")}
     task_counts |= dict(con.execute("SELECT status, count(*) FROM tasks GROUP BY status").fetchall())
