@@ -119,11 +119,12 @@ class TableSchema:
         table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
         if table.schema.names != self.arrow.names:
             return self.validate(table)  # raises, naming the columns
+        loose = pa.schema([f.with_nullable(True) for f in self.arrow])  # nulls are judged by validate
         try:
-            table = table.cast(self.arrow)
+            table = table.cast(loose)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
             raise SchemaViolation(f"{self.name}: cannot be read as schemas/{self.name}.yaml: {e}") from None
-        return self.validate(table)
+        return self.validate(table).cast(self.arrow)
 
     def from_rows(self, rows: list[dict]) -> pa.Table:
         """Build a validated table from row dicts (missing keys are an error, not a null)."""
