@@ -303,7 +303,10 @@ def main() -> None:
         err.print("Aborted!")
         sys.exit(1)
     except typer.TyperException as e:  # usage errors: what standalone mode would have printed
-        e.show()
+        if hasattr(e, "show"):
+            e.show()
+        else:
+            err.print(f"tracelake: {e}", markup=False, soft_wrap=True)
         sys.exit(getattr(e, "exit_code", 2))
     except Bug:
         import traceback

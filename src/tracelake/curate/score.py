@@ -20,7 +20,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tracelake.core.errors import BadInput
+from tracelake.core.errors import BadInput, check
 from tracelake.core.hashing import content_id, sha256_bytes
 from tracelake.core.ids import COPY_SUFFIX, base_task_name
 from tracelake.core.lake import open_parquet
@@ -103,8 +103,7 @@ def run_scorer(scorer: Scorer, con: duckdb.DuckDBPyConnection, cache: ScoreCache
     for start in range(0, len(missing), batch_size):
         batch = missing[start:start + batch_size]
         values = scorer.score_batch([r for r, _ in batch])
-        if len(values) != len(batch):
-            raise AssertionError(f"{scorer.name}: {len(batch)} requests but {len(values)} scores")
+        check(len(values) == len(batch), f"{scorer.name}: {len(batch)} requests but {len(values)} scores")
         for (request, prompt_sha), value in zip(batch, values):
             new_rows.append(score_row(request.task_id, scorer.name, scorer.model, prompt_sha, float(value)))
         if on_progress:
