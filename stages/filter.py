@@ -6,6 +6,8 @@ dropped.parquet: each dropped row with the rule that dropped it), the funnel to 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tracelake.core.assets import sql
 from tracelake.core.lake import TableWriter, output_dir, write_manifest
 from tracelake.core.lakedb import connect, input_versions
@@ -24,7 +26,8 @@ def main(argv: list[str] | None = None) -> None:
     lake, sources = Lake(params.lake), list(params.sources)
     con = connect(lake.root, sources, tables=("trajectories",))
     with progress("count tokens") as (_, advance):
-        result = run_filters(con, params.filter, on_tokens=advance, sources=sources)
+        result = run_filters(con, params.filter, on_tokens=advance, sources=sources,
+                             token_cache=Path(params.tokenizer.cache))
 
     with output_dir(lake.pool) as tmp:
         tables = []

@@ -28,7 +28,8 @@ import yaml
 from tracelake.core.ids import dataset_label
 from tracelake.core.lake import read_manifest
 from tracelake.core.schema import load_schema
-from tracelake.core.tokens import build_tokenizer, count_chatml_tokens, load_tokenizer
+from tracelake.core.token_count import count_chatml_tokens
+from tracelake.core.tokens import build_tokenizer, load_tokenizer
 from tracelake.export.rl import (
     GENERATION_PROMPT,
     REJECT_REASONS,

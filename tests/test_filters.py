@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 from tracelake.core.lake import read_manifest, read_table
 from tracelake.core.lakedb import connect
 from tracelake.core.layout import Lake
+from tracelake.core.token_count import count_chatml_tokens
 from tracelake.core.tokens import (
     build_tokenizer,
-    count_chatml_tokens,
     load_tokenizer,
     tokenizer_fingerprint,
 )

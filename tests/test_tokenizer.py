@@ -15,12 +15,12 @@ import pytest
 from tokenizers import Tokenizer
 
 from tracelake.core.errors import BadInput, BadParams
+from tracelake.core.token_count import count_chatml_tokens
 from tracelake.core.tokens import (
     CHAT_TEMPLATE,
     SPECIAL_TOKENS,
     TOKEN_COUNT_RULE,
     build_tokenizer,
-    count_chatml_tokens,
     load_tokenizer,
     render_chatml,
     tokenizer_fingerprint,

@@ -109,6 +109,7 @@ class TokenizerParams(Section):
     """The project's own small tokenizer (stage `tokenizer`)."""
     vocab_size: Annotated[int, Field(ge=300)] = 4096
     out: str = "data/tokenizer"
+    cache: str = ".tracelake/cache/tokens"   # segment token counts of any tokenizer (core/token_count.py)
 
 
 # --- reading ---------------------------------------------------------------------------------

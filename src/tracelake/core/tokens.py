@@ -8,8 +8,8 @@ so its result does not depend on thread count or hash order (RAYON_NUM_THREADS f
 give the same bytes; no pinning needed), and tokenizer.json lists the vocabulary by id. Our own
 JSON files are written with sorted keys and a trailing newline.
 
-`count_chatml_tokens` counts tokens of the ChatML rendering of conversations with any fast
-tokenizer (`tokenizer.json`), ours or a real model's.
+`render_chatml` renders conversations as ChatML; core/token_count.py counts its tokens with any
+fast tokenizer (`tokenizer.json`), ours or a real model's.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def build_tokenizer(out_dir: Path, vocab_size: int = 4096) -> Path:
     return out_dir
 
 
-def _tokenizer_file(path: Path | str) -> Path:
+def tokenizer_file(path: Path | str) -> Path:
     p = Path(path)
     need = "a fast tokenizer is needed (a tokenizer.json file, or a directory holding one)"
     if p.is_dir():
@@ -135,7 +135,7 @@ def _tokenizer_file(path: Path | str) -> Path:
 
 def load_tokenizer(path: Path | str) -> Tokenizer:
     """Load a fast tokenizer from an HF tokenizer directory or a tokenizer.json file."""
-    f = _tokenizer_file(path)
+    f = tokenizer_file(path)
     try:
         return Tokenizer.from_file(str(f))
     except Exception as exc:  # the Rust error is multi-line; keep the first line
@@ -145,7 +145,7 @@ def load_tokenizer(path: Path | str) -> Tokenizer:
 
 def tokenizer_fingerprint(path: Path | str) -> str:
     """sha256 hex of the tokenizer.json bytes: names exactly which tokenizer did the counting."""
-    return hashlib.sha256(_tokenizer_file(path).read_bytes()).hexdigest()
+    return hashlib.sha256(tokenizer_file(path).read_bytes()).hexdigest()
 
 
 def render_chatml(conversation: Sequence[Mapping[str, object]]) -> str:
@@ -162,23 +162,3 @@ def render_chatml(conversation: Sequence[Mapping[str, object]]) -> str:
             raise BadInput(f"message {j} is not a {{role: str, content: str}} dict: {m!r:.60}")
         parts.append(f"<|im_start|>{role}\n{content or ''}<|im_end|>\n")
     return "".join(parts)
-
-
-def count_chatml_tokens(tokenizer: Tokenizer, conversations: list[list[dict]],
-                        batch_size: int = 256) -> list[int]:
-    """Token count of each conversation's ChatML rendering (rule `chatml_tokens_v1`).
-
-    The count is the length of `tokenizer.encode(render_chatml(conv), add_special_tokens=False)`:
-    special tokens such as `<|im_start|>` count as one token each, nothing is added around the
-    text, and an empty conversation counts 0. This matches a Qwen-style chat template to within
-    a few tokens per message (such templates may add a default system prompt or tool headers).
-    Encoding runs `encode_batch` over `batch_size` conversations at a time.
-    """
-    if batch_size < 1:
-        raise BadParams(f"batch_size must be at least 1, got {batch_size}")
-    texts = [render_chatml(c) for c in conversations]
-    counts: list[int] = []
-    for i in range(0, len(texts), batch_size):
-        encs = tokenizer.encode_batch(texts[i:i + batch_size], add_special_tokens=False)
-        counts.extend(len(e.ids) for e in encs)
-    return counts

@@ -20,12 +20,8 @@ import pyarrow as pa
 from tracelake.core.assets import sql
 from tracelake.core.errors import check
 from tracelake.core.ids import COPY_SUFFIX
-from tracelake.core.tokens import (
-    TOKEN_COUNT_RULE,
-    count_chatml_tokens,
-    load_tokenizer,
-    tokenizer_fingerprint,
-)
+from tracelake.core.token_count import TokenCounter, count_chatml_tokens
+from tracelake.core.tokens import TOKEN_COUNT_RULE, tokenizer_fingerprint
 from tracelake.curate.params import FilterParams
 
 TOKEN_BATCH = 500
@@ -72,9 +68,11 @@ class FilterResult:
 
 
 def run_filters(con: duckdb.DuckDBPyConnection, params: FilterParams,
-                on_tokens: Callable[[int], None] | None = None, sources: list[str] = ()) -> FilterResult:
+                on_tokens: Callable[[int], None] | None = None, sources: list[str] = (),
+                token_cache: Path | None = None) -> FilterResult:
     """Apply the enabled rules to the `trajectories` view; leaves tables `pool` and `dropped`.
-    `sources` are listed in the funnel even when they have no rows (an empty source shows as 0)."""
+    `sources` are listed in the funnel even when they have no rows (an empty source shows as 0).
+    `token_cache`: the segment token count cache (params tokenizer.cache); None counts without one."""
     con.execute(f"CREATE TEMP TABLE base AS {sql('filter/base')}", {"copy_suffix": COPY_SUFFIX.pattern})
     con.execute("CREATE TEMP TABLE dropped (trajectory_id VARCHAR, rule VARCHAR, detail VARCHAR)")
     con.execute("CREATE TEMP TABLE tokens (trajectory_id VARCHAR, n_tokens BIGINT)")
@@ -82,8 +80,8 @@ def run_filters(con: duckdb.DuckDBPyConnection, params: FilterParams,
     formulas: dict[str, str] = {}
     enabled = [r for r in RULES if r.enabled(params)]
     for rule in RULES:
-        if rule.name == _COUNT_TOKENS_BEFORE:
-            _count_tokens(con, Path(params.tokenizer), on_tokens)
+        if rule.name == _COUNT_TOKENS_BEFORE and params.count_tokens:
+            _count_tokens(con, Path(params.tokenizer), token_cache, on_tokens)
             formulas["tokens"] = f"{TOKEN_COUNT_RULE} tokenizer sha256 {tokenizer_fingerprint(params.tokenizer)}"
         if rule in enabled:
             con.execute(f"INSERT INTO dropped SELECT trajectory_id, $rule_name, detail "
@@ -93,20 +91,20 @@ def run_filters(con: duckdb.DuckDBPyConnection, params: FilterParams,
     return FilterResult([r.name for r in enabled], _funnel(con, [r.name for r in enabled], sources), formulas)
 
 
-def _count_tokens(con: duckdb.DuckDBPyConnection, tokenizer_dir: Path,
+def _count_tokens(con: duckdb.DuckDBPyConnection, tokenizer_dir: Path, cache: Path | None,
                   on_tokens: Callable[[int], None] | None) -> None:
-    """n_tokens for every row still standing (the tokens table), batch by batch."""
-    tokenizer = load_tokenizer(tokenizer_dir)
+    """n_tokens for every row still standing (the tokens table), batch by batch in storage order
+    (sorting would hold every conversation in memory); each distinct segment is encoded once."""
     reader = con.sql("""SELECT trajectory_id, messages FROM trajectories
-                        WHERE trajectory_id IN (SELECT trajectory_id FROM candidates)
-                        ORDER BY trajectory_id""").to_arrow_reader(TOKEN_BATCH)
+                        WHERE trajectory_id IN (SELECT trajectory_id FROM candidates)""").to_arrow_reader(TOKEN_BATCH)
     ids: list[str] = []
     counts: list[int] = []
-    for batch in reader:
-        ids.extend(batch.column("trajectory_id").to_pylist())
-        counts.extend(count_chatml_tokens(tokenizer, batch.column("messages").to_pylist()))
-        if on_tokens:
-            on_tokens(batch.num_rows)
+    with TokenCounter.open(tokenizer_dir, cache) as counter:
+        for batch in reader:
+            ids.extend(batch.column("trajectory_id").to_pylist())
+            counts.extend(count_chatml_tokens(counter, batch.column("messages").to_pylist(), TOKEN_BATCH))
+            if on_tokens:
+                on_tokens(batch.num_rows)
     con.register("token_counts", pa.table({"trajectory_id": pa.array(ids, pa.string()),
                                            "n_tokens": pa.array(counts, pa.int64())}))
     con.execute("INSERT INTO tokens SELECT * FROM token_counts")

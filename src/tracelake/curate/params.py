@@ -72,7 +72,15 @@ class FilterParams(Section):
     success_only: bool = False
     max_tokens: Annotated[int | None, Field(ge=1)] = None
     tokenizer: str = "data/tokenizer"   # an HF tokenizer directory: n_tokens for max_tokens and reports
+    count_tokens: bool = True           # false: n_tokens stays null (max_tokens must then be null)
     dedup_conversations: bool = True
+
+    @model_validator(mode="after")
+    def _counts_for_max_tokens(self) -> FilterParams:
+        if self.max_tokens is not None and not self.count_tokens:
+            raise Invalid(f"max_tokens {self.max_tokens} needs count_tokens: true (or set max_tokens: null)",
+                          at=("max_tokens",))
+        return self
 
 
 class MixParams(Section):

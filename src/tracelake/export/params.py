@@ -20,6 +20,7 @@ class ExportSftParams(Section):
     rows_per_shard: Count = 5000
     same_role: Annotated[str, one_of(SAME_ROLE_POLICIES)] = "merge"   # consecutive same-side messages
     tokenizer: str = "data/tokenizer"
+    count_tokens: bool = True   # false: n_tokens null, rows over cutoff_len not rejected (not length-checked)
 
 
 class ExportRlParams(Section):

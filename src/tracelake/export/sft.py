@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
@@ -38,7 +39,8 @@ from tracelake.core.lake import (
 )
 from tracelake.core.layout import Lake
 from tracelake.core.schema import load_schema
-from tracelake.core.tokens import load_tokenizer, tokenizer_fingerprint
+from tracelake.core.token_count import TokenCounter
+from tracelake.core.tokens import tokenizer_fingerprint
 from tracelake.core.ui import progress
 from tracelake.export.params import ExportSftParams, SftTrainParams
 from tracelake.export.sharegpt import (
@@ -53,17 +55,20 @@ from tracelake.export.templates import TemplateSlots, template_slots
 TOKEN_RULE = "lf_template_tokens_v1"
 
 
-def count_template_tokens(tokenizer: Tokenizer, rows: list[SharegptRow], template: TemplateSlots) -> list[int]:
+def count_template_tokens(tokenizer: Tokenizer | TokenCounter, rows: list[SharegptRow],
+                          template: TemplateSlots) -> list[int]:
     """Tokens LLaMA-Factory 0.9.5's supervised processor gives each row (rule lf_template_tokens_v1).
 
     It encodes every message's formatted text on its own (the system block separately from the first
     turn) and prepends an empty thought to each gpt turn without one (qwen3). Summing encodings of
-    the same pieces gives its exact length, so `n_tokens <= cutoff_len` means nothing is cut.
+    the same pieces gives its exact length, so `n_tokens <= cutoff_len` means nothing is cut. A
+    TokenCounter encodes each distinct segment once (and remembers it across runs in its cache).
     """
+    counter = TokenCounter.of(tokenizer)
     pieces: list[str] = []
     owner: list[int] = []
     extra = [0] * len(rows)
-    thought = len(tokenizer.encode(template.empty_thought, add_special_tokens=False).ids) if template.empty_thought else 0
+    thought = counter.count([template.empty_thought])[0] if template.empty_thought else 0
     for k, row in enumerate(rows):
         if row.system:
             pieces.append(template.system.format(row.system))
@@ -75,9 +80,8 @@ def count_template_tokens(tokenizer: Tokenizer, rows: list[SharegptRow], templat
             if turn["from"] == "gpt" and thought and "<think>" not in turn["value"] and "</think>" not in turn["value"]:
                 extra[k] += thought
     counts = list(extra)
-    for i in range(0, len(pieces), 512):
-        for k, enc in zip(owner[i:i + 512], tokenizer.encode_batch(pieces[i:i + 512], add_special_tokens=False)):
-            counts[k] += len(enc.ids)
+    for k, n in zip(owner, counter.count(pieces)):
+        counts[k] += n
     return counts
 
 
@@ -91,9 +95,10 @@ class SftStats:
     rows_trimmed: int = 0         # examples whose trailing prompt-side messages were removed
     messages_trimmed: int = 0
     max_tokens: int = 0
+    length_checked: bool = True   # False: tokens not counted, rows over cutoff_len not rejected
 
     def as_json(self) -> dict[str, Any]:
-        return {"rows_in": self.rows_in, "rows_out": self.rows_out,
+        return {"rows_in": self.rows_in, "rows_out": self.rows_out, "length_checked": self.length_checked,
                 "rejected": dict(sorted(self.rejected.items())), "rows_merged": self.rows_merged,
                 "messages_merged": self.messages_merged, "rows_trimmed": self.rows_trimmed,
                 "messages_trimmed": self.messages_trimmed, "max_tokens": self.max_tokens}
@@ -123,11 +128,12 @@ def slots_with_messages(slots: list[dict[str, Any]], trajectory_files: list[str]
 
 
 def convert_batch(rows: Iterable[dict[str, Any]], *, same_role: str, cutoff_len: int | None,
-                  tokenizer: Tokenizer, template: TemplateSlots, stats: SftStats) -> tuple[list[dict], list[dict]]:
+                  tokenizer: Tokenizer | TokenCounter | None, template: TemplateSlots, stats: SftStats) -> tuple[list[dict], list[dict]]:
     """Selection rows joined with their trajectory's `messages` -> (sft_rows, export_rejects).
 
     Every input row ends in exactly one of the two lists (in = out + rejected). Tokens are counted
-    once per rollout in the batch, however many upsampled copies it has there.
+    once per rollout in the batch, however many upsampled copies it has there; with tokenizer None
+    they are not counted at all (n_tokens null, nothing rejected for length).
     """
     converted: list[tuple[dict, SharegptRow]] = []
     rejects: list[dict] = []
@@ -138,11 +144,15 @@ def convert_batch(rows: Iterable[dict[str, Any]], *, same_role: str, cutoff_len:
         except ExportReject as e:
             rejects.append(_reject(r, e.reason, e.detail))
     unique = {r["trajectory_id"]: sg for r, sg in converted}
-    tokens = dict(zip(unique, count_template_tokens(tokenizer, list(unique.values()), template)))
+    if tokenizer is None:
+        stats.length_checked = False
+        tokens = dict.fromkeys(unique)
+    else:
+        tokens = dict(zip(unique, count_template_tokens(tokenizer, list(unique.values()), template)))
     counts = [tokens[r["trajectory_id"]] for r, _ in converted]
     out: list[dict] = []
     for (r, sg), n_tokens in zip(converted, counts):
-        if cutoff_len is not None and n_tokens > cutoff_len:
+        if n_tokens is not None and cutoff_len is not None and n_tokens > cutoff_len:
             rejects.append(_reject(r, "over_cutoff_len", f"{n_tokens} tokens > cutoff_len {cutoff_len} "
                                    f"(LLaMA-Factory would cut it silently)"))
             continue
@@ -150,7 +160,7 @@ def convert_batch(rows: Iterable[dict[str, Any]], *, same_role: str, cutoff_len:
         stats.messages_merged += sg.merged
         stats.rows_trimmed += sg.trimmed > 0
         stats.messages_trimmed += sg.trimmed
-        stats.max_tokens = max(stats.max_tokens, n_tokens)
+        stats.max_tokens = max(stats.max_tokens, n_tokens or 0)
         out.append({"id": f"{r['source']}/{r['name']}", "conversations": sg.conversations, "system": sg.system,
                     "slot_id": r["slot_id"], "trajectory_id": r["trajectory_id"], "task_id": r["task_id"],
                     "source": r["source"], "task": r["task"], "copy": r["copy"], "n_tokens": n_tokens})
@@ -181,14 +191,16 @@ BATCH = 256
 
 
 def export_sft(lake: Lake, scale: str, sources: list[str], cfg: ExportSftParams, sft: SftTrainParams,
-               params: dict[str, Any]) -> dict[str, Any]:
+               params: dict[str, Any], token_cache: Path | None = None) -> dict[str, Any]:
     """One scale's selection -> <lake>/exports/sft/<scale>/ (shards, dataset_info.json, rejects,
-    manifest). Returns the counts the manifest records (dataset id, shards, in/out/rejected, ...)."""
+    manifest). Returns the counts the manifest records (dataset id, shards, in/out/rejected, ...).
+    `token_cache`: the segment token count cache (params tokenizer.cache), or None."""
     sel_dir = lake.selection(scale)
     selection = read_manifest(sel_dir)
     slots = read_table(sel_dir, "selection").drop_columns(["score"]).to_pylist()
     trajectory_files = lake.table_files("trajectories", sources)
-    tokenizer, template = load_tokenizer(cfg.tokenizer), template_slots(sft.template)
+    tokenizer = TokenCounter.open(cfg.tokenizer, token_cache) if cfg.count_tokens else None
+    template = template_slots(sft.template)
     stats = SftStats()
     total = selection["tables"]["selection"]["rows"]
     with output_dir(lake.sft_export(scale)) as tmp:
@@ -205,6 +217,8 @@ def export_sft(lake: Lake, scale: str, sources: list[str], cfg: ExportSftParams,
                     rejects.write(row)
                 advance(len(batch))
         info, reject_info = shards.close(), rejects.close()
+        if tokenizer is not None:
+            tokenizer.close()
         check(stats.rows_in == stats.rows_out + sum(stats.rejected.values()) == total,
               f"export_sft accounting: {total} slots, {stats.as_json()}")
         if not info.rows:
@@ -218,7 +232,7 @@ def export_sft(lake: Lake, scale: str, sources: list[str], cfg: ExportSftParams,
             tmp, kind="export_sft", dataset_id=name,
             tables=[info.with_file(f"{name}/"), reject_info],
             inputs={"selection": selection["version_id"], "selection_dataset": selection["dataset_id"],
-                    "tokenizer": tokenizer_fingerprint(cfg.tokenizer)},
-            params=params, formulas={"rows": SHAREGPT_RULE, "tokens": TOKEN_RULE},
+                    "tokenizer": tokenizer_fingerprint(cfg.tokenizer) if cfg.count_tokens else None},
+            params=params, formulas={"rows": SHAREGPT_RULE, "tokens": TOKEN_RULE if cfg.count_tokens else "not counted"},
             counts={**counts, "files": [f"{name}/{f}" for f in shards.files]})
     return counts

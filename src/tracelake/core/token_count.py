@@ -1,0 +1,268 @@
+"""Exact token counts at disk speed: every distinct text segment is encoded once, ever.
+
+A count is always `len(tokenizer.encode(text, add_special_tokens=False))`. Three facts make it cheap
+without making it approximate:
+
+1. Added tokens (`<|im_start|>`, `<think>`, ...) split the input before anything else, and each
+   becomes exactly one id. So a text's count is the number of added tokens in it plus the counts of
+   the segments between them.
+2. For the pre-tokenizers listed in `SPLIT_PATTERNS` (GPT-2's byte level, and Split regexes of the
+   Qwen2 / Llama-3 / cl100k family followed by a byte level without its own regex), a newline that
+   follows a non-space character and precedes one always ends a pre-token, and nothing around it
+   looks across it. Cutting a long segment there changes no id, so long segments are cut into
+   pieces of about CHUNK_CHARS (short pieces encode several times faster: encoding time grows
+   faster than the length of one string).
+3. Segments repeat: the agent's instructions in every first message, the same conversation under
+   another rendering (the filter's ChatML, the export's chat template), the same rows in a new
+   scale or a rerun. Each segment's count is kept under (tokenizer sha256, segment hash) in a cache
+   directory, so it is encoded once across runs, stages and ablations.
+
+Any other tokenizer (an unknown pre-tokenizer, a normalizer other than NFC, added tokens that
+strip spaces) gets rule `whole`: each text is one segment, still cached and still exact.
+The missing segments are encoded in batches with `encode_batch_fast` (all cores, no offsets).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer
+
+from tracelake.core.errors import BadParams
+from tracelake.core.segment_cache import SegmentCache
+from tracelake.core.tokens import load_tokenizer, render_chatml, tokenizer_file
+
+CHUNK_CHARS = 8192
+ENCODE_BATCH_CHARS = 4 << 20        # encode the missing segments this many characters at a time
+
+_GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+# Split patterns (tokenizer.json `pre_tokenizer`) known to keep a newline between two non-space
+# characters a pre-token of its own: tests/test_token_count.py checks each against real encodes.
+SPLIT_PATTERNS = frozenset({
+    # Qwen2, Qwen2.5, Qwen3
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    # Llama 3, cl100k
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+})
+_SAFE_CUT = re.compile(r"(?<=\S\n)(?=\S)")
+
+
+def _pretokenizer_is_splittable(pre: dict[str, Any] | None) -> bool:
+    if not pre:
+        return False
+    if pre.get("type") == "ByteLevel":
+        return bool(pre.get("use_regex", True)) and not pre.get("add_prefix_space", True)
+    if pre.get("type") != "Sequence":
+        return False
+    steps = pre.get("pretokenizers") or []
+    if len(steps) != 2:
+        return False
+    split, byte_level = steps
+    pattern = (split.get("pattern") or {}).get("Regex")
+    return (split.get("type") == "Split" and pattern in SPLIT_PATTERNS
+            and split.get("behavior") == "Isolated" and not split.get("invert", False)
+            and byte_level.get("type") == "ByteLevel" and not byte_level.get("use_regex", True)
+            and not byte_level.get("add_prefix_space", True))
+
+
+@dataclass(frozen=True)
+class SegmentRule:
+    """How a tokenizer's texts are cut into independently encodable segments."""
+
+    name: str                                  # "split" or "whole"
+    added: re.Pattern | None = None            # added tokens matched on the raw text
+    added_normalized: re.Pattern | None = None  # added tokens matched after the first split
+    newline_cuts: bool = False
+
+    @classmethod
+    def of(cls, config: dict[str, Any]) -> "SegmentRule":
+        """The rule for a tokenizer.json document."""
+        model = config.get("model") or {}
+        normalizer = config.get("normalizer")
+        added = config.get("added_tokens") or []
+        plain = all(not (t.get("lstrip") or t.get("rstrip") or t.get("single_word")) for t in added)
+        normalizer_ok = normalizer is None or normalizer.get("type") == "NFC"
+        if not (model.get("type") == "BPE" and model.get("dropout") is None and plain and normalizer_ok
+                and _pretokenizer_is_splittable(config.get("pre_tokenizer"))):
+            return cls("whole")
+        if normalizer is not None and any(t.get("normalized") for t in added):
+            return cls("whole")   # matched on normalized text: keep the tokenizer's own view
+
+        def alternation(tokens: list[str]) -> re.Pattern | None:
+            tokens = sorted(set(tokens), key=lambda t: (-len(t), t))   # leftmost, then longest
+            return re.compile("(" + "|".join(map(re.escape, tokens)) + ")") if tokens else None
+
+        return cls("split",
+                   alternation([t["content"] for t in added if not t.get("normalized")]),
+                   alternation([t["content"] for t in added if t.get("normalized")]),
+                   newline_cuts=True)
+
+    def segments(self, text: str, out: list[str]) -> int:
+        """Append text's segments to `out`; return how many added tokens it holds."""
+        if self.name == "whole":
+            if text:
+                out.append(text)
+            return 0
+        parts = self.added.split(text) if self.added else [text]
+        n_added = len(parts) // 2            # the pattern captures: odd items are added tokens
+        for piece in parts[::2]:
+            if not piece:
+                continue
+            if self.added_normalized is None:
+                _cut(piece, out)
+                continue
+            subs = self.added_normalized.split(piece)
+            n_added += len(subs) // 2
+            for sub in subs[::2]:
+                if sub:
+                    _cut(sub, out)
+        return n_added
+
+
+def _cut(text: str, out: list[str]) -> None:
+    """Cut at safe newlines into pieces of at least CHUNK_CHARS (the last may be shorter)."""
+    start, n = 0, len(text)
+    while n - start > CHUNK_CHARS:
+        m = _SAFE_CUT.search(text, start + CHUNK_CHARS)
+        if m is None:
+            break
+        out.append(text[start:m.start()])
+        start = m.start()
+    out.append(text[start:])
+
+
+def segment_key(segment: str) -> bytes:
+    """16 bytes of blake2b over the segment's UTF-8: the cache key (with the tokenizer's sha256)."""
+    return hashlib.blake2b(segment.encode("utf-8"), digest_size=16).digest()
+
+
+@dataclass
+class CountStats:
+    texts: int = 0
+    segments: int = 0
+    cached: int = 0             # segments whose count came from the cache (this run or earlier ones)
+    encoded: int = 0            # distinct segments encoded
+    encoded_chars: int = 0
+
+    def as_json(self) -> dict[str, int]:
+        return dict(vars(self))
+
+
+@dataclass
+class TokenCounter:
+    """Exact token counts of texts for one tokenizer, backed by a segment count cache.
+
+    `count(texts)` gives `len(tokenizer.encode(t, add_special_tokens=False))` for each text. Build it
+    with `TokenCounter.open(path, cache_dir)`; `close()` (or the with-block) saves the segments it
+    encoded so later runs encode none of them.
+    """
+
+    tokenizer: Tokenizer
+    rule: SegmentRule
+    cache: SegmentCache | None = None
+    stats: CountStats = field(default_factory=CountStats)
+
+    @classmethod
+    def open(cls, path: Path | str, cache_dir: Path | str | None = None) -> "TokenCounter":
+        file = tokenizer_file(path)
+        data = file.read_bytes()
+        tokenizer = load_tokenizer(file)
+        rule = SegmentRule.of(json.loads(data))
+        cache = SegmentCache(Path(cache_dir), hashlib.sha256(data).hexdigest()) if cache_dir else None
+        return cls(tokenizer, rule, cache)
+
+    @classmethod
+    def of(cls, tokenizer: "Tokenizer | TokenCounter") -> "TokenCounter":
+        """A counter for an already loaded tokenizer (no disk cache); a counter is returned as is."""
+        if isinstance(tokenizer, TokenCounter):
+            return tokenizer
+        return cls(tokenizer, SegmentRule.of(json.loads(tokenizer.to_str())), SegmentCache(None, ""))
+
+    def __post_init__(self) -> None:
+        if self.cache is None:
+            self.cache = SegmentCache(None, "")
+
+    def count(self, texts: Sequence[str]) -> list[int]:
+        """`len(tokenizer.encode(t, add_special_tokens=False))` for each text, in order."""
+        segments: list[str] = []
+        ends: list[int] = []
+        totals: list[int] = []
+        for text in texts:
+            totals.append(self.rule.segments(text, segments))
+            ends.append(len(segments))
+        keys = [segment_key(s) for s in segments]
+        counts = self.cache.lookup(keys)
+        missing: dict[bytes, str] = {}
+        for k, s, c in zip(keys, segments, counts):
+            if c is None:
+                missing.setdefault(k, s)
+        self.stats.texts += len(texts)
+        self.stats.segments += len(segments)
+        if missing:
+            self.stats.cached += sum(c is not None for c in counts)
+            self._encode(missing)
+            counts = self.cache.lookup(keys)
+        else:
+            self.stats.cached += len(segments)
+        start = 0
+        for i, end in enumerate(ends):
+            totals[i] += sum(counts[start:end])
+            start = end
+        return totals
+
+    def _encode(self, missing: dict[bytes, str]) -> None:
+        batch_keys: list[bytes] = []
+        batch: list[str] = []
+        size = 0
+        for k, s in missing.items():
+            batch_keys.append(k)
+            batch.append(s)
+            size += len(s)
+            if size >= ENCODE_BATCH_CHARS:
+                self._encode_batch(batch_keys, batch)
+                batch_keys, batch, size = [], [], 0
+        if batch:
+            self._encode_batch(batch_keys, batch)
+
+    def _encode_batch(self, keys: list[bytes], texts: list[str]) -> None:
+        encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+        self.cache.add(keys, [len(e) for e in encodings])
+        self.stats.encoded += len(texts)
+        self.stats.encoded_chars += sum(map(len, texts))
+
+    def close(self) -> None:
+        self.cache.save()
+
+    def __enter__(self) -> "TokenCounter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            self.close()
+
+
+def count_chatml_tokens(tokenizer: "Tokenizer | TokenCounter", conversations: list[list[dict]],
+                        batch_size: int = 256) -> list[int]:
+    """Token count of each conversation's ChatML rendering (rule `chatml_tokens_v1`).
+
+    The count is the length of `tokenizer.encode(render_chatml(conv), add_special_tokens=False)`:
+    special tokens such as `<|im_start|>` count as one token each, nothing is added around the
+    text, and an empty conversation counts 0. This matches a Qwen-style chat template to within
+    a few tokens per message (such templates may add a default system prompt or tool headers).
+    Pass a TokenCounter (token_count.py) to count each distinct segment once, with its cache; a
+    plain Tokenizer is counted the same way without a disk cache. `batch_size` conversations are
+    rendered at a time.
+    """
+    if batch_size < 1:
+        raise BadParams(f"batch_size must be at least 1, got {batch_size}")
+    counter = TokenCounter.of(tokenizer)
+    counts: list[int] = []
+    for i in range(0, len(conversations), batch_size):
+        counts.extend(counter.count([render_chatml(c) for c in conversations[i:i + batch_size]]))
+    return counts

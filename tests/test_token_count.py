@@ -1,0 +1,168 @@
+"""Segment-cached token counts are exact: for every tokenizer family, any text, any cut size, the
+count equals len(tokenizer.encode(text, add_special_tokens=False)); the cache makes a second run
+encode nothing and never changes a count."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tokenizers import (
+    AddedToken,
+    Regex,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    trainers,
+)
+
+from tracelake.core import segment_cache, token_count
+from tracelake.core.token_count import SPLIT_PATTERNS, SegmentRule, TokenCounter
+from tracelake.core.tokens import build_tokenizer
+
+QWEN, LLAMA3 = sorted(SPLIT_PATTERNS, key=lambda p: "{1,3}" in p)
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+PLAIN_ADDED = ["<think>", "</think>", "<tool_call>", "</tool_call>"]   # Qwen: added, not special
+CORPUS = [
+    "ls -la\ncd /app && git status\n", "def f(x):\n    return x + 1\n\n\nprint(f(2))\n",
+    '{\n  "analysis": "The tests pass.",\n  "commands": [{"keystrokes": "ls\\n", "duration": 0.1}]\n}',
+    "Traceback (most recent call last):\n  File \"main.py\", line 3\nValueError: bad\n",
+    "It's done; they'll see. Numbers 12345 and 3.14159, dates 2024-05-09.\r\n\r\nEnd  \n\n  x",
+    "café naïve Straße 日本語 🚀 e\u0301 \u00a0nbsp\t\ttabs\n\n\n",
+] * 20
+
+
+def _train(pre_tokenizer, normalizer=None, vocab: int = 600) -> Tokenizer:
+    tok = Tokenizer(models.BPE())
+    if normalizer is not None:
+        tok.normalizer = normalizer
+    tok.pre_tokenizer = pre_tokenizer
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab, min_frequency=1, show_progress=False,
+                                  special_tokens=[AddedToken(t, special=True, normalized=False) for t in SPECIAL],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(CORPUS, trainer=trainer)
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in PLAIN_ADDED])
+    return tok
+
+
+def _split_byte_level(pattern: str):
+    return pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
+                                    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+
+
+FAMILIES = {
+    "gpt2_byte_level": lambda: _train(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)),
+    "qwen2": lambda: _train(_split_byte_level(QWEN), normalizers.NFC()),
+    "llama3": lambda: _train(_split_byte_level(LLAMA3)),
+    "prefix_space": lambda: _train(pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True)),
+    "whitespace": lambda: _train(pre_tokenizers.Whitespace()),
+}
+EXPECTED_RULE = {"gpt2_byte_level": "split", "qwen2": "split", "llama3": "split",
+                 "prefix_space": "whole", "whitespace": "whole"}
+
+
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
+def family(request, tmp_path_factory) -> tuple[str, Path]:
+    path = tmp_path_factory.mktemp(request.param) / "tokenizer.json"
+    FAMILIES[request.param]().save(str(path))
+    return request.param, path
+
+
+def _encode_len(tok: Tokenizer, text: str) -> int:
+    return len(tok.encode(text, add_special_tokens=False).ids)
+
+
+def test_rule_per_family(family):
+    name, path = family
+    assert SegmentRule.of(json.loads(path.read_text())).name == EXPECTED_RULE[name]
+
+
+def test_project_tokenizer_splits(tmp_path):
+    path = build_tokenizer(tmp_path / "tok")
+    assert SegmentRule.of(json.loads((path / "tokenizer.json").read_text())).name == "split"
+
+
+# Characters that stress pre-token boundaries: newlines next to spaces, punctuation and letters,
+# CRLF, tabs, contractions, digits, combining marks, NBSP, and the added tokens themselves.
+_ATOMS = ["\n", "\n\n", " ", "  ", "\t", "\r\n", "a", "Z", "é", "e\u0301", "\u00a0", "日本", "🚀", "'s", "'ll",
+          "7", "123", "3.14", ".", "}", "{", '"', "-", "_", "x = 1", "</", ">", "<", *SPECIAL, *PLAIN_ADDED]
+texts = st.lists(st.sampled_from(_ATOMS), max_size=80).map("".join)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batch=st.lists(texts, min_size=1, max_size=6), chunk=st.sampled_from([1, 3, 16, 10_000]))
+def test_counts_equal_encode(family, batch, chunk, monkeypatch):
+    monkeypatch.setattr(token_count, "CHUNK_CHARS", chunk)   # cut at every safe newline, or never
+    _, path = family
+    counter = TokenCounter.open(path)
+    assert counter.count(batch) == [_encode_len(counter.tokenizer, t) for t in batch]
+
+
+def test_real_trace_text_counts_exactly(family, monkeypatch):
+    """Real OpenThoughts-Agent conversations (ChatML-rendered), cut into small chunks."""
+    fixture = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "otagent" / "sample_raw.json"
+    if not fixture.is_file():
+        pytest.skip(f"{fixture} is absent (real rows live in ../shared/fixtures)")
+    from tracelake.core.tokens import render_chatml
+
+    doc = json.loads(fixture.read_text())
+    rows = [r.get("row", r) for r in (doc["rows"] if isinstance(doc, dict) else doc)]
+    texts = [render_chatml(r["conversations"]) for r in rows]
+    monkeypatch.setattr(token_count, "CHUNK_CHARS", 200)
+    counter = TokenCounter.open(family[1])
+    assert counter.count(texts) == [_encode_len(counter.tokenizer, t) for t in texts]
+    if counter.rule.name == "split":
+        assert counter.stats.segments > 20 * len(texts)   # really cut, not counted whole
+
+
+def test_cache_survives_runs_and_encodes_each_segment_once(tmp_path, family):
+    _, path = family
+    cache = tmp_path / "cache"
+    texts = ["<|im_start|>user\nhello there\nfriend<|im_end|>\n", "<|im_start|>assistant\n<think>hm</think>ok<|im_end|>\n"] * 3
+    with TokenCounter.open(path, cache) as first:
+        want = first.count(texts)
+    assert first.stats.encoded <= 6          # each distinct segment once, not once per text
+    with TokenCounter.open(path, cache) as second:
+        assert second.count(texts) == want
+    assert second.stats.encoded == 0 and second.stats.cached == second.stats.segments
+    # another tokenizer never sees these counts
+    other = tmp_path / "other.json"
+    other.write_text(path.read_text().replace('"vocab"', '"vocab"', 1) + "\n")
+    with TokenCounter.open(other, cache) as third:
+        third.count(texts)
+    assert third.stats.encoded > 0
+
+
+def test_cache_merges_and_compacts(tmp_path, monkeypatch):
+    path = build_tokenizer(tmp_path / "tok")
+    monkeypatch.setattr(segment_cache, "MERGE_EVERY", 3)
+    monkeypatch.setattr(segment_cache, "MAX_PARTS", 2)
+    cache = tmp_path / "cache"
+    texts = [f"line {i}\nnext {i * 7}" for i in range(40)]
+    want = [_encode_len(Tokenizer.from_file(str(path / "tokenizer.json")), t) for t in texts]
+    for k in range(4):   # four runs, each adding 10 new texts: parts pile up, then compact
+        with TokenCounter.open(path, cache) as c:
+            assert c.count(texts[: 10 * (k + 1)]) == want[: 10 * (k + 1)]
+            assert c.stats.encoded == 10
+    parts = list(next(cache.iterdir()).glob("part-*.parquet"))
+    assert 1 <= len(parts) <= 3
+    with TokenCounter.open(path, cache) as c:
+        assert c.count(texts) == want and c.stats.encoded == 0
+
+
+def test_damaged_cache_part_is_ignored(tmp_path):
+    path = build_tokenizer(tmp_path / "tok")
+    cache = tmp_path / "cache"
+    with TokenCounter.open(path, cache) as c:
+        want = c.count(["some text\nmore"])
+    part = next(next(cache.iterdir()).glob("part-*.parquet"))
+    part.write_bytes(b"not parquet")
+    with TokenCounter.open(path, cache) as c:
+        assert c.count(["some text\nmore"]) == want
+        assert c.stats.encoded > 0
