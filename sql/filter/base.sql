@@ -16,5 +16,5 @@ SELECT
     reward,
     exception_type,
     is_subagent,
-    sha256(to_json(messages)::VARCHAR)                              AS conversation_sha256
+    conversation_sha256                                             -- computed once, at ingest
 FROM trajectories

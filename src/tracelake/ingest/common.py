@@ -111,8 +111,9 @@ def trajectory_row(*, source: str, task: str, messages: list[dict[str, str]], tr
     if n_assistant == 0:
         raise Reject("empty_conversation", f"{len(messages)} messages but no assistant turn")
     identity = [source, task, run_id, trial_name, trace_source, episode]
+    conversation = sha256_bytes(canonical_json(messages))   # hashed once here, never again downstream
     return {
-        "trajectory_id": content_id("trajectory", [identity, messages]),
+        "trajectory_id": content_id("trajectory", [identity, conversation]),
         "task_id": task_id_for(source, task),
         "source": source,
         "task": task,
@@ -126,6 +127,7 @@ def trajectory_row(*, source: str, task: str, messages: list[dict[str, str]], tr
         "model_provider": model_provider,
         "date": date,
         "messages": messages,
+        "conversation_sha256": conversation,
         "n_messages": len(messages),
         "n_assistant_turns": n_assistant,
         "n_chars": sum(len(m["content"]) for m in messages),
