@@ -27,7 +27,8 @@ def main(argv: list[str] | None = None) -> None:
     if src.format == "harbor":
         traj = ingest_harbor(Path(src.path), source=source, out_dir=out, strict=strict)
     else:
-        traj = ingest_traces([Path(src.path)], source=source, out_dir=out, strict=strict)
+        traj = ingest_traces([Path(src.path)], source=source, out_dir=out, strict=strict,
+                             workers=params.ingest.workers)
     tasks = ingest_tasks(Path(src.tasks), source=source, out_dir=lake.table("tasks", source), strict=strict)
 
     write_metrics(f"metrics/ingest/{source}.json", {"trajectories": traj.metrics(), "tasks": tasks.metrics()})

@@ -14,6 +14,7 @@ from tracelake.core.errors import BadInput, RejectedInput
 from tracelake.core.hashing import sha256_file
 from tracelake.core.ids import task_id_for
 from tracelake.core.lake import read_table
+from tracelake.ingest import tables, traces
 from tracelake.ingest.traces import ingest_traces
 
 from .helpers import FIXTURES, need
@@ -245,6 +246,26 @@ def test_accounting_over_many_files_and_batches(tmp_path):
         ("a.jsonl", 2501, "unparsable_json"), ("b.parquet", 1200, "duplicate_trial")]
     assert result.manifest["inputs"]["paths"] == ["a.jsonl", "b.parquet"]
     assert [r["row_index"] for r in rows[:3]] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_worker_processes_and_block_size_change_no_byte(tmp_path, monkeypatch, workers):
+    """Parsing in worker processes, with JSONL blocks cut anywhere, gives the bytes of an in-process run."""
+    d = tmp_path / "in"
+    d.mkdir()
+    lines = [row(i, conversations=[{"role": "user", "content": "x" * (i % 97)}, {"role": "assistant", "content": "y"}])
+             for i in range(1500)]
+    jsonl(d / "a.jsonl", *lines[:700], b"  ", b"{broken", lines[3], *lines[700:], b"\xff\xfe not utf-8")
+    pq.write_table(pa.Table.from_pylist([row(i + 5000) for i in range(1100)]), d / "b.parquet", row_group_size=300)
+    monkeypatch.setattr(traces, "worker_count", lambda requested: requested)   # 0: no pool at all
+    base, _, _ = ingest(tmp_path, d, out="in-process", workers=0)
+    monkeypatch.setattr(tables, "JSONL_BLOCK_BYTES", 777)   # blocks end mid-line: lines are completed
+    other, _, rejects = ingest(tmp_path, d, out="pool", workers=workers)
+    for name in ("trajectories.parquet", "rejects.parquet", "manifest.json"):
+        assert (tmp_path / "in-process" / name).read_bytes() == (tmp_path / "pool" / name).read_bytes(), name
+    assert sorted((r["row_index"], r["reason"]) for r in rejects if r["path"] == "a.jsonl") == [
+        (701, "unparsable_json"), (702, "duplicate_trial"), (1503, "invalid_utf8")]
+    assert (other.rows, other.rejects) == (base.rows, base.rejects) == (2600, 3)
 
 
 # --- whole-command errors, --strict, progress ------------------------------------------------

@@ -2,8 +2,8 @@
 short prefix names a dataset (like git).
 
     task_id_for("nl2bash", "count-words_copy0002")   -> 16 hex (copies are the same task)
-    dataset_id("sft", 3160, "396828c45111")           -> "sft-3.16k-396828c45111"
-    matches_id_prefix("396828", "sft-3.16k-396828c45111") -> True
+    dataset_id("sft", 3160, "9b6b602e9f63")           -> "sft-3.16k-9b6b602e9f63"
+    matches_id_prefix("9b6b60", "sft-3.16k-9b6b602e9f63") -> True
 
 Row ids (trajectories, rejects, scores, slots) are `hashing.content_id` over the fields that make the
 row what it is; they are built where the row is built. Changing any formula here renames datasets:

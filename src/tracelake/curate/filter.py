@@ -95,6 +95,7 @@ def _count_tokens(con: duckdb.DuckDBPyConnection, tokenizer_dir: Path, cache: Pa
                   on_tokens: Callable[[int], None] | None) -> None:
     """n_tokens for every row still standing (the tokens table), batch by batch in storage order
     (sorting would hold every conversation in memory); each distinct segment is encoded once."""
+    con.execute("SET threads = 1")   # one row group of conversations in memory at a time, not one per thread
     reader = con.sql("""SELECT trajectory_id, messages FROM trajectories
                         WHERE trajectory_id IN (SELECT trajectory_id FROM candidates)""").to_arrow_reader(TOKEN_BATCH)
     ids: list[str] = []
@@ -105,6 +106,7 @@ def _count_tokens(con: duckdb.DuckDBPyConnection, tokenizer_dir: Path, cache: Pa
             counts.extend(count_chatml_tokens(counter, batch.column("messages").to_pylist(), TOKEN_BATCH))
             if on_tokens:
                 on_tokens(batch.num_rows)
+    con.execute("RESET threads")
     con.register("token_counts", pa.table({"trajectory_id": pa.array(ids, pa.string()),
                                            "n_tokens": pa.array(counts, pa.int64())}))
     con.execute("INSERT INTO tokens SELECT * FROM token_counts")

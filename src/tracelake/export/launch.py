@@ -87,7 +87,7 @@ def _exports(params: Params, kind: str) -> dict[str, Path]:
 
 
 def resolve_dataset(params: Params, kind: str, ref: str) -> Dataset:
-    """A scale name (`3k`), a dataset id (`sft-3.16k-396828c45111`) or a unique prefix of one
+    """A scale name (`3k`), a dataset id (`sft-3.16k-9b6b602e9f63`) or a unique prefix of one
     (at least 6 characters of its hash, like git) -> the built export and its generated config."""
     if kind not in KINDS:
         raise BadParams(f"train: kind must be one of {', '.join(KINDS)}, got {kind!r}")

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+import pyarrow as pa
+
 from tracelake.core.errors import RejectedInput, check
 from tracelake.core.hashing import canonical_json, content_id, sha256_bytes
 from tracelake.core.ids import task_id_for
@@ -53,6 +55,9 @@ class Reject(Exception):
         self.reason = reason
         self.detail = " ".join(detail.split())[:500]
 
+    def __reduce__(self):  # crosses from worker processes intact
+        return Reject, (self.reason, self.detail)
+
 
 @dataclass
 class Unit:
@@ -62,6 +67,16 @@ class Unit:
     row_index: int | None = None
     trace_source: str | None = None
     payload: Any = None
+
+
+@dataclass
+class Parsed:
+    """A batch of units processed elsewhere (a worker): the units (payloads dropped), each one's
+    Reject or None, and the rows of the units without one, in order, as an Arrow table."""
+
+    units: list[Unit]
+    rejects: list[Reject | None]
+    table: pa.Table
 
 
 @dataclass
@@ -155,11 +170,12 @@ def inputs_digest(listing: Iterable[tuple[str, str]]) -> dict[str, Any]:
 
 
 def run_ingest(*, out_dir: Path, table: str, source: str, input_kind: str,
-               batches: Iterator[tuple[list[Unit], Callable[[list[Unit]], list[dict | Reject]]]],
+               batches: Iterator[tuple[list[Unit], Callable[[list[Unit]], list[dict | Reject]]] | Parsed],
                strict: bool, inputs: Callable[[], dict[str, Any]], params: dict[str, Any],
                formulas: dict[str, str], metrics_path: Path | None = None,
                on_progress: Callable[[int], None] | None = None) -> IngestResult:
-    """Drive one ingest: each batch is (units, process); process returns one outcome per unit.
+    """Drive one ingest: each batch is (units, process), where process returns one outcome per unit,
+    or a Parsed batch (processed by a worker).
 
     Batches are processed in the order given (callers sort them), rows are streamed to Parquet,
     rejects are sorted and written after; the manifest is written last and the directory is
@@ -169,8 +185,12 @@ def run_ingest(*, out_dir: Path, table: str, source: str, input_kind: str,
     rejects: list[dict[str, Any]] = []
     with output_dir(out_dir) as tmp:
         writer = TableWriter(tmp, load_schema(table))
-        for units, process in batches:
-            outcomes = process(units)
+        for batch in batches:
+            if isinstance(batch, Parsed):
+                units, outcomes = batch.units, batch.rejects
+            else:
+                units, process = batch
+                outcomes = process(units)
             check(len(outcomes) == len(units), f"{len(units)} units but {len(outcomes)} outcomes")
             n_inputs += len(units)
             for unit, outcome in zip(units, outcomes):
@@ -181,9 +201,13 @@ def run_ingest(*, out_dir: Path, table: str, source: str, input_kind: str,
                             f"{outcome.reason} ({outcome.detail}); without --strict it is recorded in "
                             f"rejects and ingest goes on")
                     rejects.append(reject_row(source, input_kind, unit, outcome.reason, outcome.detail))
-                else:
+                elif outcome is not None:
                     writer.write(outcome)
                     n_rows += 1
+            if isinstance(batch, Parsed):
+                check(batch.table.num_rows == outcomes.count(None), "a parsed batch's rows and rejects disagree")
+                writer.write_batch(batch.table)
+                n_rows += batch.table.num_rows
             if on_progress:
                 on_progress(len(units))
         info = writer.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, Field
 
 from tracelake.core.params import Invalid, Section
 
@@ -24,6 +24,7 @@ the names: tracelake/params.py)."""
 
 class IngestParams(Section):
     strict: bool = False   # true: the first reject stops the stage with a one-line error
+    workers: Annotated[int, Field(ge=0)] = 0   # processes parsing trace tables; 0: one per core (same bytes either way)
 
 
 class SourceParams(Section):

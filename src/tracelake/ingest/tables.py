@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from tracelake.core.hashing import sha256_bytes, sha256_file
 from tracelake.ingest.common import Reject, Unit, check_text, parse_json_bytes
 
 TABLE_SUFFIXES = (".parquet", ".jsonl", ".json")
+JSONL_BLOCK_BYTES = 32 << 20   # a JSONL file is read in blocks of whole lines of about this size
 
 
 def expand_inputs(paths: Sequence[Path]) -> list[Path]:
@@ -56,6 +58,29 @@ def relative_paths(files: Sequence[Path]) -> list[str]:
     return [a.relative_to(root).as_posix() for a in absolute]
 
 
+@dataclass
+class RawBatch:
+    """Up to batch_size rows of one file, cheap to send to a worker process: JSONL lines as bytes
+    (with their 0-based line numbers), a Parquet record batch, JSON rows, or a Reject standing for
+    the whole file. `units()` turns it into Units wherever it is processed."""
+
+    rel: str
+    start: int = 0                 # the first row's (or line's) 0-based index in its file
+    block: bytes | None = None     # whole JSONL lines
+    arrow: pa.RecordBatch | None = None
+    rows: list[Any] | None = None
+    reject: Reject | None = None
+
+    def units(self) -> list[Unit]:
+        if self.reject is not None:
+            return [Unit(path=self.rel, payload=self.reject)]
+        if self.block is not None:
+            return [Unit(path=self.rel, row_index=self.start + i, payload=line)
+                    for i, line in enumerate(self.block.split(b"\n")) if line and not line.isspace()]
+        rows = _pylist(self.arrow) if self.arrow is not None else [_unwrap(r) for r in self.rows]
+        return [Unit(path=self.rel, row_index=self.start + i, payload=row) for i, row in enumerate(rows)]
+
+
 def table_units(path: Path, rel: str, *, columns: Sequence[str], batch_size: int,
                 hashes: dict[str, str]) -> Iterator[list[Unit]]:
     """The rows of one table file as batches of units; records the file's sha256 in hashes.
@@ -63,36 +88,43 @@ def table_units(path: Path, rel: str, *, columns: Sequence[str], batch_size: int
     A unit's payload is a row (dict), a JSONL line (bytes, parsed by row_object) or a Reject
     that stands for the whole file (row_index None).
     """
+    for raw in raw_batches(path, rel, columns=columns, batch_size=batch_size, hashes=hashes):
+        yield raw.units()
+
+
+def raw_batches(path: Path, rel: str, *, columns: Sequence[str], batch_size: int,
+                hashes: dict[str, str]) -> Iterator[RawBatch]:
+    """table_units before the rows are decoded: what a worker process receives."""
     suffix = path.suffix.lower()
     if suffix not in TABLE_SUFFIXES or not path.is_file():
         what = "not a regular file" if suffix in TABLE_SUFFIXES else f"extension {suffix or '(none)'!r}"
-        yield [_file_reject(rel, "unsupported_file", f"{what}; expected {', '.join(TABLE_SUFFIXES)}")]
+        yield _file_reject(rel, "unsupported_file", f"{what}; expected {', '.join(TABLE_SUFFIXES)}")
         return
     if suffix == ".json":  # read whole anyway: hashed from the same bytes
-        yield from _json_units(path, rel, batch_size, hashes)
+        yield from _json_batches(path, rel, batch_size, hashes)
         return
     try:  # rows carry their file's hash, so streamed formats are hashed before their rows
         hashes[rel] = sha256_file(path)
     except OSError as e:
-        yield [_file_reject(rel, "unreadable_file", f"{rel}: {e.strerror or e}")]
+        yield _file_reject(rel, "unreadable_file", f"{rel}: {e.strerror or e}")
         return
     if suffix == ".parquet":
-        yield from _parquet_units(path, rel, columns, batch_size)
+        yield from _parquet_batches(path, rel, columns, batch_size)
     else:
-        yield from _jsonl_units(path, rel, batch_size)
+        yield from _jsonl_batches(path, rel, JSONL_BLOCK_BYTES)
 
 
-def _file_reject(rel: str, reason: str, detail: str) -> Unit:
-    return Unit(path=rel, payload=Reject(reason, detail))
+def _file_reject(rel: str, reason: str, detail: str) -> RawBatch:
+    return RawBatch(rel, reject=Reject(reason, detail))
 
 
-def _parquet_units(path: Path, rel: str, columns: Sequence[str], batch_size: int) -> Iterator[list[Unit]]:
+def _parquet_batches(path: Path, rel: str, columns: Sequence[str], batch_size: int) -> Iterator[RawBatch]:
     try:
         pf = pq.ParquetFile(path)
         wanted = [c for c in pf.schema_arrow.names if c in columns] or None
         batches = pf.iter_batches(batch_size=batch_size, columns=wanted)
     except (OSError, pa.ArrowException) as e:
-        yield [_file_reject(rel, "unreadable_file", f"not a readable Parquet file: {e}")]
+        yield _file_reject(rel, "unreadable_file", f"not a readable Parquet file: {e}")
         return
     start = 0
     while True:
@@ -101,9 +133,9 @@ def _parquet_units(path: Path, rel: str, columns: Sequence[str], batch_size: int
         except StopIteration:
             return
         except (OSError, pa.ArrowException) as e:
-            yield [_file_reject(rel, "unreadable_file", f"rows from {start} on could not be read: {e}")]
+            yield _file_reject(rel, "unreadable_file", f"rows from {start} on could not be read: {e}")
             return
-        yield [Unit(path=rel, row_index=start + i, payload=row) for i, row in enumerate(_pylist(batch))]
+        yield RawBatch(rel, start, arrow=batch)
         start += batch.num_rows
 
 
@@ -121,42 +153,39 @@ def _pylist(batch: pa.RecordBatch) -> list[Any]:
         return rows
 
 
-def _jsonl_units(path: Path, rel: str, batch_size: int) -> Iterator[list[Unit]]:
-    units: list[Unit] = []
+def _jsonl_batches(path: Path, rel: str, block_bytes: int) -> Iterator[RawBatch]:
+    """Blocks of whole lines (about block_bytes each); the worker splits them."""
+    start = 0
     try:
         with open(path, "rb") as f:
-            for i, line in enumerate(f):
-                if line.strip():
-                    units.append(Unit(path=rel, row_index=i, payload=line))
-                if len(units) >= batch_size:
-                    yield units
-                    units = []
+            while block := f.read(block_bytes):
+                if not block.endswith(b"\n"):
+                    block += f.readline()   # finish the last line (one copy of the block)
+                yield RawBatch(rel, start, block=block)
+                start += block.count(b"\n")
     except OSError as e:
-        units.append(_file_reject(rel, "unreadable_file", f"reading stopped: {e.strerror or e}"))
-    if units:
-        yield units
+        yield _file_reject(rel, "unreadable_file", f"reading stopped: {e.strerror or e}")
 
 
-def _json_units(path: Path, rel: str, batch_size: int, hashes: dict[str, str]) -> Iterator[list[Unit]]:
+def _json_batches(path: Path, rel: str, batch_size: int, hashes: dict[str, str]) -> Iterator[RawBatch]:
     try:
         data = path.read_bytes()
         hashes[rel] = sha256_bytes(data)
         doc = parse_json_bytes(data, rel)
     except OSError as e:
-        yield [_file_reject(rel, "unreadable_file", f"{rel}: {e.strerror or e}")]
+        yield _file_reject(rel, "unreadable_file", f"{rel}: {e.strerror or e}")
         return
     except Reject as r:
         if r.reason != "lone_surrogate":
-            yield [Unit(path=rel, payload=r)]
+            yield RawBatch(rel, reject=r)
             return
         doc = json.loads(data.decode("utf-8"))  # rows holding the surrogates are rejected one by one
     rows = doc.get("rows") if isinstance(doc, dict) else doc
     if not isinstance(rows, list):
-        yield [_file_reject(rel, "invalid_field", 'expected a JSON list of rows or {"rows": [...]}')]
+        yield _file_reject(rel, "invalid_field", 'expected a JSON list of rows or {"rows": [...]}')
         return
     for start in range(0, len(rows), batch_size):
-        yield [Unit(path=rel, row_index=start + i, payload=_unwrap(r))
-               for i, r in enumerate(rows[start:start + batch_size])]
+        yield RawBatch(rel, start, rows=rows[start:start + batch_size])
 
 
 def _unwrap(item: Any) -> Any:

@@ -25,8 +25,12 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
+from tracelake.core.schema import load_schema
 from tracelake.ingest.common import (
     IngestResult,
+    Parsed,
     Reject,
     Unit,
     check_text,
@@ -34,13 +38,15 @@ from tracelake.ingest.common import (
     run_ingest,
     trajectory_row,
 )
+from tracelake.ingest.parallel import ordered_map, worker_count
 from tracelake.ingest.tables import (
+    RawBatch,
     expand_inputs,
     json_kind,
+    raw_batches,
     relative_paths,
     required_str,
     row_object,
-    table_units,
 )
 
 INPUT_KIND = "traces"
@@ -109,30 +115,10 @@ def parse_result(v: Any) -> tuple[str | None, float | None, str | None]:
     return (v if isinstance(v, str) else str(reward)), reward, None
 
 
-class TraceReader:
-    """Turns units into rows; remembers every file's hash and every trajectory id produced."""
-
-    def __init__(self, source: str):
-        self.source = source
-        self.hashes: dict[str, str] = {}
-        self.seen: dict[str, str] = {}
-
-    def process(self, units: list[Unit]) -> list[dict | Reject]:
-        return [self._outcome(u) for u in units]
-
-    def _outcome(self, unit: Unit) -> dict | Reject:
-        where = unit.path if unit.row_index is None else f"{unit.path} row {unit.row_index}"
-        try:
-            row = self._row(unit)
-        except Reject as r:
-            return r
-        first = self.seen.setdefault(row["trajectory_id"], where)
-        if first != where:
-            return Reject("duplicate_trial", f"identical to the row at {first} "
-                                             f"(trajectory_id {row['trajectory_id']})")
-        return row
-
-    def _row(self, unit: Unit) -> dict[str, Any]:
+def trace_outcome(source: str, hashes: dict[str, str], unit: Unit) -> dict | Reject:
+    """One unit -> its trajectory row, or the Reject saying why not (duplicates are found later,
+    in input order, by `Deduplicate`)."""
+    try:
         row = row_object(unit)
         trace_source = optional_str(row, "trace_source") or "main"
         unit.trace_source = trace_source  # so that a reject of this row names its trace_source
@@ -141,38 +127,90 @@ class TraceReader:
         result, reward, exception_type = parse_result(row.get("result"))
         fields = {name: optional_str(row, name) for name in _OPTIONAL}
         return trajectory_row(
-            source=self.source, task=task, messages=messages, trace_source=trace_source,
+            source=source, task=task, messages=messages, trace_source=trace_source,
             n_episodes=None, result=result, reward=reward, exception_type=exception_type,
-            renderer=RENDERER, provenance=[{"path": unit.path, "sha256": self.hashes[unit.path]}],
+            renderer=RENDERER, provenance=[{"path": unit.path, "sha256": hashes[unit.path]}],
             row_index=unit.row_index, **fields)
+    except Reject as r:
+        return r
+
+
+def parse_batch(task: tuple[str, dict[str, str], RawBatch]) -> Parsed:
+    """(source, {file: sha256}, raw batch) -> Parsed: runs in a worker process."""
+    source, hashes, raw = task
+    units = raw.units()
+    outcomes = [trace_outcome(source, hashes, u) for u in units]
+    for u in units:
+        u.payload = None   # the row travels back as Arrow, not as the input bytes
+    table = load_schema("trajectories").from_rows([o for o in outcomes if not isinstance(o, Reject)])
+    return Parsed(units, [o if isinstance(o, Reject) else None for o in outcomes], table)
+
+
+class Deduplicate:
+    """Rejects a row whose trajectory id an earlier row (in input order) already had."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, str] = {}
+
+    def __call__(self, parsed: Parsed) -> Parsed:
+        ids = iter(parsed.table.column("trajectory_id").to_pylist())
+        keep: list[bool] = []
+        for i, (unit, reject) in enumerate(zip(parsed.units, parsed.rejects)):
+            if reject is not None:
+                continue
+            trajectory_id = next(ids)
+            where = unit.path if unit.row_index is None else f"{unit.path} row {unit.row_index}"
+            first = self.seen.setdefault(trajectory_id, where)
+            keep.append(first == where)
+            if first != where:
+                parsed.rejects[i] = Reject("duplicate_trial", f"identical to the row at {first} "
+                                                              f"(trajectory_id {trajectory_id})")
+        if not all(keep):
+            parsed.table = parsed.table.filter(pa.array(keep, pa.bool_()))
+        return parsed
 
 
 # --- the command -----------------------------------------------------------------------------
 
 def ingest_traces(files: Sequence[Path], *, source: str, out_dir: Path, strict: bool = False,
-                  metrics_path: Path | None = None,
+                  metrics_path: Path | None = None, workers: int = 0,
                   on_start: Callable[[int], None] | None = None,
                   on_progress: Callable[[int], None] | None = None) -> IngestResult:
-    """Ingest trace table files into out_dir. on_start gets the file count, on_progress(1) per file."""
+    """Ingest trace table files into out_dir. on_start gets the file count, on_progress(1) per file.
+
+    Batches of BATCH_ROWS rows are parsed in `workers` processes (0: one per core); the output is
+    byte-identical whatever the count.
+    """
     paths = expand_inputs(files)
     rels = relative_paths(paths)
     if on_start:
         on_start(len(paths))
-    reader = TraceReader(source)
+    hashes: dict[str, str] = {}
 
-    def batches() -> Iterator[tuple[list[Unit], Callable]]:
+    def tasks() -> Iterator[tuple[str, dict[str, str], RawBatch] | None]:
         for path, rel in zip(paths, rels):
-            for units in table_units(path, rel, columns=FIELDS, batch_size=BATCH_ROWS,
-                                     hashes=reader.hashes):
-                yield units, reader.process
-            if on_progress:  # the generator resumes here once the file's last batch is written
-                on_progress(1)
+            for raw in raw_batches(path, rel, columns=FIELDS, batch_size=BATCH_ROWS, hashes=hashes):
+                yield source, {rel: hashes[rel]} if rel in hashes else {}, raw
+            yield None   # end of this file
+
+    def batches() -> Iterator[Parsed]:
+        dedup = Deduplicate()
+        for parsed in ordered_map(_parse_or_mark, tasks(), worker_count(workers)):
+            if parsed is None:
+                if on_progress:
+                    on_progress(1)
+                continue
+            yield dedup(parsed)
 
     return run_ingest(
         out_dir=out_dir, table="trajectories", source=source, input_kind=INPUT_KIND,
         batches=batches(), strict=strict,
-        inputs=lambda: {"kind": INPUT_KIND, "paths": rels, **inputs_digest(reader.hashes.items())},
+        inputs=lambda: {"kind": INPUT_KIND, "paths": rels, **inputs_digest(hashes.items())},
         params={"source": source, "input_kind": INPUT_KIND},
         formulas={"renderer": RENDERER},
         metrics_path=metrics_path,
     )
+
+
+def _parse_or_mark(task: tuple[str, dict[str, str], RawBatch] | None) -> Parsed | None:
+    return None if task is None else parse_batch(task)

@@ -1,0 +1,262 @@
+"""The pipeline benchmark: raw OpenThoughts-style traces -> LLaMA-Factory shard, stage by stage,
+against the Hugging Face `datasets` way and the parse/write floors, on the same input in one run.
+
+    uv run python benchmarks/pipeline.py --rows 10000 [--rows 100000 ...] [--work .bench]
+                                         [--skip hf,lf,floors] [--json results.json]
+
+For each size it writes (or reuses) `tracelake synth --profile openthoughts` data under --work, and
+a Qwen-style byte-level BPE (Qwen2 split regex, NFC, 32K vocab) trained on its first rows. Then:
+
+- same_work: ingest -> score -> filter (timeout, subagent, min turns; no token counting) -> one
+  scale (as many rows as the filter kept) -> export_sft, with token counting off in params;
+- exact: the default pipeline with exact token counts (filter.max_tokens and cutoff_len 32768),
+  first with an empty token count cache ("first run"), then again ("rerun": filter, select and
+  export_sft; ingest is DVC-cached) and with a new scale ("new scale": select + export_sft);
+- references, same input, same run: HF `datasets==4.0.0` (load_dataset json -> filter -> map to
+  sharegpt -> to_parquet, cold cache, default and num_proc=2, in its own venv under --work);
+  LLaMA-Factory's own preprocessing (tokenizer pass, preprocessing_num_workers=2) of the exact
+  run's shard, in the training environment (.venv-train); the floors: DuckDB read_json -> COPY to
+  Parquet in 1,000-row groups, and orjson parsing of every line in 2 processes.
+
+Every step runs as its own process: wall, CPU (user+sys), peak RSS come from os.wait4. Ratios are
+quoted against references measured in the same run (the machine is shared and noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = Path(__file__).resolve().parent
+PY = sys.executable
+SOURCE = "ot"
+HF_PINS = ["datasets==4.0.0", "orjson==3.13.0"]
+
+
+@dataclass
+class Step:
+    name: str
+    wall_s: float
+    cpu_s: float
+    rss_mb: float
+    rc: int
+
+    def line(self, mb: float, rows: int) -> str:
+        return (f"| {self.name} | {self.wall_s:.1f} | {self.cpu_s:.1f} | {self.rss_mb:,.0f} | "
+                f"{rows / self.wall_s:,.0f} | {mb / self.wall_s:,.1f} |")
+
+
+def measure(name: str, cmd: list[str], cwd: Path, log: Path, env: dict | None = None) -> Step:
+    """Run cmd; wall from the clock; CPU (user+sys) and peak RSS from wait4: the process's own, plus
+    its waited-for children's CPU (a worker pool's work is counted; RSS is the largest process)."""
+    with open(log, "ab") as out:
+        out.write(f"\n$ {' '.join(map(str, cmd))}\n".encode())
+        out.flush()
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, **(env or {})})
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+    rc = os.waitstatus_to_exitcode(status)
+    step = Step(name, wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, rc)
+    if rc != 0:
+        tail = log.read_text(errors="replace")[-3000:]
+        raise SystemExit(f"{name} failed (exit {rc}); the end of {log}:\n{tail}")
+    print(f"  {name}: {wall:.1f}s wall, {step.cpu_s:.1f}s CPU, {step.rss_mb:,.0f} MB peak", flush=True)
+    return step
+
+
+# --- inputs -----------------------------------------------------------------------------------
+
+def synth(work: Path, rows: int, log: Path) -> Path:
+    data = work / f"data-{rows}"
+    if not (data / "synth_manifest.json").is_file():
+        shutil.rmtree(data, ignore_errors=True)
+        measure("synth", [str(Path(PY).parent / "tracelake"), "synth", "--profile", "openthoughts", "--trials", str(rows),
+                          "--out", str(data)], ROOT, log)
+    return data
+
+
+def tokenizer(work: Path, data: Path, log: Path) -> Path:
+    out = work / "tokenizer-qwen-style"
+    if not (out / "tokenizer.json").is_file():
+        measure("train tokenizer", [PY, str(BENCH / "qwen_style_tokenizer.py"), str(data / "traces"), str(out)],
+                ROOT, log)
+    return out
+
+
+def input_mb(data: Path) -> float:
+    return sum(p.stat().st_size for p in (data / "traces").glob("*.jsonl")) / 1e6
+
+
+# --- the pipeline -----------------------------------------------------------------------------
+
+def project(work: Path, name: str, data: Path, tok: Path, *, count: bool, cache: Path) -> Path:
+    """A project directory whose params.yaml runs the pipeline over one traces source."""
+    proj = work / name
+    shutil.rmtree(proj, ignore_errors=True)
+    proj.mkdir(parents=True)
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["sources"] = {SOURCE: {"format": "traces", "path": str(data / "traces"), "tasks": str(data / "tasks")}}
+    params["tokenizer"]["cache"] = str(cache)
+    params["filter"].update(tokenizer=str(tok), count_tokens=count, max_tokens=32768 if count else None)
+    params["export_sft"].update(tokenizer=str(tok), count_tokens=count)
+    params["select"]["scales"] = {"all": 1}
+    (proj / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    return proj
+
+
+def set_scale(proj: Path, name: str, rows: int) -> None:
+    params = yaml.safe_load((proj / "params.yaml").read_text())
+    params["select"]["scales"] = {name: rows}
+    (proj / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def stage(proj: Path, log: Path, name: str, script: str, *args: str) -> Step:
+    return measure(name, [PY, str(ROOT / "stages" / script), *args], proj, log)
+
+
+def kept(proj: Path) -> int:
+    return json.loads((proj / "metrics" / "filter.json").read_text())["total"]["kept"]
+
+
+def pipeline(proj: Path, log: Path, *, with_ingest: bool = True) -> list[Step]:
+    steps = [stage(proj, log, "ingest", "ingest.py", SOURCE)] if with_ingest else []
+    steps += [stage(proj, log, "score", "score.py"), stage(proj, log, "filter", "filter.py")]
+    set_scale(proj, "all", kept(proj))
+    steps += [stage(proj, log, "select", "select_scale.py", "all"),
+              stage(proj, log, "export_sft", "export_sft.py", "all")]
+    return steps
+
+
+def copy_lake(src: Path, dst: Path) -> None:
+    """Reuse the ingested tables of another project (a DVC-cached ingest)."""
+    for table in ("trajectories", "tasks"):
+        shutil.copytree(src / "lake" / table, dst / "lake" / table, dirs_exist_ok=True)
+
+
+# --- references -------------------------------------------------------------------------------
+
+def hf_python(work: Path, log: Path) -> Path:
+    venv = work / "hf-venv"
+    py = venv / "bin" / "python"
+    if not py.is_file():
+        measure("hf venv", ["uv", "venv", "-q", "--python", "3.11", str(venv)], ROOT, log)
+        measure("hf install", ["uv", "pip", "install", "-q", "--python", str(py), *HF_PINS], ROOT, log)
+    return py
+
+
+def references(work: Path, data: Path, proj: Path | None, tok: Path, skip: set[str], log: Path) -> list[Step]:
+    steps: list[Step] = []
+    files = sorted(str(p) for p in (data / "traces").glob("*.jsonl"))
+    scratch = work / "scratch"
+    if "floors" not in skip:
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir()
+        steps.append(measure("floor: orjson parse, 2 processes",
+                             [PY, str(BENCH / "floors.py"), "orjson", str(data / "traces")], ROOT, log))
+        steps.append(measure("floor: DuckDB read_json -> COPY parquet (1,000-row groups)",
+                             [PY, str(BENCH / "floors.py"), "duckdb", str(data / "traces"), str(scratch / "duck.parquet")],
+                             ROOT, log))
+    if "hf" not in skip:
+        py = hf_python(work, log)
+        for num_proc in (1, 2):
+            shutil.rmtree(scratch, ignore_errors=True)   # a cold HF cache every time
+            scratch.mkdir()
+            steps.append(measure(f"HF datasets, num_proc={num_proc}",
+                                 [str(py), str(BENCH / "references" / "hf_datasets.py"), "--num-proc", str(num_proc),
+                                  "--cache", str(scratch / "hf-cache"), "--out", str(scratch / "hf.parquet"), *files],
+                                 ROOT, log))
+    if "lf" not in skip and proj is not None:
+        train_py = ROOT / ".venv-train" / "bin" / "python"
+        if not train_py.is_file():
+            print("  LLaMA-Factory reference skipped: no .venv-train (bash training/setup-env.sh)")
+        else:
+            shards = sorted((proj / "lake" / "exports" / "sft" / "all").glob("sft-*/*.parquet"))
+            shutil.rmtree(scratch, ignore_errors=True)
+            scratch.mkdir()
+            steps.append(measure("LLaMA-Factory preprocessing, 2 workers",
+                                 [str(train_py), str(BENCH / "references" / "lf_tokenize.py"), "--tokenizer", str(tok),
+                                  "--work", str(scratch), *map(str, shards)], ROOT, log))
+    shutil.rmtree(scratch, ignore_errors=True)
+    return steps
+
+
+# --- report -----------------------------------------------------------------------------------
+
+def table(title: str, steps: list[Step], mb: float, rows: int) -> str:
+    head = (f"\n**{title}**\n\n| step | wall s | CPU s | peak RSS MB | rows/s | MB/s |\n"
+            "|---|---:|---:|---:|---:|---:|")
+    total = Step("total", sum(s.wall_s for s in steps), sum(s.cpu_s for s in steps),
+                 max(s.rss_mb for s in steps), 0)
+    return "\n".join([head, *(s.line(mb, rows) for s in steps), total.line(mb, rows)])
+
+
+def run_size(work: Path, rows: int, skip: set[str]) -> dict:
+    log = work / f"log-{rows}.txt"
+    print(f"== {rows:,} rows (log: {log})", flush=True)
+    data = synth(work, rows, log)
+    tok = tokenizer(work, data, log)
+    mb = input_mb(data)
+    cache = work / f"token-cache-{rows}"
+    shutil.rmtree(cache, ignore_errors=True)
+    result: dict = {"rows": rows, "input_mb": mb}
+    print("same_work (token counting off)", flush=True)
+    same = project(work, f"same-work-{rows}", data, tok, count=False, cache=cache)
+    result["same_work"] = [asdict(s) for s in pipeline(same, log)]
+    print("exact (first run, empty token cache)", flush=True)
+    exact = project(work, f"exact-{rows}", data, tok, count=True, cache=cache)
+    copy_lake(same, exact)
+    first = pipeline(exact, log, with_ingest=False)
+    result["exact_first"] = [asdict(s) for s in first]
+    print("exact (rerun, warm token cache)", flush=True)
+    result["exact_rerun"] = [asdict(s) for s in pipeline(exact, log, with_ingest=False)]
+    print("exact (new scale)", flush=True)
+    set_scale(exact, "half", max(1, kept(exact) // 2))
+    result["exact_new_scale"] = [asdict(stage(exact, log, "select", "select_scale.py", "half")),
+                                 asdict(stage(exact, log, "export_sft", "export_sft.py", "half"))]
+    set_scale(exact, "all", kept(exact))
+    print("references", flush=True)
+    result["references"] = [asdict(s) for s in references(work, data, exact, tok, skip, log)]
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, action="append", help="trace rows (repeat for several sizes)")
+    ap.add_argument("--work", type=Path, default=ROOT / ".bench", help="data, venvs and projects (reused)")
+    ap.add_argument("--skip", default="", help="comma list of references to skip: hf, lf, floors")
+    ap.add_argument("--json", type=Path, help="write every measurement here")
+    args = ap.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    skip = {s for s in args.skip.split(",") if s}
+    results = [run_size(args.work.resolve(), rows, skip) for rows in (args.rows or [10000])]
+    meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
+            f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
+            "command": " ".join(sys.argv)}
+    for r in results:
+        print(f"\n### {r['rows']:,} rows, {r['input_mb']:,.0f} MB of JSONL")
+        for key, title in (("same_work", "same work as the HF reference (no token counting)"),
+                           ("exact_first", "exact token counts, first run (after ingest)"),
+                           ("exact_rerun", "exact token counts, rerun"),
+                           ("exact_new_scale", "exact token counts, a new scale"),
+                           ("references", "references (same input)")):
+            if r[key]:
+                print(table(title, [Step(**s) for s in r[key]], r["input_mb"], r["rows"]))
+    if args.json:
+        args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
