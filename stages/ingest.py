@@ -28,13 +28,14 @@ def main(argv: list[str] | None = None) -> None:
         traj = ingest_harbor(Path(src.path), source=source, out_dir=out, strict=strict)
     else:
         traj = ingest_traces([Path(src.path)], source=source, out_dir=out, strict=strict,
-                             workers=params.ingest.workers)
+                             workers=params.ingest.workers, cache=Path(params.ingest.cache))
     tasks = ingest_tasks(Path(src.tasks), source=source, out_dir=lake.table("tasks", source), strict=strict)
 
     write_metrics(f"metrics/ingest/{source}.json", {"trajectories": traj.metrics(), "tasks": tasks.metrics()})
     for name, r in (("trajectories", traj), ("tasks", tasks)):
+        cached = f"; {r.files_from_cache} input files unchanged, read from the ingest cache" if r.files_from_cache else ""
         print(f"ingest {source} {name}: {r.rows} rows, {r.rejects} rejects of {r.inputs} inputs "
-              f"(version {r.manifest['version_id']})")
+              f"(version {r.manifest['version_id']}){cached}")
 
 
 if __name__ == "__main__":

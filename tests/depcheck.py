@@ -677,8 +677,9 @@ IGNORED_PARTS = {".venv", ".git", ".dvc"}  # environment and DVC's own files, ne
 
 # Content-addressed caches (params.yaml keys): a stage may read them, but what it finds there never
 # changes its output (score.cache: known (task, scorer) keys are not recomputed; tokenizer.cache:
-# token counts of known (tokenizer, segment) pairs are not re-encoded; see params.yaml).
-CACHE_PARAMS = ["score.cache", "tokenizer.cache"]
+# token counts of known (tokenizer, segment) pairs are not re-encoded; ingest.cache: unchanged input
+# files are not parsed again; see params.yaml).
+CACHE_PARAMS = ["score.cache", "tokenizer.cache", "ingest.cache"]
 
 
 @dataclass(frozen=True)

@@ -307,3 +307,44 @@ def test_progress_and_metrics(tmp_path):
     metrics = json.loads((tmp_path / "m" / "metrics.json").read_text())
     assert metrics["inputs"] == 3 and metrics["rejects_by_reason"] == {"invalid_field": 1}
     assert metrics["version_id"] == result.manifest["version_id"]
+
+
+# --- incremental ingest: the file cache --------------------------------------------------------
+
+def test_appended_file_is_the_only_one_parsed_and_bytes_match_a_full_rebuild(tmp_path):
+    d, cache = tmp_path / "in", tmp_path / "cache"
+    d.mkdir()
+    jsonl(d / "a.jsonl", *[row(i) for i in range(1500)], b"{broken")
+    pq.write_table(pa.Table.from_pylist([row(i + 5000) for i in range(300)]), d / "b.parquet")
+    first, _, _ = ingest(tmp_path, d, out="first", cache=cache)
+    assert first.files_from_cache == 0
+    jsonl(d / "c.jsonl", row(9000), row(4), row(9001))          # new file; row(4) repeats a.jsonl's line 4
+    again, _, rejects = ingest(tmp_path, d, out="again", cache=cache)
+    full, _, _ = ingest(tmp_path, d, out="full")                # no cache at all
+    assert again.files_from_cache == 2
+    for name in ("trajectories.parquet", "rejects.parquet", "manifest.json"):
+        assert (tmp_path / "again" / name).read_bytes() == (tmp_path / "full" / name).read_bytes(), name
+    assert {(r["path"], r["row_index"], r["reason"]) for r in rejects} == {
+        ("a.jsonl", 1500, "unparsable_json"), ("c.jsonl", 1, "duplicate_trial")}
+    # a changed file is parsed again; the others still come from the cache
+    jsonl(d / "a.jsonl", *[row(i) for i in range(1499)])
+    changed, _, _ = ingest(tmp_path, d, out="changed", cache=cache)
+    assert changed.files_from_cache == 2 and changed.rows == 1499 + 300 + 2
+
+
+def test_damaged_cache_entry_is_a_miss_or_a_clear_error(tmp_path):
+    d, cache = tmp_path / "in", tmp_path / "cache"
+    d.mkdir()
+    jsonl(d / "a.jsonl", *[row(i) for i in range(20)])
+    ingest(tmp_path, d, out="first", cache=cache)
+    meta = next(cache.rglob("*.json"))
+    meta.write_bytes(b"{not json")
+    again, _, _ = ingest(tmp_path, d, out="again", cache=cache)       # unreadable index: parsed again
+    assert again.files_from_cache == 0
+    assert (tmp_path / "again" / "trajectories.parquet").read_bytes() == \
+        (tmp_path / "first" / "trajectories.parquet").read_bytes()
+    data = next(cache.rglob("*.arrow"))
+    data.write_bytes(data.read_bytes()[:-50])                          # rows cut short
+    with pytest.raises(BadInput, match="ingest cache entry .* is damaged"):
+        ingest_traces([d], source=SOURCE, out_dir=tmp_path / "third", cache=cache)
+    assert not (tmp_path / "third").exists()

@@ -87,6 +87,7 @@ class IngestResult:
     rejects: int
     by_reason: dict[str, int] = field(default_factory=dict)
     manifest: dict[str, Any] = field(default_factory=dict)
+    files_from_cache: int = 0   # input files read back from the ingest cache (not in metrics: not content)
 
     def metrics(self) -> dict[str, Any]:
         return {"inputs": self.inputs, "rows": self.rows, "rejects": self.rejects,

@@ -13,10 +13,17 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Ready:
+    """An item that needs no work (a marker, a cached result): passed through in its place."""
+    value: Any
 
 
 def worker_count(requested: int) -> int:
@@ -30,17 +37,23 @@ def worker_count(requested: int) -> int:
 
 
 def ordered_map(fn: Callable[[T], R], items: Iterable[T], workers: int, window: int | None = None) -> Iterator[R]:
-    """fn over items in forked worker processes, yielding results in input order with at most
+    """fn over items in forked worker processes, yielding results in input order (a Ready item's
+    value in its place, untouched) with at most
     `window` (default 2 per worker) pending. Fork, not spawn: a caller's script needs no
     `if __name__ == "__main__"` guard, and workers start in milliseconds."""
     if workers < 1:
-        yield from map(fn, items)
+        yield from (item.value if isinstance(item, Ready) else fn(item) for item in items)
         return
     window = window or 2 * workers
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
         pending: deque[Future] = deque()
         for item in items:
-            pending.append(pool.submit(fn, item))
+            if isinstance(item, Ready):
+                done: Future = Future()
+                done.set_result(item.value)
+                pending.append(done)
+            else:
+                pending.append(pool.submit(fn, item))
             if len(pending) >= window:
                 yield pending.popleft().result()
         while pending:

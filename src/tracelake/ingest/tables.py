@@ -104,7 +104,8 @@ def raw_batches(path: Path, rel: str, *, columns: Sequence[str], batch_size: int
         yield from _json_batches(path, rel, batch_size, hashes)
         return
     try:  # rows carry their file's hash, so streamed formats are hashed before their rows
-        hashes[rel] = sha256_file(path)
+        if rel not in hashes:
+            hashes[rel] = sha256_file(path)
     except OSError as e:
         yield _file_reject(rel, "unreadable_file", f"{rel}: {e.strerror or e}")
         return

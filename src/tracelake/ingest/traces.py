@@ -22,11 +22,13 @@ from __future__ import annotations
 import datetime
 import math
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
+from tracelake.core.hashing import sha256_file
 from tracelake.core.schema import load_schema
 from tracelake.ingest.common import (
     IngestResult,
@@ -38,7 +40,8 @@ from tracelake.ingest.common import (
     run_ingest,
     trajectory_row,
 )
-from tracelake.ingest.parallel import ordered_map, worker_count
+from tracelake.ingest.file_cache import EntryWriter, FileCache
+from tracelake.ingest.parallel import Ready, ordered_map, worker_count
 from tracelake.ingest.tables import (
     RawBatch,
     expand_inputs,
@@ -172,37 +175,72 @@ class Deduplicate:
 
 # --- the command -----------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class _FileStart:
+    cache_entry: EntryWriter | None   # where this file's parsed batches are kept, if anywhere
+
+
+@dataclass(frozen=True)
+class _FileEnd:
+    pass
+
+
 def ingest_traces(files: Sequence[Path], *, source: str, out_dir: Path, strict: bool = False,
-                  metrics_path: Path | None = None, workers: int = 0,
+                  metrics_path: Path | None = None, workers: int = 0, cache: Path | None = None,
                   on_start: Callable[[int], None] | None = None,
                   on_progress: Callable[[int], None] | None = None) -> IngestResult:
     """Ingest trace table files into out_dir. on_start gets the file count, on_progress(1) per file.
 
-    Batches of BATCH_ROWS rows are parsed in `workers` processes (0: one per core); the output is
-    byte-identical whatever the count.
+    Batches of BATCH_ROWS rows are parsed in `workers` processes (0: one per core); a JSONL or
+    Parquet file already in `cache` (file_cache.py: same bytes, name and code) is not parsed again.
+    The output is byte-identical whatever the worker count and whatever the cache holds.
     """
     paths = expand_inputs(files)
     rels = relative_paths(paths)
     if on_start:
         on_start(len(paths))
     hashes: dict[str, str] = {}
+    file_cache = FileCache(cache, load_schema("trajectories"), source)
 
-    def tasks() -> Iterator[tuple[str, dict[str, str], RawBatch] | None]:
+    def items() -> Iterator[tuple[str, dict[str, str], RawBatch] | Ready]:
         for path, rel in zip(paths, rels):
-            for raw in raw_batches(path, rel, columns=FIELDS, batch_size=BATCH_ROWS, hashes=hashes):
-                yield source, {rel: hashes[rel]} if rel in hashes else {}, raw
-            yield None   # end of this file
+            cached = None
+            if file_cache.root is not None and path.suffix.lower() in (".jsonl", ".parquet") and path.is_file():
+                try:
+                    hashes[rel] = sha256_file(path)
+                    cached = file_cache.get(rel, hashes[rel])
+                except OSError:
+                    pass   # raw_batches turns it into an unreadable_file reject
+            if cached is not None:
+                yield Ready(_FileStart(None))
+                yield from map(Ready, cached)
+            else:
+                yield Ready(_FileStart(file_cache.writer(rel, hashes[rel]) if rel in hashes else None))
+                for raw in raw_batches(path, rel, columns=FIELDS, batch_size=BATCH_ROWS, hashes=hashes):
+                    yield source, {rel: hashes[rel]} if rel in hashes else {}, raw
+            yield Ready(_FileEnd())
 
     def batches() -> Iterator[Parsed]:
-        dedup = Deduplicate()
-        for parsed in ordered_map(_parse_or_mark, tasks(), worker_count(workers)):
-            if parsed is None:
-                if on_progress:
-                    on_progress(1)
-                continue
-            yield dedup(parsed)
+        dedup, entry = Deduplicate(), None
+        try:
+            for out in ordered_map(parse_batch, items(), worker_count(workers)):
+                if isinstance(out, _FileStart):
+                    entry = out.cache_entry
+                elif isinstance(out, _FileEnd):
+                    if entry is not None:
+                        entry.commit()
+                        entry = None
+                    if on_progress:
+                        on_progress(1)
+                else:
+                    if entry is not None:
+                        entry.add(out)   # as parsed: before duplicates are looked for
+                    yield dedup(out)
+        finally:
+            if entry is not None:
+                entry.abort()
 
-    return run_ingest(
+    result = run_ingest(
         out_dir=out_dir, table="trajectories", source=source, input_kind=INPUT_KIND,
         batches=batches(), strict=strict,
         inputs=lambda: {"kind": INPUT_KIND, "paths": rels, **inputs_digest(hashes.items())},
@@ -210,7 +248,5 @@ def ingest_traces(files: Sequence[Path], *, source: str, out_dir: Path, strict: 
         formulas={"renderer": RENDERER},
         metrics_path=metrics_path,
     )
-
-
-def _parse_or_mark(task: tuple[str, dict[str, str], RawBatch] | None) -> Parsed | None:
-    return None if task is None else parse_batch(task)
+    result.files_from_cache = file_cache.hits
+    return result
