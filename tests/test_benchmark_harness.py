@@ -1,0 +1,40 @@
+"""The pipeline benchmark (benchmarks/pipeline.py) runs end to end at a small size: every stage,
+the 1% append, a new scale and every reference produce a measurement. Timings are not judged here
+(benchmarks, not timed tests): BENCHMARKS.md holds the numbers at 10K-100K rows."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.e2e
+
+
+def test_harness_runs_at_a_small_size(tmp_path):
+    if shutil.which("uv") is None:
+        pytest.skip("uv is needed to build the HF datasets reference venv")
+    skip = [] if (ROOT / ".venv-train" / "bin" / "python").is_file() else ["--skip", "lf"]
+    out = tmp_path / "results.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "pipeline.py"), "--rows", "300",
+                           "--work", str(tmp_path / "work"), "--json", str(out), *skip],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())["results"][0]
+    stages = ["ingest", "score", "filter", "select", "export_sft"]
+    assert [s["name"] for s in result["same_work"]] == stages
+    assert [s["name"] for s in result["exact_first"]] == stages
+    assert [s["name"] for s in result["exact_append"]] == stages
+    refs = [s["name"] for s in result["references"]]
+    assert any(r.startswith("floor: orjson") for r in refs) and any(r.startswith("floor: DuckDB") for r in refs)
+    assert "HF datasets, num_proc=1" in refs and "HF datasets, num_proc=2" in refs
+    if not skip:
+        assert "LLaMA-Factory preprocessing, 2 workers" in refs
+    assert all(s["wall_s"] > 0 and s["rss_mb"] > 0 for part in result.values() if isinstance(part, list) for s in part)
+    assert "same work as the HF reference" in proc.stdout and "after a 1% append" in proc.stdout
