@@ -34,7 +34,7 @@ def duckdb_floor(traces: Path, out: Path) -> None:
 
     con = duckdb.connect()
     con.execute(f"""COPY (SELECT * FROM read_json('{traces}/*.jsonl', format='newline_delimited',
-                                                  maximum_object_size=1073741824))
+                                                  maximum_object_size=67108864))
                     TO '{out}' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 1000)""")
     print(con.execute(f"SELECT count(*) FROM '{out}'").fetchone()[0], "rows written")
 
