@@ -220,7 +220,7 @@ def table(title: str, steps: list[Step], mb: float, rows: int) -> str:
     return "\n".join([head, *(s.line(mb, rows) for s in steps), total.line(mb, rows)])
 
 
-def run_size(work: Path, rows: int, skip: set[str]) -> dict:
+def run_size(work: Path, rows: int, skip: set[str], exact_runs: bool = True) -> dict:
     log = work / f"log-{rows}.txt"
     print(f"== {rows:,} rows (log: {log})", flush=True)
     data = synth(work, rows, log)
@@ -232,6 +232,9 @@ def run_size(work: Path, rows: int, skip: set[str]) -> dict:
     shutil.rmtree(caches, ignore_errors=True)
     same = project(work, f"same-work-{rows}", data, tok, count=False, caches=caches / "same-work")
     result["same_work"] = [asdict(s) for s in pipeline(same, log)]
+    if not exact_runs:
+        result["references"] = [asdict(s) for s in references(work, data, None, tok, skip | {"lf"}, log)]
+        return result
     print("exact (first run: 99% of the rows, empty caches)", flush=True)
     before = first_99(data)
     exact = project(work, f"exact-{rows}", data, tok, count=True, caches=caches / "exact", traces=before)
@@ -255,10 +258,12 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=ROOT / ".bench", help="data, venvs and projects (reused)")
     ap.add_argument("--skip", default="", help="comma list of references to skip: hf, lf, floors")
     ap.add_argument("--json", type=Path, help="write every measurement here")
+    ap.add_argument("--same-work-only", action="store_true",
+                    help="only the same-work pipeline and the HF and floor references (no token counting runs)")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     skip = {s for s in args.skip.split(",") if s}
-    results = [run_size(args.work.resolve(), rows, skip) for rows in (args.rows or [10000])]
+    results = [run_size(args.work.resolve(), rows, skip, not args.same_work_only) for rows in (args.rows or [10000])]
     meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
             f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
             "command": " ".join(sys.argv)}
@@ -269,7 +274,7 @@ def main() -> None:
                            ("exact_append", "exact token counts, after a 1% append"),
                            ("exact_new_scale", "exact token counts, a new scale"),
                            ("references", "references (same input)")):
-            if r[key]:
+            if r.get(key):
                 print(table(title, [Step(**s) for s in r[key]], r["input_mb"], r["rows"]))
     if args.json:
         args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
