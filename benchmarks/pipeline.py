@@ -266,7 +266,8 @@ def main() -> None:
     results = [run_size(args.work.resolve(), rows, skip, not args.same_work_only) for rows in (args.rows or [10000])]
     meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
             f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
-            "command": " ".join(sys.argv)}
+            "command": "uv run python benchmarks/pipeline.py " + " ".join(f"--rows {n}" for n in (args.rows or [10000]))
+            + (" --same-work-only" if args.same_work_only else "")}   # no local paths
     for r in results:
         print(f"\n### {r['rows']:,} rows, {r['input_mb']:,.0f} MB of JSONL")
         for key, title in (("same_work", "same work as the HF reference (no token counting)"),

@@ -25,11 +25,14 @@ def main(argv: list[str] | None = None) -> None:
                         params={"scale": scale, "export_sft": params.section("export_sft"),
                                 "template": sft.template, "cutoff_len": sft.cutoff_len},
                         token_cache=Path(params.tokenizer.cache))
+    token_counts = counts.pop("token_counts")
     write_metrics(f"metrics/export_sft/{scale}.json", counts)
     rej = ", ".join(f"{k} {v}" for k, v in sorted(counts["rejected"].items())) or "none"
     print(f"export_sft {scale}: {counts['dataset_id']}: {counts['rows_out']} of {counts['rows_in']} rows in "
           f"{counts['shards']} shard(s), rejected: {rej}; merged messages in {counts['rows_merged']} rows "
           f"-> {lake.sft_export(scale)}")
+    if token_counts:
+        print(f"export_sft {scale}: token counts: {token_counts}")
     if not counts["length_checked"]:
         print(f"export_sft {scale}: rows were not length-checked (export_sft.count_tokens: false): LLaMA-Factory "
               f"cuts any row longer than cutoff_len {sft.cutoff_len} silently")

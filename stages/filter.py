@@ -45,6 +45,8 @@ def main(argv: list[str] | None = None) -> None:
     dropped = ", ".join(f"{r} {n}" for r, n in totals["dropped"].items())
     print(f"filter: {totals['in']} in, {totals['kept']} kept; dropped: {dropped} -> {lake.pool} "
           f"(version {manifest['version_id']})")
+    if result.token_stats is not None:
+        print(f"filter: token counts: {result.token_stats.summary()}")
 
 
 if __name__ == "__main__":

@@ -82,9 +82,9 @@ def tokenizer(tmp_path_factory) -> Path:
 class Run:
     """One filter run on a fresh connection: outcomes by label, the funnel, the raw tables."""
 
-    def __init__(self, lake: Path, sources: list[str], params: FilterParams):
+    def __init__(self, lake: Path, sources: list[str], params: FilterParams, token_cache: Path | None = None):
         con = connect(lake, sources, tables=("trajectories",))
-        self.result = run_filters(con, params)
+        self.result = run_filters(con, params, token_cache=token_cache)
         self.ids = dict(con.execute("SELECT agent, trajectory_id FROM trajectories").fetchall())
         self.inputs = con.execute("SELECT trajectory_id, source FROM trajectories ORDER BY 1").fetchall()
         self.pool = con.execute("SELECT * FROM pool ORDER BY trajectory_id").fetchall()
@@ -108,8 +108,8 @@ class Run:
         return {label: o[1] for label, o in self.outcome.items() if o[0] == rule}
 
 
-def run(lake: Path, sources: list[str], tokenizer: Path, **params) -> Run:
-    return Run(lake, sources, FilterParams(tokenizer=str(tokenizer), **params))
+def run(lake: Path, sources: list[str], tokenizer: Path, token_cache: Path | None = None, **params) -> Run:
+    return Run(lake, sources, FilterParams(tokenizer=str(tokenizer), **params), token_cache)
 
 
 # --- each rule -------------------------------------------------------------------------------
@@ -227,6 +227,21 @@ def test_max_tokens_boundary(tmp_path, tokenizer):
 
     r = run(lake, sources, tokenizer)  # max_tokens null: no limit, n_tokens still counted
     assert "max_tokens_v1" not in r.result.rules and r.pool_rows["long"]["n_tokens"] == n_long
+
+
+def test_token_counts_come_from_the_cache_on_a_rerun(tmp_path, tokenizer):
+    lake, sources = build_lake(tmp_path, {"s": [trow("a", messages=conv(9, "alpha")), trow("b", messages=conv(7, "beta"))]})
+    cache = tmp_path / "token-cache"
+    first = run(lake, sources, tokenizer, token_cache=cache, max_tokens=10_000)
+    again = run(lake, sources, tokenizer, token_cache=cache, max_tokens=10_000)
+    assert first.result.token_stats.encoded > 0 and again.result.token_stats.encoded == 0
+    assert again.result.token_stats.cached == again.result.token_stats.segments > 0
+    assert again.pool == first.pool   # same counts, same pool
+
+    off = run(lake, sources, tokenizer, count_tokens=False)   # counting off: n_tokens null, no stats
+    assert off.result.token_stats is None and {r["n_tokens"] for r in off.pool_rows.values()} == {None}
+    with pytest.raises(ValueError, match="max_tokens 5 needs count_tokens: true"):
+        FilterParams(tokenizer=str(tokenizer), count_tokens=False, max_tokens=5)
 
 
 def test_duplicate_conversations_keep_smallest_id(tmp_path, tokenizer):

@@ -105,3 +105,22 @@ def test_every_export_reject_reason_is_documented():
     body = text.split("## Exports\n", 1)[1].split("\n## ", 1)[0]
     documented = set(re.findall(r"^\| `([a-z_]+)` \|", body, re.MULTILINE))
     assert documented == set(REJECT_REASONS) | set(RL_REASONS)
+
+
+def test_export_without_token_counting_says_rows_are_not_length_checked(tmp_path):
+    from tracelake.core.tokens import build_tokenizer, load_tokenizer
+    from tracelake.export.sft import SftStats, convert_batch
+    from tracelake.export.templates import template_slots
+
+    msgs = [{"role": "user", "content": "q " * 400}, {"role": "assistant", "content": "a " * 400}]
+    rows = [{"slot_id": f"s{i}", "trajectory_id": "t", "task_id": "k", "source": "src", "task": "x",
+             "name": f"x_copy{i:04d}", "copy": i, "messages": msgs} for i in range(2)]
+    tok = load_tokenizer(build_tokenizer(tmp_path / "tok"))
+    counted, stats = SftStats(), SftStats()
+    out, rejects = convert_batch(rows, same_role="merge", cutoff_len=10, tokenizer=tok,
+                                 template=template_slots("qwen3"), stats=counted)
+    assert out == [] and {r["reason"] for r in rejects} == {"over_cutoff_len"} and counted.length_checked
+    out, rejects = convert_batch(rows, same_role="merge", cutoff_len=10, tokenizer=None,
+                                 template=template_slots("qwen3"), stats=stats)
+    assert rejects == [] and [r["n_tokens"] for r in out] == [None, None]
+    assert stats.as_json()["length_checked"] is False

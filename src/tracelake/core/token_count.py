@@ -153,6 +153,10 @@ class CountStats:
     def as_json(self) -> dict[str, int]:
         return dict(vars(self))
 
+    def summary(self) -> str:
+        return (f"{self.texts:,} texts, {self.segments:,} segments: {self.encoded:,} encoded "
+                f"({self.encoded_chars / 1e6:,.1f} M characters), {self.cached:,} from the token cache")
+
 
 @dataclass
 class TokenCounter:

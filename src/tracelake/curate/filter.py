@@ -20,7 +20,7 @@ import pyarrow as pa
 from tracelake.core.assets import sql
 from tracelake.core.errors import check
 from tracelake.core.ids import COPY_SUFFIX
-from tracelake.core.token_count import TokenCounter, count_chatml_tokens
+from tracelake.core.token_count import CountStats, TokenCounter, count_chatml_tokens
 from tracelake.core.tokens import TOKEN_COUNT_RULE, tokenizer_fingerprint
 from tracelake.curate.params import FilterParams
 
@@ -55,6 +55,7 @@ class FilterResult:
     rules: list[str]                  # the enabled rules, in order
     funnel: dict[str, dict[str, Any]]  # source -> {"in", "dropped": {rule: n}, "kept"}
     formulas: dict[str, str]
+    token_stats: CountStats | None = None   # what counting encoded and what the cache answered
 
     def totals(self) -> dict[str, Any]:
         """The funnel over every source: in, kept, dropped per rule."""
@@ -79,20 +80,22 @@ def run_filters(con: duckdb.DuckDBPyConnection, params: FilterParams,
     con.execute(sql("filter/candidates"))
     formulas: dict[str, str] = {}
     enabled = [r for r in RULES if r.enabled(params)]
+    stats = None
     for rule in RULES:
         if rule.name == _COUNT_TOKENS_BEFORE and params.count_tokens:
-            _count_tokens(con, Path(params.tokenizer), token_cache, on_tokens)
+            stats = _count_tokens(con, Path(params.tokenizer), token_cache, on_tokens)
             formulas["tokens"] = f"{TOKEN_COUNT_RULE} tokenizer sha256 {tokenizer_fingerprint(params.tokenizer)}"
         if rule in enabled:
             con.execute(f"INSERT INTO dropped SELECT trajectory_id, $rule_name, detail "
                         f"FROM ({sql('filters/' + rule.query)})", {"rule_name": rule.name, **rule.bind(params)})
             formulas[rule.name] = rule.name
     con.execute(sql("filter/pool"))
-    return FilterResult([r.name for r in enabled], _funnel(con, [r.name for r in enabled], sources), formulas)
+    return FilterResult([r.name for r in enabled], _funnel(con, [r.name for r in enabled], sources), formulas,
+                        stats)
 
 
 def _count_tokens(con: duckdb.DuckDBPyConnection, tokenizer_dir: Path, cache: Path | None,
-                  on_tokens: Callable[[int], None] | None) -> None:
+                  on_tokens: Callable[[int], None] | None) -> CountStats:
     """n_tokens for every row still standing (the tokens table), batch by batch in storage order
     (sorting would hold every conversation in memory); each distinct segment is encoded once."""
     con.execute("SET threads = 1")   # one row group of conversations in memory at a time, not one per thread
@@ -111,6 +114,7 @@ def _count_tokens(con: duckdb.DuckDBPyConnection, tokenizer_dir: Path, cache: Pa
                                            "n_tokens": pa.array(counts, pa.int64())}))
     con.execute("INSERT INTO tokens SELECT * FROM token_counts")
     con.unregister("token_counts")
+    return counter.stats
 
 
 def _funnel(con: duckdb.DuckDBPyConnection, rules: list[str], sources: list[str]) -> dict[str, dict[str, Any]]:

@@ -96,6 +96,7 @@ class SftStats:
     messages_trimmed: int = 0
     max_tokens: int = 0
     length_checked: bool = True   # False: tokens not counted, rows over cutoff_len not rejected
+    token_counts: str = ""        # what counting encoded (printed, not in metrics: it depends on the cache)
 
     def as_json(self) -> dict[str, Any]:
         return {"rows_in": self.rows_in, "rows_out": self.rows_out, "length_checked": self.length_checked,
@@ -193,7 +194,8 @@ BATCH = 256
 def export_sft(lake: Lake, scale: str, sources: list[str], cfg: ExportSftParams, sft: SftTrainParams,
                params: dict[str, Any], token_cache: Path | None = None) -> dict[str, Any]:
     """One scale's selection -> <lake>/exports/sft/<scale>/ (shards, dataset_info.json, rejects,
-    manifest). Returns the counts the manifest records (dataset id, shards, in/out/rejected, ...).
+    manifest). Returns the counts the manifest records (dataset id, shards, in/out/rejected, ...) and
+    `token_counts`, a line saying what counting encoded (it depends on the cache: not a metric).
     `token_cache`: the segment token count cache (params tokenizer.cache), or None."""
     sel_dir = lake.selection(scale)
     selection = read_manifest(sel_dir)
@@ -219,6 +221,7 @@ def export_sft(lake: Lake, scale: str, sources: list[str], cfg: ExportSftParams,
         info, reject_info = shards.close(), rejects.close()
         if tokenizer is not None:
             tokenizer.close()
+            stats.token_counts = tokenizer.stats.summary()
         check(stats.rows_in == stats.rows_out + sum(stats.rejected.values()) == total,
               f"export_sft accounting: {total} slots, {stats.as_json()}")
         if not info.rows:
@@ -235,4 +238,4 @@ def export_sft(lake: Lake, scale: str, sources: list[str], cfg: ExportSftParams,
                     "tokenizer": tokenizer_fingerprint(cfg.tokenizer) if cfg.count_tokens else None},
             params=params, formulas={"rows": SHAREGPT_RULE, "tokens": TOKEN_RULE if cfg.count_tokens else "not counted"},
             counts={**counts, "files": [f"{name}/{f}" for f in shards.files]})
-    return counts
+    return {**counts, "token_counts": stats.token_counts}   # the stage prints it; metrics leave it out
