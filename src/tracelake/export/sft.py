@@ -117,7 +117,9 @@ def slots_with_messages(slots: list[dict[str, Any]], trajectory_files: list[str]
     needed = pa.array(list(by_id), pa.string())
     found = 0
     for path in trajectory_files:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size, columns=["trajectory_id", "messages"]):
+        # pre_buffer off: with it, pyarrow keeps what it read ahead, and memory grew with the file
+        # (2.9 GB exporting 85K of 100K real-sized rows; 290 MB without)
+        for batch in pq.ParquetFile(path, pre_buffer=False).iter_batches(batch_size, columns=["trajectory_id", "messages"]):
             batch = batch.filter(pc.is_in(batch.column("trajectory_id"), value_set=needed))
             rows = [{**slot, "messages": t["messages"]} for t in batch.to_pylist() for slot in by_id[t["trajectory_id"]]]
             found += batch.num_rows

@@ -121,7 +121,7 @@ def _file_reject(rel: str, reason: str, detail: str) -> RawBatch:
 
 def _parquet_batches(path: Path, rel: str, columns: Sequence[str], batch_size: int) -> Iterator[RawBatch]:
     try:
-        pf = pq.ParquetFile(path)
+        pf = pq.ParquetFile(path, pre_buffer=False)   # read ahead is kept: memory would grow with the file
         wanted = [c for c in pf.schema_arrow.names if c in columns] or None
         batches = pf.iter_batches(batch_size=batch_size, columns=wanted)
     except (OSError, pa.ArrowException) as e:
