@@ -27,13 +27,15 @@ class Ready:
 
 
 def worker_count(requested: int) -> int:
-    """0 means one per CPU this process may use."""
+    """Worker processes for `ingest.workers`: 0 means one per CPU this process may use, and none
+    at all (parse in this process) on a single CPU, where a worker only adds copying."""
     if requested > 0:
         return requested
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cpus = len(os.sched_getaffinity(0))
     except AttributeError:
-        return max(1, os.cpu_count() or 1)
+        cpus = os.cpu_count() or 1
+    return cpus if cpus > 1 else 0
 
 
 def ordered_map(fn: Callable[[T], R], items: Iterable[T], workers: int, window: int | None = None) -> Iterator[R]:
