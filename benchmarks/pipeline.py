@@ -154,9 +154,9 @@ def kept(proj: Path) -> int:
     return json.loads((proj / "metrics" / "filter.json").read_text())["total"]["kept"]
 
 
-def pipeline(proj: Path, log: Path, *, with_ingest: bool = True) -> list[Step]:
-    steps = [stage(proj, log, "ingest", "ingest.py", SOURCE)] if with_ingest else []
-    steps += [stage(proj, log, "score", "score.py"), stage(proj, log, "filter", "filter.py")]
+def pipeline(proj: Path, log: Path) -> list[Step]:
+    steps = [stage(proj, log, "ingest", "ingest.py", SOURCE), stage(proj, log, "score", "score.py"),
+             stage(proj, log, "filter", "filter.py")]
     set_scale(proj, "all", kept(proj))
     steps += [stage(proj, log, "select", "select_scale.py", "all"),
               stage(proj, log, "export_sft", "export_sft.py", "all")]

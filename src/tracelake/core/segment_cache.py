@@ -8,9 +8,9 @@ exact tokenizer: n tokens", so a lost or removed cache costs time, never a diffe
 are written under a temporary name and renamed, and named by their content, so concurrent stages
 never see half a part; past MAX_PARTS parts a run compacts them into one.
 
-In memory the entries are one sorted polars frame (20 bytes an entry: 13.5M segments of 300K real
-traces fit in 270 MB), searched in bulk per batch, plus a dict of this run's newest entries that is
-merged into the frame every MERGE_EVERY entries.
+In memory the entries are one sorted polars frame (20 bytes an entry: 10M segments take 200 MB),
+searched in bulk per batch, plus a dict of this run's newest entries that is merged into the frame
+every MERGE_EVERY entries.
 """
 
 from __future__ import annotations
@@ -45,9 +45,6 @@ class SegmentCache:
         self._loaded_parts: list[Path] = []
         self._pending: dict[bytes, int] = {}          # newest entries, not yet in _base
         self._new: list[pl.DataFrame] = []            # entries added this run (saved by save())
-
-    def __len__(self) -> int:
-        return len(self._frame()) + len(self._pending)
 
     def _frame(self) -> pl.DataFrame:
         if self._base is None:

@@ -78,7 +78,6 @@ class SegmentRule:
     name: str                                  # "split" or "whole"
     added: re.Pattern | None = None            # added tokens matched on the raw text
     added_normalized: re.Pattern | None = None  # added tokens matched after the first split
-    newline_cuts: bool = False
 
     @classmethod
     def of(cls, config: dict[str, Any]) -> "SegmentRule":
@@ -100,8 +99,7 @@ class SegmentRule:
 
         return cls("split",
                    alternation([t["content"] for t in added if not t.get("normalized")]),
-                   alternation([t["content"] for t in added if t.get("normalized")]),
-                   newline_cuts=True)
+                   alternation([t["content"] for t in added if t.get("normalized")]))
 
     def segments(self, text: str, out: list[str]) -> int:
         """Append text's segments to `out`; return how many added tokens it holds."""
@@ -210,8 +208,8 @@ class TokenCounter:
         self.stats.segments += len(segments)
         if missing:
             self.stats.cached += sum(c is not None for c in counts)
-            self._encode(missing)
-            counts = self.cache.lookup(keys)
+            fresh = self._encode(missing)
+            counts = [fresh[k] if c is None else c for k, c in zip(keys, counts)]
         else:
             self.stats.cached += len(segments)
         start = 0
@@ -220,25 +218,23 @@ class TokenCounter:
             start = end
         return totals
 
-    def _encode(self, missing: dict[bytes, str]) -> None:
-        batch_keys: list[bytes] = []
-        batch: list[str] = []
-        size = 0
-        for k, s in missing.items():
-            batch_keys.append(k)
-            batch.append(s)
-            size += len(s)
-            if size >= ENCODE_BATCH_CHARS:
-                self._encode_batch(batch_keys, batch)
-                batch_keys, batch, size = [], [], 0
-        if batch:
-            self._encode_batch(batch_keys, batch)
-
-    def _encode_batch(self, keys: list[bytes], texts: list[str]) -> None:
-        encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
-        self.cache.add(keys, [len(e) for e in encodings])
-        self.stats.encoded += len(texts)
-        self.stats.encoded_chars += sum(map(len, texts))
+    def _encode(self, missing: dict[bytes, str]) -> dict[bytes, int]:
+        """Encode the missing segments in batches, add them to the cache, return their counts."""
+        fresh: dict[bytes, int] = {}
+        keys, texts, size = [], [], 0
+        for k, text in [*missing.items(), (None, None)]:     # (None, None): flush the last batch
+            if k is not None:
+                keys.append(k)
+                texts.append(text)
+                size += len(text)
+            if texts and (k is None or size >= ENCODE_BATCH_CHARS):
+                counts = [len(e) for e in self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
+                self.cache.add(keys, counts)
+                fresh.update(zip(keys, counts))
+                self.stats.encoded += len(texts)
+                self.stats.encoded_chars += size
+                keys, texts, size = [], [], 0
+        return fresh
 
     def close(self) -> None:
         self.cache.save()

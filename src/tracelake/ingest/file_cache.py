@@ -50,7 +50,7 @@ class FileCache:
     def __init__(self, root: Path | None, schema: TableSchema, source: str):
         self.root = Path(root) if root else None
         self.schema, self.source = schema, source
-        self.hits = self.misses = 0
+        self.hits = 0
 
     def _paths(self, rel: str, sha256: str) -> tuple[Path, Path]:
         key = hashlib.sha256(orjson.dumps([code_digest(), self.schema.name, self.source, rel, sha256])).hexdigest()
@@ -66,7 +66,6 @@ class FileCache:
             specs = orjson.loads(meta.read_bytes())
             reader = pa.ipc.open_stream(pa.OSFile(str(data), "rb"))
         except (OSError, pa.ArrowException, orjson.JSONDecodeError):
-            self.misses += 1
             return None
         self.hits += 1
         return _replay(rel, specs, reader, data)
@@ -74,7 +73,6 @@ class FileCache:
     def writer(self, rel: str, sha256: str) -> "EntryWriter | None":
         if self.root is None:
             return None
-        self.misses += 1
         return EntryWriter(*self._paths(rel, sha256), self.schema.arrow)
 
 

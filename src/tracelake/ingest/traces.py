@@ -40,7 +40,7 @@ from tracelake.ingest.common import (
     run_ingest,
     trajectory_row,
 )
-from tracelake.ingest.file_cache import EntryWriter, FileCache
+from tracelake.ingest.file_cache import FileCache
 from tracelake.ingest.parallel import Ready, ordered_map, worker_count
 from tracelake.ingest.tables import (
     RawBatch,
@@ -177,7 +177,8 @@ class Deduplicate:
 
 @dataclass(frozen=True)
 class _FileStart:
-    cache_entry: EntryWriter | None   # where this file's parsed batches are kept, if anywhere
+    rel: str
+    sha256: str | None   # None: nothing to keep in the cache (a hit, or a file that could not be hashed)
 
 
 @dataclass(frozen=True)
@@ -212,10 +213,10 @@ def ingest_traces(files: Sequence[Path], *, source: str, out_dir: Path, strict: 
                 except OSError:
                     pass   # raw_batches turns it into an unreadable_file reject
             if cached is not None:
-                yield Ready(_FileStart(None))
+                yield Ready(_FileStart(rel, None))
                 yield from map(Ready, cached)
             else:
-                yield Ready(_FileStart(file_cache.writer(rel, hashes[rel]) if rel in hashes else None))
+                yield Ready(_FileStart(rel, hashes.get(rel)))
                 for raw in raw_batches(path, rel, columns=FIELDS, batch_size=BATCH_ROWS, hashes=hashes):
                     yield source, {rel: hashes[rel]} if rel in hashes else {}, raw
             yield Ready(_FileEnd())
@@ -224,8 +225,8 @@ def ingest_traces(files: Sequence[Path], *, source: str, out_dir: Path, strict: 
         dedup, entry = Deduplicate(), None
         try:
             for out in ordered_map(parse_batch, items(), worker_count(workers)):
-                if isinstance(out, _FileStart):
-                    entry = out.cache_entry
+                if isinstance(out, _FileStart):   # opened here, in order: never one ahead of the output
+                    entry = file_cache.writer(out.rel, out.sha256) if out.sha256 else None
                 elif isinstance(out, _FileEnd):
                     if entry is not None:
                         entry.commit()
