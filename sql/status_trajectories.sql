@@ -1,5 +1,5 @@
 -- Per-source overview of the trajectories table, for `tracelake status`.
--- $files: the trajectories.parquet files of the lake.
+-- $files: the Parquet parts of the trajectories tables of the lake.
 SELECT
     source,
     count(*)                                AS rows,

@@ -13,6 +13,13 @@ FIXTURES = ROOT.parent / "shared" / "fixtures"
 GOLDEN = FIXTURES / "harbor" / "tests" / "golden" / "terminus_2"
 
 
+def tree_bytes(directory: Path) -> dict[str, bytes]:
+    """Every file under a directory (relative path -> bytes): two outputs are identical exactly
+    when these are equal (the trajectories table is a directory of parts)."""
+    directory = Path(directory)
+    return {p.relative_to(directory).as_posix(): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
 def need(path: Path) -> Path:
     """Skip (with the reason) when the shared real-data fixtures are not beside the checkout."""
     if not path.exists():

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from tracelake.cli import app
 
-from .helpers import ROOT, make_trial
+from .helpers import ROOT, make_trial, tree_bytes
 
 runner = CliRunner()
 
@@ -85,16 +85,16 @@ def test_ctrl_c_names_the_outputs_it_did_not_write(tmp_path):
     args = ["ingest", "harbor", str(tmp_path / "jobs"), "--source", "s", "--out", str(tmp_path / "lake")]
     assert _cli_with("", args, tmp_path).returncode == 0
     out = tmp_path / "lake" / "trajectories" / "s"
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    before = tree_bytes(out)
     interrupt = ("import tracelake.core.lake as lake\n"
                  "def boom(self, row): raise KeyboardInterrupt\n"
-                 "lake.TableWriter.write = boom")
+                 "lake.PartedTableWriter.write = boom")
     proc = _cli_with(interrupt, args, tmp_path)
     assert proc.returncode == 130, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tracelake: interrupted; not written"), proc.stderr
     assert str(out) in lines[0]
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert tree_bytes(out) == before
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".")], "a temporary directory was left"
 
 

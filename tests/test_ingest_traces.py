@@ -17,7 +17,7 @@ from tracelake.core.lake import read_table
 from tracelake.ingest import tables, traces
 from tracelake.ingest.traces import ingest_traces
 
-from .helpers import FIXTURES, need
+from .helpers import FIXTURES, need, tree_bytes
 
 SAMPLE = FIXTURES / "otagent" / "sample_raw.json"
 SOURCE = "swesmith"
@@ -88,8 +88,7 @@ def test_reingest_gives_identical_bytes(tmp_path):
     bad = jsonl(tmp_path / "bad.jsonl", b"{oops", row(1))
     a, _, _ = ingest(tmp_path, need(SAMPLE), bad, out="a")
     b, _, _ = ingest(tmp_path, SAMPLE, bad, out="b")
-    for name in ("trajectories.parquet", "rejects.parquet", "manifest.json"):
-        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    assert tree_bytes(tmp_path / "a") == tree_bytes(tmp_path / "b")
     assert a.manifest["version_id"] == b.manifest["version_id"]
     assert (a.rows, a.rejects) == (5, 1)
 
@@ -250,7 +249,8 @@ def test_accounting_over_many_files_and_batches(tmp_path):
 
 @pytest.mark.parametrize("workers", [2, 3])
 def test_worker_processes_and_block_size_change_no_byte(tmp_path, monkeypatch, workers):
-    """Parsing in worker processes, with JSONL blocks cut anywhere, gives the bytes of an in-process run."""
+    """Parsing in worker processes gives the bytes of an in-process run; JSONL blocks cut anywhere
+    (lines are completed) change only how the table is cut into parts, never its rows."""
     d = tmp_path / "in"
     d.mkdir()
     lines = [row(i, conversations=[{"role": "user", "content": "x" * (i % 97)}, {"role": "assistant", "content": "y"}])
@@ -258,11 +258,13 @@ def test_worker_processes_and_block_size_change_no_byte(tmp_path, monkeypatch, w
     jsonl(d / "a.jsonl", *lines[:700], b"  ", b"{broken", lines[3], *lines[700:], b"\xff\xfe not utf-8")
     pq.write_table(pa.Table.from_pylist([row(i + 5000) for i in range(1100)]), d / "b.parquet", row_group_size=300)
     monkeypatch.setattr(traces, "worker_count", lambda requested: requested)   # 0: no pool at all
-    base, _, _ = ingest(tmp_path, d, out="in-process", workers=0)
-    monkeypatch.setattr(tables, "JSONL_BLOCK_BYTES", 777)   # blocks end mid-line: lines are completed
+    whole, whole_rows, _ = ingest(tmp_path, d, out="whole", workers=0)
+    monkeypatch.setattr(tables, "JSONL_BLOCK_BYTES", 777)
+    base, base_rows, _ = ingest(tmp_path, d, out="in-process", workers=0)
     other, _, rejects = ingest(tmp_path, d, out="pool", workers=workers)
-    for name in ("trajectories.parquet", "rejects.parquet", "manifest.json"):
-        assert (tmp_path / "in-process" / name).read_bytes() == (tmp_path / "pool" / name).read_bytes(), name
+    assert tree_bytes(tmp_path / "in-process") == tree_bytes(tmp_path / "pool")
+    assert base_rows == whole_rows and base.manifest["version_id"] == whole.manifest["version_id"]
+    assert len(list((tmp_path / "pool" / "trajectories").iterdir())) > 100   # one part per block
     assert sorted((r["row_index"], r["reason"]) for r in rejects if r["path"] == "a.jsonl") == [
         (701, "unparsable_json"), (702, "duplicate_trial"), (1503, "invalid_utf8")]
     assert (other.rows, other.rejects) == (base.rows, base.rejects) == (2600, 3)
@@ -322,8 +324,7 @@ def test_appended_file_is_the_only_one_parsed_and_bytes_match_a_full_rebuild(tmp
     again, _, rejects = ingest(tmp_path, d, out="again", cache=cache)
     full, _, _ = ingest(tmp_path, d, out="full")                # no cache at all
     assert again.files_from_cache == 2
-    for name in ("trajectories.parquet", "rejects.parquet", "manifest.json"):
-        assert (tmp_path / "again" / name).read_bytes() == (tmp_path / "full" / name).read_bytes(), name
+    assert tree_bytes(tmp_path / "again") == tree_bytes(tmp_path / "full")
     assert {(r["path"], r["row_index"], r["reason"]) for r in rejects} == {
         ("a.jsonl", 1500, "unparsable_json"), ("c.jsonl", 1, "duplicate_trial")}
     # a changed file is parsed again; the others still come from the cache
@@ -341,10 +342,10 @@ def test_damaged_cache_entry_is_a_miss_or_a_clear_error(tmp_path):
     meta.write_bytes(b"{not json")
     again, _, _ = ingest(tmp_path, d, out="again", cache=cache)       # unreadable index: parsed again
     assert again.files_from_cache == 0
-    assert (tmp_path / "again" / "trajectories.parquet").read_bytes() == \
-        (tmp_path / "first" / "trajectories.parquet").read_bytes()
-    data = next(cache.rglob("*.arrow"))
-    data.write_bytes(data.read_bytes()[:-50])                          # rows cut short
+    assert tree_bytes(tmp_path / "again") == tree_bytes(tmp_path / "first")
+    part = next(cache.rglob("*.parquet"))
+    part.write_bytes(part.read_bytes()[:-50])                          # rows cut short
     with pytest.raises(BadInput, match="ingest cache entry .* is damaged"):
         ingest_traces([d], source=SOURCE, out_dir=tmp_path / "third", cache=cache)
-    assert not (tmp_path / "third").exists()
+    assert tree_bytes(tmp_path / "again") == tree_bytes(tmp_path / "first")   # a lake file is never a cache file
+    assert not (tmp_path / "third").exists() and not list(tmp_path.glob(".third*"))

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tracelake.core.errors import SchemaViolation
-from tracelake.core.lake import TableWriter, read_table
+from tracelake.core.lake import PartedTableWriter, TableWriter, read_table
 from tracelake.core.schema import TABLES, load_schema, parse_type
 from tracelake.ingest.common import ROLES, trajectory_row
 
@@ -67,7 +67,7 @@ def trajectory_rows(draw):
 @given(rows=st.lists(trajectory_rows(), min_size=0, max_size=8))
 def test_trajectories_round_trip(tmp_path_factory, rows):
     d = tmp_path_factory.mktemp("rt")
-    writer = TableWriter(d, load_schema("trajectories"), row_group_size=3)
+    writer = PartedTableWriter(d, load_schema("trajectories"))
     for r in rows:
         writer.write(r)
     info = writer.close()

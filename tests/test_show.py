@@ -22,7 +22,7 @@ def tracelake(project: Path, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def ids(sample_project) -> list[str]:
-    return sorted(i for f in (sample_project / "lake").glob("trajectories/*/trajectories.parquet")
+    return sorted(i for f in (sample_project / "lake").glob("trajectories/*/trajectories/part-*.parquet")
                   for i in pq.read_table(f, columns=["trajectory_id"])["trajectory_id"].to_pylist())
 
 
@@ -44,7 +44,7 @@ def test_json_is_the_row_found_by_id_or_unique_prefix(sample_project, ids):
 
 def test_terminal_rendering_shows_roles_and_folds_long_output(sample_project):
     lake = sample_project / "lake"
-    rows = pq.read_table(sorted(lake.glob("trajectories/*/trajectories.parquet"))[0]).to_pylist()
+    rows = pq.read_table(sorted(lake.glob("trajectories/*/trajectories/part-*.parquet"))[0]).to_pylist()
     row = max(rows, key=lambda r: max(len((m["content"] or "").split("\n")) for m in r["messages"] if m["role"] != "assistant"))
     proc = tracelake(sample_project, "show", row["trajectory_id"])
     assert proc.returncode == 0, proc.stderr
@@ -63,9 +63,9 @@ def test_fold_keeps_head_and_tail():
 def test_ambiguous_prefix(tmp_path):
     import pyarrow as pa
 
-    d = tmp_path / "trajectories" / "x"
+    d = tmp_path / "trajectories" / "x" / "trajectories"
     d.mkdir(parents=True)
-    pq.write_table(pa.table({"trajectory_id": ["abcdef0123456789", "abcdef0f23456789"]}), d / "trajectories.parquet")
+    pq.write_table(pa.table({"trajectory_id": ["abcdef0123456789", "abcdef0f23456789"]}), d / "part-00000.parquet")
     with pytest.raises(BadInput, match="ambiguous"):
         find_trajectory(tmp_path, "abcdef")
     assert find_trajectory(tmp_path, "abcdef0f")["trajectory_id"] == "abcdef0f23456789"

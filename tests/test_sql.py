@@ -38,7 +38,7 @@ def test_views_cover_every_table_and_dataset(sample_project):
     for name in ("tasks", "trajectories", "messages", "scores", "rejects", "pool", "dropped", "funnel",
                  "rl_prompts", "harbor_tasks", "export_rejects"):
         assert name in views, name
-    trajectories = pq.read_table(sorted(lake.glob("trajectories/*/trajectories.parquet")))
+    trajectories = pq.read_table(sorted(lake.glob("trajectories/*/trajectories/part-*.parquet")))
     assert run_query(con, "SELECT count(*) AS n FROM messages").column("n")[0].as_py() == \
         pc.sum(trajectories["n_messages"]).as_py()
     for scale in ("316", "1k"):

@@ -1,7 +1,7 @@
 """Lake I/O: deterministic Parquet tables, atomic output directories, manifests.
 
 An output directory (one per ingest source, later one per dataset) holds one Parquet file per table
-and a manifest.json written last. It is built under a temporary name and renamed into place, so a
+(the trajectories table: a directory of parts, see PartedTableWriter) and a manifest.json written last. It is built under a temporary name and renamed into place, so a
 crashed run never leaves a directory that looks finished.
 
 Determinism: rows are written in the order the caller gives (callers sort), with fixed writer
@@ -33,6 +33,12 @@ from tracelake.core.schema import TableSchema, load_schema
 
 ROW_GROUP_SIZE = 1000
 VERSION_HEX = 12
+# Tables stored as a directory of Parquet parts, <table>/part-00000.parquet, ...: ingest workers
+# write their own parts, and an input file that did not change brings back its parts unchanged.
+PARTED_TABLES = frozenset({"trajectories"})
+# Columns of long, unique text: dictionary encoding only hashes them in vain (15% of writing a part).
+_LONG_TEXT = frozenset({"messages"})
+PART_ROWS = 1000   # rows per part when rows are written one by one (parallel ingest: one part per input batch)
 _PARQUET_OPTIONS = dict(
     compression="zstd",
     compression_level=1,
@@ -127,6 +133,94 @@ class TableWriter:
         self._writer.close()
         return TableInfo(self.schema.name, self.file, self._rows,
                          self._hash.hexdigest()[:VERSION_HEX], self.schema.fingerprint)
+
+
+def write_part(path: Path, table: pa.Table) -> None:
+    """One part of a parted table: the rows in ROW_GROUP_SIZE groups, the fixed writer settings, so
+    the same rows give the same bytes in any process."""
+    options = {**_PARQUET_OPTIONS, "use_dictionary": [c for c in table.column_names if c not in _LONG_TEXT]}
+    pq.write_table(table.combine_chunks(), path, row_group_size=ROW_GROUP_SIZE, **options)
+
+
+class PartedTableWriter:
+    """One table as numbered Parquet parts, `<directory>/<table>/part-00000.parquet`, ...
+
+    A part comes whole (`add_part`: a file that a worker process wrote with `write_part`, with its
+    key column) or is cut here from rows (`write` / `write_batch`, PART_ROWS rows a part). The
+    version id hashes the key column in row order exactly as TableWriter's does: it names the
+    content, not how it was cut into parts. A table without rows still has one (empty) part, so a
+    reader always finds a file.
+    """
+
+    def __init__(self, directory: Path, schema: TableSchema):
+        self.schema = schema
+        self.file = f"{schema.name}/"
+        self.dir = Path(directory) / schema.name
+        self.dir.mkdir(parents=True)
+        self._dicts: list[dict] = []
+        self._parts = self._rows = 0
+        self._hash = hashlib.sha256(schema.fingerprint.encode())
+
+    def _next_path(self) -> Path:
+        return self.dir / f"part-{self._parts:05d}.parquet"
+
+    def _count(self, keys: list[str]) -> None:
+        for key in keys:
+            self._hash.update(key.encode() + b"\n")
+        self._rows += len(keys)
+        self._parts += 1
+
+    def write(self, row: dict) -> None:
+        self._dicts.append(row)
+        if len(self._dicts) >= PART_ROWS:
+            self._take_dicts()
+
+    def _take_dicts(self) -> None:
+        if self._dicts:
+            rows, self._dicts = self._dicts, []
+            self._add_table(self.schema.from_rows(rows))
+
+    def write_batch(self, data: pa.RecordBatch | pa.Table) -> None:
+        """Rows already in Arrow, as one part (columns named and ordered as the schema)."""
+        self._take_dicts()
+        table = self.schema.conform(data)
+        if table.num_rows:
+            self._add_table(table)
+
+    def _add_table(self, table: pa.Table) -> None:
+        write_part(self._next_path(), table)
+        self._count(table.column(self.schema.key).to_pylist())
+
+    def add_part(self, path: Path, keys: list[str]) -> None:
+        """A part written by `write_part` elsewhere on this file system, moved in as the next part;
+        `keys` is its key column (the caller has it: reading it back would cost a pass)."""
+        self._take_dicts()
+        if not keys:
+            Path(path).unlink()
+            return
+        os.replace(path, self._next_path())
+        self._count(keys)
+
+    def close(self) -> TableInfo:
+        self._take_dicts()
+        if self._parts == 0:
+            write_part(self._next_path(), self.schema.arrow.empty_table())
+            self._parts += 1
+        return TableInfo(self.schema.name, self.file, self._rows,
+                         self._hash.hexdigest()[:VERSION_HEX], self.schema.fingerprint)
+
+
+def table_writer(directory: Path, schema: TableSchema) -> TableWriter | PartedTableWriter:
+    """The writer a table is stored with: parts for PARTED_TABLES, else one file."""
+    return PartedTableWriter(directory, schema) if schema.name in PARTED_TABLES else TableWriter(directory, schema)
+
+
+def table_paths(directory: Path, name: str) -> list[Path]:
+    """The Parquet files of one table of an output directory, in row order."""
+    directory = Path(directory)
+    if name in PARTED_TABLES:
+        return sorted((directory / name).glob("part-*.parquet"))
+    return [directory / f"{name}.parquet"]
 
 
 def _row_digest_default(value: Any) -> str:
@@ -274,7 +368,9 @@ def open_parquet(path: Path | str, what: str = "") -> pq.ParquetFile:
 def read_table(directory: Path, name: str) -> pa.Table:
     """Read one table of an output directory and validate it against its declared schema."""
     schema = load_schema(name)
-    path = Path(directory) / f"{name}.parquet"
-    if not path.is_file():
-        raise BadInput(f"{directory} has no {name} table ({path.name} is missing)")
-    return schema.validate(pq.read_table(path))
+    paths = table_paths(directory, name)
+    if not paths or not all(p.is_file() for p in paths):
+        missing = f"{name}/part-*.parquet" if name in PARTED_TABLES else f"{name}.parquet"
+        raise BadInput(f"{directory} has no {name} table ({missing} is missing)")
+    tables = [pq.read_table(p, pre_buffer=False) for p in paths]
+    return schema.validate(pa.concat_tables(tables) if len(tables) > 1 else tables[0])

@@ -2,7 +2,8 @@
 the command line (a scale, a dataset id, a unique prefix of one) finds its directory.
 
     <lake>/
-      trajectories/<source>/  trajectories.parquet rejects.parquet manifest.json   ingest@<source>
+      trajectories/<source>/  trajectories/part-NNNNN.parquet rejects.parquet
+                              manifest.json                                        ingest@<source>
       tasks/<source>/         tasks.parquet rejects.parquet manifest.json          ingest@<source>
       scores/                 scores.parquet manifest.json                         score
       pool/                   pool.parquet dropped.parquet manifest.json           filter
@@ -23,6 +24,7 @@ from typing import Iterable
 
 from tracelake.core.errors import BadInput
 from tracelake.core.ids import matches_id_prefix
+from tracelake.core.lake import table_paths
 
 MANIFEST = "manifest.json"
 INGESTED = ("trajectories", "tasks")
@@ -74,13 +76,14 @@ class Lake:
 
     # --- what is built ----------------------------------------------------------------------
     def table_files(self, table: str, sources: Iterable[str]) -> list[str]:
-        """<lake>/<table>/<source>/<table>.parquet of each source, each checked to be built."""
+        """The Parquet files of <lake>/<table>/<source> for each source (the trajectories table's
+        parts, the tasks table's one file), each source checked to be built."""
         files = []
         for source in sources:
             directory = self.table(table, source)
             if not is_built(directory):
                 raise BadInput(f"{directory} is not built: run `dvc repro` (or `tracelake ingest`) first")
-            files.append(str(directory / f"{table}.parquet"))
+            files.extend(str(p) for p in table_paths(directory, table))
         return files
 
     def ingested(self) -> list[tuple[str, str, Path]]:

@@ -28,7 +28,7 @@ def find_trajectory(lake: Path | str, ref: str) -> dict[str, Any]:
     ref = ref.strip().lower()
     if not _HEX.match(ref) or len(ref) < MIN_PREFIX:
         raise BadInput(f"show: {ref!r} is not a trajectory id or a prefix of at least {MIN_PREFIX} hex digits")
-    files = sorted(str(p) for p in Path(lake).glob("trajectories/*/trajectories.parquet"))
+    files = sorted(str(p) for p in Path(lake).glob("trajectories/*/trajectories/part-*.parquet"))
     if not files:
         raise BadInput(f"{lake} has no trajectories: run `dvc repro` (or `tracelake ingest`)")
     rel = duckdb.connect().read_parquet(files, union_by_name=True)

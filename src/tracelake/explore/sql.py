@@ -47,7 +47,7 @@ def open_lake(lake: Path | str) -> tuple[duckdb.DuckDBPyConnection, dict[str, st
     if not lake.is_dir():
         raise BadInput(f"{lake} is not a lake directory (run `dvc repro`, or pass --lake)")
     con, views, layout = duckdb.connect(), {}, Lake(lake)
-    _view(con, "trajectories", _files(lake, "trajectories/*/trajectories.parquet"), views)
+    _view(con, "trajectories", _files(lake, "trajectories/*/trajectories/part-*.parquet"), views)
     _view(con, "tasks", _files(lake, "tasks/*/tasks.parquet"), views)
     _view(con, "rejects", _files(lake, "trajectories/*/rejects.parquet") + _files(lake, "tasks/*/rejects.parquet"), views)
     _view(con, "scores", _files(lake, "scores/scores.parquet"), views)

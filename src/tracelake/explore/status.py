@@ -10,7 +10,7 @@ from rich.table import Table
 
 from tracelake.core.assets import sql
 from tracelake.core.errors import BadInput
-from tracelake.core.lake import read_manifest
+from tracelake.core.lake import read_manifest, table_paths
 from tracelake.core.layout import Lake, is_built
 from tracelake.core.schema import TABLES, load_schema
 
@@ -40,7 +40,7 @@ def render_status(lake: Path, console: Console) -> None:
     if reasons:
         console.print("rejects by reason: " + ", ".join(
             f"{k} {v}" for k, v in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))))
-    files = [str(d / "trajectories.parquet") for name, _, d in outputs if name == "trajectories"]
+    files = [str(p) for name, _, d in outputs if name == "trajectories" for p in table_paths(d, name)]
     if files:
         console.print(trajectory_overview(files))
     render_curation(lake, console)

@@ -11,12 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-import pyarrow as pa
-
 from tracelake.core.errors import RejectedInput, check
 from tracelake.core.hashing import canonical_json, content_id, sha256_bytes
 from tracelake.core.ids import task_id_for
-from tracelake.core.lake import TableWriter, output_dir, write_json, write_manifest
+from tracelake.core.lake import PartedTableWriter, output_dir, table_writer, write_json, write_manifest
 from tracelake.core.schema import load_schema
 
 # reason -> what it means; schemas/README.md lists the same reasons for users.
@@ -42,6 +40,7 @@ REASONS: dict[str, str] = {
 }
 
 ROLES = ("system", "user", "assistant", "tool")
+_KNOWN_ROLES = frozenset(ROLES)
 TIMEOUT_EXCEPTIONS = frozenset({"AgentTimeoutError"})
 
 
@@ -72,11 +71,13 @@ class Unit:
 @dataclass
 class Parsed:
     """A batch of units processed elsewhere (a worker): the units (payloads dropped), each one's
-    Reject or None, and the rows of the units without one, in order, as an Arrow table."""
+    Reject or None, and the rows of the units without one, in order, already written as a part of
+    the table (`lake.write_part`; None when every unit was rejected), with their keys."""
 
     units: list[Unit]
     rejects: list[Reject | None]
-    table: pa.Table
+    part: Path | None
+    keys: list[str]
 
 
 @dataclass
@@ -116,14 +117,18 @@ def trajectory_row(*, source: str, task: str, messages: list[dict[str, str]], tr
                    model_provider: str | None, date: str | None, result: str | None,
                    reward: float | None, exception_type: str | None, renderer: str,
                    provenance: list[dict[str, str]], row_index: int | None) -> dict[str, Any]:
-    """Validate messages, derive the computed columns and the content id of one trajectory."""
+    """Validate messages, derive the computed columns and the content id of one trajectory.
+
+    The text is valid: it was parsed by orjson or read from Arrow, which refuse invalid UTF-8 and
+    lone surrogates; the one reader that accepts them (the stdlib fallback for `.json` tables)
+    rejects such rows itself (`check_text`)."""
     if not messages:
         raise Reject("empty_conversation", "the conversation has no messages")
-    for i, m in enumerate(messages):
-        if m["role"] not in ROLES:
-            raise Reject("unknown_role", f"message {i} has role {m['role']!r} (known: {', '.join(ROLES)})")
-        check_text(m["content"], f"message {i}")
-    n_assistant = sum(m["role"] == "assistant" for m in messages)
+    roles = [m["role"] for m in messages]
+    if not _KNOWN_ROLES.issuperset(roles):
+        i = next(i for i, role in enumerate(roles) if role not in _KNOWN_ROLES)
+        raise Reject("unknown_role", f"message {i} has role {roles[i]!r} (known: {', '.join(ROLES)})")
+    n_assistant = roles.count("assistant")
     if n_assistant == 0:
         raise Reject("empty_conversation", f"{len(messages)} messages but no assistant turn")
     identity = [source, task, run_id, trial_name, trace_source, episode]
@@ -176,7 +181,7 @@ def run_ingest(*, out_dir: Path, table: str, source: str, input_kind: str,
                formulas: dict[str, str], metrics_path: Path | None = None,
                on_progress: Callable[[int], None] | None = None) -> IngestResult:
     """Drive one ingest: each batch is (units, process), where process returns one outcome per unit,
-    or a Parsed batch (processed by a worker).
+    or a Parsed batch (processed by a worker, its rows already a part file).
 
     Batches are processed in the order given (callers sort them), rows are streamed to Parquet,
     rejects are sorted and written after; the manifest is written last and the directory is
@@ -185,7 +190,7 @@ def run_ingest(*, out_dir: Path, table: str, source: str, input_kind: str,
     n_inputs = n_rows = 0
     rejects: list[dict[str, Any]] = []
     with output_dir(out_dir) as tmp:
-        writer = TableWriter(tmp, load_schema(table))
+        writer = table_writer(tmp, load_schema(table))
         for batch in batches:
             if isinstance(batch, Parsed):
                 units, outcomes = batch.units, batch.rejects
@@ -206,15 +211,17 @@ def run_ingest(*, out_dir: Path, table: str, source: str, input_kind: str,
                     writer.write(outcome)
                     n_rows += 1
             if isinstance(batch, Parsed):
-                check(batch.table.num_rows == outcomes.count(None), "a parsed batch's rows and rejects disagree")
-                writer.write_batch(batch.table)
-                n_rows += batch.table.num_rows
+                check(len(batch.keys) == outcomes.count(None), "a parsed batch's rows and rejects disagree")
+                check(isinstance(writer, PartedTableWriter), f"{table} is not stored in parts")
+                if batch.part is not None:
+                    writer.add_part(batch.part, batch.keys)
+                n_rows += len(batch.keys)
             if on_progress:
                 on_progress(len(units))
         info = writer.close()
         rejects.sort(key=lambda r: (r["path"], r["row_index"] if r["row_index"] is not None else -1,
                                     r["trace_source"] or "", r["reason"], r["reject_id"]))
-        reject_writer = TableWriter(tmp, load_schema("rejects"))
+        reject_writer = table_writer(tmp, load_schema("rejects"))
         for r in rejects:
             reject_writer.write(r)
         reject_info = reject_writer.close()
@@ -235,11 +242,15 @@ def run_ingest(*, out_dir: Path, table: str, source: str, input_kind: str,
 
 
 def parse_json_bytes(data: bytes, where: str) -> Any:
-    """Decode strict UTF-8 and parse JSON; every failure is a Reject with the precise reason."""
+    """Parse strict UTF-8 JSON; every failure is a Reject with the precise reason."""
     import json
 
     import orjson
 
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        pass   # find out why, below
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

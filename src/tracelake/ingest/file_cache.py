@@ -1,15 +1,18 @@
 """Incremental ingest: each input file's parsed batches, kept under its content.
 
 A file that was ingested before, with the same bytes, the same name within its source and the same
-ingest code, is not parsed again: its batches (rows as Arrow, each unit's reject) are read back from
+ingest code, is not parsed again: its batches come back from
 
-    <cache>/<key[:2]>/<key>.arrow   the rows, one lz4-compressed Arrow IPC batch per parsed batch
-    <cache>/<key[:2]>/<key>.json    per batch: its row count and its units (row index, trace source, reject)
+    <cache>/<key[:2]>/<key>.json           per batch: its units (row index, trace source, reject),
+                                           its rows' keys, and its part's size and sha256
+    <cache>/<key[:2]>/<key>-<i>.parquet    the part of batch i (`lake.write_part`), if it has rows
 
 where key = sha256 of (the ingest and core code and the table's schema, source, file path, file sha256).
 Batches are stored before duplicates are looked for, so a hit goes through the same checks as a
-parse and the output is byte-identical to a full rebuild. Entries are written under temporary names
-and renamed; a damaged or half-missing entry is parsed again. Deleting the cache costs time only.
+parse and the output is byte-identical to a full rebuild. Parts are copied both ways, never linked:
+a lake file and a cache file never share their bytes, and a part whose bytes changed is an error.
+Entries are written under temporary names and renamed, the index last; an entry whose index is
+missing or unreadable is a miss (parsed again). Deleting the cache costs time only.
 """
 
 from __future__ import annotations
@@ -21,14 +24,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
-import pyarrow as pa
 
 from tracelake.core.assets import asset_dir
-from tracelake.core.errors import BadInput, Bug, check
+from tracelake.core.errors import BadInput
 from tracelake.core.schema import TableSchema
 from tracelake.ingest.common import Parsed, Reject, Unit
 
-_IPC = pa.ipc.IpcWriteOptions(compression="lz4")
+_COPY_BLOCK = 4 << 20
 
 
 @functools.cache
@@ -44,6 +46,17 @@ def code_digest() -> str:
     return h.hexdigest()
 
 
+def copy_hashed(src: Path, dst: Path) -> tuple[int, str]:
+    """Copy src to dst (created, not overwritten); return dst's size and sha256."""
+    h, size = hashlib.sha256(), 0
+    with open(src, "rb") as fin, open(dst, "xb") as fout:
+        while block := fin.read(_COPY_BLOCK):
+            h.update(block)
+            fout.write(block)
+            size += len(block)
+    return size, h.hexdigest()
+
+
 class FileCache:
     """Parsed batches of whole input files, for one table and source; root None: no cache."""
 
@@ -52,71 +65,76 @@ class FileCache:
         self.schema, self.source = schema, source
         self.hits = 0
 
-    def _paths(self, rel: str, sha256: str) -> tuple[Path, Path]:
+    def _base(self, rel: str, sha256: str) -> Path:
         key = hashlib.sha256(orjson.dumps([code_digest(), self.schema.name, self.source, rel, sha256])).hexdigest()
-        base = self.root / key[:2] / key
-        return base.with_suffix(".arrow"), base.with_suffix(".json")
+        return self.root / key[:2] / key
 
-    def get(self, rel: str, sha256: str) -> Iterator[Parsed] | None:
-        """The file's batches, read one at a time, or None when the file is not cached."""
+    def get(self, rel: str, sha256: str, into: Path) -> Iterator[Parsed] | None:
+        """The file's batches, one at a time, each part copied into the directory `into`; None
+        when the file is not cached."""
         if self.root is None:
             return None
-        data, meta = self._paths(rel, sha256)
+        base = self._base(rel, sha256)
         try:
-            specs = orjson.loads(meta.read_bytes())
-            reader = pa.ipc.open_stream(pa.OSFile(str(data), "rb"))
-        except (OSError, pa.ArrowException, orjson.JSONDecodeError):
+            specs = orjson.loads(base.with_suffix(".json").read_bytes())
+        except (OSError, orjson.JSONDecodeError):
             return None
         self.hits += 1
-        return _replay(rel, specs, reader, data)
+        return _replay(rel, specs, base, Path(into))
 
     def writer(self, rel: str, sha256: str) -> "EntryWriter | None":
         if self.root is None:
             return None
-        return EntryWriter(*self._paths(rel, sha256), self.schema.arrow)
+        return EntryWriter(self._base(rel, sha256))
 
 
-def _replay(rel: str, specs: list[dict], reader: pa.ipc.RecordBatchStreamReader, data: Path) -> Iterator[Parsed]:
-    try:
-        for spec in specs:
-            batch = reader.read_next_batch()
-            check(batch.num_rows == spec["rows"], "row count")
-            units = [Unit(path=rel, row_index=i, trace_source=ts) for i, ts, _, _ in spec["units"]]
+def _replay(rel: str, specs: list[dict], base: Path, into: Path) -> Iterator[Parsed]:
+    for i, spec in enumerate(specs):
+        try:
+            units = [Unit(path=rel, row_index=row, trace_source=ts) for row, ts, _, _ in spec["units"]]
             rejects = [None if reason is None else Reject(reason, detail) for _, _, reason, detail in spec["units"]]
-            yield Parsed(units, rejects, pa.Table.from_batches([batch]))
-    except (OSError, StopIteration, pa.ArrowException, Bug) as e:
-        raise BadInput(f"the ingest cache entry {data} is damaged ({e}); delete it (or the whole ingest cache) "
-                       f"and run again") from None
+            part = None
+            if spec["part"] is not None:
+                part = into / f".cached-{base.name[:16]}-{i}.parquet"
+                if copy_hashed(base.with_name(f"{base.name}-{i}.parquet"), part) != tuple(spec["part"]):
+                    raise ValueError("a part's bytes changed")
+            yield Parsed(units, rejects, part, spec["keys"])
+        except (OSError, KeyError, TypeError, ValueError) as e:
+            raise BadInput(f"the ingest cache entry {base}.json is damaged ({e}); delete it (or the whole "
+                           f"ingest cache) and run again") from None
 
 
 class EntryWriter:
     """Collects one file's batches as they are parsed; `commit` makes the entry visible."""
 
-    def __init__(self, data: Path, meta: Path, schema: pa.Schema):
-        self.data, self.meta = data, meta
-        data.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = data.with_name(f".{data.name}.tmp-{os.getpid()}")
-        self._sink = pa.OSFile(str(self._tmp), "wb")
-        self._writer = pa.ipc.new_stream(self._sink, schema, options=_IPC)
+    def __init__(self, base: Path):
+        self.base = base
+        base.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = f".tmp-{os.getpid()}"
+        self._parts: list[Path] = []
         self._specs: list[dict] = []
 
     def add(self, parsed: Parsed) -> None:
-        table = parsed.table.combine_chunks()
-        batch = table.to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist([], schema=table.schema)
-        self._writer.write_batch(batch)
-        self._specs.append({"rows": table.num_rows, "units": [
+        i = len(self._specs)
+        part = None
+        if parsed.part is not None:
+            final = self.base.with_name(f"{self.base.name}-{i}.parquet")
+            tmp = final.with_name(final.name + self._tmp)
+            tmp.unlink(missing_ok=True)
+            part = copy_hashed(parsed.part, tmp)
+            self._parts.append(final)
+        self._specs.append({"part": part, "keys": parsed.keys, "units": [
             [u.row_index, u.trace_source, r.reason if r else None, r.detail if r else None]
             for u, r in zip(parsed.units, parsed.rejects)]})
 
     def commit(self) -> None:
-        self._writer.close()
-        self._sink.close()
-        meta_tmp = self.meta.with_name(f".{self.meta.name}.tmp-{os.getpid()}")
-        meta_tmp.write_bytes(orjson.dumps(self._specs))
-        self._tmp.replace(self.data)
-        meta_tmp.replace(self.meta)   # last: an entry without its .json is a miss
+        for final in self._parts:
+            final.with_name(final.name + self._tmp).replace(final)
+        index = self.base.with_suffix(".json")
+        tmp = index.with_name(index.name + self._tmp)
+        tmp.write_bytes(orjson.dumps(self._specs))
+        tmp.replace(index)   # last: an entry without its index is a miss
 
     def abort(self) -> None:
-        self._writer.close()
-        self._sink.close()
-        self._tmp.unlink(missing_ok=True)
+        for final in self._parts:
+            final.with_name(final.name + self._tmp).unlink(missing_ok=True)

@@ -230,7 +230,7 @@ def ingest_harbor(jobs_dir: Path, *, source: str, out_dir: Path, strict: bool = 
                   metrics_path: Path | None = None,
                   on_start: Callable[[int], None] | None = None,
                   on_progress: Callable[[int], None] | None = None) -> IngestResult:
-    """Ingest every trial under jobs_dir into out_dir (trajectories.parquet, rejects.parquet, manifest)."""
+    """Ingest every trial under jobs_dir into out_dir (the trajectories table, rejects.parquet, manifest)."""
     jobs_dir = Path(jobs_dir)
     trials = find_trials(jobs_dir)
     if on_start:

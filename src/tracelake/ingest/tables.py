@@ -9,6 +9,7 @@ cannot be read as a whole becomes one Unit carrying its Reject.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -60,13 +61,15 @@ def relative_paths(files: Sequence[Path]) -> list[str]:
 
 @dataclass
 class RawBatch:
-    """Up to batch_size rows of one file, cheap to send to a worker process: JSONL lines as bytes
-    (with their 0-based line numbers), a Parquet record batch, JSON rows, or a Reject standing for
-    the whole file. `units()` turns it into Units wherever it is processed."""
+    """Up to batch_size rows of one file, cheap to send to a worker process: a byte range of whole
+    JSONL lines (read where it is processed), a Parquet record batch, JSON rows, or a Reject
+    standing for the whole file. `units()` turns it into Units wherever it is processed."""
 
     rel: str
     start: int = 0                 # the first row's (or line's) 0-based index in its file
-    block: bytes | None = None     # whole JSONL lines
+    path: str | None = None        # JSONL: the file, and the byte range of whole lines
+    offset: int = 0
+    length: int = 0
     arrow: pa.RecordBatch | None = None
     rows: list[Any] | None = None
     reject: Reject | None = None
@@ -74,11 +77,19 @@ class RawBatch:
     def units(self) -> list[Unit]:
         if self.reject is not None:
             return [Unit(path=self.rel, payload=self.reject)]
-        if self.block is not None:
+        if self.path is not None:
             return [Unit(path=self.rel, row_index=self.start + i, payload=line)
-                    for i, line in enumerate(self.block.split(b"\n")) if line and not line.isspace()]
+                    for i, line in enumerate(self._read_lines()) if line and not line.isspace()]
         rows = _pylist(self.arrow) if self.arrow is not None else [_unwrap(r) for r in self.rows]
         return [Unit(path=self.rel, row_index=self.start + i, payload=row) for i, row in enumerate(rows)]
+
+    def _read_lines(self) -> list[bytes]:
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            block = f.read(self.length)
+        if len(block) != self.length:
+            raise BadInput(f"{self.rel} changed while it was being ingested (it is shorter now); run again")
+        return block.split(b"\n")
 
 
 def table_units(path: Path, rel: str, *, columns: Sequence[str], batch_size: int,
@@ -102,17 +113,16 @@ def raw_batches(path: Path, rel: str, *, columns: Sequence[str], batch_size: int
         return
     if suffix == ".json":  # read whole anyway: hashed from the same bytes
         yield from _json_batches(path, rel, batch_size, hashes)
-        return
-    try:  # rows carry their file's hash, so streamed formats are hashed before their rows
-        if rel not in hashes:
-            hashes[rel] = sha256_file(path)
-    except OSError as e:
-        yield _file_reject(rel, "unreadable_file", f"{rel}: {e.strerror or e}")
-        return
-    if suffix == ".parquet":
-        yield from _parquet_batches(path, rel, columns, batch_size)
+    elif suffix == ".jsonl":
+        yield from _jsonl_batches(path, rel, JSONL_BLOCK_BYTES, hashes)
     else:
-        yield from _jsonl_batches(path, rel, JSONL_BLOCK_BYTES)
+        try:  # rows carry their file's hash, so the file is hashed before its rows are read
+            if rel not in hashes:
+                hashes[rel] = sha256_file(path)
+        except OSError as e:
+            yield _file_reject(rel, "unreadable_file", f"{rel}: {e.strerror or e}")
+            return
+        yield from _parquet_batches(path, rel, columns, batch_size)
 
 
 def _file_reject(rel: str, reason: str, detail: str) -> RawBatch:
@@ -154,21 +164,30 @@ def _pylist(batch: pa.RecordBatch) -> list[Any]:
         return rows
 
 
-def _jsonl_batches(path: Path, rel: str, block_bytes: int) -> Iterator[RawBatch]:
-    """Blocks of whole lines (about block_bytes each); the worker splits them."""
-    start = 0
+def _jsonl_batches(path: Path, rel: str, block_bytes: int, hashes: dict[str, str]) -> Iterator[RawBatch]:
+    """Byte ranges of whole lines (about block_bytes each), found in one pass that also hashes the
+    file (rows carry its hash, so the pass ends before the first range is handed out); whoever
+    processes a range reads it."""
+    ranges, offset, line = [], 0, 0
+    h = hashlib.sha256()
     try:
         with open(path, "rb") as f:
             while block := f.read(block_bytes):
                 if not block.endswith(b"\n"):
                     block += f.readline()   # finish the last line (one copy of the block)
-                yield RawBatch(rel, start, block=block)
-                start += block.count(b"\n")
+                h.update(block)
+                ranges.append(RawBatch(rel, line, path=str(path), offset=offset, length=len(block)))
+                offset += len(block)
+                line += block.count(b"\n")
     except OSError as e:
         yield _file_reject(rel, "unreadable_file", f"reading stopped: {e.strerror or e}")
+        return
+    hashes[rel] = h.hexdigest()
+    yield from ranges
 
 
 def _json_batches(path: Path, rel: str, batch_size: int, hashes: dict[str, str]) -> Iterator[RawBatch]:
+    checked = True   # orjson refuses lone surrogates; the stdlib fallback below does not
     try:
         data = path.read_bytes()
         hashes[rel] = sha256_bytes(data)
@@ -180,13 +199,24 @@ def _json_batches(path: Path, rel: str, batch_size: int, hashes: dict[str, str])
         if r.reason != "lone_surrogate":
             yield RawBatch(rel, reject=r)
             return
-        doc = json.loads(data.decode("utf-8"))  # rows holding the surrogates are rejected one by one
+        doc, checked = json.loads(data.decode("utf-8")), False
     rows = doc.get("rows") if isinstance(doc, dict) else doc
     if not isinstance(rows, list):
         yield _file_reject(rel, "invalid_field", 'expected a JSON list of rows or {"rows": [...]}')
         return
+    if not checked:   # a row holding a lone surrogate is rejected alone
+        rows = [_without_surrogates(item) for item in rows]
     for start in range(0, len(rows), batch_size):
         yield RawBatch(rel, start, rows=rows[start:start + batch_size])
+
+
+def _without_surrogates(item: Any) -> Any:
+    """The item, or the lone_surrogate Reject that stands for it (as for a JSONL line)."""
+    try:
+        check_text(item, "the row")
+    except Reject as r:
+        return r
+    return item
 
 
 def _unwrap(item: Any) -> Any:

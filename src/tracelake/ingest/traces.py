@@ -20,17 +20,23 @@ read or parsed as a whole is one unit. Every unit ends as a row or a reject.
 from __future__ import annotations
 
 import datetime
+import itertools
 import math
+import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
-from tracelake.core.hashing import sha256_file
+from tracelake.core.lake import write_part
 from tracelake.core.schema import load_schema
 from tracelake.ingest.common import (
+    ROLES,
     IngestResult,
     Parsed,
     Reject,
@@ -61,12 +67,18 @@ _OPTIONAL = ("episode", "run_id", "trial_name", "agent", "model", "model_provide
 # ShareGPT speaker names (and OpenAI's legacy "function") -> our roles; other names pass through
 # unchanged and trajectory_row rejects them as unknown_role.
 _ROLE_NAMES = {"human": "user", "gpt": "assistant", "observation": "tool", "function": "tool"}
+_ROLE_CONTENT = {"role", "content"}
+_KNOWN_ROLES = frozenset(ROLES)
 
 
 # --- one row ---------------------------------------------------------------------------------
 
 def messages_of(conversations: Any) -> list[dict[str, str]]:
     """`conversations` -> [{role, content}], mapping ShareGPT {from, value} speaker names."""
+    if type(conversations) is list and all(
+            type(m) is dict and m.keys() == _ROLE_CONTENT and m["role"] in _KNOWN_ROLES and type(m["content"]) is str
+            for m in conversations):
+        return conversations   # already {role, content} with known roles: nothing to map or check
     if conversations is None:
         raise Reject("missing_required_field", "the row has no conversations")
     if not isinstance(conversations, list):
@@ -138,25 +150,34 @@ def trace_outcome(source: str, hashes: dict[str, str], unit: Unit) -> dict | Rej
         return r
 
 
-def parse_batch(task: tuple[str, dict[str, str], RawBatch]) -> Parsed:
-    """(source, {file: sha256}, raw batch) -> Parsed: runs in a worker process."""
-    source, hashes, raw = task
+def parse_batch(task: tuple[str, dict[str, str], RawBatch, str]) -> Parsed:
+    """(source, {file: sha256}, raw batch, directory) -> Parsed, its rows written as a part file in
+    the directory (a temporary name: the ingest loop moves it into the table). Runs in a worker."""
+    source, hashes, raw, directory = task
     units = raw.units()
     outcomes = [trace_outcome(source, hashes, u) for u in units]
     for u in units:
-        u.payload = None   # the row travels back as Arrow, not as the input bytes
-    table = load_schema("trajectories").from_rows([o for o in outcomes if not isinstance(o, Reject)])
-    return Parsed(units, [o if isinstance(o, Reject) else None for o in outcomes], table)
+        u.payload = None   # what travels back is the outcome, not the input
+    rows = [o for o in outcomes if not isinstance(o, Reject)]
+    part = None
+    if rows:
+        fd, name = tempfile.mkstemp(suffix=".parquet", prefix=".part-", dir=directory)
+        os.close(fd)
+        part = Path(name)
+        write_part(part, load_schema("trajectories").from_rows(rows))
+    return Parsed(units, [o if isinstance(o, Reject) else None for o in outcomes], part,
+                  [r["trajectory_id"] for r in rows])
 
 
 class Deduplicate:
-    """Rejects a row whose trajectory id an earlier row (in input order) already had."""
+    """Rejects a row whose trajectory id an earlier row (in input order) already had; a part that
+    loses rows is written again without them."""
 
     def __init__(self) -> None:
         self.seen: dict[str, str] = {}
 
     def __call__(self, parsed: Parsed) -> Parsed:
-        ids = iter(parsed.table.column("trajectory_id").to_pylist())
+        ids = iter(parsed.keys)
         keep: list[bool] = []
         for i, (unit, reject) in enumerate(zip(parsed.units, parsed.rejects)):
             if reject is not None:
@@ -169,7 +190,13 @@ class Deduplicate:
                 parsed.rejects[i] = Reject("duplicate_trial", f"identical to the row at {first} "
                                                               f"(trajectory_id {trajectory_id})")
         if not all(keep):
-            parsed.table = parsed.table.filter(pa.array(keep, pa.bool_()))
+            parsed.keys = [k for k, kept in zip(parsed.keys, keep) if kept]
+            table = pq.read_table(parsed.part).filter(pa.array(keep, pa.bool_()))
+            parsed.part.unlink()
+            if table.num_rows:
+                write_part(parsed.part, table)
+            else:
+                parsed.part = None
         return parsed
 
 
@@ -192,9 +219,10 @@ def ingest_traces(files: Sequence[Path], *, source: str, out_dir: Path, strict: 
                   on_progress: Callable[[int], None] | None = None) -> IngestResult:
     """Ingest trace table files into out_dir. on_start gets the file count, on_progress(1) per file.
 
-    Batches of BATCH_ROWS rows are parsed in `workers` processes (0: one per core); a JSONL or
-    Parquet file already in `cache` (file_cache.py: same bytes, name and code) is not parsed again.
-    The output is byte-identical whatever the worker count and whatever the cache holds.
+    Batches of rows (BATCH_ROWS rows, or a JSONL block) are parsed in `workers` processes (0: one
+    per core), each written by its worker as a part of the trajectories table; a file already in
+    `cache` (file_cache.py: same bytes, name and code) is not parsed again, its parts are copied
+    back. The output is byte-identical whatever the worker count and whatever the cache holds.
     """
     paths = expand_inputs(files)
     rels = relative_paths(paths)
@@ -202,23 +230,24 @@ def ingest_traces(files: Sequence[Path], *, source: str, out_dir: Path, strict: 
         on_start(len(paths))
     hashes: dict[str, str] = {}
     file_cache = FileCache(cache, load_schema("trajectories"), source)
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.parts-", dir=out_dir.parent))
 
-    def items() -> Iterator[tuple[str, dict[str, str], RawBatch] | Ready]:
+    def items() -> Iterator[tuple[str, dict[str, str], RawBatch, str] | Ready]:
         for path, rel in zip(paths, rels):
-            cached = None
-            if file_cache.root is not None and path.suffix.lower() in (".jsonl", ".parquet") and path.is_file():
-                try:
-                    hashes[rel] = sha256_file(path)
-                    cached = file_cache.get(rel, hashes[rel])
-                except OSError:
-                    pass   # raw_batches turns it into an unreadable_file reject
+            raws = raw_batches(path, rel, columns=FIELDS, batch_size=BATCH_ROWS, hashes=hashes)
+            first = next(raws, None)   # the file is hashed by now (or is one reject)
+            cached = (file_cache.get(rel, hashes[rel], scratch)
+                      if rel in hashes and first is not None and first.reject is None else None)
             if cached is not None:
+                raws.close()
                 yield Ready(_FileStart(rel, None))
                 yield from map(Ready, cached)
             else:
                 yield Ready(_FileStart(rel, hashes.get(rel)))
-                for raw in raw_batches(path, rel, columns=FIELDS, batch_size=BATCH_ROWS, hashes=hashes):
-                    yield source, {rel: hashes[rel]} if rel in hashes else {}, raw
+                for raw in itertools.chain([first] if first else [], raws):
+                    yield source, {rel: hashes[rel]} if rel in hashes else {}, raw, str(scratch)
             yield Ready(_FileEnd())
 
     def batches() -> Iterator[Parsed]:
@@ -241,13 +270,16 @@ def ingest_traces(files: Sequence[Path], *, source: str, out_dir: Path, strict: 
             if entry is not None:
                 entry.abort()
 
-    result = run_ingest(
-        out_dir=out_dir, table="trajectories", source=source, input_kind=INPUT_KIND,
-        batches=batches(), strict=strict,
-        inputs=lambda: {"kind": INPUT_KIND, "paths": rels, **inputs_digest(hashes.items())},
-        params={"source": source, "input_kind": INPUT_KIND},
-        formulas={"renderer": RENDERER},
-        metrics_path=metrics_path,
-    )
+    try:
+        result = run_ingest(
+            out_dir=out_dir, table="trajectories", source=source, input_kind=INPUT_KIND,
+            batches=batches(), strict=strict,
+            inputs=lambda: {"kind": INPUT_KIND, "paths": rels, **inputs_digest(hashes.items())},
+            params={"source": source, "input_kind": INPUT_KIND},
+            formulas={"renderer": RENDERER},
+            metrics_path=metrics_path,
+        )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     result.files_from_cache = file_cache.hits
     return result
