@@ -14,7 +14,13 @@ from typing import Any, Callable, Iterable, Iterator
 from tracelake.core.errors import RejectedInput, check
 from tracelake.core.hashing import canonical_json, content_id, sha256_bytes
 from tracelake.core.ids import task_id_for
-from tracelake.core.lake import PartedTableWriter, output_dir, table_writer, write_json, write_manifest
+from tracelake.core.lake import (
+    PartedTableWriter,
+    output_dir,
+    table_writer,
+    write_json,
+    write_manifest,
+)
 from tracelake.core.schema import load_schema
 
 # reason -> what it means; schemas/README.md lists the same reasons for users.
