@@ -20,6 +20,21 @@ def tree_bytes(directory: Path) -> dict[str, bytes]:
     return {p.relative_to(directory).as_posix(): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
+def slot_batch(rows: list[dict]):
+    """Selection slots that carry their trajectory's `messages` -> what export_sft's convert_batch
+    takes: (trajectory_id, messages) as Arrow, one row per trajectory, and the slots of each."""
+    import pyarrow as pa
+
+    from tracelake.core.schema import load_schema
+
+    slots: dict[str, list[dict]] = {}
+    for r in rows:
+        slots.setdefault(r["trajectory_id"], []).append(r)
+    messages = pa.array([group[0]["messages"] for group in slots.values()],
+                        load_schema("trajectories").arrow.field("messages").type)
+    return pa.table({"trajectory_id": list(slots), "messages": messages}), slots
+
+
 def need(path: Path) -> Path:
     """Skip (with the reason) when the shared real-data fixtures are not beside the checkout."""
     if not path.exists():

@@ -27,7 +27,7 @@ from tracelake.core.tokens import load_tokenizer
 from tracelake.export.sft import SftStats, convert_batch, dataset_info
 from tracelake.export.templates import template_slots
 
-from .helpers import FIXTURES, ROOT, need, run_ok, train_python
+from .helpers import FIXTURES, ROOT, need, run_ok, slot_batch, train_python
 
 pytestmark = pytest.mark.train_env
 LF_LOAD = ROOT / "tests" / "train_env" / "lf_load.py"
@@ -99,12 +99,12 @@ def test_smaller_cutoff_rejects_long_rows_instead_of_cutting(sample_project, tin
 def load_rows(rows: list[dict], tiny_model: Path, tmp_path: Path, *, same_role: str = "merge",
               template: str = "qwen3") -> tuple[dict, list[dict], list[dict]]:
     """Convert rows with export_sft's own functions, write shards + dataset_info, load them with LLaMA-Factory."""
-    out, rejects = convert_batch(rows, same_role=same_role, cutoff_len=None, tokenizer=load_tokenizer(tiny_model),
-                                 template=template_slots(template), stats=SftStats())
+    table, rejects = convert_batch(*slot_batch(rows), same_role=same_role, cutoff_len=None, tokenizer=load_tokenizer(tiny_model),
+                                   template=template_slots(template), stats=SftStats())
+    out = table.to_pylist()
     dataset = tmp_path / "data"
     writer = ShardWriter(dataset / "d", load_schema("sft_rows"), rows_per_shard=3)
-    for row in out:
-        writer.write(row)
+    writer.write_batch(table)
     writer.close()
     write_json(dataset / "dataset_info.json", dataset_info("d", writer.files))
     config = tmp_path / "c.yaml"

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import re
 
+import pyarrow as pa
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tracelake.core.schema import schemas_dir
+from tracelake.core.schema import load_schema, schemas_dir
 from tracelake.export.sharegpt import (
     JOIN,
     REJECT_REASONS,
     ExportReject,
     check_alternation,
+    sharegpt_batch,
     to_sharegpt,
 )
+
+from .helpers import slot_batch
 
 
 def m(role: str, content: str = "x") -> dict:
@@ -117,10 +121,33 @@ def test_export_without_token_counting_says_rows_are_not_length_checked(tmp_path
              "name": f"x_copy{i:04d}", "copy": i, "messages": msgs} for i in range(2)]
     tok = load_tokenizer(build_tokenizer(tmp_path / "tok"))
     counted, stats = SftStats(), SftStats()
-    out, rejects = convert_batch(rows, same_role="merge", cutoff_len=10, tokenizer=tok,
+    out, rejects = convert_batch(*slot_batch(rows), same_role="merge", cutoff_len=10, tokenizer=tok,
                                  template=template_slots("qwen3"), stats=counted)
-    assert out == [] and {r["reason"] for r in rejects} == {"over_cutoff_len"} and counted.length_checked
-    out, rejects = convert_batch(rows, same_role="merge", cutoff_len=10, tokenizer=None,
+    assert out.num_rows == 0 and {r["reason"] for r in rejects} == {"over_cutoff_len"} and counted.length_checked
+    out, rejects = convert_batch(*slot_batch(rows), same_role="merge", cutoff_len=10, tokenizer=None,
                                  template=template_slots("qwen3"), stats=stats)
-    assert rejects == [] and [r["n_tokens"] for r in out] == [None, None]
+    assert rejects == [] and out.column("n_tokens").to_pylist() == [None, None]
     assert stats.as_json()["length_checked"] is False
+
+
+MESSAGES = st.lists(st.tuples(ROLES, st.none() | st.text(max_size=5)), max_size=12)
+
+
+@given(st.lists(MESSAGES, max_size=20), st.sampled_from(["merge", "reject"]), st.integers(0, 3))
+def test_the_arrow_batch_converts_exactly_as_row_by_row(trajectories, policy, skip):
+    """sharegpt_batch (text kept in Arrow) gives to_sharegpt's rows value for value, and marks not
+    ok exactly the rows that to_sharegpt rejects; also on a slice of a larger array."""
+    rows = [[{"role": r, "content": c} for r, c in pairs] for pairs in trajectories]
+    array = pa.array([[]] * skip + rows, load_schema("trajectories").arrow.field("messages").type).slice(skip)
+    batch = sharegpt_batch(array, policy)
+    expected = []
+    for msgs in rows:
+        try:
+            expected.append(to_sharegpt(msgs, policy))
+        except ExportReject:
+            expected.append(None)
+    assert batch.ok == [e is not None for e in expected]
+    converted = [e for e in expected if e is not None]
+    assert batch.system.to_pylist() == [e.system for e in converted]
+    assert batch.conversations.to_pylist() == [e.conversations for e in converted]
+    assert (batch.merged, batch.trimmed) == ([e.merged for e in converted], [e.trimmed for e in converted])

@@ -30,6 +30,7 @@ from tracelake import __version__
 from tracelake.core.errors import BadInput
 from tracelake.core.hashing import content_id
 from tracelake.core.schema import TableSchema, load_schema
+from tracelake.core.table_digest import TableDigest
 
 ROW_GROUP_SIZE = 1000
 VERSION_HEX = 12
@@ -37,7 +38,7 @@ VERSION_HEX = 12
 # write their own parts, and an input file that did not change brings back its parts unchanged.
 PARTED_TABLES = frozenset({"trajectories"})
 # Columns of long, unique text: dictionary encoding only hashes them in vain (15% of writing a part).
-_LONG_TEXT = frozenset({"messages"})
+_LONG_TEXT = frozenset({"messages", "conversations"})
 PART_ROWS = 1000   # rows per part when rows are written one by one (parallel ingest: one part per input batch)
 _PARQUET_OPTIONS = dict(
     compression="zstd",
@@ -223,17 +224,12 @@ def table_paths(directory: Path, name: str) -> list[Path]:
     return [directory / f"{name}.parquet"]
 
 
-def _row_digest_default(value: Any) -> str:
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return hashlib.sha256(bytes(value)).hexdigest()
-    raise TypeError(f"cannot hash a {type(value).__name__}")
-
-
 class ShardWriter:
     """Streams rows of one table into fixed-size Parquet shards `<dir>/<prefix>-00000.parquet`, ...
 
-    For training data: the version id hashes every row's full content in order (a training shard's
-    order matters), not just its key; bytes columns enter as their sha256.
+    Rows come as dicts (`write`) or Arrow (`write_batch`). For training data: the version id is a
+    TableDigest of every row's full content in order (a training shard's order matters), not
+    just of its key.
     """
 
     def __init__(self, directory: Path, schema: TableSchema, rows_per_shard: int, prefix: str = "train",
@@ -243,41 +239,72 @@ class ShardWriter:
         self.schema, self.directory, self.prefix = schema, Path(directory), prefix
         self.directory.mkdir(parents=True, exist_ok=True)
         self._rows_per_shard, self._row_group_size = rows_per_shard, min(row_group_size, rows_per_shard)
-        self._buffer: list[dict] = []
-        self._in_shard = 0
+        self._dicts: list[dict] = []
+        self._pending: list[pa.Table] = []   # rows of the open shard not yet written
+        self._pending_rows = 0
+        self._in_shard = 0                   # rows of the open shard written or pending
         self._rows = 0
         self._writer: pq.ParquetWriter | None = None
         self.files: list[str] = []
-        self._hash = hashlib.sha256(schema.fingerprint.encode())
+        self._digest = TableDigest(schema.arrow)
+        self._options = {**_PARQUET_OPTIONS,
+                         "use_dictionary": [c for c in schema.arrow.names if c not in _LONG_TEXT]}
 
     def write(self, row: dict) -> None:
-        self._hash.update(orjson.dumps(row, option=orjson.OPT_SORT_KEYS, default=_row_digest_default) + b"\n")
-        self._buffer.append(row)
-        self._in_shard += 1
-        if self._in_shard == self._rows_per_shard:
-            self._flush()
-            self._writer.close()
-            self._writer, self._in_shard = None, 0
-        elif len(self._buffer) >= self._row_group_size:
-            self._flush()
+        self._dicts.append(row)
+        if len(self._dicts) >= self._row_group_size:
+            self._take_dicts()
 
-    def _flush(self) -> None:
-        if not self._buffer:
+    def _take_dicts(self) -> None:
+        if self._dicts:
+            rows, self._dicts = self._dicts, []
+            self._add(self.schema.from_rows(rows))
+
+    def write_batch(self, data: pa.Table | pa.RecordBatch) -> None:
+        """Rows already in Arrow, columns named and ordered as the schema."""
+        self._take_dicts()
+        self._add(self.schema.conform(data))
+
+    def _add(self, table: pa.Table) -> None:
+        """Cut the rows at shard ends; write whole row groups as they fill."""
+        while table.num_rows:
+            take = min(table.num_rows, self._rows_per_shard - self._in_shard)
+            self._pending.append(table.slice(0, take))
+            self._pending_rows += take
+            self._in_shard += take
+            table = table.slice(take)
+            if self._in_shard == self._rows_per_shard:
+                self._flush(final=True)
+                self._writer.close()
+                self._writer, self._in_shard = None, 0
+            else:
+                self._flush(final=False)
+
+    def _flush(self, final: bool) -> None:
+        """Write the pending rows in row groups (all of them when final, else whole groups only)."""
+        if not self._pending_rows or (not final and self._pending_rows < self._row_group_size):
             return
+        table = pa.concat_tables(self._pending)
+        cut = table.num_rows if final else table.num_rows - table.num_rows % self._row_group_size
         if self._writer is None:
             name = f"{self.prefix}-{len(self.files):05d}.parquet"
             self.files.append(name)
-            self._writer = pq.ParquetWriter(self.directory / name, self.schema.arrow, **_PARQUET_OPTIONS)
-        self._writer.write_table(self.schema.from_rows(self._buffer), row_group_size=self._row_group_size)
-        self._rows += len(self._buffer)
-        self._buffer = []
+            self._writer = pq.ParquetWriter(self.directory / name, self.schema.arrow, **self._options)
+        for start in range(0, cut, self._row_group_size):
+            group = table.slice(start, min(self._row_group_size, cut - start)).combine_chunks()
+            self._digest.update(group)
+            self._writer.write_table(group, row_group_size=self._row_group_size)
+        rest = table.slice(cut)
+        self._pending, self._pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
+        self._rows += cut
 
     def close(self) -> TableInfo:
-        self._flush()
+        self._take_dicts()
+        self._flush(final=True)
         if self._writer is not None:
             self._writer.close()
         return TableInfo(self.schema.name, self.directory.name + "/", self._rows,
-                         self._hash.hexdigest()[:VERSION_HEX], self.schema.fingerprint)
+                         self._digest.hexdigest()[:VERSION_HEX], self.schema.fingerprint)
 
 
 _UNFINISHED: list[Path] = []  # outputs whose build was abandoned in this process (for the Ctrl-C message)

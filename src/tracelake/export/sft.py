@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -48,6 +48,7 @@ from tracelake.export.sharegpt import (
     ExportReject,
     SharegptRow,
     dataset_info_entry,
+    sharegpt_batch,
     to_sharegpt,
 )
 from tracelake.export.templates import TemplateSlots, template_slots
@@ -105,9 +106,10 @@ class SftStats:
                 "messages_trimmed": self.messages_trimmed, "max_tokens": self.max_tokens}
 
 
-def slots_with_messages(slots: list[dict[str, Any]], trajectory_files: list[str],
-                        batch_size: int = 256) -> Iterator[list[dict[str, Any]]]:
-    """Selection slots joined with their trajectory's `messages`, streamed in trajectory-file order.
+def trajectories_with_slots(slots: list[dict[str, Any]], trajectory_files: list[str],
+                            batch_size: int = 256) -> Iterator[tuple[pa.Table, dict[str, list[dict[str, Any]]]]]:
+    """The selected trajectories' (trajectory_id, messages) as Arrow batches, streamed in
+    trajectory-file order, with the selection slots of each (by trajectory id, in selection order).
 
     Raises BadInput after the scan when a selected trajectory is not in the files (a stale selection).
     """
@@ -121,55 +123,77 @@ def slots_with_messages(slots: list[dict[str, Any]], trajectory_files: list[str]
         # (2.9 GB exporting 85K of 100K real-sized rows; 290 MB without)
         for batch in pq.ParquetFile(path, pre_buffer=False).iter_batches(batch_size, columns=["trajectory_id", "messages"]):
             batch = batch.filter(pc.is_in(batch.column("trajectory_id"), value_set=needed))
-            rows = [{**slot, "messages": t["messages"]} for t in batch.to_pylist() for slot in by_id[t["trajectory_id"]]]
             found += batch.num_rows
-            if rows:
-                yield rows
+            if batch.num_rows:
+                yield pa.Table.from_batches([batch]), by_id
     if found != len(by_id):
         raise BadInput(f"{len(by_id) - found} selected trajectories are not in the trajectories tables "
                        f"(a stale selection: run `dvc repro`)")
 
 
-def convert_batch(rows: Iterable[dict[str, Any]], *, same_role: str, cutoff_len: int | None,
-                  tokenizer: Tokenizer | TokenCounter | None, template: TemplateSlots, stats: SftStats) -> tuple[list[dict], list[dict]]:
-    """Selection rows joined with their trajectory's `messages` -> (sft_rows, export_rejects).
+def convert_batch(trajectories: pa.Table, slots: dict[str, list[dict[str, Any]]], *, same_role: str,
+                  cutoff_len: int | None, tokenizer: Tokenizer | TokenCounter | None, template: TemplateSlots,
+                  stats: SftStats) -> tuple[pa.Table, list[dict]]:
+    """Trajectories (trajectory_id, messages) and the selection slots of each -> (sft rows as an
+    Arrow table, export_rejects rows), one outcome per slot, in trajectory then slot order.
 
-    Every input row ends in exactly one of the two lists (in = out + rejected). Tokens are counted
-    once per rollout in the batch, however many upsampled copies it has there; with tokenizer None
-    they are not counted at all (n_tokens null, nothing rejected for length).
+    The text stays in Arrow (`sharegpt_batch`); a trajectory it marks not ok is converted by
+    `to_sharegpt`, which gives the reject. Tokens are counted once per trajectory, however many
+    upsampled copies it has; with tokenizer None they are not counted at all (n_tokens null,
+    nothing rejected for length).
     """
-    converted: list[tuple[dict, SharegptRow]] = []
+    ids = trajectories.column("trajectory_id").to_pylist()
+    messages = trajectories.column("messages").combine_chunks()
+    batch = sharegpt_batch(messages, same_role)
     rejects: list[dict] = []
-    for r in rows:
-        stats.rows_in += 1
+    kept: list[int] = []      # index of each ok trajectory
+    for i, good in enumerate(batch.ok):
+        if good:
+            kept.append(i)
+            continue
         try:
-            converted.append((r, to_sharegpt(r["messages"], same_role)))
+            to_sharegpt(messages[i].as_py(), same_role)
         except ExportReject as e:
-            rejects.append(_reject(r, e.reason, e.detail))
-    unique = {r["trajectory_id"]: sg for r, sg in converted}
+            rejects.extend(_reject(slot, e.reason, e.detail) for slot in slots[ids[i]])
+        else:
+            check(False, f"trajectory {ids[i]}: sharegpt_batch refused a row that to_sharegpt converts")
     if tokenizer is None:
         stats.length_checked = False
-        tokens = dict.fromkeys(unique)
+        tokens: list[int | None] = [None] * len(kept)
     else:
-        tokens = dict(zip(unique, count_template_tokens(tokenizer, list(unique.values()), template)))
-    counts = [tokens[r["trajectory_id"]] for r, _ in converted]
-    out: list[dict] = []
-    for (r, sg), n_tokens in zip(converted, counts):
-        if n_tokens is not None and cutoff_len is not None and n_tokens > cutoff_len:
-            rejects.append(_reject(r, "over_cutoff_len", f"{n_tokens} tokens > cutoff_len {cutoff_len} "
-                                   f"(LLaMA-Factory would cut it silently)"))
-            continue
-        stats.rows_merged += sg.merged > 0
-        stats.messages_merged += sg.merged
-        stats.rows_trimmed += sg.trimmed > 0
-        stats.messages_trimmed += sg.trimmed
-        stats.max_tokens = max(stats.max_tokens, n_tokens or 0)
-        out.append({"id": f"{r['source']}/{r['name']}", "conversations": sg.conversations, "system": sg.system,
-                    "slot_id": r["slot_id"], "trajectory_id": r["trajectory_id"], "task_id": r["task_id"],
-                    "source": r["source"], "task": r["task"], "copy": r["copy"], "n_tokens": n_tokens})
+        rows = [SharegptRow(system, conv, 0, 0) for system, conv in
+                zip(batch.system.to_pylist(), batch.conversations.to_pylist())]
+        tokens = count_template_tokens(tokenizer, rows, template)
+    take: list[int] = []
+    columns: dict[str, list] = {name: [] for name in ("id", "slot_id", "trajectory_id", "task_id", "source",
+                                                      "task", "copy", "n_tokens")}
+    for k, i in enumerate(kept):
+        n_tokens = tokens[k]
+        for slot in slots[ids[i]]:
+            stats.rows_in += 1
+            if n_tokens is not None and cutoff_len is not None and n_tokens > cutoff_len:
+                rejects.append(_reject(slot, "over_cutoff_len", f"{n_tokens} tokens > cutoff_len {cutoff_len} "
+                                       f"(LLaMA-Factory would cut it silently)"))
+                continue
+            stats.rows_merged += batch.merged[k] > 0
+            stats.messages_merged += batch.merged[k]
+            stats.rows_trimmed += batch.trimmed[k] > 0
+            stats.messages_trimmed += batch.trimmed[k]
+            stats.max_tokens = max(stats.max_tokens, n_tokens or 0)
+            take.append(k)
+            columns["id"].append(f"{slot['source']}/{slot['name']}")
+            for name in ("slot_id", "trajectory_id", "task_id", "source", "task", "copy"):
+                columns[name].append(slot[name])
+            columns["n_tokens"].append(n_tokens)
+    stats.rows_in += sum(len(slots[ids[i]]) for i, good in enumerate(batch.ok) if not good)
     for rej in rejects:
         stats.rejected[rej["reason"]] += 1
-    stats.rows_out += len(out)
+    schema = load_schema("sft_rows")
+    indices = pa.array(take, pa.int64())
+    arrays = {**{name: pa.array(values, schema.arrow.field(name).type) for name, values in columns.items()},
+              "conversations": batch.conversations.take(indices), "system": batch.system.take(indices)}
+    out = schema.conform(pa.table({name: arrays[name] for name in schema.columns}))
+    stats.rows_out += out.num_rows
     return out, rejects
 
 
@@ -212,14 +236,14 @@ def export_sft(lake: Lake, scale: str, sources: list[str], cfg: ExportSftParams,
         rejects = TableWriter(tmp, load_schema("export_rejects"))
         with progress(f"export_sft {scale}") as (set_total, advance):
             set_total(total)
-            for batch in slots_with_messages(slots, trajectory_files, BATCH):
-                rows, rejected = convert_batch(batch, same_role=cfg.same_role, cutoff_len=sft.cutoff_len,
-                                               tokenizer=tokenizer, template=template, stats=stats)
-                for row in rows:
-                    shards.write(row)
+            for trajectories, by_id in trajectories_with_slots(slots, trajectory_files, BATCH):
+                rows, rejected = convert_batch(trajectories, by_id, same_role=cfg.same_role,
+                                               cutoff_len=sft.cutoff_len, tokenizer=tokenizer,
+                                               template=template, stats=stats)
+                shards.write_batch(rows)
                 for row in rejected:
                     rejects.write(row)
-                advance(len(batch))
+                advance(len(rejected) + rows.num_rows)
         info, reject_info = shards.close(), rejects.close()
         if tokenizer is not None:
             tokenizer.close()

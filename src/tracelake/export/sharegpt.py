@@ -105,6 +105,94 @@ def to_sharegpt(messages: Iterable[dict[str, Any]], same_role: str = "merge") ->
     return SharegptRow(JOIN.join(systems), conversations, merged, trimmed)
 
 
+@dataclass(frozen=True)
+class SharegptBatch:
+    """`to_sharegpt` over a column of trajectories at once (`sharegpt_batch`). `ok[i]` says
+    whether row i became an example; the arrays hold the examples of the ok rows, in order.
+    Rows not ok are the ones `to_sharegpt` rejects: run it on them for the reason."""
+
+    ok: list[bool]
+    system: Any           # pa.StringArray, one per ok row
+    conversations: Any    # pa.ListArray of struct<from, value>, one per ok row
+    merged: list[int]     # per ok row
+    trimmed: list[int]
+
+
+def sharegpt_batch(messages: Any, same_role: str = "merge") -> SharegptBatch:
+    """`to_sharegpt` for a pyarrow ListArray of messages (list<struct<role, content>>), the text
+    staying in Arrow: only roles become Python objects, turns are joined by `binary_join`.
+    Rows it cannot convert the simple way (every kind of reject) are marked not ok; for the others
+    the result is the same as to_sharegpt's, value for value (tests/test_sharegpt.py checks it)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if same_role not in SAME_ROLE_POLICIES:
+        raise ValueError(f"same_role must be one of {SAME_ROLE_POLICIES}, got {same_role!r}")
+    role_array, content_array = messages.flatten().flatten()
+    roles = role_array.to_pylist()
+    lengths = pc.fill_null(pc.list_value_length(messages), 0).to_pylist()
+    side_of = _SIDE
+    ok: list[bool] = []
+    merged: list[int] = []
+    trimmed: list[int] = []
+    system_take: list[int] = []
+    system_offsets = [0]
+    turn_take: list[int] = []
+    turn_offsets = [0]
+    tags: list[str] = []
+    conversation_offsets = [0]
+    end = 0
+    for length in lengths:
+        start, end = end, end + length
+        first = start
+        while first < end and roles[first] == "system":
+            first += 1
+        starts: list[int] = []     # first message of each turn
+        sides: list[str] = []
+        good = first < end
+        for j in range(first, end):
+            side = side_of.get(roles[j])
+            if side is None:       # a system message after the start (or a role the schema forbids)
+                good = False
+                break
+            if not sides or sides[-1] != side:
+                starts.append(j)
+                sides.append(side)
+        if good and sides[0] == "response":
+            good = False
+        if good and same_role == "reject" and len(starts) != end - first:
+            good = False
+        kept = len(sides) - (1 if good and sides[-1] == "prompt" else 0)
+        if good and kept == 0:
+            good = False
+        ok.append(good)
+        if not good:
+            continue
+        stop = starts[kept] if kept < len(starts) else end   # the trimmed messages start here
+        merged.append((stop - first) - kept)
+        trimmed.append(end - stop)
+        system_take.extend(range(start, first))
+        system_offsets.append(len(system_take))
+        bounds = starts[:kept] + [stop]
+        for k in range(kept):
+            a, b = bounds[k], bounds[k + 1]
+            turn_take.extend(range(a, b))
+            turn_offsets.append(len(turn_take))
+            if sides[k] == "response":
+                tags.append("gpt")
+            else:
+                tags.append("observation" if all(roles[i] == "tool" for i in range(a, b)) else "human")
+        conversation_offsets.append(len(tags))
+    content = pc.fill_null(content_array, "")
+    system = pc.binary_join(pa.ListArray.from_arrays(pa.array(system_offsets, pa.int32()),
+                                                     content.take(pa.array(system_take, pa.int64()))), JOIN)
+    values = pc.binary_join(pa.ListArray.from_arrays(pa.array(turn_offsets, pa.int32()),
+                                                     content.take(pa.array(turn_take, pa.int64()))), JOIN)
+    turns = pa.StructArray.from_arrays([pa.array(tags, pa.string()), values], names=["from", "value"])
+    conversations = pa.ListArray.from_arrays(pa.array(conversation_offsets, pa.int32()), turns)
+    return SharegptBatch(ok, system, conversations, merged, trimmed)
+
+
 def _tag(side: str, roles: list[str]) -> str:
     if side == "response":
         return "gpt"
