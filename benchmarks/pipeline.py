@@ -58,6 +58,26 @@ class Step:
                 f"{rows / self.wall_s:,.0f} | {mb / self.wall_s:,.1f} |")
 
 
+# Every measured process may cache its bytecode, as a user's Python does (a machine that sets
+# PYTHONDONTWRITEBYTECODE recompiles every imported module in every process: about 1 s a stage,
+# and more for the references' heavier imports); `warm_bytecode` writes the caches before timing.
+_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+WARM_IMPORTS = {
+    "tracelake": "import duckdb, polars, pyarrow.parquet, tokenizers, tracelake.cli, tracelake.params, "
+                 "tracelake.ingest.traces, tracelake.ingest.tasks, tracelake.curate.score, tracelake.curate.filter, "
+                 "tracelake.curate.select, tracelake.export.sft, tracelake.core.token_count",
+    "hf": "import datasets, orjson",
+    "lf": "import transformers, llamafactory.data, llamafactory.hparams",
+}
+
+
+def warm_bytecode(python: Path | str, what: str, log: Path) -> None:
+    """Import what a measured step imports once, untimed, so that its bytecode is cached."""
+    with open(log, "ab") as out:
+        subprocess.run([str(python), "-c", WARM_IMPORTS[what]], cwd=ROOT, env=_ENV, stdout=out,
+                       stderr=subprocess.STDOUT, check=True)
+
+
 def measure(name: str, cmd: list[str], cwd: Path, log: Path, env: dict | None = None) -> Step:
     """Run cmd; wall from the clock; CPU (user+sys) and peak RSS from wait4: the process's own, plus
     its waited-for children's CPU (a worker pool's work is counted; RSS is the largest process)."""
@@ -66,7 +86,7 @@ def measure(name: str, cmd: list[str], cwd: Path, log: Path, env: dict | None = 
         out.flush()
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, **(env or {})})
+                                env={**_ENV, **(env or {})})
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start
     rc = os.waitstatus_to_exitcode(status)
@@ -188,6 +208,7 @@ def references(work: Path, data: Path, proj: Path | None, tok: Path, skip: set[s
                              ROOT, log))
     if "hf" not in skip:
         py = hf_python(work, log)
+        warm_bytecode(py, "hf", log)
         for num_proc in (1, 2):
             shutil.rmtree(scratch, ignore_errors=True)   # a cold HF cache every time
             scratch.mkdir()
@@ -201,6 +222,7 @@ def references(work: Path, data: Path, proj: Path | None, tok: Path, skip: set[s
             print("  LLaMA-Factory reference skipped: no .venv-train (bash training/setup-env.sh)")
         else:
             shards = sorted((proj / "lake" / "exports" / "sft" / "all").glob("sft-*/*.parquet"))
+            warm_bytecode(train_py, "lf", log)
             shutil.rmtree(scratch, ignore_errors=True)
             scratch.mkdir()
             steps.append(measure("LLaMA-Factory preprocessing, 2 workers",
@@ -227,6 +249,7 @@ def run_size(work: Path, rows: int, skip: set[str], exact_runs: bool = True) -> 
     tok = tokenizer(work, data, log)
     mb = input_mb(data)
     result: dict = {"rows": rows, "input_mb": mb}
+    warm_bytecode(PY, "tracelake", log)
     print("same_work (token counting off, empty caches)", flush=True)
     caches = work / f"caches-{rows}"
     shutil.rmtree(caches, ignore_errors=True)

@@ -333,6 +333,23 @@ def test_appended_file_is_the_only_one_parsed_and_bytes_match_a_full_rebuild(tmp
     assert changed.files_from_cache == 2 and changed.rows == 1499 + 300 + 2
 
 
+def test_a_cached_part_that_loses_a_duplicate_is_rewritten_and_the_cache_kept(tmp_path):
+    """A new file sorted before a cached one repeats one of its rows: the cached file's part loses
+    that row in the output (as in a full rebuild), while its cache entry stays whole."""
+    d, cache = tmp_path / "in", tmp_path / "cache"
+    d.mkdir()
+    jsonl(d / "b.jsonl", *[row(i) for i in range(30)])
+    ingest(tmp_path, d, out="first", cache=cache)
+    entry = {p: p.read_bytes() for p in cache.rglob("*") if p.is_file()}
+    jsonl(d / "a.jsonl", row(7))
+    again, _, rejects = ingest(tmp_path, d, out="again", cache=cache)
+    ingest(tmp_path, d, out="full")
+    assert again.files_from_cache == 1 and again.rows == 30
+    assert [(r["path"], r["row_index"], r["reason"]) for r in rejects] == [("b.jsonl", 7, "duplicate_trial")]
+    assert tree_bytes(tmp_path / "again") == tree_bytes(tmp_path / "full")
+    assert all(p.read_bytes() == b for p, b in entry.items())
+
+
 def test_damaged_cache_entry_is_a_miss_or_a_clear_error(tmp_path):
     d, cache = tmp_path / "in", tmp_path / "cache"
     d.mkdir()

@@ -1,5 +1,6 @@
-"""TableWriter: rows as dicts and the same rows as Arrow batches (as DuckDB gives them) make the
-same file, byte for byte, with the same version id; a batch that does not fit the schema is refused."""
+"""TableWriter and ShardWriter: rows as dicts and the same rows as Arrow batches (as DuckDB gives
+them) make the same files, byte for byte, with the same version id; a batch that does not fit the
+schema is refused."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import duckdb
 import pytest
 
 from tracelake.core.errors import SchemaViolation
-from tracelake.core.lake import TableWriter
+from tracelake.core.lake import ShardWriter, TableWriter
 from tracelake.core.schema import load_schema
+
+from .helpers import tree_bytes
 
 
 def _rows(n: int) -> list[dict]:
@@ -46,3 +49,34 @@ def test_a_batch_that_breaks_the_schema_is_refused(tmp_path):
     with pytest.raises(SchemaViolation, match="null values in a non-null column"):
         writer.write_batch(con.sql("SELECT NULL::VARCHAR AS trajectory_id, 't' AS task_id, 's' AS source, "
                                    "'r' AS rule, 'd' AS detail").to_arrow_table())
+
+
+def _sft_rows(n: int) -> list[dict]:
+    return [{"id": f"s/t{i}_copy0000", "conversations": [{"from": "human", "value": "q" * (i % 5)},
+                                                        {"from": "gpt", "value": f"a{i}"}][: 2 * (i % 3 > 0)],
+             "system": "" if i % 2 else "be brief", "slot_id": f"{i:016x}", "trajectory_id": f"{i:016x}",
+             "task_id": "k", "source": "s", "task": f"t{i}", "copy": 0, "n_tokens": None if i % 4 else i}
+            for i in range(n)]
+
+
+@pytest.mark.parametrize(("n", "rows_per_shard", "cuts"), [(0, 3, []), (10, 3, [1, 4, 4, 9]), (2500, 1000, [999, 1700])])
+def test_shards_from_dicts_and_from_arrow_batches_cut_anywhere_are_identical(tmp_path, n, rows_per_shard, cuts):
+    """ShardWriter: the same rows as dicts or as Arrow batches split anywhere give the same shard
+    files and the same version id (a TableDigest of the rows, blind to batching)."""
+    schema = load_schema("sft_rows")
+    rows = _sft_rows(n)
+    by_dict = ShardWriter(tmp_path / "a", schema, rows_per_shard)
+    for row in rows:
+        by_dict.write(row)
+    info_a = by_dict.close()
+    table = schema.from_rows(rows)
+    by_batch = ShardWriter(tmp_path / "b", schema, rows_per_shard)
+    for start, stop in zip([0, *cuts], [*cuts, n]):
+        by_batch.write_batch(table.slice(start, stop - start))
+    info_b = by_batch.close()
+    assert info_a == info_b and info_a.rows == n and by_dict.files == by_batch.files
+    assert len(by_dict.files) == -(-n // rows_per_shard)
+    assert tree_bytes(tmp_path / "a") == tree_bytes(tmp_path / "b")
+    changed = ShardWriter(tmp_path / "c", schema, rows_per_shard)
+    changed.write_batch(schema.from_rows(rows[::-1]))
+    assert n < 2 or changed.close().version_id != info_a.version_id   # order is content
