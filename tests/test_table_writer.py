@@ -65,18 +65,18 @@ def test_shards_from_dicts_and_from_arrow_batches_cut_anywhere_are_identical(tmp
     files and the same version id (a TableDigest of the rows, blind to batching)."""
     schema = load_schema("sft_rows")
     rows = _sft_rows(n)
-    by_dict = ShardWriter(tmp_path / "a", schema, rows_per_shard)
+    by_dict = ShardWriter(tmp_path / "a" / "d", schema, rows_per_shard)
     for row in rows:
         by_dict.write(row)
     info_a = by_dict.close()
     table = schema.from_rows(rows)
-    by_batch = ShardWriter(tmp_path / "b", schema, rows_per_shard)
+    by_batch = ShardWriter(tmp_path / "b" / "d", schema, rows_per_shard)
     for start, stop in zip([0, *cuts], [*cuts, n]):
         by_batch.write_batch(table.slice(start, stop - start))
     info_b = by_batch.close()
     assert info_a == info_b and info_a.rows == n and by_dict.files == by_batch.files
     assert len(by_dict.files) == -(-n // rows_per_shard)
     assert tree_bytes(tmp_path / "a") == tree_bytes(tmp_path / "b")
-    changed = ShardWriter(tmp_path / "c", schema, rows_per_shard)
+    changed = ShardWriter(tmp_path / "c" / "d", schema, rows_per_shard)
     changed.write_batch(schema.from_rows(rows[::-1]))
     assert n < 2 or changed.close().version_id != info_a.version_id   # order is content
