@@ -23,7 +23,7 @@ from tracelake.core.lake import ShardWriter
 from tracelake.core.layout import Lake
 from tracelake.core.schema import load_schema
 from tracelake.core.tokens import load_tokenizer
-from tracelake.export.sft import SftStats, convert_batch, slots_with_messages
+from tracelake.export.sft import SftStats, convert_batch, trajectories_with_slots
 from tracelake.export.templates import template_slots
 from tracelake.params import load_params
 
@@ -46,7 +46,10 @@ def main() -> None:
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
     t = time.perf_counter()
-    n = sum(len(batch) for batch in slots_with_messages(slots, files))
+    n = 0
+    for trajectories, by_id in trajectories_with_slots(slots, files):
+        n += sum(len(by_id[t]) for t in trajectories.column("trajectory_id").to_pylist())
+        trajectories.column("messages").to_pylist()
     floor = time.perf_counter() - t
 
     tokenizer, stats = load_tokenizer(params.export_sft.tokenizer), SftStats()
@@ -54,11 +57,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         t = time.perf_counter()
         writer = ShardWriter(Path(tmp) / "shards", load_schema("sft_rows"), params.export_sft.rows_per_shard)
-        for batch in slots_with_messages(slots, files):
-            rows, _ = convert_batch(batch, same_role=params.export_sft.same_role, cutoff_len=params.train.sft.cutoff_len,
-                                    tokenizer=tokenizer, template=template, stats=stats)
-            for row in rows:
-                writer.write(row)
+        for trajectories, by_id in trajectories_with_slots(slots, files):
+            rows, _ = convert_batch(trajectories, by_id, same_role=params.export_sft.same_role,
+                                    cutoff_len=params.train.sft.cutoff_len, tokenizer=tokenizer,
+                                    template=template, stats=stats)
+            writer.write_batch(rows)
         info = writer.close()
         export = time.perf_counter() - t
         size = sum(f.stat().st_size for f in (Path(tmp) / "shards").iterdir())

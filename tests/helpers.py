@@ -22,17 +22,20 @@ def tree_bytes(directory: Path) -> dict[str, bytes]:
 
 def slot_batch(rows: list[dict]):
     """Selection slots that carry their trajectory's `messages` -> what export_sft's convert_batch
-    takes: (trajectory_id, messages) as Arrow, one row per trajectory, and the slots of each."""
+    takes: (trajectory_id, conversation_sha256, messages) as Arrow, one row per trajectory, and the
+    slots of each."""
     import pyarrow as pa
 
+    from tracelake.core.hashing import canonical_json, sha256_bytes
     from tracelake.core.schema import load_schema
 
     slots: dict[str, list[dict]] = {}
     for r in rows:
         slots.setdefault(r["trajectory_id"], []).append(r)
-    messages = pa.array([group[0]["messages"] for group in slots.values()],
-                        load_schema("trajectories").arrow.field("messages").type)
-    return pa.table({"trajectory_id": list(slots), "messages": messages}), slots
+    conversations = [group[0]["messages"] for group in slots.values()]
+    messages = pa.array(conversations, load_schema("trajectories").arrow.field("messages").type)
+    hashes = [sha256_bytes(canonical_json(c)) for c in conversations]
+    return pa.table({"trajectory_id": list(slots), "conversation_sha256": hashes, "messages": messages}), slots
 
 
 def need(path: Path) -> Path:

@@ -234,9 +234,19 @@ def test_token_counts_come_from_the_cache_on_a_rerun(tmp_path, tokenizer):
     cache = tmp_path / "token-cache"
     first = run(lake, sources, tokenizer, token_cache=cache, max_tokens=10_000)
     again = run(lake, sources, tokenizer, token_cache=cache, max_tokens=10_000)
-    assert first.result.token_stats.encoded > 0 and again.result.token_stats.encoded == 0
-    assert again.result.token_stats.cached == again.result.token_stats.segments > 0
+    assert first.result.token_stats.encoded > 0 and first.result.token_stats.recalled == 0
+    # the rerun recalls both conversations whole: nothing rendered, nothing encoded
+    assert (again.result.token_stats.recalled, again.result.token_stats.texts, again.result.token_stats.encoded) == (2, 0, 0)
     assert again.pool == first.pool   # same counts, same pool
+
+    # an append: only the new conversation is rendered; its count equals a count without any cache
+    lake2, sources2 = build_lake(tmp_path / "appended", {"s": [trow("a", messages=conv(9, "alpha")),
+                                                             trow("b", messages=conv(7, "beta")),
+                                                             trow("c", messages=conv(5, "gamma"))]})
+    appended = run(lake2, sources2, tokenizer, token_cache=cache, max_tokens=10_000)
+    assert (appended.result.token_stats.recalled, appended.result.token_stats.texts) == (2, 1)
+    uncached = run(lake2, sources2, tokenizer, max_tokens=10_000)
+    assert uncached.result.token_stats.recalled == 0 and appended.pool == uncached.pool
 
     off = run(lake, sources, tokenizer, count_tokens=False)   # counting off: n_tokens null, no stats
     assert off.result.token_stats is None and {r["n_tokens"] for r in off.pool_rows.values()} == {None}

@@ -130,6 +130,41 @@ def test_export_without_token_counting_says_rows_are_not_length_checked(tmp_path
     assert stats.as_json()["length_checked"] is False
 
 
+
+def test_export_recalls_counts_of_conversations_counted_before(tmp_path):
+    """A rerun (or a new scale) counts no conversation again: the same tokenizer, template, same_role
+    and content hash recall the total; any of them changed counts afresh, to the same exact value."""
+    from tracelake.core.token_count import TokenCounter
+    from tracelake.core.tokens import build_tokenizer
+    from tracelake.export.sft import SftStats, convert_batch
+    from tracelake.export.templates import template_slots
+
+    def conv(word, n):
+        return [{"role": "user", "content": f"{word} " * n}, {"role": "assistant", "content": f"{word}!"},
+                {"role": "user", "content": "more"}, {"role": "assistant", "content": "<think>x</think>ok"}]
+    rows = [{"slot_id": f"s{i}", "trajectory_id": f"t{i}", "task_id": "k", "source": "src", "task": "x",
+             "name": f"x{i}", "copy": 0, "messages": conv(w, n)} for i, (w, n) in enumerate([("a", 5), ("b", 9)])]
+    tok_dir, cache = build_tokenizer(tmp_path / "tok"), tmp_path / "cache"
+
+    def export(rows, same_role="merge", template="qwen3"):
+        with TokenCounter.open(tok_dir, cache) as counter:
+            out, _ = convert_batch(*slot_batch(rows), same_role=same_role, cutoff_len=None, tokenizer=counter,
+                                   template=template_slots(template), stats=SftStats())
+        return out.column("n_tokens").to_pylist(), counter.stats
+
+    first, s1 = export(rows)
+    again, s2 = export(rows)
+    assert (s1.recalled, s2.recalled, s2.texts) == (0, 2, 0) and again == first
+    plus = rows + [{**rows[0], "slot_id": "s9", "trajectory_id": "t9", "messages": conv("c", 3)}]
+    appended, s3 = export(plus)
+    assert s3.recalled == 2 and appended[:2] == first
+    for other in ({"same_role": "reject"}, {"template": "qwen3_nothink"}):
+        assert export(rows, **other)[1].recalled == 0, other
+    nothink_fresh = convert_batch(*slot_batch(rows), same_role="merge", cutoff_len=None,
+                                  tokenizer=TokenCounter.open(tok_dir), template=template_slots("qwen3_nothink"),
+                                  stats=SftStats())[0].column("n_tokens").to_pylist()
+    assert export(rows, template="qwen3_nothink")[0] == nothink_fresh != first
+
 MESSAGES = st.lists(st.tuples(ROLES, st.none() | st.text(max_size=5)), max_size=12)
 
 

@@ -1,4 +1,5 @@
 """The segment token count cache: (tokenizer sha256, segment hash) -> token count, on disk.
+It also keeps whole renderings' totals under their own keys (token_count.rendering_key).
 
     <cache>/<tokenizer sha256[:16]>/part-<content hash>.parquet    columns k1, k2 (uint64), n (uint32)
 

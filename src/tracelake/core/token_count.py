@@ -16,6 +16,9 @@ without making it approximate:
    another rendering (the filter's ChatML, the export's chat template), the same rows in a new
    scale or a rerun. Each segment's count is kept under (tokenizer sha256, segment hash) in a cache
    directory, so it is encoded once across runs, stages and ablations.
+4. Whole renderings repeat too: a rerun, an append or a new scale counts the same conversations
+   under the same rule again. `recall` / `remember` keep a rendering's total under a key of the rule
+   and the conversation's content hash (`rendering_key`), so such a row is not even rendered.
 
 Any other tokenizer (an unknown pre-tokenizer, a normalizer other than NFC, added tokens that
 strip spaces) gets rule `whole`: each text is one segment, still cached and still exact.
@@ -140,9 +143,17 @@ def segment_key(segment: str) -> bytes:
     return hashlib.blake2b(segment.encode("utf-8"), digest_size=16).digest()
 
 
+def rendering_key(rule: str, content_sha256: str) -> bytes:
+    """The cache key of a whole rendering's count: 16 bytes of blake2b over the rendering rule (with
+    everything it depends on) and the content's sha256. A separate blake2b personalization keeps
+    these keys apart from segment keys, which hash raw text."""
+    return hashlib.blake2b(f"{rule}\0{content_sha256}".encode(), digest_size=16, person=b"tl-rendering").digest()
+
+
 @dataclass
 class CountStats:
-    texts: int = 0
+    recalled: int = 0           # whole renderings whose count the cache held (nothing rendered)
+    texts: int = 0              # texts cut into segments and counted
     segments: int = 0
     cached: int = 0             # segments whose count came from the cache (this run or earlier ones)
     encoded: int = 0            # distinct segments encoded
@@ -152,7 +163,8 @@ class CountStats:
         return dict(vars(self))
 
     def summary(self) -> str:
-        return (f"{self.texts:,} texts, {self.segments:,} segments: {self.encoded:,} encoded "
+        return (f"{self.recalled:,} conversations counted before; {self.texts:,} texts, "
+                f"{self.segments:,} segments: {self.encoded:,} encoded "
                 f"({self.encoded_chars / 1e6:,.1f} M characters), {self.cached:,} from the token cache")
 
 
@@ -217,6 +229,16 @@ class TokenCounter:
             totals[i] += sum(counts[start:end])
             start = end
         return totals
+
+    def recall(self, keys: Sequence[bytes]) -> list[int | None]:
+        """The remembered totals of whole renderings (keys from `rendering_key`), None where unknown."""
+        found = self.cache.lookup(list(keys))
+        self.stats.recalled += sum(n is not None for n in found)
+        return found
+
+    def remember(self, keys: Sequence[bytes], totals: Sequence[int]) -> None:
+        """Keep whole renderings' totals, so that a later run `recall`s them without rendering."""
+        self.cache.add(list(keys), list(totals))
 
     def _encode(self, missing: dict[bytes, str]) -> dict[bytes, int]:
         """Encode the missing segments in batches, add them to the cache, return their counts."""

@@ -20,7 +20,7 @@ import pyarrow as pa
 from tracelake.core.assets import sql
 from tracelake.core.errors import check
 from tracelake.core.ids import COPY_SUFFIX
-from tracelake.core.token_count import CountStats, TokenCounter, count_chatml_tokens
+from tracelake.core.token_count import CountStats, TokenCounter, count_chatml_tokens, rendering_key
 from tracelake.core.tokens import TOKEN_COUNT_RULE, tokenizer_fingerprint
 from tracelake.curate.params import FilterParams
 
@@ -96,20 +96,39 @@ def run_filters(con: duckdb.DuckDBPyConnection, params: FilterParams,
 
 def _count_tokens(con: duckdb.DuckDBPyConnection, tokenizer_dir: Path, cache: Path | None,
                   on_tokens: Callable[[int], None] | None) -> CountStats:
-    """n_tokens for every row still standing (the tokens table), batch by batch in storage order
-    (sorting would hold every conversation in memory); each distinct segment is encoded once."""
-    con.execute("SET threads = 1")   # one row group of conversations in memory at a time, not one per thread
-    reader = con.sql("""SELECT trajectory_id, messages FROM trajectories
-                        WHERE trajectory_id IN (SELECT trajectory_id FROM candidates)""").to_arrow_reader(TOKEN_BATCH)
+    """n_tokens for every row still standing (the tokens table). A conversation counted by an
+    earlier run (same tokenizer, same content hash) is recalled without reading its messages; the
+    rest are read batch by batch in storage order (sorting would hold every conversation in memory),
+    each distinct segment encoded once."""
+    standing = con.sql("""SELECT trajectory_id, conversation_sha256 FROM trajectories
+                          WHERE trajectory_id IN (SELECT trajectory_id FROM candidates)""").to_arrow_table()
     ids: list[str] = []
     counts: list[int] = []
     with TokenCounter.open(tokenizer_dir, cache) as counter:
+        keys = [rendering_key(TOKEN_COUNT_RULE, h) for h in standing.column("conversation_sha256").to_pylist()]
+        missing: list[str] = []
+        for trajectory_id, n in zip(standing.column("trajectory_id").to_pylist(), counter.recall(keys)):
+            if n is None:
+                missing.append(trajectory_id)
+            else:
+                ids.append(trajectory_id)
+                counts.append(n)
+        if on_tokens:
+            on_tokens(len(ids))
+        con.execute("SET threads = 1")   # one row group of conversations in memory at a time, not one per thread
+        con.register("uncounted", pa.table({"trajectory_id": pa.array(missing, pa.string())}))
+        reader = con.sql("""SELECT trajectory_id, conversation_sha256, messages FROM trajectories
+                            WHERE trajectory_id IN (SELECT trajectory_id FROM uncounted)""").to_arrow_reader(TOKEN_BATCH)
         for batch in reader:
+            fresh = count_chatml_tokens(counter, batch.column("messages").to_pylist(), TOKEN_BATCH)
+            counter.remember([rendering_key(TOKEN_COUNT_RULE, h)
+                              for h in batch.column("conversation_sha256").to_pylist()], fresh)
             ids.extend(batch.column("trajectory_id").to_pylist())
-            counts.extend(count_chatml_tokens(counter, batch.column("messages").to_pylist(), TOKEN_BATCH))
+            counts.extend(fresh)
             if on_tokens:
                 on_tokens(batch.num_rows)
-    con.execute("RESET threads")
+        con.unregister("uncounted")
+        con.execute("RESET threads")
     con.register("token_counts", pa.table({"trajectory_id": pa.array(ids, pa.string()),
                                            "n_tokens": pa.array(counts, pa.int64())}))
     con.execute("INSERT INTO tokens SELECT * FROM token_counts")

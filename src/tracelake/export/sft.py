@@ -39,13 +39,14 @@ from tracelake.core.lake import (
 )
 from tracelake.core.layout import Lake
 from tracelake.core.schema import load_schema
-from tracelake.core.token_count import TokenCounter
+from tracelake.core.token_count import TokenCounter, rendering_key
 from tracelake.core.tokens import tokenizer_fingerprint
 from tracelake.core.ui import progress
 from tracelake.export.params import ExportSftParams, SftTrainParams
 from tracelake.export.sharegpt import (
     SHAREGPT_RULE,
     ExportReject,
+    SharegptBatch,
     SharegptRow,
     dataset_info_entry,
     sharegpt_batch,
@@ -106,9 +107,12 @@ class SftStats:
                 "messages_trimmed": self.messages_trimmed, "max_tokens": self.max_tokens}
 
 
+COLUMNS = ["trajectory_id", "conversation_sha256", "messages"]
+
+
 def trajectories_with_slots(slots: list[dict[str, Any]], trajectory_files: list[str],
                             batch_size: int = 256) -> Iterator[tuple[pa.Table, dict[str, list[dict[str, Any]]]]]:
-    """The selected trajectories' (trajectory_id, messages) as Arrow batches, streamed in
+    """The selected trajectories' (trajectory_id, conversation_sha256, messages) as Arrow batches, streamed in
     trajectory-file order, with the selection slots of each (by trajectory id, in selection order).
 
     Raises BadInput after the scan when a selected trajectory is not in the files (a stale selection).
@@ -121,7 +125,7 @@ def trajectories_with_slots(slots: list[dict[str, Any]], trajectory_files: list[
     for path in trajectory_files:
         # pre_buffer off: with it, pyarrow keeps what it read ahead, and memory grew with the file
         # (2.9 GB exporting 85K of 100K real-sized rows; 290 MB without)
-        for batch in pq.ParquetFile(path, pre_buffer=False).iter_batches(batch_size, columns=["trajectory_id", "messages"]):
+        for batch in pq.ParquetFile(path, pre_buffer=False).iter_batches(batch_size, columns=COLUMNS):
             batch = batch.filter(pc.is_in(batch.column("trajectory_id"), value_set=needed))
             found += batch.num_rows
             if batch.num_rows:
@@ -161,9 +165,8 @@ def convert_batch(trajectories: pa.Table, slots: dict[str, list[dict[str, Any]]]
         stats.length_checked = False
         tokens: list[int | None] = [None] * len(kept)
     else:
-        rows = [SharegptRow(system, conv, 0, 0) for system, conv in
-                zip(batch.system.to_pylist(), batch.conversations.to_pylist())]
-        tokens = count_template_tokens(tokenizer, rows, template)
+        tokens = _template_tokens(TokenCounter.of(tokenizer), batch, trajectories.column("conversation_sha256"),
+                                  kept, template, same_role)
     take: list[int] = []
     columns: dict[str, list] = {name: [] for name in ("id", "slot_id", "trajectory_id", "task_id", "source",
                                                       "task", "copy", "n_tokens")}
@@ -195,6 +198,24 @@ def convert_batch(trajectories: pa.Table, slots: dict[str, list[dict[str, Any]]]
     out = schema.conform(pa.table({name: arrays[name] for name in schema.columns}))
     stats.rows_out += out.num_rows
     return out, rejects
+
+
+def _template_tokens(counter: TokenCounter, batch: SharegptBatch, hashes: pa.ChunkedArray, kept: list[int],
+                     template: TemplateSlots, same_role: str) -> list[int]:
+    """count_template_tokens of each kept row; a conversation counted by an earlier run (same
+    tokenizer, template, same_role and content hash) is recalled, not rendered again."""
+    rule = f"{TOKEN_RULE}\0{SHAREGPT_RULE}\0{same_role}\0{template!r}"
+    keys = [rendering_key(rule, h) for h in hashes.take(pa.array(kept, pa.int64())).to_pylist()]
+    tokens = counter.recall(keys)
+    todo = pa.array([k for k, n in enumerate(tokens) if n is None], pa.int64())
+    if len(todo):
+        rows = [SharegptRow(system, conv, 0, 0) for system, conv in
+                zip(batch.system.take(todo).to_pylist(), batch.conversations.take(todo).to_pylist())]
+        fresh = count_template_tokens(counter, rows, template)
+        counter.remember([keys[k] for k in todo.to_pylist()], fresh)
+        for k, n in zip(todo.to_pylist(), fresh):
+            tokens[k] = n
+    return tokens
 
 
 def _reject(r: dict[str, Any], reason: str, detail: str) -> dict[str, Any]:
