@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tracelake import __version__
+from tracelake.core.background import InOrder
 from tracelake.core.errors import BadInput
 from tracelake.core.hashing import content_id
 from tracelake.core.schema import TableSchema, load_schema
@@ -229,26 +230,37 @@ class ShardWriter:
 
     Rows come as dicts (`write`) or Arrow (`write_batch`). For training data: the version id is a
     TableDigest of every row's full content in order (a training shard's order matters), not
-    just of its key.
+    just of its key. Row groups are digested, compressed and written on a background thread, in
+    order, while the caller converts the next rows (at most `ahead` groups wait). Use it as a
+    context manager: leaving the block on an error stops the thread before the caller removes the
+    directory; `close()` finishes the last shard and returns the table's info.
     """
 
     def __init__(self, directory: Path, schema: TableSchema, rows_per_shard: int, prefix: str = "train",
-                 row_group_size: int = ROW_GROUP_SIZE):
+                 row_group_size: int = ROW_GROUP_SIZE, ahead: int = 2):
         if rows_per_shard < 1:
             raise ValueError("rows_per_shard must be >= 1")
         self.schema, self.directory, self.prefix = schema, Path(directory), prefix
         self.directory.mkdir(parents=True, exist_ok=True)
         self._rows_per_shard, self._row_group_size = rows_per_shard, min(row_group_size, rows_per_shard)
         self._dicts: list[dict] = []
-        self._pending: list[pa.Table] = []   # rows of the open shard not yet written
+        self._pending: list[pa.Table] = []   # rows of the open shard not yet handed to the writer thread
         self._pending_rows = 0
         self._in_shard = 0                   # rows of the open shard written or pending
         self._rows = 0
-        self._writer: pq.ParquetWriter | None = None
+        self._writer: pq.ParquetWriter | None = None   # used by the writer thread only
+        self._open = False                               # a shard file is named and not yet closed
+        self._background = InOrder(ahead, name="shard_writer")
         self.files: list[str] = []
         self._digest = TableDigest(schema.arrow)
         self._options = {**_PARQUET_OPTIONS,
                          "use_dictionary": [c for c in schema.arrow.names if c not in _LONG_TEXT]}
+
+    def __enter__(self) -> "ShardWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._background.abandon()
 
     def write(self, row: dict) -> None:
         self._dicts.append(row)
@@ -266,7 +278,7 @@ class ShardWriter:
         self._add(self.schema.conform(data))
 
     def _add(self, table: pa.Table) -> None:
-        """Cut the rows at shard ends; write whole row groups as they fill."""
+        """Cut the rows at shard ends; hand whole row groups to the writer thread as they fill."""
         while table.num_rows:
             take = min(table.num_rows, self._rows_per_shard - self._in_shard)
             self._pending.append(table.slice(0, take))
@@ -275,8 +287,8 @@ class ShardWriter:
             table = table.slice(take)
             if self._in_shard == self._rows_per_shard:
                 self._flush(final=True)
-                self._writer.close()
-                self._writer, self._in_shard = None, 0
+                self._background.submit(self._close_shard)
+                self._in_shard, self._open = 0, False
             else:
                 self._flush(final=False)
 
@@ -286,23 +298,33 @@ class ShardWriter:
             return
         table = pa.concat_tables(self._pending)
         cut = table.num_rows if final else table.num_rows - table.num_rows % self._row_group_size
-        if self._writer is None:
-            name = f"{self.prefix}-{len(self.files):05d}.parquet"
-            self.files.append(name)
-            self._writer = pq.ParquetWriter(self.directory / name, self.schema.arrow, **self._options)
+        if not self._open:
+            self.files.append(f"{self.prefix}-{len(self.files):05d}.parquet")
+            self._open = True
         for start in range(0, cut, self._row_group_size):
             group = table.slice(start, min(self._row_group_size, cut - start)).combine_chunks()
-            self._digest.update(group)
-            self._writer.write_table(group, row_group_size=self._row_group_size)
+            self._background.submit(self._write_group, self.directory / self.files[-1], group)
         rest = table.slice(cut)
         self._pending, self._pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
         self._rows += cut
 
+    def _write_group(self, path: Path, group: pa.Table) -> None:   # on the writer thread
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(path, self.schema.arrow, **self._options)
+        self._digest.update(group)
+        self._writer.write_table(group, row_group_size=self._row_group_size)
+
+    def _close_shard(self) -> None:   # on the writer thread
+        self._writer.close()
+        self._writer = None
+
     def close(self) -> TableInfo:
         self._take_dicts()
         self._flush(final=True)
-        if self._writer is not None:
-            self._writer.close()
+        if self._open:
+            self._background.submit(self._close_shard)
+            self._open = False
+        self._background.join()
         return TableInfo(self.schema.name, self.directory.name + "/", self._rows,
                          self._digest.hexdigest()[:VERSION_HEX], self.schema.fingerprint)
 

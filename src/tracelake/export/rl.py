@@ -152,10 +152,10 @@ def export_rl(lake: Lake, sources: list[str], settings: RlSettings, *, tokenizer
     rows = f"SELECT {', '.join(TASK_COLUMNS)} FROM tasks ORDER BY source, name, task_id"
     out = lake.rl_export
     with output_dir(out) as tmp:
-        prompts = ShardWriter(tmp / "prompts", load_schema("rl_prompts"), rows_per_shard)
-        harbor = ShardWriter(tmp / "tasks", load_schema("harbor_tasks"), rows_per_shard, row_group_size=BATCH)
-        rejects = TableWriter(tmp, load_schema("export_rejects"))
-        with progress("export_rl") as (set_total, advance):
+        with (ShardWriter(tmp / "prompts", load_schema("rl_prompts"), rows_per_shard) as prompts,
+              ShardWriter(tmp / "tasks", load_schema("harbor_tasks"), rows_per_shard, row_group_size=BATCH) as harbor,
+              progress("export_rl") as (set_total, advance)):
+            rejects = TableWriter(tmp, load_schema("export_rejects"))
             set_total(total)
             for batch in con.sql(rows).to_arrow_reader(BATCH):
                 prompt_rows, task_rows, rejected = convert_batch(batch.to_pylist(), settings, tokenizer, stats)
@@ -165,7 +165,7 @@ def export_rl(lake: Lake, sources: list[str], settings: RlSettings, *, tokenizer
                 for row in rejected:
                     rejects.write(row)
                 advance(batch.num_rows)
-        info, task_info, reject_info = prompts.close(), harbor.close(), rejects.close()
+            info, task_info, reject_info = prompts.close(), harbor.close(), rejects.close()
         check(stats.tasks_in == stats.tasks_out + sum(stats.rejected.values()) == total,
               f"export_rl accounting: {total} tasks, {stats.as_json()}")
         check(info.rows == task_info.rows == stats.tasks_out and prompts.files == harbor.files,

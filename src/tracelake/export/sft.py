@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
+from tracelake.core.background import read_ahead
 from tracelake.core.errors import BadInput, check
 from tracelake.core.ids import dataset_id
 from tracelake.core.lake import (
@@ -253,11 +254,12 @@ def export_sft(lake: Lake, scale: str, sources: list[str], cfg: ExportSftParams,
     stats = SftStats()
     total = selection["tables"]["selection"]["rows"]
     with output_dir(lake.sft_export(scale)) as tmp:
-        shards = ShardWriter(tmp / "shards", load_schema("sft_rows"), cfg.rows_per_shard)
-        rejects = TableWriter(tmp, load_schema("export_rejects"))
-        with progress(f"export_sft {scale}") as (set_total, advance):
+        with (ShardWriter(tmp / "shards", load_schema("sft_rows"), cfg.rows_per_shard) as shards,
+              progress(f"export_sft {scale}") as (set_total, advance)):
+            rejects = TableWriter(tmp, load_schema("export_rejects"))
             set_total(total)
-            for trajectories, by_id in trajectories_with_slots(slots, trajectory_files, BATCH):
+            # the next batch is read (a thread) and the last one written (another) while this one converts
+            for trajectories, by_id in read_ahead(trajectories_with_slots(slots, trajectory_files, BATCH)):
                 rows, rejected = convert_batch(trajectories, by_id, same_role=cfg.same_role,
                                                cutoff_len=sft.cutoff_len, tokenizer=tokenizer,
                                                template=template, stats=stats)
@@ -265,7 +267,7 @@ def export_sft(lake: Lake, scale: str, sources: list[str], cfg: ExportSftParams,
                 for row in rejected:
                     rejects.write(row)
                 advance(len(rejected) + rows.num_rows)
-        info, reject_info = shards.close(), rejects.close()
+            info, reject_info = shards.close(), rejects.close()
         if tokenizer is not None:
             tokenizer.close()
             stats.token_counts = tokenizer.stats.summary()
