@@ -25,11 +25,13 @@ def main(argv: list[str] | None = None) -> None:
 
     out = lake.table("trajectories", source)
     if src.format == "harbor":
-        traj = ingest_harbor(Path(src.path), source=source, out_dir=out, strict=strict)
+        traj = ingest_harbor(Path(src.path), source=source, out_dir=out, strict=strict,
+                             workers=params.ingest.workers)
     else:
         traj = ingest_traces([Path(src.path)], source=source, out_dir=out, strict=strict,
                              workers=params.ingest.workers, cache=Path(params.ingest.cache))
-    tasks = ingest_tasks(Path(src.tasks), source=source, out_dir=lake.table("tasks", source), strict=strict)
+    tasks = ingest_tasks(Path(src.tasks), source=source, out_dir=lake.table("tasks", source), strict=strict,
+                         workers=params.ingest.workers)
 
     write_metrics(f"metrics/ingest/{source}.json", {"trajectories": traj.metrics(), "tasks": tasks.metrics()})
     for name, r in (("trajectories", traj), ("tasks", tasks)):

@@ -87,8 +87,8 @@ def test_ctrl_c_names_the_outputs_it_did_not_write(tmp_path):
     out = tmp_path / "lake" / "trajectories" / "s"
     before = tree_bytes(out)
     interrupt = ("import tracelake.core.lake as lake\n"
-                 "def boom(self, row): raise KeyboardInterrupt\n"
-                 "lake.PartedTableWriter.write = boom")
+                 "def boom(self, *args): raise KeyboardInterrupt\n"
+                 "lake.PartedTableWriter.add_part = boom")
     proc = _cli_with(interrupt, args, tmp_path)
     assert proc.returncode == 130, proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -105,7 +105,8 @@ def test_a_failed_internal_check_is_a_bug_report_with_traceback(tmp_path):
               "orig = common.run_ingest\n"
               "def wrapped(**kw):\n"
               "    process = kw['batches']\n"
-              "    kw['batches'] = ((units, lambda u: []) for units, _ in process)\n"
+              "    import dataclasses\n"
+              "    kw['batches'] = (dataclasses.replace(parsed, rejects=[]) for parsed in process)\n"
               "    return orig(**kw)\n"
               "common.run_ingest = wrapped\n"
               "import tracelake.ingest.harbor as harbor\n"

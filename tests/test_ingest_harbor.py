@@ -102,6 +102,32 @@ def test_duplicate_trial_keeps_the_first(tmp_path):
     assert "job-1/t__1" in rejects[0]["detail"]
 
 
+
+def test_same_bytes_whatever_the_worker_count_and_batch(tmp_path, monkeypatch):
+    """Trials are read in worker processes, TRIAL_BATCH at a time, each batch a part: any worker
+    count gives the same bytes; any batch size the same rows, rejects and manifest (duplicates
+    across batches included: the part that loses one is written again)."""
+    import tracelake.ingest.harbor as harbor
+
+    jobs = tmp_path / "jobs"
+    for i in range(23):
+        make_trial(jobs, f"t__{i}", job="job-1", task=f"task{i % 4}")
+    for i in (2, 9, 20):   # the same trials again, in a later job: rejected, whole
+        make_trial(jobs, f"t__{i}", job="job-2", task=f"task{i % 4}", result=result_json(f"task{i % 4}", f"t__{i}", job="job-1"))
+    make_trial(jobs, "t__bad", job="job-2", files={"trajectory.json": b"{"})
+    outs, tables = {}, {}
+    for workers, batch in ((1, 4), (2, 4), (3, 4), (2, 7), (2, 256)):
+        monkeypatch.setattr(harbor, "TRIAL_BATCH", batch)
+        out = tmp_path / f"lake-{workers}-{batch}"
+        result = ingest_harbor(jobs, source="src", out_dir=out, workers=workers)
+        assert (result.rows, result.rejects) == (23, 4)
+        outs[workers, batch] = tree_bytes(out)
+        tables[batch] = (read_table(out, "trajectories"), read_table(out, "rejects"), read_manifest(out)["version_id"])
+    assert outs[1, 4] == outs[2, 4] == outs[3, 4]
+    first = tables[4]
+    assert all(t[0].equals(first[0]) and t[1].equals(first[1]) and t[2] == first[2] for t in tables.values())
+    assert sorted(r["reason"] for r in first[1].to_pylist()) == ["duplicate_trial"] * 3 + ["unparsable_json"]
+
 def test_continuations_join_and_broken_ones_are_rejected(tmp_path):
     jobs = tmp_path / "jobs"
     first = simple_trajectory(2)

@@ -287,4 +287,29 @@ def test_progress(tmp_path):
     result = ingest_tasks(tmp_path / "tasks", source=SOURCE, out_dir=tmp_path / "o",
                           on_start=lambda n: events.append(("start", n)),
                           on_progress=lambda n: events.append(("step", n)))
-    assert events == [("start", 2), ("step", 1), ("step", 1)] and result.rows == 2
+    assert events[0] == ("start", 2) and sum(n for kind, n in events[1:] if kind == "step") == 2
+    assert result.rows == 2
+
+
+def test_same_bytes_whatever_the_worker_count(tmp_path):
+    """Task directories are read in worker processes, DIR_BATCH at a time: any worker count and
+    batch size gives the same table, rejects and manifest."""
+    import tracelake.ingest.tasks as tasks_mod
+
+    from .helpers import tree_bytes
+
+    for i in range(40):
+        make_task(tmp_path / "tasks" / f"t{i:02d}", instruction=None if i % 7 == 3 else f"Do {i}.\n",
+                  toml='version = "1.0"\n' if i % 5 else "not = [valid")
+        (tmp_path / "tasks" / f"t{i:02d}" / "tests").mkdir()
+        (tmp_path / "tasks" / f"t{i:02d}" / "tests" / "test.sh").write_text(f"exit {i % 2}\n")
+    outs = []
+    for workers, batch in ((1, 16), (2, 16), (2, 3), (3, 1)):
+        tasks_mod.DIR_BATCH = batch
+        try:
+            _, rows, rejects = ingest(tmp_path, tmp_path / "tasks", out=f"o-{workers}-{batch}", workers=workers)
+        finally:
+            tasks_mod.DIR_BATCH = 16
+        assert len(rows) + len(rejects) == 40 and rejects
+        outs.append(tree_bytes(tmp_path / f"o-{workers}-{batch}"))
+    assert all(o == outs[0] for o in outs[1:])

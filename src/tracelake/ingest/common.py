@@ -7,9 +7,14 @@ before it processes them, so `inputs == rows + rejects` is checked, not assumed.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from tracelake.core.errors import RejectedInput, check
 from tracelake.core.hashing import canonical_json, content_id, sha256_bytes
@@ -20,6 +25,7 @@ from tracelake.core.lake import (
     table_writer,
     write_json,
     write_manifest,
+    write_part,
 )
 from tracelake.core.schema import load_schema
 
@@ -84,6 +90,33 @@ class Parsed:
     rejects: list[Reject | None]
     part: Path | None
     keys: list[str]
+
+
+def write_scratch_part(directory: Path | str, rows: list[dict[str, Any]]) -> Path | None:
+    """A worker's rows as a trajectories part under a temporary name in `directory` (the ingest
+    loop moves it into the table); None when there are no rows."""
+    if not rows:
+        return None
+    fd, name = tempfile.mkstemp(suffix=".parquet", prefix=".part-", dir=directory)
+    os.close(fd)
+    write_part(Path(name), load_schema("trajectories").from_rows(rows))
+    return Path(name)
+
+
+def drop_rows(parsed: Parsed, keep: list[bool]) -> Parsed:
+    """Parsed without the rows whose `keep` is False (one flag per row of its part, in order): the
+    part is written again without them (or removed when none is left)."""
+    check(len(keep) == len(parsed.keys), f"{len(keep)} flags for {len(parsed.keys)} rows")
+    if all(keep):
+        return parsed
+    parsed.keys = [k for k, kept in zip(parsed.keys, keep) if kept]
+    table = pq.read_table(parsed.part).filter(pa.array(keep, pa.bool_()))
+    parsed.part.unlink()
+    if table.num_rows:
+        write_part(parsed.part, table)
+    else:
+        parsed.part = None
+    return parsed
 
 
 @dataclass

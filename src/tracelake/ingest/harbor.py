@@ -11,6 +11,8 @@ Units: every trial gives one main unit plus one per subagent file; each ends as 
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -22,15 +24,20 @@ from tracelake.core.hashing import sha256_bytes
 from tracelake.ingest import atif
 from tracelake.ingest.common import (
     IngestResult,
+    Parsed,
     Reject,
     Unit,
+    drop_rows,
     inputs_digest,
     parse_json_bytes,
     run_ingest,
     trajectory_row,
+    write_scratch_part,
 )
+from tracelake.ingest.parallel import ordered_map, worker_count
 
 INPUT_KIND = "harbor"
+TRIAL_BATCH = 256   # trials a worker reads (and writes as one part) at a time
 _MAX_CONTINUATIONS = 1000
 
 
@@ -143,13 +150,13 @@ def _str(v: Any) -> str | None:
 
 
 class HarborReader:
-    """Reads trials one at a time; remembers trials seen (duplicates) and every file's hash."""
+    """Reads one trial's files (a worker makes one per trial); remembers every file's hash in the
+    order it was read (result.json first)."""
 
     def __init__(self, root: Path, source: str):
         self.root = Path(root)
         self.source = source
         self.files: dict[str, str] = {}
-        self.seen: dict[tuple[str, str], str] = {}
 
     def _load(self, rel: str, missing_reason: str) -> tuple[Any, dict[str, str]]:
         path = self.root / rel
@@ -163,19 +170,15 @@ class HarborReader:
         self.files[rel] = digest
         return parse_json_bytes(data, rel), {"path": rel, "sha256": digest}
 
-    def process(self, units: list[Unit]) -> list[dict | Reject]:
-        trial: Path = units[0].payload
-        rel = units[0].path.rsplit("agent/", 1)[0].rstrip("/")
+    def read_trial(self, units: list[Unit]) -> tuple[tuple[str, str] | None, list[dict | Reject]]:
+        """The trial's (task, trial_name) (None when its result.json is unusable) and each unit's
+        row or Reject."""
+        rel = trial_rel(units)
         try:
-            doc, prov = self._load(_join(rel or ".", "result.json"), "missing_result_json")
-            meta = parse_result(doc, trial)
+            doc, prov = self._load(_join(rel, "result.json"), "missing_result_json")
+            meta = parse_result(doc, units[0].payload)
         except Reject as r:
-            return [r] * len(units)
-        key = (meta.task, meta.trial_name)
-        first = self.seen.setdefault(key, rel or ".")
-        if first != (rel or "."):
-            dup = Reject("duplicate_trial", f"trial {meta.trial_name} of task {meta.task} was already ingested from {first}")
-            return [dup] * len(units)
+            return None, [r] * len(units)
         main_doc = None
         outcomes: list[dict | Reject] = []
         for unit in units:
@@ -187,7 +190,7 @@ class HarborReader:
                 outcomes.append(row)
             except Reject as r:
                 outcomes.append(r)
-        return outcomes
+        return (meta.task, meta.trial_name), outcomes
 
     def _main(self, unit: Unit, meta: _Trial, result_prov: dict) -> tuple[dict, Any]:
         doc, prov = self._load(unit.path, "missing_trajectory")
@@ -226,27 +229,98 @@ class HarborReader:
             provenance=provenance, row_index=None)
 
 
+def trial_rel(units: list[Unit]) -> str:
+    """The trial directory of a trial's units, relative to the jobs root ("." for the root)."""
+    return units[0].path.rsplit("agent/", 1)[0].rstrip("/") or "."
+
+
+@dataclass
+class TrialsRead:
+    """What a worker read of a batch of trials: Parsed (rows as a part) plus, per trial, its key,
+    how many units it has and the files it read (result.json first)."""
+
+    parsed: Parsed
+    trials: list[tuple[tuple[str, str] | None, int, list[tuple[str, str]]]]
+
+
+def read_trials(task: tuple[str, str, list[str], str]) -> TrialsRead:
+    """(jobs root, source, trial directories, scratch directory) -> TrialsRead, the rows written as
+    a part in the scratch directory. Runs in a worker."""
+    root, source, trials, directory = task
+    units: list[Unit] = []
+    outcomes: list[dict | Reject] = []
+    read = []
+    for trial in trials:
+        reader = HarborReader(Path(root), source)
+        trial_units_ = trial_units(Path(root), Path(trial))
+        key, trial_outcomes = reader.read_trial(trial_units_)
+        units += trial_units_
+        outcomes += trial_outcomes
+        read.append((key, len(trial_units_), list(reader.files.items())))
+    for u in units:
+        u.payload = None   # what travels back is the outcome, not the input
+    rows = [o for o in outcomes if not isinstance(o, Reject)]
+    return TrialsRead(Parsed(units, [o if isinstance(o, Reject) else None for o in outcomes],
+                             write_scratch_part(directory, rows), [r["trajectory_id"] for r in rows]), read)
+
+
+class TrialDedup:
+    """In input order: a trial whose (task, trial_name) an earlier trial had is rejected whole
+    (only its result.json counts as read); records every file's hash for the inputs digest."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple[str, str], str] = {}
+        self.files: dict[str, str] = {}
+
+    def __call__(self, read: TrialsRead) -> Parsed:
+        parsed, start, keep = read.parsed, 0, []
+        for key, n_units, files in read.trials:
+            units = parsed.units[start:start + n_units]
+            rejects = parsed.rejects[start:start + n_units]
+            rel = trial_rel(units)
+            first = self.seen.setdefault(key, rel) if key is not None else rel
+            self.files.update(files if first == rel else files[:1])
+            keep += [first == rel] * rejects.count(None)
+            if first != rel:
+                parsed.rejects[start:start + n_units] = [Reject(
+                    "duplicate_trial", f"trial {key[1]} of task {key[0]} was already ingested from {first}")] * n_units
+            start += n_units
+        return drop_rows(parsed, keep)
+
+
 def ingest_harbor(jobs_dir: Path, *, source: str, out_dir: Path, strict: bool = False,
-                  metrics_path: Path | None = None,
+                  metrics_path: Path | None = None, workers: int = 0,
                   on_start: Callable[[int], None] | None = None,
                   on_progress: Callable[[int], None] | None = None) -> IngestResult:
-    """Ingest every trial under jobs_dir into out_dir (the trajectories table, rejects.parquet, manifest)."""
+    """Ingest every trial under jobs_dir into out_dir (the trajectories table, rejects.parquet,
+    manifest). Trials are read TRIAL_BATCH at a time in `workers` processes (0: one per core), each
+    batch written by its worker as a part; the output is the same whatever the worker count."""
     jobs_dir = Path(jobs_dir)
     trials = find_trials(jobs_dir)
     if on_start:
         on_start(len(trials))
-    reader = HarborReader(jobs_dir, source)
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.parts-", dir=out_dir.parent))
+    dedup = TrialDedup()
 
-    def batches() -> Iterator[tuple[list[Unit], Callable]]:
-        for trial in trials:
-            yield trial_units(jobs_dir, trial), reader.process
+    def batches() -> Iterator[Parsed]:
+        chunks = [trials[i:i + TRIAL_BATCH] for i in range(0, len(trials), TRIAL_BATCH)]
+        work = ((str(jobs_dir), source, [str(t) for t in chunk], str(scratch)) for chunk in chunks)
+        for chunk, read in zip(chunks, ordered_map(read_trials, work, worker_count(workers))):
+            yield dedup(read)
+            if on_progress:
+                on_progress(len(chunk))
 
-    return run_ingest(
-        out_dir=out_dir, table="trajectories", source=source, input_kind=INPUT_KIND,
-        batches=batches(), strict=strict,
-        inputs=lambda: {"kind": INPUT_KIND, "root": jobs_dir.as_posix(), "trials": len(trials),
-                        **inputs_digest(reader.files.items())},
-        params={"source": source, "input_kind": INPUT_KIND},
-        formulas={"renderer": atif.RENDERER},
-        metrics_path=metrics_path, on_progress=(lambda n: on_progress(1)) if on_progress else None,
-    )
+    try:
+        return run_ingest(
+            out_dir=out_dir, table="trajectories", source=source, input_kind=INPUT_KIND,
+            batches=batches(), strict=strict,
+            inputs=lambda: {"kind": INPUT_KIND, "root": jobs_dir.as_posix(), "trials": len(trials),
+                            **inputs_digest(dedup.files.items())},
+            params={"source": source, "input_kind": INPUT_KIND},
+            formulas={"renderer": atif.RENDERER},
+            metrics_path=metrics_path,
+        )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -24,7 +24,7 @@ the names: tracelake/params.py)."""
 
 class IngestParams(Section):
     strict: bool = False   # true: the first reject stops the stage with a one-line error
-    workers: Annotated[int, Field(ge=0)] = 0   # processes parsing trace tables; 0: one per core (same bytes either way)
+    workers: Annotated[int, Field(ge=0)] = 0   # processes parsing trace tables, Harbor trials and task directories; 0: one per core (same bytes either way)
     cache: str = ".tracelake/cache/ingest"      # parsed trace table files by content: unchanged files are not parsed again
 
 

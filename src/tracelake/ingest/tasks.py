@@ -32,6 +32,7 @@ from tracelake.core.errors import BadInput
 from tracelake.core.hashing import canonical_json
 from tracelake.core.ids import task_id_for
 from tracelake.ingest.common import IngestResult, Reject, Unit, inputs_digest, run_ingest
+from tracelake.ingest.parallel import ordered_map, worker_count
 from tracelake.ingest.tables import TABLE_SUFFIXES, json_kind, required_str, row_object, table_units
 from tracelake.ingest.task_archive import (
     ARCHIVE_FORMAT,
@@ -45,6 +46,7 @@ from tracelake.ingest.task_archive import (
 
 INPUT_KIND = "tasks"
 BATCH_ROWS = 64  # task_binary values can be megabytes each
+DIR_BATCH = 16   # task directories a worker reads at a time
 
 
 # --- task directories ------------------------------------------------------------------------
@@ -132,6 +134,24 @@ def table_binary(value: Any) -> bytes:
     raise Reject("invalid_field", f"task_binary is a {json_kind(value)}, not bytes or base64 text")
 
 
+def read_task_dirs(task: tuple[str, bool, list[Unit]]) -> list[tuple[dict | Reject, str | None]]:
+    """(source, with_binary, task directory units) -> each one's (row or Reject, task checksum or
+    None when the directory could not be read). Runs in a worker."""
+    source, with_binary, units = task
+    out: list[tuple[dict | Reject, str | None]] = []
+    for unit in units:
+        checksum = None
+        try:
+            entries = walk_task_dir(unit.payload)
+            checksum = task_checksum(entries)
+            out.append((task_row(source=source, name=unit.payload.name, entries=entries, checksum=checksum,
+                                 binary=build_archive(entries) if with_binary else None,
+                                 provenance=[{"path": unit.path, "sha256": checksum}]), checksum))
+        except Reject as r:
+            out.append((r, checksum))
+    return out
+
+
 class TaskReader:
     """Turns units into task rows; remembers input hashes and the tasks already produced."""
 
@@ -145,10 +165,27 @@ class TaskReader:
     def process(self, units: list[Unit]) -> list[dict | Reject]:
         return [self._outcome(u) for u in units]
 
+    def accept_dirs(self, units: list[Unit], read: list[tuple[dict | Reject, str | None]]) -> list[dict | Reject]:
+        """Task directories read by `read_task_dirs`, in input order: record their checksums and
+        reject a task already ingested."""
+        outcomes: list[dict | Reject] = []
+        for unit, (outcome, checksum) in zip(units, read, strict=True):
+            try:
+                self._check_new(unit.payload.name)
+            except Reject as r:
+                outcomes.append(r)
+                continue
+            if checksum is not None:
+                self.listing[unit.path] = checksum
+            if not isinstance(outcome, Reject):
+                self.seen[outcome["task_id"]] = unit.path
+            outcomes.append(outcome)
+        return outcomes
+
     def _outcome(self, unit: Unit) -> dict | Reject:
         where = unit.path if unit.row_index is None else f"{unit.path} row {unit.row_index}"
         try:
-            row = self._from_dir(unit) if isinstance(unit.payload, Path) else self._from_table(unit)
+            row = self._from_table(unit)
         except Reject as r:
             return r
         self.seen[row["task_id"]] = where
@@ -158,15 +195,6 @@ class TaskReader:
         first = self.seen.get(task_id_for(self.source, name))
         if first is not None:
             raise Reject("duplicate_task", f"task {name} was already ingested from {first}")
-
-    def _from_dir(self, unit: Unit) -> dict[str, Any]:
-        name = unit.payload.name
-        self._check_new(name)
-        entries = walk_task_dir(unit.payload)
-        checksum = self.listing[unit.path] = task_checksum(entries)
-        return task_row(source=self.source, name=name, entries=entries, checksum=checksum,
-                        binary=build_archive(entries) if self.with_binary else None,
-                        provenance=[{"path": unit.path, "sha256": checksum}])
 
     def _from_table(self, unit: Unit) -> dict[str, Any]:
         row = row_object(unit)
@@ -182,19 +210,20 @@ class TaskReader:
 # --- the command -----------------------------------------------------------------------------
 
 def ingest_tasks(path: Path, *, source: str, out_dir: Path, strict: bool = False,
-                 metrics_path: Path | None = None, with_binary: bool = True,
+                 metrics_path: Path | None = None, with_binary: bool = True, workers: int = 0,
                  on_start: Callable[[int], None] | None = None,
                  on_progress: Callable[[int], None] | None = None) -> IngestResult:
     """Ingest task directories or a task table into out_dir (tasks.parquet, rejects, manifest).
 
-    on_start gets the number of steps (task directories, or 1 for a table file); on_progress(1)
-    follows each step.
+    Task directories are read and archived in `workers` processes (0: one per core), DIR_BATCH at a
+    time; the output is the same whatever the worker count. on_start gets the number of steps (task
+    directories, or 1 for a table file); on_progress(n) follows each n steps.
     """
     path = Path(path)
     reader = TaskReader(source, with_binary)
     if path.is_dir():
         root, names = find_task_dirs(path)
-        layout, steps = "task_dirs", [[Unit(path=n, payload=root / n)] for n in names]
+        layout, steps = "task_dirs", [Unit(path=n, payload=root / n) for n in names]
     elif path.is_file() and path.suffix.lower() in TABLE_SUFFIXES:
         layout, steps = "table", [path]
     elif path.exists():
@@ -205,16 +234,21 @@ def ingest_tasks(path: Path, *, source: str, out_dir: Path, strict: bool = False
         on_start(len(steps))
 
     def batches() -> Iterator[tuple[list[Unit], Callable]]:
-        for step in steps:
-            if isinstance(step, Path):
-                for units in table_units(step, step.name, columns=("path", "task_binary"),
-                                         batch_size=BATCH_ROWS, hashes=reader.hashes):
-                    yield units, reader.process
-                reader.listing.update(reader.hashes)
-            else:
-                yield step, reader.process
+        if layout == "table":
+            for units in table_units(path, path.name, columns=("path", "task_binary"),
+                                     batch_size=BATCH_ROWS, hashes=reader.hashes):
+                yield units, reader.process
+            reader.listing.update(reader.hashes)
             if on_progress:
                 on_progress(1)
+            return
+        chunks = [steps[i:i + DIR_BATCH] for i in range(0, len(steps), DIR_BATCH)]
+        work = ((source, with_binary, units) for units in chunks)
+        for units, read in zip(chunks, ordered_map(read_task_dirs, work, worker_count(workers))):
+            outcomes = reader.accept_dirs(units, read)
+            yield units, lambda _units, outcomes=outcomes: outcomes
+            if on_progress:
+                on_progress(len(units))
 
     return run_ingest(
         out_dir=out_dir, table="tasks", source=source, input_kind=INPUT_KIND,

@@ -22,7 +22,6 @@ from __future__ import annotations
 import datetime
 import itertools
 import math
-import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -30,10 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from tracelake.core.lake import write_part
 from tracelake.core.schema import load_schema
 from tracelake.ingest.common import (
     ROLES,
@@ -42,9 +37,11 @@ from tracelake.ingest.common import (
     Reject,
     Unit,
     check_text,
+    drop_rows,
     inputs_digest,
     run_ingest,
     trajectory_row,
+    write_scratch_part,
 )
 from tracelake.ingest.file_cache import FileCache
 from tracelake.ingest.parallel import Ready, ordered_map, worker_count
@@ -159,14 +156,8 @@ def parse_batch(task: tuple[str, dict[str, str], RawBatch, str]) -> Parsed:
     for u in units:
         u.payload = None   # what travels back is the outcome, not the input
     rows = [o for o in outcomes if not isinstance(o, Reject)]
-    part = None
-    if rows:
-        fd, name = tempfile.mkstemp(suffix=".parquet", prefix=".part-", dir=directory)
-        os.close(fd)
-        part = Path(name)
-        write_part(part, load_schema("trajectories").from_rows(rows))
-    return Parsed(units, [o if isinstance(o, Reject) else None for o in outcomes], part,
-                  [r["trajectory_id"] for r in rows])
+    return Parsed(units, [o if isinstance(o, Reject) else None for o in outcomes],
+                  write_scratch_part(directory, rows), [r["trajectory_id"] for r in rows])
 
 
 class Deduplicate:
@@ -189,15 +180,7 @@ class Deduplicate:
             if first != where:
                 parsed.rejects[i] = Reject("duplicate_trial", f"identical to the row at {first} "
                                                               f"(trajectory_id {trajectory_id})")
-        if not all(keep):
-            parsed.keys = [k for k, kept in zip(parsed.keys, keep) if kept]
-            table = pq.read_table(parsed.part).filter(pa.array(keep, pa.bool_()))
-            parsed.part.unlink()
-            if table.num_rows:
-                write_part(parsed.part, table)
-            else:
-                parsed.part = None
-        return parsed
+        return drop_rows(parsed, keep)
 
 
 # --- the command -----------------------------------------------------------------------------
