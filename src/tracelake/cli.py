@@ -44,6 +44,7 @@ SourceOpt = Annotated[str, typer.Option("--source", "-s", help="Source name reco
 OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Lake root; writes OUT/<table>/<source>/.")]
 StrictOpt = Annotated[bool, typer.Option("--strict", help="Stop with an error at the first reject instead of recording it.")]
 MetricsOpt = Annotated[Optional[Path], typer.Option("--metrics", help="Also write the counts as a JSON metrics file.")]
+WorkersOpt = Annotated[int, typer.Option("--workers", min=0, help="Worker processes; 0: one per core. The output is the same bytes whatever the count.")]
 
 
 def _ingest(kind: str, table: str, run, inputs, *, source: str, lake: Path, strict: bool,
@@ -99,12 +100,13 @@ def ingest_harbor_cmd(
     out_dir: OutOpt = Path("lake"),
     strict: StrictOpt = False,
     metrics: MetricsOpt = None,
+    workers: WorkersOpt = 0,
 ) -> None:
     """Ingest Harbor job directories (result.json + ATIF agent/trajectory*.json) into OUT/trajectories/SOURCE."""
     from tracelake.ingest.harbor import ingest_harbor
 
     _ingest("harbor", "trajectories", ingest_harbor, jobs_dir, source=source, lake=out_dir, strict=strict,
-            metrics=metrics)
+            metrics=metrics, workers=workers)
 
 
 @ingest_app.command("traces")
@@ -114,13 +116,14 @@ def ingest_traces_cmd(
     out_dir: OutOpt = Path("lake"),
     strict: StrictOpt = False,
     metrics: MetricsOpt = None,
+    workers: WorkersOpt = 0,
 ) -> None:
     """Ingest trace tables as Harbor and OpenThoughts-Agent publish them (conversations, task, episode,
     trace_source, result, ...) into OUT/trajectories/SOURCE."""
     from tracelake.ingest.traces import ingest_traces
 
     _ingest("traces", "trajectories", ingest_traces, files, source=source, lake=out_dir, strict=strict,
-            metrics=metrics)
+            metrics=metrics, workers=workers)
 
 
 @ingest_app.command("tasks")
@@ -131,13 +134,14 @@ def ingest_tasks_cmd(
     strict: StrictOpt = False,
     metrics: MetricsOpt = None,
     binary: Annotated[bool, typer.Option("--binary/--no-binary", help="Store each task as a deterministic gzipped tar (task_binary).")] = True,
+    workers: WorkersOpt = 0,
 ) -> None:
     """Ingest Harbor task directories (instruction.md, task.toml, environment/, tests/) or task tables
     into OUT/tasks/SOURCE."""
     from tracelake.ingest.tasks import ingest_tasks
 
     _ingest("tasks", "tasks", ingest_tasks, path, source=source, lake=out_dir, strict=strict,
-            metrics=metrics, with_binary=binary)
+            metrics=metrics, with_binary=binary, workers=workers)
 
 
 @tasks_app.command("extract")

@@ -37,7 +37,7 @@ from tracelake.ingest.common import (
 from tracelake.ingest.parallel import ordered_map, worker_count
 
 INPUT_KIND = "harbor"
-TRIAL_BATCH = 256   # trials a worker reads (and writes as one part) at a time
+TRIAL_BATCH = 64   # trials a worker reads and writes as one part (a worker holds their rows: keep it bounded)
 _MAX_CONTINUATIONS = 1000
 
 
