@@ -3,6 +3,7 @@ against the Hugging Face `datasets` way and the parse/write floors, on the same 
 
     uv run python benchmarks/pipeline.py --rows 10000 [--rows 100000 ...] [--work .bench]
                                          [--skip hf,lf,floors] [--json results.json]
+    uv run python benchmarks/pipeline.py --rows 100000 --copies 3     # memory at 300K rows
 
 For each size it writes (or reuses) `tracelake synth --profile openthoughts` data under --work, and
 a Qwen-style byte-level BPE (Qwen2 split regex, NFC, 32K vocab) trained on its first rows. Then:
@@ -18,6 +19,10 @@ a Qwen-style byte-level BPE (Qwen2 split regex, NFC, 32K vocab) trained on its f
   LLaMA-Factory's own preprocessing (tokenizer pass, preprocessing_num_workers=2) of the exact
   run's shard, in the training environment (.venv-train); the floors: DuckDB read_json -> COPY to
   Parquet in 1,000-row groups, and orjson parsing of every line in 2 processes.
+
+With --copies K the same input is ingested as K sources (other source names, so other ids: K
+times the rows through every later stage, with the disk of one input) and only the same-work
+pipeline runs: what memory does at 300K rows where 24 GB of input does not fit on the disk.
 
 Every step runs as its own process: wall, CPU (user+sys), peak RSS come from os.wait4. Ratios are
 quoted against references measured in the same run (the machine is shared and noisy).
@@ -142,15 +147,20 @@ def input_mb(data: Path) -> float:
 
 # --- the pipeline -----------------------------------------------------------------------------
 
+def source_names(copies: int) -> list[str]:
+    return [SOURCE] + [f"{SOURCE}{k + 1}" for k in range(1, copies)]
+
+
 def project(work: Path, name: str, data: Path, tok: Path, *, count: bool, caches: Path,
-            traces: Path | None = None) -> Path:
-    """A project directory whose params.yaml runs the pipeline over one traces source."""
+            traces: Path | None = None, copies: int = 1) -> Path:
+    """A project directory whose params.yaml runs the pipeline over one traces source (or the same
+    input as `copies` sources: other source names, so other trajectory ids, copies times the rows)."""
     proj = work / name
     shutil.rmtree(proj, ignore_errors=True)
     proj.mkdir(parents=True)
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["sources"] = {SOURCE: {"format": "traces", "path": str(traces or data / "traces"),
-                                  "tasks": str(data / "tasks")}}
+    params["sources"] = {name: {"format": "traces", "path": str(traces or data / "traces"), "tasks": str(data / "tasks")}
+                         for name in source_names(copies)}
     params["tokenizer"]["cache"] = str(caches / "tokens")
     params["ingest"]["cache"] = str(caches / "ingest")
     params["filter"].update(tokenizer=str(tok), count_tokens=count, max_tokens=32768 if count else None)
@@ -174,9 +184,10 @@ def kept(proj: Path) -> int:
     return json.loads((proj / "metrics" / "filter.json").read_text())["total"]["kept"]
 
 
-def pipeline(proj: Path, log: Path) -> list[Step]:
-    steps = [stage(proj, log, "ingest", "ingest.py", SOURCE), stage(proj, log, "score", "score.py"),
-             stage(proj, log, "filter", "filter.py")]
+def pipeline(proj: Path, log: Path, copies: int = 1) -> list[Step]:
+    steps = [stage(proj, log, "ingest" if copies == 1 else f"ingest {name}", "ingest.py", name)
+             for name in source_names(copies)]
+    steps += [stage(proj, log, "score", "score.py"), stage(proj, log, "filter", "filter.py")]
     set_scale(proj, "all", kept(proj))
     steps += [stage(proj, log, "select", "select_scale.py", "all"),
               stage(proj, log, "export_sft", "export_sft.py", "all")]
@@ -242,19 +253,21 @@ def table(title: str, steps: list[Step], mb: float, rows: int) -> str:
     return "\n".join([head, *(s.line(mb, rows) for s in steps), total.line(mb, rows)])
 
 
-def run_size(work: Path, rows: int, skip: set[str], exact_runs: bool = True) -> dict:
+def run_size(work: Path, rows: int, skip: set[str], exact_runs: bool = True, copies: int = 1) -> dict:
     log = work / f"log-{rows}.txt"
-    print(f"== {rows:,} rows (log: {log})", flush=True)
+    print(f"== {rows:,} rows{f' x {copies} sources' if copies > 1 else ''} (log: {log})", flush=True)
     data = synth(work, rows, log)
     tok = tokenizer(work, data, log)
     mb = input_mb(data)
-    result: dict = {"rows": rows, "input_mb": mb}
+    result: dict = {"rows": rows * copies, "input_mb": mb * copies, "copies": copies}
     warm_bytecode(PY, "tracelake", log)
     print("same_work (token counting off, empty caches)", flush=True)
     caches = work / f"caches-{rows}"
     shutil.rmtree(caches, ignore_errors=True)
-    same = project(work, f"same-work-{rows}", data, tok, count=False, caches=caches / "same-work")
-    result["same_work"] = [asdict(s) for s in pipeline(same, log)]
+    same = project(work, f"same-work-{rows}", data, tok, count=False, caches=caches / "same-work", copies=copies)
+    result["same_work"] = [asdict(s) for s in pipeline(same, log, copies)]
+    if copies > 1:
+        return result   # the references read the input once: not the same work
     if not exact_runs:
         result["references"] = [asdict(s) for s in references(work, data, None, tok, skip | {"lf"}, log)]
         return result
@@ -283,14 +296,19 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="write every measurement here")
     ap.add_argument("--same-work-only", action="store_true",
                     help="only the same-work pipeline and the HF and floor references (no token counting runs)")
+    ap.add_argument("--copies", type=int, default=1,
+                    help="ingest the same input as this many sources (copies x the rows, with the disk of one "
+                         "input): the same-work pipeline only, no references; for memory at 300K")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     skip = {s for s in args.skip.split(",") if s}
-    results = [run_size(args.work.resolve(), rows, skip, not args.same_work_only) for rows in (args.rows or [10000])]
+    results = [run_size(args.work.resolve(), rows, skip, not args.same_work_only and args.copies == 1, args.copies)
+               for rows in (args.rows or [10000])]
     meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
             f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
             "command": "uv run python benchmarks/pipeline.py " + " ".join(f"--rows {n}" for n in (args.rows or [10000]))
-            + (" --same-work-only" if args.same_work_only else "")}   # no local paths
+            + (" --same-work-only" if args.same_work_only else "")
+            + (f" --copies {args.copies}" if args.copies > 1 else "")}   # no local paths
     for r in results:
         print(f"\n### {r['rows']:,} rows, {r['input_mb']:,.0f} MB of JSONL")
         for key, title in (("same_work", "same work as the HF reference (no token counting)"),

@@ -38,3 +38,17 @@ def test_harness_runs_at_a_small_size(tmp_path):
         assert "LLaMA-Factory preprocessing, 2 workers" in refs
     assert all(s["wall_s"] > 0 and s["rss_mb"] > 0 for part in result.values() if isinstance(part, list) for s in part)
     assert "same work as the HF reference" in proc.stdout and "after a 1% append" in proc.stdout
+
+
+def test_copies_run_the_same_input_as_several_sources(tmp_path):
+    """--copies K: K sources over one input (K times the rows), every stage once, both ingests measured."""
+    out = tmp_path / "results.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "pipeline.py"), "--rows", "100", "--copies", "2",
+                           "--work", str(tmp_path / "work"), "--json", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    meta, (result,) = json.loads(out.read_text()).values()
+    assert result["rows"] == 200 and result["copies"] == 2 and "references" not in result
+    assert [s["name"] for s in result["same_work"]] == ["ingest ot", "ingest ot2", "score", "filter", "select", "export_sft"]
+    kept = json.loads((tmp_path / "work" / "same-work-100" / "metrics" / "filter.json").read_text())["total"]
+    assert kept["in"] == 200 and meta["command"].endswith("--copies 2")
