@@ -166,3 +166,47 @@ def test_damaged_cache_part_is_ignored(tmp_path):
     with TokenCounter.open(path, cache) as c:
         assert c.count(["some text\nmore"]) == want
         assert c.stats.encoded > 0
+
+
+def test_cache_runs_keep_what_an_interrupted_run_counted(tmp_path, monkeypatch):
+    """Every MERGE_EVERY new entries become a part at once: a run stopped half way keeps them, and
+    the next run encodes only what the stopped one had not reached."""
+    path = build_tokenizer(tmp_path / "tok")
+    monkeypatch.setattr(segment_cache, "MERGE_EVERY", 4)
+    cache = tmp_path / "cache"
+    texts = [f"row {i}\nwith its own words {i * 13}" for i in range(30)]
+    want = [_encode_len(Tokenizer.from_file(str(path / "tokenizer.json")), t) for t in texts]
+    with pytest.raises(KeyboardInterrupt):
+        with TokenCounter.open(path, cache) as c:
+            assert c.count(texts[:20]) == want[:20]
+            raise KeyboardInterrupt   # no save(): only the parts written on the way survive
+    kept = list(next(cache.iterdir()).glob("part-*.parquet"))
+    assert kept
+    with TokenCounter.open(path, cache) as c:
+        assert c.count(texts) == want
+        assert 10 <= c.stats.encoded < 30   # the first 20 rows' parts were kept (a few pending ones lost)
+    with TokenCounter.open(path, cache) as c:
+        assert c.count(texts) == want and c.stats.encoded == 0
+
+
+def test_cache_lookup_across_runs_and_unsorted_parts(tmp_path):
+    """A key is found in whichever run holds it; a part not sorted by k1 (written by another tool)
+    is sorted on load; an absent key is None, never a neighbour's count."""
+    import polars as pl
+
+    d = tmp_path / "cache"
+    (d / "abcdef0123456789").mkdir(parents=True)
+    keys = [bytes([i]) * 16 for i in range(1, 9)]
+    k1, k2 = segment_cache._halves(keys)
+    pl.DataFrame({"k1": k1[4:].reverse(), "k2": k2[4:].reverse(), "n": pl.Series([8, 7, 6, 5], dtype=pl.UInt32)}) \
+        .write_parquet(d / "abcdef0123456789" / "part-unsorted.parquet")
+    cache = segment_cache.SegmentCache(d, "abcdef0123456789" + "0" * 48)
+    cache.add(keys[:2], [1, 2])
+    cache._flush()                      # a run of its own, and a part
+    cache.add(keys[2:4], [3, 4])        # still pending
+    near = keys[0][:8] + bytes(8)       # shares k1 with keys[0], not k2
+    assert cache.lookup([*keys, near, b"\xff" * 16]) == [1, 2, 3, 4, 5, 6, 7, 8, None, None]
+    assert len(cache) == 8
+    cache.save()
+    again = segment_cache.SegmentCache(d, "abcdef0123456789" + "0" * 48)
+    assert again.lookup(keys) == [1, 2, 3, 4, 5, 6, 7, 8]

@@ -4,14 +4,17 @@ It also keeps whole renderings' totals under their own keys (token_count.renderi
     <cache>/<tokenizer sha256[:16]>/part-<content hash>.parquet    columns k1, k2 (uint64), n (uint32)
 
 A segment's key is 16 bytes of blake2b (token_count.segment_key), stored as two uint64 halves; each
-part holds the entries one run added, sorted. The cache only ever answers "this exact text, this
-exact tokenizer: n tokens", so a lost or removed cache costs time, never a different result. Parts
-are written under a temporary name and renamed, and named by their content, so concurrent stages
-never see half a part; past MAX_PARTS parts a run compacts them into one.
+part is sorted by k1. The cache only ever answers "this exact text, this exact tokenizer: n
+tokens", so a lost or removed cache costs time, never a different result. Parts are written under
+a temporary name and renamed, and named by their content, so concurrent stages never see half a
+part; past MAX_PARTS parts a run compacts what it read and wrote into one.
 
-In memory the entries are one sorted polars frame (20 bytes an entry: 10M segments take 200 MB),
-searched in bulk per batch, plus a dict of this run's newest entries that is merged into the frame
-every MERGE_EVERY entries.
+In memory each part is a run: a polars frame sorted by k1 (20 bytes an entry: 10M segments take
+200 MB), searched in bulk per batch. The newest entries wait in a dict; every MERGE_EVERY of them
+become a part on disk (an interrupted run keeps what it counted) and one more run in memory. Runs
+are never merged in memory, so a run's memory is its entries and nothing more: no transient copy
+of the whole cache until compaction. A lookup compares both halves of a key, so it never returns
+another key's count; two keys agreeing on k1 (1 in 2^64) may make one of them a miss, counted again.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 
 import polars as pl
 
-MERGE_EVERY = 1_000_000
+MERGE_EVERY = 500_000
 MAX_PARTS = 16
 _SCHEMA = {"k1": pl.UInt64, "k2": pl.UInt64, "n": pl.UInt32}
 
@@ -37,41 +40,59 @@ def _halves(keys: list[bytes]) -> tuple[pl.Series, pl.Series]:
     return pl.Series(words[0::2], dtype=pl.UInt64), pl.Series(words[1::2], dtype=pl.UInt64)
 
 
+def _sorted_run(frame: pl.DataFrame) -> pl.DataFrame:
+    """Sorted by k1, with a repeated (k1, k2) entry kept once where the sort puts them side by side."""
+    frame = frame.sort("k1", maintain_order=True)
+    if frame.height > 1:
+        frame = frame.filter((pl.col("k1") != pl.col("k1").shift(1)) | (pl.col("k2") != pl.col("k2").shift(1))
+                             | pl.int_range(pl.len()).eq(0))
+    return frame
+
+
 class SegmentCache:
     """Token counts by segment key for one tokenizer; `root=None` keeps them in memory only."""
 
     def __init__(self, root: Path | None, tokenizer_sha256: str):
         self.dir = Path(root) / tokenizer_sha256[:16] if root else None
-        self._base: pl.DataFrame | None = None       # sorted by (k1, k2), loaded on first use
-        self._loaded_parts: list[Path] = []
-        self._pending: dict[bytes, int] = {}          # newest entries, not yet in _base
-        self._new: list[pl.DataFrame] = []            # entries added this run (saved by save())
+        self._runs: list[pl.DataFrame] | None = None   # sorted by k1; the parts, loaded on first use
+        self._parts: list[Path] = []                   # parts read or written by this process
+        self._pending: dict[bytes, int] = {}            # newest entries, not yet a run
 
-    def _frame(self) -> pl.DataFrame:
-        if self._base is None:
-            frames = []
+    def _loaded(self) -> list[pl.DataFrame]:
+        if self._runs is None:
+            self._runs = []
             if self.dir is not None and self.dir.is_dir():
                 for part in sorted(self.dir.glob("part-*.parquet")):
                     try:
-                        frames.append(pl.read_parquet(part).cast(_SCHEMA))
-                        self._loaded_parts.append(part)
+                        run = pl.read_parquet(part, columns=list(_SCHEMA)).cast(_SCHEMA)
                     except (OSError, pl.exceptions.PolarsError):
                         continue   # removed by a concurrent compaction, or damaged: recount instead
-            self._base = (pl.concat(frames).unique(["k1", "k2"]).sort(["k1", "k2"]) if frames
-                          else pl.DataFrame(schema=_SCHEMA))
-        return self._base
+                    if not run["k1"].is_sorted():
+                        run = _sorted_run(run)   # written by hand, or by another tool
+                    self._runs.append(run)
+                    self._parts.append(part)
+        return self._runs
+
+    def __len__(self) -> int:
+        """Entries known (a key kept by two parts counts twice)."""
+        return sum(run.height for run in self._loaded()) + len(self._pending)
 
     def lookup(self, keys: list[bytes]) -> list[int | None]:
         """The count of each key, or None where no count is known."""
         if not keys:
             return []
-        base = self._frame()
+        runs = [run for run in self._loaded() if run.height]
         found: list[int | None] = [None] * len(keys)
-        if len(base):
+        if runs:
             k1, k2 = _halves(keys)
-            idx = base["k1"].search_sorted(k1, side="left").clip(0, len(base) - 1)
-            hit = (base["k1"].gather(idx) == k1) & (base["k2"].gather(idx) == k2)
-            found = pl.select(pl.when(hit).then(base["n"].gather(idx))).to_series().to_list()
+            counts = pl.Series([None] * len(keys), dtype=pl.UInt32)
+            for run in runs:
+                idx = run["k1"].search_sorted(k1, side="left").clip(0, run.height - 1)
+                hit = (run["k1"].gather(idx) == k1) & (run["k2"].gather(idx) == k2)
+                counts = counts.fill_null(pl.select(pl.when(hit).then(run["n"].gather(idx))).to_series())
+                if not counts.null_count():
+                    break
+            found = counts.to_list()
         if self._pending:
             get = self._pending.get
             found = [get(k) if f is None else f for k, f in zip(keys, found)]
@@ -80,35 +101,40 @@ class SegmentCache:
     def add(self, keys: list[bytes], counts: list[int]) -> None:
         self._pending.update(zip(keys, counts))
         if len(self._pending) >= MERGE_EVERY:
-            self._merge()
+            self._flush()
 
-    def _merge(self) -> None:
+    def _flush(self) -> None:
+        """The pending entries -> a part on disk and a run in memory."""
         if not self._pending:
             return
         k1, k2 = _halves(list(self._pending))
-        fresh = pl.DataFrame({"k1": k1, "k2": k2, "n": pl.Series(list(self._pending.values()), dtype=pl.UInt32)})
-        self._new.append(fresh)
-        self._base = pl.concat([self._frame(), fresh]).unique(["k1", "k2"]).sort(["k1", "k2"])
+        run = _sorted_run(pl.DataFrame({"k1": k1, "k2": k2,
+                                        "n": pl.Series(list(self._pending.values()), dtype=pl.UInt32)}))
         self._pending = {}
+        self._loaded().append(run)
+        if self.dir is not None:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self._parts.append(_write_part(self.dir, run))
 
     def save(self) -> None:
-        """Write this run's new entries as one part (and compact when there are many parts)."""
-        self._merge()
-        if self.dir is None or not self._new:
+        """Write the entries added since the last part; past MAX_PARTS parts, compact into one."""
+        self._flush()
+        if self.dir is None or not self.dir.is_dir() or len(list(self.dir.glob("part-*.parquet"))) <= MAX_PARTS:
             return
-        self.dir.mkdir(parents=True, exist_ok=True)
-        written = _write_part(self.dir, pl.concat(self._new).unique(["k1", "k2"]).sort(["k1", "k2"]))
-        self._new = []
-        if len(list(self.dir.glob("part-*.parquet"))) > MAX_PARTS:
-            merged = _write_part(self.dir, self._frame())   # what this process read, plus its own
-            for part in {*self._loaded_parts, written} - {merged}:
-                part.unlink(missing_ok=True)
-            self._loaded_parts = [merged]
+        compacted = _sorted_run(pl.concat(self._loaded()))   # what this process read, plus its own
+        merged = _write_part(self.dir, compacted)
+        for part in set(self._parts) - {merged}:
+            part.unlink(missing_ok=True)
+        self._runs, self._parts = [compacted], [merged]
 
 
 def _write_part(directory: Path, frame: pl.DataFrame) -> Path:
     tmp = directory / f".part.tmp-{os.getpid()}"
     frame.write_parquet(tmp, compression="zstd", statistics=False)
-    final = directory / f"part-{hashlib.sha256(tmp.read_bytes()).hexdigest()[:16]}.parquet"
+    h = hashlib.sha256()
+    with open(tmp, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    final = directory / f"part-{h.hexdigest()[:16]}.parquet"
     tmp.replace(final)
     return final

@@ -24,7 +24,7 @@ from tracelake.core.token_count import CountStats, TokenCounter, count_chatml_to
 from tracelake.core.tokens import TOKEN_COUNT_RULE, tokenizer_fingerprint
 from tracelake.curate.params import FilterParams
 
-TOKEN_BATCH = 500
+TOKEN_BATCH = 128   # conversations read and rendered at a time (~10 MB of text: memory stays flat)
 
 
 @dataclass(frozen=True)
