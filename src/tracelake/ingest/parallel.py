@@ -42,12 +42,16 @@ def ordered_map(fn: Callable[[T], R], items: Iterable[T], workers: int, window: 
     """fn over items in forked worker processes, yielding results in input order (a Ready item's
     value in its place, untouched) with at most
     `window` (default 2 per worker) pending. Fork, not spawn: a caller's script needs no
-    `if __name__ == "__main__"` guard, and workers start in milliseconds."""
+    `if __name__ == "__main__"` guard, and workers start in milliseconds. They are all forked before
+    the first item is taken, so `items` may run on a thread of its own (`core.background.read_ahead`)."""
     if workers < 1:
         yield from (item.value if isinstance(item, Ready) else fn(item) for item in items)
         return
     window = window or 2 * workers
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        # Fork every worker now, before `items` runs: it may start threads (read_ahead), and a
+        # process forked while another thread holds a lock could inherit the lock held forever.
+        pool.submit(int).result()
         pending: deque[Future] = deque()
         for item in items:
             if isinstance(item, Ready):

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tracelake.core.background import read_ahead
 from tracelake.core.schema import load_schema
 from tracelake.ingest.common import (
     ROLES,
@@ -58,6 +59,7 @@ from tracelake.ingest.tables import (
 INPUT_KIND = "traces"
 RENDERER = "trace-table-v1"
 BATCH_ROWS = 1000
+READ_AHEAD = 8   # batches (byte ranges of about 32 MB) found and hashed ahead of the workers
 FIELDS = ("conversations", "task", "trace_source", "episode", "run_id", "trial_name", "agent",
           "model", "model_provider", "date", "result")
 _OPTIONAL = ("episode", "run_id", "trial_name", "agent", "model", "model_provider", "date")
@@ -236,7 +238,9 @@ def ingest_traces(files: Sequence[Path], *, source: str, out_dir: Path, strict: 
     def batches() -> Iterator[Parsed]:
         dedup, entry = Deduplicate(), None
         try:
-            for out in ordered_map(parse_batch, items(), worker_count(workers)):
+            # Input files are read and hashed on a thread, a few batches ahead of the workers: the
+            # disk reads overlap the parsing instead of stalling it file by file.
+            for out in ordered_map(parse_batch, read_ahead(items(), READ_AHEAD), worker_count(workers)):
                 if isinstance(out, _FileStart):   # opened here, in order: never one ahead of the output
                     entry = file_cache.writer(out.rel, out.sha256) if out.sha256 else None
                 elif isinstance(out, _FileEnd):
