@@ -208,13 +208,14 @@ def _template_tokens(counter: TokenCounter, batch: SharegptBatch, hashes: pa.Chu
     rule = f"{TOKEN_RULE}\0{SHAREGPT_RULE}\0{same_role}\0{template!r}"
     keys = [rendering_key(rule, h) for h in hashes.take(pa.array(kept, pa.int64())).to_pylist()]
     tokens = counter.recall(keys)
-    todo = pa.array([k for k, n in enumerate(tokens) if n is None], pa.int64())
-    if len(todo):
+    todo = [k for k, n in enumerate(tokens) if n is None]
+    if todo:
+        at = pa.array(todo, pa.int64())
         rows = [SharegptRow(system, conv, 0, 0) for system, conv in
-                zip(batch.system.take(todo).to_pylist(), batch.conversations.take(todo).to_pylist())]
+                zip(batch.system.take(at).to_pylist(), batch.conversations.take(at).to_pylist())]
         fresh = count_template_tokens(counter, rows, template)
-        counter.remember([keys[k] for k in todo.to_pylist()], fresh)
-        for k, n in zip(todo.to_pylist(), fresh):
+        counter.remember([keys[k] for k in todo], fresh)
+        for k, n in zip(todo, fresh):
             tokens[k] = n
     return tokens
 
