@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,3 +53,17 @@ def test_copies_run_the_same_input_as_several_sources(tmp_path):
     assert [s["name"] for s in result["same_work"]] == ["ingest ot", "ingest ot2", "score", "filter", "select", "export_sft"]
     kept = json.loads((tmp_path / "work" / "same-work-100" / "metrics" / "filter.json").read_text())["total"]
     assert kept["in"] == 200 and meta["command"].endswith("--copies 2")
+
+    # the filter's memory with an instant stand-in for the tokenizer, on the same project
+    project = tmp_path / "work" / "same-work-100"
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["filter"].update(count_tokens=True, max_tokens=32768)
+    (project / "params-exact.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    pool_before = sorted((p.name, p.read_bytes()) for p in (project / "lake" / "pool").iterdir())
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "filter_memory.py"),
+                           "--params", str(project / "params-exact.yaml")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "high-water mark" in proc.stdout and "0 conversations counted before" in proc.stdout
+    encoded = int(proc.stdout.split(" encoded (")[0].rsplit(" ", 1)[1].replace(",", ""))
+    assert encoded > 0
+    assert sorted((p.name, p.read_bytes()) for p in (project / "lake" / "pool").iterdir()) == pool_before
