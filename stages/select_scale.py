@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> None:
     scores = read_table(lake.scores, "scores")
     scores = scores.filter(pc.equal(scores["scorer"], params.select.score))
     score_of = dict(zip(scores["task_id"].to_pylist(), scores["score"].to_pylist()))
-    selection = select(group_pool(pool.to_pylist()), score_of, params.mix, n)
+    selection = select(group_pool(pool.to_pylist()), score_of, params.mix, n, params.select.unscored)
 
     out = lake.selection(scale)
     with output_dir(out) as tmp:
@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> None:
             tmp, kind="selection", tables=[info], dataset_id=name,
             inputs={"pool": read_manifest(lake.pool)["version_id"],
                     "scores": read_manifest(lake.scores)["version_id"]},
-            params={"scale": scale, "rows": n, "score": params.select.score, "mix": params.section("mix")},
+            params={"scale": scale, "rows": n, "score": params.select.score, "unscored": params.select.unscored,
+                    "mix": params.section("mix")},
             formulas={"selection": SELECTION_RULE}, counts=counts)
     write_metrics(f"metrics/select/{scale}.json", counts)
     c = selection.counts

@@ -110,7 +110,7 @@ def train_python() -> Path:
     return python
 
 
-PROJECT_FILES = ["dvc.yaml", "params.yaml", "stages", "src", "schemas", "sql", "imports", "training",
+PROJECT_FILES = ["dvc.yaml", "params.yaml", "stages", "src", "schemas", "sql", "imports", "training", "scoring",
                  ".dvc/config", ".dvc/plots", ".dvcignore", ".gitignore"]
 
 

@@ -33,7 +33,8 @@ def test_every_table_declared_with_docs_and_key():
 
 def test_validation_names_the_problem():
     s = load_schema("scores")
-    good = {"score_id": "a", "task_id": "t", "scorer": "x_v1", "model": None, "prompt_sha256": None, "score": 1.0}
+    good = {"score_id": "a", "task_id": "t", "scorer": "x_v1", "model": None, "prompt_sha256": None, "sampling": None,
+            "score": 1.0}
     s.from_rows([good])
     with pytest.raises(SchemaViolation, match="scores.score: null"):
         s.from_rows([dict(good, score=None)])

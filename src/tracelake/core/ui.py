@@ -31,3 +31,21 @@ def progress(description: str) -> Iterator[tuple[Callable[[int], None], Callable
     with bar:
         task = bar.add_task(description, total=None)
         yield (lambda total: bar.update(task, total=total)), (lambda n=1: bar.advance(task, n))
+
+
+@contextmanager
+def progress_status(description: str) -> Iterator[tuple[Callable[[int], None], Callable[[int, object], None]]]:
+    """Yield (set_total, advance(n, status)): a bar with the rate, the ETA and a status text (e.g.
+    cache hits and failures) that each advance updates. On a terminal only, like `progress`."""
+    bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
+                   TimeRemainingColumn(), TextColumn("{task.fields[status]}"), console=err, transient=True,
+                   disable=not err.is_terminal)
+    with bar:
+        task = bar.add_task(description, total=None, rate="", status="")
+
+        def advance(n: int, status: object) -> None:
+            bar.advance(task, n)
+            speed = bar.tasks[0].speed
+            bar.update(task, status=str(status), rate=f"{speed:.1f}/s" if speed else "")
+        yield (lambda total: bar.update(task, total=total)), advance

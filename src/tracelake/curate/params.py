@@ -12,10 +12,15 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from tracelake.core.params import CheckedAs, Count, Invalid, Name, Number, Section
-from tracelake.curate.scorers import BUILTIN_SCORERS
 from tracelake.ingest.params import SourceSelection
 
 _SCORER = re.compile(r"^[a-z0-9_]+_v[0-9]+$")
+
+# The built-in scorers by name; their code is curate/scorers.py (BUILTIN_SCORERS, kept in step with
+# these names by a test). Checking params imports no scorer, so no stage depends on scorer code.
+MODEL_FREE_SCORERS = ("response_length_proxy_v1",)
+MODEL_SCORERS = ("llm_response_length_v1",)   # need score.model
+BUILTIN_SCORERS = MODEL_FREE_SCORERS + MODEL_SCORERS
 
 
 class ImportParams(Section):
@@ -46,11 +51,52 @@ def _scorer_name(name: Any) -> Any:
 ScorerName = Annotated[str, BeforeValidator(_scorer_name)]
 
 
+class ModelParams(Section):
+    """The model behind the model scorers (score.model): which engine, which model, how to sample.
+
+    The cache key of an answer is (task, scorer, model name, sha256 of the rendered prompt, and the
+    sampling keys: temperature, max_tokens, seed, n); every other key changes how answers are
+    fetched, never which answers are kept.
+    """
+    backend: Literal["openai", "vllm", "transformers"] = "openai"
+    name: Annotated[str, Field(min_length=1)]   # the model id: sent to the endpoint, recorded in scores
+    path: str | None = None          # vllm, transformers: local model directory (default: name)
+    python: str | None = None        # vllm, transformers: interpreter of the environment holding the engine
+    # sampling (part of the cache key)
+    temperature: Annotated[Number | None, Field(ge=0)] = 1.0    # null: the endpoint's default
+    max_tokens: Annotated[int, Field(ge=1)] = 4096              # an answer cut here is marked censored
+    seed: int | None = 0             # each request samples with a seed drawn from this and its key
+    n: Annotated[int, Field(ge=1)] = 1                          # answers per task; the score averages them
+    score_by: Literal["chars", "tokens"] = "chars"              # chars: the recipe's len(response)
+    # openai: any OpenAI-compatible chat endpoint
+    base_url: str = "https://api.openai.com/v1"
+    api_key_env: str | None = "OPENAI_API_KEY"   # the variable holding the key (never written anywhere)
+    concurrency: Annotated[int, Field(ge=1)] = 16
+    requests_per_minute: Annotated[int | None, Field(ge=1)] = None
+    tokens_per_minute: Annotated[int | None, Field(ge=1)] = None
+    timeout_s: Annotated[Number, Field(gt=0)] = 300
+    max_retries: Annotated[int, Field(ge=0)] = 8    # on 429, 5xx, timeouts and dropped connections only
+    backoff_s: Annotated[Number, Field(ge=0)] = 1.0       # first retry wait, doubled each time, with jitter
+    max_backoff_s: Annotated[Number, Field(ge=0)] = 60    # (a Retry-After header wins)
+    price_input_per_million: Annotated[Number | None, Field(ge=0)] = None    # for the cost estimate
+    price_output_per_million: Annotated[Number | None, Field(ge=0)] = None
+    # vllm, transformers
+    batch_size: Annotated[int, Field(ge=1)] = 64          # requests per generate call (answers stored after each)
+    max_model_len: Annotated[int | None, Field(ge=1)] = None   # context length (default: the model's)
+
+    def sampling(self) -> dict[str, Any]:
+        """The keys that decide which answers a request gets (part of every cache key)."""
+        return {"temperature": self.temperature, "max_tokens": self.max_tokens, "seed": self.seed,
+                "n": self.n}
+
+
 class ScoreParams(Section):
     scorers: list[str] = Field(default_factory=lambda: ["response_length_proxy_v1"])
     # checked as ImportParams, kept as written: stages/score.py reads them, the manifest records them
     imports: Annotated[dict[str, dict[str, Any]], CheckedAs(dict[ScorerName, ImportParams])] = \
         Field(default_factory=dict)
+    model: ModelParams | None = None   # needed by the model scorers (llm_response_length_v1)
+    max_failures: Annotated[int, Field(ge=0)] = 0   # tasks a model scorer may fail after retries
     cache: str = ".tracelake/cache/scores"
 
     @field_validator("scorers")
@@ -61,6 +107,14 @@ class ScoreParams(Section):
                 raise Invalid(f": unknown scorer {name!r} (built in: {', '.join(BUILTIN_SCORERS)}; import "
                               f"others under score.imports)")
         return scorers
+
+    @model_validator(mode="after")
+    def _model_for_model_scorers(self) -> ScoreParams:
+        needing = [name for name in self.scorers if name in MODEL_SCORERS]
+        if needing and self.model is None:
+            raise Invalid(f": {needing[0]} needs a score.model block (backend, name: see params.yaml)",
+                          at=("scorers",))
+        return self
 
 
 class FilterParams(Section):
@@ -101,6 +155,9 @@ class MixParams(Section):
 
 class SelectParams(Section):
     score: str = "response_length_proxy_v1"
+    # a task the score has no value for (a model scorer's allowed failure, an import without it):
+    # zero: it keeps the one rollout every task gets, no more; drop: it is left out; error: stop
+    unscored: Literal["zero", "drop", "error"] = "zero"
     scales: dict[Name, Count] = \
         Field(default_factory=lambda: {"316": 316, "1k": 1000, "3k": 3160, "10k": 10000})
 

@@ -1,12 +1,10 @@
-"""Task scores: the scorer interface, the score cache, the built-in proxy and imported scores.
+"""Task scores: the score cache of the model-free scorers, and imported scores.
 
 A scorer turns each task into one *request* (the exact text it looks at) and each request into a
-float. Scores are keyed by (task_id, scorer, model, sha256 of the request): a key already in the
-cache is never recomputed, so re-running the stage after new tasks arrive scores only the new
-ones, and a sampled model score, once computed, stays what it was.
-
-Model scorers (vLLM, transformers, OpenAI-compatible servers) implement `Scorer` the same way:
-`requests` renders each task's prompt, `score_batch` returns the characters of the answers.
+float. Scores are keyed by (task_id, scorer, model, sha256 of the request, sampling): a key already
+in the cache is never recomputed, so re-running the stage after new tasks arrive scores only the
+new ones. Model scorers cache their answers instead (answers.py): a sampled answer, once paid
+for, stays what it was.
 """
 
 from __future__ import annotations
@@ -29,10 +27,12 @@ from tracelake.curate.params import ImportParams
 from tracelake.curate.scorers import Scorer, ScoreRequest
 
 
-def score_row(task_id: str, scorer: str, model: str | None, prompt_sha256: str | None, score: float) -> dict:
+def score_row(task_id: str, scorer: str, model: str | None, prompt_sha256: str | None, score: float,
+              sampling: str | None = None) -> dict:
     if not (isinstance(score, float) and math.isfinite(score)):
         raise BadInput(f"scorer {scorer}: task {task_id} got a non-finite score {score!r}")
-    key = {"task_id": task_id, "scorer": scorer, "model": model, "prompt_sha256": prompt_sha256}
+    key = {"task_id": task_id, "scorer": scorer, "model": model, "prompt_sha256": prompt_sha256,
+           "sampling": sampling}
     return {"score_id": content_id("score", key), **key, "score": score}
 
 
@@ -93,7 +93,7 @@ def run_scorer(scorer: Scorer, con: duckdb.DuckDBPyConnection, cache: ScoreCache
     for request in requests:
         prompt_sha = sha256_bytes(request.prompt.encode())
         row_id = content_id("score", {"task_id": request.task_id, "scorer": scorer.name,
-                                      "model": scorer.model, "prompt_sha256": prompt_sha})
+                                      "model": scorer.model, "prompt_sha256": prompt_sha, "sampling": None})
         if row_id in known:
             run.rows.append(known[row_id])
             run.cached += 1

@@ -1,19 +1,24 @@
-"""The scorer interface and the built-in scorers, without any engine: params.yaml checks
-`score.scorers` against BUILTIN_SCORERS. The score cache and imported scores are in score.py.
+"""The scorer interfaces and the built-in scorers, without any engine (their names, which params.yaml
+is checked against, are listed in curate/params.py). The score cache and imported scores are in score.py; model
+answers, their cache and the engines in answers.py and engines/.
 
-A scorer turns each task into one *request* (the exact text it looks at) and each request into a
-float; model scorers (vLLM, transformers, OpenAI-compatible servers) implement `Scorer` the same way:
-`requests` renders each task's prompt, `score_batch` returns the characters of the answers.
+A scorer turns each task into one *request* (the exact text it looks at). A `Scorer` turns each
+request into a float itself (the model-free proxy). A `ModelScorer` renders a chat prompt per
+request from its versioned prompt file (scoring/prompts/<name>.yaml); an engine answers it (vLLM,
+transformers, an OpenAI-compatible server) and the scorer turns the answers into the score.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable, Union
 
-from tracelake.core.assets import sql
-from tracelake.core.hashing import sha256_bytes
+import orjson
+import yaml
+
+from tracelake.core.assets import asset_dir, sql
+from tracelake.core.hashing import canonical_json, sha256_bytes
 
 if TYPE_CHECKING:
     import duckdb
@@ -65,7 +70,53 @@ class ResponseLengthProxy(Scorer):
         return [self._values[_key_hash(r)] for r in requests]
 
 
-BUILTIN_SCORERS: dict[str, Callable[[], Scorer]] = {ResponseLengthProxy.name: ResponseLengthProxy}
+class ModelScorer(ABC):
+    """A scorer whose requests a model answers. `name` must change whenever the prompt would."""
+
+    name: str
+
+    def __init__(self) -> None:
+        path = asset_dir("scoring") / "prompts" / f"{self.name}.yaml"
+        template = yaml.safe_load(path.read_text())
+        self.system: str | None = template.get("system")
+        self.user: str = template["user"]
+
+    @abstractmethod
+    def requests(self, con: duckdb.DuckDBPyConnection) -> list[ScoreRequest]:
+        """One request per task to score; its prompt is `render`'s messages as canonical JSON."""
+
+    @abstractmethod
+    def score(self, lengths: list[int]) -> float:
+        """The score of one request from the lengths of its answers (characters or tokens)."""
+
+    def render(self, instruction: str) -> str:
+        messages = ([{"role": "system", "content": self.system}] if self.system else []) + \
+            [{"role": "user", "content": self.user.replace("{instruction}", instruction)}]
+        return canonical_json(messages).decode()
+
+    @staticmethod
+    def messages_of(prompt: str) -> list[dict[str, Any]]:
+        """The chat messages a request's prompt holds."""
+        return orjson.loads(prompt)
+
+
+class LlmResponseLength(ModelScorer):
+    """llm_response_length_v1: the recipe's task score. A cheap model answers the task's instruction;
+    the score is the length of its answer (characters by default, as in the paper), the mean over
+    `n` answers."""
+
+    name = "llm_response_length_v1"
+
+    def requests(self, con):
+        return [ScoreRequest(task_id, self.render(instruction))
+                for task_id, instruction in con.execute(sql("score_task_instructions")).fetchall()]
+
+    def score(self, lengths):
+        return sum(lengths) / len(lengths)
+
+
+BUILTIN_SCORERS: dict[str, Callable[[], Union[Scorer, ModelScorer]]] = \
+    {ResponseLengthProxy.name: ResponseLengthProxy, LlmResponseLength.name: LlmResponseLength}
 
 
 def _key_hash(request: ScoreRequest) -> str:

@@ -56,13 +56,25 @@ def mixed_sources(tasks: dict[str, Task], scores: dict[str, float], mix: MixPara
     return sorted(chosen)
 
 
-def select(tasks: dict[str, Task], scores: dict[str, float], mix: MixParams, n: int) -> Selection:
-    """The slots of one dataset of exactly n rows (fewer only when the pool is empty: an error)."""
+def select(tasks: dict[str, Task], scores: dict[str, float], mix: MixParams, n: int,
+           unscored: str = "zero") -> Selection:
+    """The slots of one dataset of exactly n rows (fewer only when the pool is empty: an error).
+
+    A task without a score (select.unscored): `zero` scores it 0 (it keeps the one rollout every
+    task gets), `drop` leaves it out, `error` stops with the count."""
     sources = mixed_sources(tasks, scores, mix)
     candidates = {tid: t for tid, t in tasks.items() if t.source in sources}
+    missing = sorted(tid for tid in candidates if tid not in scores)
+    if missing and unscored == "error":
+        t = candidates[missing[0]]
+        raise BadInput(f"{len(missing)} of {len(candidates)} tasks have no score (first: {t.task!r} of {t.source}, "
+                       f"{missing[0]}); select.unscored: zero or drop selects without them")
+    if unscored == "drop":
+        candidates = {tid: t for tid, t in candidates.items() if tid in scores}
     if not candidates:
-        raise BadInput("no task is left to select from: the filters dropped every rollout of the mixed "
-                       "sources (see metrics/filter.json)")
+        why = (f"select.unscored: drop left out all {len(missing)} unscored tasks" if missing and unscored == "drop"
+               else "the filters dropped every rollout of the mixed sources (see metrics/filter.json)")
+        raise BadInput(f"no task is left to select from: {why}")
     score_of = {tid: scores.get(tid, 0.0) for tid in candidates}
     for tid, value in score_of.items():
         if not value >= 0:  # also catches NaN
@@ -92,7 +104,9 @@ def select(tasks: dict[str, Task], scores: dict[str, float], mix: MixParams, n: 
                          "task_id": tid, "source": task.source, "task": task.task, "copy": copy,
                          "name": copy_name(task.task, copy), "score": score_of[tid]})
     check(len(rows) == n, f"selected {len(rows)} rows for n={n}")
-    return Selection(rows, _counts(rows, candidates, scores, sources))
+    counts = _counts(rows, candidates, scores, sources)
+    counts["unscored_tasks"] = len(missing)   # with unscored: drop, those left out
+    return Selection(rows, counts)
 
 
 def _counts(rows: list[dict], candidates: dict[str, Task], scores: dict[str, float],
