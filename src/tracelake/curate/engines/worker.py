@@ -73,7 +73,7 @@ def run_transformers(model: str, batch_size: int, max_model_len: int | None) -> 
 
     tokenizer = AutoTokenizer.from_pretrained(model)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    lm = AutoModelForCausalLM.from_pretrained(model, torch_dtype="auto").to(device).eval()
+    lm = AutoModelForCausalLM.from_pretrained(model, dtype="auto").to(device).eval()
     eos = tokenizer.eos_token_id
     emit({"ready": True})
     for batch in batches(sys.stdin, batch_size):

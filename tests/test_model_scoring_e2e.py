@@ -1,0 +1,84 @@
+"""llm_response_length_v1 through `dvc repro` with the transformers engine: a tiny random Qwen3 on CPU
+(built as the exports' tests build it) answers every task of the sample in the training
+environment; the selection upsamples by those scores; a second run loads no model and asks nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import duckdb
+import pyarrow.compute as pc
+import pytest
+import yaml
+
+from tracelake.core.lake import read_manifest, read_table
+from tracelake.core.layout import Lake
+
+from .helpers import ROOT, run_ok, train_python
+
+pytestmark = pytest.mark.train_env
+TINY = ROOT / "tests" / "train_env" / "tiny_qwen3.py"
+LLM = "llm_response_length_v1"
+
+
+@pytest.fixture(scope="module")
+def tiny_model(sample_project, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("tiny-qwen3")
+    run_ok([str(train_python()), str(TINY), str(sample_project / "data" / "tokenizer"), str(out)], sample_project)
+    return out
+
+
+def set_params(repo: Path, **sections) -> None:
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    for section, values in sections.items():
+        params[section].update(values)
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def summary_line(out: str) -> str:
+    return next(line for line in out.splitlines() if line.startswith(f"score {LLM} "))
+
+
+def test_transformers_backend_scores_the_sample_and_a_rerun_calls_no_model(sample_project, tiny_model, tmp_path):
+    repo = tmp_path / "project"
+    shutil.copytree(sample_project, repo, symlinks=True)
+    set_params(repo, score={"scorers": ["response_length_proxy_v1", LLM],
+                            "model": {"backend": "transformers", "name": "tiny-qwen3", "path": str(tiny_model),
+                                      "max_tokens": 24, "temperature": 1.0, "seed": 0}},
+               select={"score": LLM})
+    env = {"TRACELAKE_TRAIN_ENV": str(train_python().parent.parent)}
+    out = run_ok(["dvc", "repro", "select@316"], repo, env)
+
+    lake = Lake(repo / "lake")
+    con = duckdb.connect()
+    tasks = con.execute(f"""SELECT count(DISTINCT t.task_id) FROM read_parquet('{lake.root}/tasks/*/tasks.parquet') t
+                            WHERE t.task_id IN (SELECT task_id FROM read_parquet(
+                                '{lake.root}/trajectories/*/trajectories/*.parquet'))""").fetchone()[0]
+    assert tasks > 20
+    line = summary_line(out)
+    assert f"{tasks} tasks scored, {tasks} answered, 0 cached, 0 failed, {tasks} model calls" in line, line
+
+    scores = read_table(lake.scores, "scores")
+    llm = scores.filter(pc.equal(scores["scorer"], LLM))
+    answers = read_table(lake.scores, "responses")
+    assert llm.num_rows == tasks == answers.num_rows
+    assert set(llm["model"].to_pylist()) == {"tiny-qwen3"}
+    by_task = dict(zip(answers["task_id"].to_pylist(), answers["text"].to_pylist()))
+    for task_id, score in zip(llm["task_id"].to_pylist(), llm["score"].to_pylist()):
+        assert score == len(by_task[task_id])
+    # the proxy is still there beside it, and the selection upsampled by the model's score
+    assert scores.filter(pc.equal(scores["scorer"], "response_length_proxy_v1")).num_rows > 0
+    selection = read_table(lake.selection("316"), "selection")
+    score_of = dict(zip(llm["task_id"].to_pylist(), llm["score"].to_pylist()))
+    assert all(score_of[t] == s for t, s in zip(selection["task_id"].to_pylist(), selection["score"].to_pylist()))
+    assert read_manifest(lake.selection("316"))["params"]["score"] == LLM
+    version = read_manifest(lake.scores)["version_id"]
+
+    again = run_ok(["dvc", "repro", "-f", "score"], repo, env)
+    line = summary_line(again)
+    assert f"{tasks} tasks scored, 0 answered, {tasks} cached, 0 failed, 0 model calls" in line, line
+    assert read_manifest(lake.scores)["version_id"] == version
+    assert not re.search(r"worker|Loading", again)   # no model was loaded
