@@ -110,6 +110,7 @@ def task_row(*, source: str, name: str, entries: list[Entry], checksum: str, bin
         "n_files": len(files),
         "task_binary": binary,
         "provenance": provenance,
+        "derived_from": None,
     }
 
 
