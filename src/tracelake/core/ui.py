@@ -22,26 +22,26 @@ err = Console(stderr=True, highlight=False)
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 
+def _bar(*extra: TextColumn) -> Progress:
+    """Rendered on a terminal, nothing in logs (DVC, CI)."""
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), *extra[:1],
+                    TimeElapsedColumn(), TimeRemainingColumn(), *extra[1:], console=err, transient=True,
+                    disable=not err.is_terminal)
+
+
 @contextmanager
 def progress(description: str) -> Iterator[tuple[Callable[[int], None], Callable[[int], None]]]:
     """Yield (set_total, advance). Renders a bar on a terminal, nothing in logs (DVC, CI)."""
-    bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=True,
-                   disable=not err.is_terminal)
-    with bar:
+    with _bar() as bar:
         task = bar.add_task(description, total=None)
         yield (lambda total: bar.update(task, total=total)), (lambda n=1: bar.advance(task, n))
 
 
 @contextmanager
 def progress_status(description: str) -> Iterator[tuple[Callable[[int], None], Callable[[int, object], None]]]:
-    """Yield (set_total, advance(n, status)): a bar with the rate, the ETA and a status text (e.g.
-    cache hits and failures) that each advance updates. On a terminal only, like `progress`."""
-    bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
-                   TimeRemainingColumn(), TextColumn("{task.fields[status]}"), console=err, transient=True,
-                   disable=not err.is_terminal)
-    with bar:
+    """Yield (set_total, advance(n, status)): `progress` with the rate and a status text (e.g. cache
+    hits and failures) that each advance updates."""
+    with _bar(TextColumn("{task.fields[rate]}"), TextColumn("{task.fields[status]}")) as bar:
         task = bar.add_task(description, total=None, rate="", status="")
 
         def advance(n: int, status: object) -> None:

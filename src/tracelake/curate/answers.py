@@ -25,7 +25,7 @@ from tracelake.core.hashing import canonical_json, content_id, sha256_bytes
 from tracelake.core.schema import load_schema
 from tracelake.curate.engines import Answer, Engine, Failure, GenRequest, Usage, request_seed
 from tracelake.curate.params import ModelParams
-from tracelake.curate.score import ScorerRun, score_row
+from tracelake.curate.score import ScorerRun, score_row, write_cache_part
 from tracelake.curate.scorers import ModelScorer
 
 FLUSH_ROWS = 256
@@ -74,13 +74,7 @@ class AnswerCache:
         self._last_flush = time.monotonic()
 
     def _write(self, rows: list[dict]) -> Path:
-        rows = sorted(rows, key=lambda r: r["response_id"])
-        name = f"part-{content_id('answer-cache', [r['response_id'] for r in rows], n_hex=16)}.parquet"
-        self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.directory / f".{name}.tmp-{os.getpid()}"
-        pq.write_table(self.schema.from_rows(rows), tmp, compression="zstd")
-        tmp.replace(self.directory / name)
-        return self.directory / name
+        return write_cache_part(self.directory, "answer-cache", self.schema, rows)
 
 
 @dataclass

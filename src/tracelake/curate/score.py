@@ -10,6 +10,7 @@ for, stays what it was.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -22,7 +23,7 @@ from tracelake.core.errors import BadInput, check
 from tracelake.core.hashing import content_id, sha256_bytes
 from tracelake.core.ids import COPY_SUFFIX, base_task_name
 from tracelake.core.lake import open_parquet
-from tracelake.core.schema import load_schema
+from tracelake.core.schema import TableSchema, load_schema
 from tracelake.curate.params import ImportParams
 from tracelake.curate.scorers import Scorer, ScoreRequest
 
@@ -55,16 +56,21 @@ class ScoreCache:
         return rows
 
     def add(self, scorer: str, rows: list[dict]) -> None:
-        if not rows:
-            return
-        rows = sorted(rows, key=lambda r: r["score_id"])  # the name hashes what the file holds, in its order
-        table = load_schema("scores").from_rows(rows)
-        name = f"part-{content_id('score-cache', [r['score_id'] for r in rows], n_hex=16)}.parquet"
-        directory = self.directory / scorer
-        directory.mkdir(parents=True, exist_ok=True)
-        tmp = directory / f".{name}.tmp"
-        pq.write_table(table, tmp, compression="zstd")
-        tmp.replace(directory / name)
+        if rows:
+            write_cache_part(self.directory / scorer, "score-cache", load_schema("scores"), rows)
+
+
+def write_cache_part(directory: Path, kind: str, schema: TableSchema, rows: list[dict]) -> Path:
+    """rows (sorted by the schema's key) as <directory>/part-<hash of their keys>.parquet, written
+    atomically (a temporary file, then a rename): concurrent or interrupted runs never leave a
+    half-written part, and the same rows always make the same part."""
+    rows = sorted(rows, key=lambda r: r[schema.key])  # the name hashes what the file holds, in its order
+    name = f"part-{content_id(kind, [r[schema.key] for r in rows], n_hex=16)}.parquet"
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".{name}.tmp-{os.getpid()}"
+    pq.write_table(schema.from_rows(rows), tmp, compression="zstd")
+    tmp.replace(directory / name)
+    return directory / name
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """vLLM or transformers on this machine, in a worker process (worker.py) started with the
 interpreter of the environment that holds the engine.
 
-The default interpreter: for transformers, the training environment ($TRACELAKE_TRAIN_ENV, else
-.venv-train: it has torch and transformers); for vllm, $TRACELAKE_VLLM_ENV, else .venv-vllm
-(`bash scoring/setup-vllm-env.sh` makes a CPU one; on a GPU machine, any environment with vllm).
+The default interpreter (core/envs.py): for transformers, the training environment (it has torch
+and transformers); for vllm, the vLLM environment (`bash scoring/setup-vllm-env.sh` makes a CPU one;
+on a GPU machine, point score.model.python at any environment with vllm).
 The worker starts only when there is something to answer: a run whose answers are all cached
 loads no model.
 """
@@ -20,12 +20,12 @@ from typing import IO, Iterable, Iterator, cast
 
 import orjson
 
+from tracelake.core.envs import ENVIRONMENTS, env_dir, env_program
 from tracelake.core.errors import BadInput, BadParams
 from tracelake.curate.engines import Answer, Engine, Failure, GenRequest, Sample
 
 WORKER = Path(__file__).with_name("worker.py")
-DEFAULT_ENVS = {"transformers": ("TRACELAKE_TRAIN_ENV", ".venv-train"), "vllm": ("TRACELAKE_VLLM_ENV", ".venv-vllm")}
-SETUP = {"transformers": "bash training/setup-env.sh", "vllm": "bash scoring/setup-vllm-env.sh"}
+ENVIRONMENT = {"transformers": "training", "vllm": "vllm"}   # backend -> its default environment
 
 
 def engine_python(backend: str, python: str | None) -> Path:
@@ -36,12 +36,12 @@ def engine_python(backend: str, python: str | None) -> Path:
         if not path.is_file():
             raise BadParams(f"params.yaml: score.model.python {python} does not exist")
         return path
-    variable, default = DEFAULT_ENVS[backend]
-    env = Path(os.environ.get(variable) or default)
-    path = env / "bin" / "python"
-    if not path.is_file():
-        raise BadParams(f"score.model.backend {backend}: no {env}/bin/python (set score.model.python to an "
-                        f"interpreter with {backend} installed, or ${variable}; `{SETUP[backend]}` makes one)")
+    kind = ENVIRONMENT[backend]
+    path = env_program(kind, "python")
+    if path is None:
+        variable, _, setup = ENVIRONMENTS[kind]
+        raise BadParams(f"score.model.backend {backend}: no {env_dir(kind)}/bin/python (set score.model.python to "
+                        f"an interpreter with {backend} installed, or ${variable}; `{setup}` makes one)")
     return path
 
 
