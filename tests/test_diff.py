@@ -1,12 +1,14 @@
 """`tracelake diff` and `tracelake sql --rev` on a real ablation: a temp git + DVC repository where a
 branch raises filter.min_assistant_turns, both built by `dvc repro`, compared through DVC at their
-revisions."""
+revisions. And, on a small lake written from code, selections of one pool upsampled by two scorers:
+the diff explains each selection move by the task's score on both sides."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -122,6 +124,10 @@ def test_selection_diff_explains_each_moved_row(ablation):
     assert {(r["status"], r["stage"]) for r in rows if r["stage"] != "filter"} <= \
         {("removed", "selection"), ("added", "selection"), ("reweighted", "selection")}
     assert not any(r["status"] == "added" and r["trajectory_id"] in moved for r in rows)
+    # both sides upsampled by the same scorer: a selection move says the task's score on each side
+    assert all(re.fullmatch(r"score \S+ -> \S+", r["detail"]) for r in rows if r["stage"] == "selection")
+    scorers = report["summary"]["scorers"]
+    assert scorers["a"] == scorers["b"] == a.lineage["selection"]["params"]["score"] and not scorers["changed"]
     # the rows removed, rows gained and rows kept add up on both sides
     t = report["summary"]["trajectories"]
     assert sum(v["rows_a"] for v in t.values()) == 1000 == sum(v["rows_b"] for v in t.values())
@@ -330,3 +336,187 @@ def test_html_report_renders_in_headless_chromium(ablation, tmp_path):
     if keep:
         Path(keep).mkdir(parents=True, exist_ok=True)
         shutil.copy(shot, Path(keep) / "diff-report.png")
+
+
+# --- selections upsampled by different scorers (a small lake written from code: no pipeline) ------
+
+SCORER_X, SCORER_Y = "response_length_proxy_v1", "llm_response_length_v1"
+# task -> (source, rollouts, score under X, score under Y); Y has no score for t4 (select.unscored: drop)
+SCORE_TASKS = {"t0": ("alpha", 3, 812.5, 95.0), "t1": ("alpha", 2, 100.0, 300.25), "t2": ("beta", 2, 40.0, 40.0),
+               "t3": ("beta", 1, 0.0, 7.0), "t4": ("beta", 2, 10.0, None)}
+SCORE_N = 16
+
+
+def fmt_score(x: float | None) -> str:
+    """How the diff writes a score: at most 4 decimals, no trailing `.0`; `none` for no score."""
+    return "none" if x is None else (str(int(x)) if x == int(x) else str(round(x, 4)))
+
+
+def write_pool(lake: Path) -> list[dict]:
+    from tracelake.core.lake import TableWriter, output_dir, write_manifest
+    from tracelake.core.schema import load_schema
+
+    rows = [{"trajectory_id": f"{tid}-r{i}", "task_id": tid, "source": source, "task": f"task_{tid}",
+             "trace_source": "harbor", "episode": None, "n_messages": 4 + i, "n_assistant_turns": 2 + i,
+             "n_chars": 100 * (i + 1), "n_tokens": 50 * (i + 1), "reward": 1.0,
+             "conversation_sha256": hashlib.sha256(f"{tid}-{i}".encode()).hexdigest()}
+            for tid, (source, k, _, _) in SCORE_TASKS.items() for i in range(k)]
+    with output_dir(lake / "pool") as tmp:
+        writer = TableWriter(tmp, load_schema("pool"))
+        for r in rows:
+            writer.write(r)
+        write_manifest(tmp, kind="pool", tables=[writer.close()], inputs={}, params={"min_assistant_turns": 1},
+                       formulas={}, counts={})
+    return rows
+
+
+def write_selection(lake: Path, scale: str, scorer: str, scores: dict[str, float], n: int,
+                    unscored: str = "zero") -> list[dict]:
+    """As stages/select_scale.py writes it, through the real select()."""
+    from tracelake.core.ids import dataset_id
+    from tracelake.core.lake import TableWriter, output_dir, read_manifest, write_manifest
+    from tracelake.core.schema import load_schema
+    from tracelake.curate.params import MixParams
+    from tracelake.curate.select import group_pool, select
+
+    pool = duckdb.execute("SELECT trajectory_id, task_id, source, task FROM read_parquet($f)",
+                          {"f": str(lake / "pool" / "pool.parquet")}).fetchall()
+    pool_rows = [dict(zip(("trajectory_id", "task_id", "source", "task"), r)) for r in pool]
+    selection = select(group_pool(pool_rows), scores, MixParams(), n, unscored)
+    with output_dir(lake / "selections" / scale) as tmp:
+        writer = TableWriter(tmp, load_schema("selection"))
+        for r in selection.rows:
+            writer.write(r)
+        info = writer.close()
+        name = dataset_id("sel", n, info.version_id)
+        write_manifest(tmp, kind="selection", tables=[info], dataset_id=name,
+                       inputs={"pool": read_manifest(lake / "pool")["version_id"]},
+                       params={"scale": scale, "rows": n, "score": scorer, "unscored": unscored, "mix": {}},
+                       formulas={}, counts={"dataset_id": name, **selection.counts})
+    return selection.rows
+
+
+def write_export(lake: Path, scale: str) -> None:
+    """A minimal SFT export of a selection: one example per slot, nothing rejected."""
+    from tracelake.core.ids import dataset_id
+    from tracelake.core.lake import ShardWriter, output_dir, read_manifest, write_manifest
+    from tracelake.core.schema import load_schema
+
+    sel = lake / "selections" / scale
+    manifest = read_manifest(sel)
+    slots = duckdb.execute("SELECT * FROM read_parquet($f) ORDER BY slot_id", {"f": str(sel / "selection.parquet")}).fetchall()
+    names = [d[0] for d in duckdb.execute("DESCRIBE SELECT * FROM read_parquet($f)", {"f": str(sel / "selection.parquet")}).fetchall()]
+    with output_dir(lake / "exports" / "sft" / scale) as tmp:
+        with ShardWriter(tmp / "shards", load_schema("sft_rows"), 1000) as shards:
+            for slot in (dict(zip(names, r)) for r in slots):
+                shards.write({"id": f"{slot['source']}/{slot['name']}", "system": "",
+                              "conversations": [{"from": "human", "value": slot["task"]},
+                                                {"from": "gpt", "value": slot["trajectory_id"]}],
+                              "slot_id": slot["slot_id"], "trajectory_id": slot["trajectory_id"],
+                              "task_id": slot["task_id"], "source": slot["source"], "task": slot["task"],
+                              "copy": slot["copy"], "n_tokens": 10})
+            info = shards.close()
+        name = dataset_id("sft", manifest["params"]["rows"], info.version_id)
+        (tmp / "shards").rename(tmp / name)
+        write_manifest(tmp, kind="export_sft", dataset_id=name, tables=[info.with_file(f"{name}/")],
+                       inputs={"selection": manifest["version_id"], "selection_dataset": manifest["dataset_id"]},
+                       params={"scale": scale}, formulas={},
+                       counts={"dataset_id": name, "files": [f"{name}/{f}" for f in shards.files]})
+
+
+@pytest.fixture(scope="module")
+def scored_lake(tmp_path_factory):
+    """<root>/lake: one pool; selection x upsampled by SCORER_X, y by SCORER_Y (unscored tasks dropped),
+    z by SCORER_X at another size; SFT exports of x and y. Returns (root, {scale: selection rows})."""
+    root = tmp_path_factory.mktemp("scored")
+    lake = root / "lake"
+    write_pool(lake)
+    x = {t: v[2] for t, v in SCORE_TASKS.items()}
+    y = {t: v[3] for t, v in SCORE_TASKS.items() if v[3] is not None}
+    rows = {"x": write_selection(lake, "x", SCORER_X, x, SCORE_N),
+            "y": write_selection(lake, "y", SCORER_Y, y, SCORE_N, unscored="drop"),
+            "z": write_selection(lake, "z", SCORER_X, x, SCORE_N + 6)}
+    write_export(lake, "x")
+    write_export(lake, "y")
+    return root, rows
+
+
+def copies(rows: list[dict]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in rows:
+        out[r["trajectory_id"]] = out.get(r["trajectory_id"], 0) + 1
+    return out
+
+
+def score_diff(root: Path, a: str, b: str) -> dict:
+    with ExitStack() as stack:
+        return diff_versions(resolve_version(a, stack, root=root), resolve_version(b, stack, root=root))
+
+
+def expected_score_moves(rows_a: list[dict], rows_b: list[dict]) -> tuple[set[str], set[str]]:
+    """Independently, from the two selections: (trajectories whose copies differ, those that kept them)."""
+    ca, cb = copies(rows_a), copies(rows_b)
+    every = set(ca) | set(cb)
+    moved = {t for t in every if ca.get(t, 0) != cb.get(t, 0)}
+    return moved, every - moved
+
+
+@pytest.mark.parametrize("a, b", [("x", "y"), ("sft-x", "sft-y")])
+def test_selection_moves_are_explained_by_both_scores(scored_lake, a, b):
+    """Two selections of one pool by different scorers (and their SFT exports, whose selections are
+    found through lineage): every moved row says its task's score on each side with both scorers."""
+    root, rows = scored_lake
+    moved, kept = expected_score_moves(rows["x"], rows["y"])
+    assert moved and kept, "the scenario must move some rows and keep others"
+    report = score_diff(root, a, b)
+    assert report["a"]["kind"] == report["b"]["kind"]
+    assert {r["trajectory_id"] for r in report["moved"]} == moved
+    assert report["summary"]["trajectories"]["unchanged"]["trajectories"] == len(kept)
+    assert not kept & {r["trajectory_id"] for r in report["moved"]}
+    for r in report["moved"]:
+        _, _, sx, sy = SCORE_TASKS[r["task_id"]]
+        assert r["stage"] == "selection" and r["rule"] in ("copies", "not_selected", "selected"), r
+        assert r["detail"] == f"score {SCORER_X} {fmt_score(sx)} -> {SCORER_Y} {fmt_score(sy)}", r
+    details = {r["task_id"]: r["detail"] for r in report["moved"]}
+    assert details["t0"] == f"score {SCORER_X} 812.5 -> {SCORER_Y} 95"
+    assert details["t4"] == f"score {SCORER_X} 10 -> {SCORER_Y} none"       # not in y's selection at all
+    assert {r["rule"] for r in report["moved"] if r["task_id"] == "t4"} == {"not_selected"}
+    assert report["summary"]["scorers"] == {"a": SCORER_X, "b": SCORER_Y, "changed": True}
+    assert {"key": "select.score", "a": SCORER_X, "b": SCORER_Y} in report["params"]
+
+
+def test_same_scorer_moves_show_the_scores_only(scored_lake):
+    root, rows = scored_lake
+    moved, kept = expected_score_moves(rows["x"], rows["z"])
+    report = score_diff(root, "x", "z")
+    assert {r["trajectory_id"] for r in report["moved"]} == moved and kept
+    for r in report["moved"]:
+        sx = fmt_score(SCORE_TASKS[r["task_id"]][2])
+        assert (r["stage"], r["detail"]) == ("selection", f"score {sx} -> {sx}"), r
+    assert report["summary"]["scorers"] == {"a": SCORER_X, "b": SCORER_X, "changed": False}
+
+
+def test_score_detail_needs_both_selections(scored_lake):
+    """A pool has no selection: moves against it keep the plain explanation, with no detail."""
+    root, rows = scored_lake
+    report = score_diff(root, "pool", "y")
+    assert report["moved"] and all(r["detail"] is None for r in report["moved"])
+    assert {(r["stage"], r["rule"]) for r in report["moved"]} <= {("selection", "not_selected"), ("selection", "copies")}
+    assert report["summary"]["scorers"] == {"a": None, "b": SCORER_Y, "changed": False}
+
+
+def test_scorer_change_in_text_and_html(scored_lake):
+    from tracelake.explore.diff_html import render_html
+
+    root, _ = scored_lake
+    proc = subprocess.run([sys.executable, "-m", "tracelake", "diff", "x", "y"], cwd=root, capture_output=True,
+                          text=True, env={**os.environ, "COLUMNS": "250"})
+    assert proc.returncode == 0, proc.stderr
+    assert f"Scorers  A {SCORER_X} → B {SCORER_Y}" in proc.stdout
+    assert f"selection copies: score {SCORER_X} 812.5 -> {SCORER_Y} 95" in proc.stdout
+    html = render_html(score_diff(root, "x", "y"))
+    assert f"<b>Scorers</b> A {SCORER_X} → B {SCORER_Y}" in html
+    assert f"score {SCORER_X} 812.5 -&gt; {SCORER_Y} 95" in html
+    same = subprocess.run([sys.executable, "-m", "tracelake", "diff", "x", "z"], cwd=root, capture_output=True,
+                          text=True, env={**os.environ, "COLUMNS": "250"})
+    assert same.returncode == 0 and "Scorers" not in same.stdout, same.stderr

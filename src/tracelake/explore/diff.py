@@ -12,10 +12,14 @@ DuckDB as one row per dataset row (sql/diff/rows_<kind>.sql) and compared there 
 from the other side's lineage, the pool and filters it was built from:
   filter     dropped there by a filter rule (min_assistant_turns_v1, timeout_v1, ...)
   export     rejected there by the export (over_cutoff_len, ...)
-  selection  in that side's pool but not selected (or selected with another number of copies)
+  selection  in that side's pool but not selected (or selected with another number of copies); when
+             both sides' selections are known (a selection, or the one an export was built from),
+             the detail is the task's score on each side, with the scorers' names when the two
+             selections were upsampled by different ones (`score proxy_v1 812.5 -> llm_v1 95`)
   input      not among that side's trajectories at all (sources or ingest changed)
 The report also has rows per source and per task, turn and token quantiles, the params that differ
-(from the manifests of the dataset and its lineage) and the filter funnel of both pools.
+(from the manifests of the dataset and its lineage), the scorers both selections upsampled by and the
+filter funnel of both pools.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ class Version:
     path: str                       # the directory as the user would name it (relative to the repository)
     manifest: dict[str, Any]
     pool: Path | None = None        # the pool directory it was drawn from, when known
+    selection: Path | None = None   # the selection directory it is or was exported from, when known
     lineage: dict[str, dict[str, Any]] = field(default_factory=dict)   # kind -> manifest
     notes: list[str] = field(default_factory=list)
 
@@ -70,6 +75,13 @@ class Version:
         if self.kind == "selection":
             return [str(self.directory / "selection.parquet")]
         return [str(self.directory / f) for f in self.manifest["counts"]["files"]]
+
+    @property
+    def scorer(self) -> str | None:
+        """The scorer its selection upsampled by (`select.score`), when that selection is known."""
+        if self.selection is None:
+            return None
+        return self.lineage.get("selection", {}).get("params", {}).get("score")
 
     def describe(self) -> dict[str, Any]:
         return {"spec": self.spec, "rev": self.rev, "commit": self.sha, "path": self.path, "kind": self.kind,
@@ -132,6 +144,7 @@ def _attach_lineage(v: Version) -> None:
         lake = Lake(d.parent)
     elif v.kind == "selection":
         lake = Lake(d.parent.parent)
+        v.selection = d
         _link(v, lake.pool, "pool", v.manifest["inputs"].get("pool"))
     else:
         lake = Lake(d.parents[2])
@@ -155,6 +168,8 @@ def _link(v: Version, directory: Path, kind: str, version_id: str | None, requir
     v.lineage[kind] = m
     if kind == "pool":
         v.pool = directory
+    elif kind == "selection":
+        v.selection = directory
     return True
 
 
@@ -176,7 +191,7 @@ def flat_params(v: Version) -> dict[str, Any]:
 
 
 def _load_side(con: duckdb.DuckDBPyConnection, side: str, v: Version) -> None:
-    """<side>_rows, <side>_pool, <side>_dropped, <side>_xrej as DuckDB tables."""
+    """<side>_rows, <side>_pool, <side>_dropped, <side>_xrej, <side>_scores as DuckDB tables."""
     params: dict[str, Any] = {"files": v.files()}
     if v.kind == "selection":
         if v.pool is None:
@@ -204,6 +219,16 @@ def _load_side(con: duckdb.DuckDBPyConnection, side: str, v: Version) -> None:
                         WHERE trajectory_id IS NOT NULL""", {"f": str(rejects)})
     else:
         con.execute(f"CREATE TABLE {side}_xrej (trajectory_id VARCHAR, reason VARCHAR, detail VARCHAR)")
+    if v.selection is not None:
+        try:
+            con.execute(f"CREATE TABLE {side}_scores AS " + assets.sql("diff/scores_selection"),
+                        {"file": str(v.selection / "selection.parquet")})
+            return
+        except duckdb.Error as e:
+            v.notes.append(f"{v.spec}: cannot read the task scores of its selection ({str(e).splitlines()[0]}): "
+                           f"selection moves are explained without them")
+            v.selection = None
+    con.execute(f"CREATE TABLE {side}_scores (task_id VARCHAR, score DOUBLE)")
 
 
 def _rows(con: duckdb.DuckDBPyConnection, query: str, params: dict | None = None) -> list[dict[str, Any]]:
@@ -220,8 +245,10 @@ def diff_versions(a: Version, b: Version) -> dict[str, Any]:
     if a.kind != b.kind:  # contents of different kinds never compare equal: compare ids and copies only
         con.execute("UPDATE a_rows SET content = NULL; UPDATE b_rows SET content = NULL")
     content_stage = "export" if "export_sft" in (a.kind, b.kind) else "filter"
+    scores_known = a.selection is not None and b.selection is not None
     con.execute("CREATE TABLE traj AS " + assets.sql("diff/trajectories"),
-                {"content_stage": content_stage, "a_lineage": a.pool is not None, "b_lineage": b.pool is not None})
+                {"content_stage": content_stage, "a_lineage": a.pool is not None, "b_lineage": b.pool is not None,
+                 "scores_known": scores_known, "a_scorer": a.scorer, "b_scorer": b.scorer})
 
     totals = _rows(con, assets.sql("diff/status_totals"))
     by_status = {s: {"trajectories": 0, "rows_a": 0, "rows_b": 0} for s in STATUSES}
@@ -241,7 +268,8 @@ def diff_versions(a: Version, b: Version) -> dict[str, Any]:
         "b": b.describe() | {"rows": rows_b},
         "identical": a.dataset_id == b.dataset_id,
         "notes": a.notes + b.notes + _kind_notes(a, b),
-        "summary": {"rows_a": rows_a, "rows_b": rows_b, "rows_delta": rows_b - rows_a, "trajectories": by_status},
+        "summary": {"rows_a": rows_a, "rows_b": rows_b, "rows_delta": rows_b - rows_a, "trajectories": by_status,
+                    "scorers": _scorers(a, b)},
         "explained": explained,
         "sources": _rows(con, assets.sql("diff/by_source")),
         "tasks": {"counts": task_counts,
@@ -254,6 +282,12 @@ def diff_versions(a: Version, b: Version) -> dict[str, Any]:
     }
     con.close()
     return report
+
+
+def _scorers(a: Version, b: Version) -> dict[str, Any]:
+    """The scorers the two sides' selections upsampled by (None where a side's selection is not known);
+    `changed`: both are known and differ."""
+    return {"a": a.scorer, "b": b.scorer, "changed": None not in (a.scorer, b.scorer) and a.scorer != b.scorer}
 
 
 def _kind_notes(a: Version, b: Version) -> list[str]:

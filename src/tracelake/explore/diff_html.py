@@ -7,7 +7,7 @@ from html import escape
 from typing import Any
 
 from tracelake.explore import svg
-from tracelake.explore.diff_view import QUANTILES, fmt_value, signed
+from tracelake.explore.diff_view import QUANTILES, fmt_value, scorer_line, signed
 
 SHOW_MOVED = 500
 
@@ -60,6 +60,9 @@ def render_html(report: dict[str, Any]) -> str:
     cards = [("rows A → B", f"{s['rows_a']:,} → {s['rows_b']:,}"), ("rows Δ", signed(s["rows_delta"]))]
     cards += [(f"trajectories {k}", f"{t[k]['trajectories']:,}") for k in t]
     parts.append('<div class="cards">' + "".join(f'<div class="card">{escape(k)}<b>{v}</b></div>' for k, v in cards) + "</div>")
+    line = scorer_line(s)
+    if line:
+        parts.append(f"<p><b>Scorers</b> {escape(line)}</p>")
 
     parts.append("<h2>Why rows moved</h2>")
     if report["explained"]:

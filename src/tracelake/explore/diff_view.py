@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 SHOW_TASKS = 10
@@ -37,6 +38,9 @@ def render(report: dict[str, Any], console: Console) -> None:
     p(f"\n[bold]Rows[/] {s['rows_a']:,} → {s['rows_b']:,} ([{_style(s['rows_delta'])}]{signed(s['rows_delta'])}[/])")
     t = s["trajectories"]
     p("[bold]Trajectories[/]  " + " · ".join(f"{k} {t[k]['trajectories']:,}" for k in t))
+    line = scorer_line(s)
+    if line:
+        p(f"[bold]Scorers[/]  {escape(line)}", highlight=False)
 
     if report["explained"]:
         table = Table(title="Why rows moved (from the other side's lineage)", title_justify="left", title_style="bold")
@@ -111,6 +115,14 @@ def render(report: dict[str, Any], console: Console) -> None:
             why = " ".join(x for x in (r["stage"], r["rule"]) if x) + (f": {r['detail']}" if r["detail"] else "")
             table.add_row(r["trajectory_id"], r["status"], f"{r['copies_a']} → {r['copies_b']}", r["source"], r["task"], why)
         p(table)
+
+
+def scorer_line(summary: dict[str, Any]) -> str | None:
+    """`A X → B Y: ...` when the two selections were upsampled by different scorers, else None."""
+    sc = summary.get("scorers") or {}
+    if not sc.get("changed"):
+        return None
+    return f"A {sc['a']} → B {sc['b']}: the two selections upsampled by different scorers"
 
 
 def fmt_value(v: Any) -> str:
