@@ -1,5 +1,6 @@
 """DVC stage `ingest@<source>`: one configured source -> <lake>/trajectories/<source> and
-<lake>/tasks/<source>, counts to metrics/ingest/<source>.json.
+<lake>/tasks/<source>, counts to metrics/ingest/<source>.json. A source whose `tasks:` is its own
+`path` (a trace table published without task directories) gets tasks derived from its traces.
 
     python stages/ingest.py SOURCE [--params params.yaml]
 """
@@ -11,6 +12,7 @@ from pathlib import Path
 from tracelake.core.errors import BadParams
 from tracelake.core.layout import Lake
 from tracelake.core.stage import run_stage, write_metrics
+from tracelake.ingest.derived_tasks import DERIVE_RULE, derive_tasks
 from tracelake.ingest.harbor import ingest_harbor
 from tracelake.ingest.tasks import ingest_tasks
 from tracelake.ingest.traces import ingest_traces
@@ -30,13 +32,17 @@ def main(argv: list[str] | None = None) -> None:
     else:
         traj = ingest_traces([Path(src.path)], source=source, out_dir=out, strict=strict,
                              workers=params.ingest.workers, cache=Path(params.ingest.cache))
-    tasks = ingest_tasks(Path(src.tasks), source=source, out_dir=lake.table("tasks", source), strict=strict,
-                         workers=params.ingest.workers)
+    if src.derives_tasks:
+        tasks = derive_tasks(lake, source=source, out_dir=lake.table("tasks", source), strict=strict)
+    else:
+        tasks = ingest_tasks(Path(src.tasks), source=source, out_dir=lake.table("tasks", source), strict=strict,
+                             workers=params.ingest.workers)
 
     write_metrics(f"metrics/ingest/{source}.json", {"trajectories": traj.metrics(), "tasks": tasks.metrics()})
     for name, r in (("trajectories", traj), ("tasks", tasks)):
         cached = f"; {r.files_from_cache} input files unchanged, read from the ingest cache" if r.files_from_cache else ""
-        print(f"ingest {source} {name}: {r.rows} rows, {r.rejects} rejects of {r.inputs} inputs "
+        derived = f" derived from the traces ({DERIVE_RULE})" if name == "tasks" and src.derives_tasks else ""
+        print(f"ingest {source} {name}{derived}: {r.rows} rows, {r.rejects} rejects of {r.inputs} inputs "
               f"(version {r.manifest['version_id']}){cached}")
 
 

@@ -158,14 +158,27 @@ def test_rejects_missing_binaries_and_too_long_prompts_in_input_order(tok):
     limit = max(n[0], n[3])
     assert n[2] > limit
     stats = RlStats()
-    prompts, harbor, rejects = convert_batch(tasks, RlSettings("harbor", "rule", None, 32, limit), tok, stats)
+    settings = RlSettings("harbor", "rule", None, 32, limit, without_binary="reject")
+    prompts, harbor, rejects = convert_batch(tasks, settings, tok, stats)
     assert [r["task_id"] for r in prompts] == [r["task_id"] for r in harbor] == ["id-a", "id-d"]
     assert [(r["item_id"], r["reason"]) for r in rejects] == [("id-b", "no_task_binary"), ("id-c", "prompt_too_long")]
     assert rejects[1]["detail"].startswith(f"{n[2]} prompt tokens > max_prompt_length {limit}")
     assert all(r["trajectory_id"] is None and r["reason"] in REJECT_REASONS for r in rejects)
     load_schema("export_rejects").from_rows(rejects)
-    assert stats.as_json() == {"tasks_in": 4, "tasks_out": 2,
+    assert stats.as_json() == {"tasks_in": 4, "tasks_out": 2, "prompt_only": 0,
                                "rejected": {"no_task_binary": 1, "prompt_too_long": 1}}
+
+
+def test_a_task_without_a_binary_is_a_prompt_without_a_task_row_by_default(tok):
+    """Tasks derived from trace tables have no binary: a prompt all the same, and no task table row."""
+    tasks = [task("a"), task("b", binary=None), task("d")]
+    stats = RlStats()
+    prompts, harbor, rejects = convert_batch(tasks, RlSettings("harbor", "rule", None, 32, 8192), tok, stats)
+    assert [r["task_id"] for r in prompts] == ["id-a", "id-b", "id-d"] and not rejects
+    assert [r["task_id"] for r in harbor] == ["id-a", "id-d"]
+    assert prompts[1]["prompt"] == [{"role": "user", "content": tasks[1]["instruction"]}]
+    assert stats.as_json() == {"tasks_in": 3, "tasks_out": 3, "prompt_only": 1,
+                               "rejected": {"no_task_binary": 0, "prompt_too_long": 0}}
 
 
 def test_the_limit_is_inclusive_like_skyrl(tok):
@@ -224,7 +237,7 @@ def variant(project, tmp_path_factory) -> Path:
     rows = [r for s in (source, other) for r in pq.read_table(v / "lake" / "tasks" / s / "tasks.parquet").to_pylist()
             if r["task_binary"] is not None]
     lengths = sorted(prompt_tokens(tok, [prompt_messages(r["instruction"], SYSTEM) for r in rows]))
-    params["export_rl"].update(sources=[source, other], system_prompt=SYSTEM,
+    params["export_rl"].update(sources=[source, other], system_prompt=SYSTEM, without_binary="reject",
                                max_prompt_length=lengths[len(lengths) // 2], rows_per_shard=3,
                                tokenizer=str(project / "data" / "tokenizer"))
     (v / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
@@ -247,8 +260,9 @@ def check_export(out: Path, lake: Path, sources: list[str]) -> dict:
     assert {n: t["file"] for n, t in m["tables"].items()} == {
         "rl_prompts": "prompts/", "harbor_tasks": "tasks/", "export_rejects": "export_rejects.parquet"}
     n_files = -(-c["tasks_out"] // m["params"]["rows_per_shard"])
+    n_task_files = -(-(c["tasks_out"] - c["prompt_only"]) // m["params"]["rows_per_shard"])
     assert c["files"]["prompts"] == [f"prompts/train-{i:05d}.parquet" for i in range(n_files)]
-    assert c["files"]["tasks"] == [f"tasks/train-{i:05d}.parquet" for i in range(n_files)]
+    assert c["files"]["tasks"] == [f"tasks/train-{i:05d}.parquet" for i in range(n_task_files)]
     assert c["shards"] == n_files
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == sorted(
         [*c["files"]["prompts"], *c["files"]["tasks"], "export_rejects.parquet", "manifest.json"])
@@ -258,15 +272,18 @@ def check_export(out: Path, lake: Path, sources: list[str]) -> dict:
         load_schema("harbor_tasks").validate(pq.read_table(out / f))
     prompts, tasks = read_shards(out, c["files"]["prompts"]), read_shards(out, c["files"]["tasks"])
     rejects = load_schema("export_rejects").validate(pq.read_table(out / "export_rejects.parquet")).to_pylist()
-    assert len(prompts) == len(tasks) == c["tasks_out"] == m["tables"]["rl_prompts"]["rows"]
+    assert len(prompts) == c["tasks_out"] == m["tables"]["rl_prompts"]["rows"]
+    assert len(tasks) == c["tasks_out"] - c["prompt_only"] == m["tables"]["harbor_tasks"]["rows"]
     assert len(rejects) == sum(c["rejected"].values()) == m["tables"]["export_rejects"]["rows"]
-    assert [p["task_id"] for p in prompts] == [t["task_id"] for t in tasks]
+    binaries = {r["task_id"] for s in sources for r in pq.read_table(
+        lake / "tasks" / s / "tasks.parquet", columns=["task_id", "task_binary"]).to_pylist() if r["task_binary"]}
+    assert [p["task_id"] for p in prompts if p["task_id"] in binaries] == [t["task_id"] for t in tasks]
     assert [(t["source"], t["name"]) for t in tasks] == sorted((t["source"], t["name"]) for t in tasks)
     ingested = {r["task_id"] for s in sources for r in pq.read_table(lake / "tasks" / s / "tasks.parquet",
                                                                       columns=["task_id"]).to_pylist()}
     assert {p["task_id"] for p in prompts} | {r["item_id"] for r in rejects} == ingested
     assert not {p["task_id"] for p in prompts} & {r["item_id"] for r in rejects}
-    for p, t in zip(prompts, tasks):
+    for p, t in zip([p for p in prompts if p["task_id"] in binaries], tasks, strict=True):
         assert p["reward_spec"]["ground_truth"] == p["extra_info"]["path"] == t["path"] == f"{t['source']}/{t['name']}"
         assert (p["data_source"], p["extra_info"]["task"], p["extra_info"]["task_checksum"]) == (
             t["source"], t["name"], t["task_checksum"])

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
@@ -30,6 +30,8 @@ class ExportRlParams(Section):
     system_prompt: str | None = None
     max_turns: Count = 32
     max_prompt_length: Count = 8192   # longer prompts are rejected (SkyRL would drop them silently)
+    # a task without a task_binary (derived from a trace table): prompt (no task table row) | reject
+    without_binary: Literal["prompt", "reject"] = "prompt"
     rows_per_shard: Count = 5000
     tokenizer: str = "data/tokenizer"
 

@@ -3,17 +3,22 @@ task table its environment runs, and the tasks that could not become either, wit
 
     lake/exports/rl/
       prompts/train-00000.parquet  rl_prompts: what skyrl_train.dataset.PromptDataset reads
-      tasks/train-00000.parquet    harbor_tasks: (path, task_binary) rows, the same tasks in the same order
-      export_rejects.parquet       tasks without a runnable binary or with a prompt SkyRL would drop
+      tasks/train-00000.parquet    harbor_tasks: (path, task_binary) rows of the prompts' tasks that have
+                                   a binary, in the prompts' order
+      export_rejects.parquet       tasks with a prompt SkyRL would drop (and, with without_binary: reject,
+                                   tasks without a binary)
       manifest.json                written last; dataset_id rl-<tasks>-<12 hex of the prompts>
 
 Why: SkyRL passes every prompt column except `prompt` and `env_class` to the environment as its
 extras, so a row carries everything the Harbor environment needs to find and grade its task:
 reward_spec.ground_truth is the task's `path` in the task table (`<source>/<name>`, where
 `tracelake tasks extract` puts its directory). PromptDataset silently filters out prompts whose chat
-template with the generation prompt is longer than max_prompt_length tokens, and a task without a
-task_binary cannot be run at all; both are rejected here with a reason instead, so every task is
-accounted for (in = out + rejected). A prompt's length is `len(tokenizer.encode(render_chatml(prompt)
+template with the generation prompt is longer than max_prompt_length tokens: those are rejected
+here with a reason instead, so every task is accounted for (in = out + rejected). A task without a
+task_binary (one derived from a trace table published without task directories) has no environment in
+the task table: by default it still becomes a prompt (counted as `prompt_only`: its environment must
+come from elsewhere, e.g. its task directory ingested later); `without_binary: reject` rejects it
+(no_task_binary). A prompt's length is `len(tokenizer.encode(render_chatml(prompt)
 + "<|im_start|>assistant\\n", add_special_tokens=False))`: exactly what PromptDataset measures with a
 ChatML chat template (the project's tokenizer; Qwen's for messages without tools).
 """
@@ -50,16 +55,18 @@ class RlSettings:
     system_prompt: str | None
     max_turns: int
     max_prompt_length: int
+    without_binary: str = "prompt"   # a task without a task_binary: "prompt" (no task table row) or "reject"
 
 
 @dataclass
 class RlStats:
     tasks_in: int = 0
     tasks_out: int = 0
+    prompt_only: int = 0   # prompts whose task has no binary, hence no row in the task table
     rejected: Counter = field(default_factory=Counter)
 
     def as_json(self) -> dict[str, Any]:
-        return {"tasks_in": self.tasks_in, "tasks_out": self.tasks_out,
+        return {"tasks_in": self.tasks_in, "tasks_out": self.tasks_out, "prompt_only": self.prompt_only,
                 "rejected": {r: self.rejected.get(r, 0) for r in REJECT_REASONS}}
 
 
@@ -115,12 +122,13 @@ def convert_batch(tasks: Iterable[dict[str, Any]], settings: RlSettings, tokeniz
                   stats: RlStats) -> tuple[list[dict], list[dict], list[dict]]:
     """Task rows (TASK_COLUMNS) -> (rl_prompts rows, harbor_tasks rows, export_rejects rows).
 
-    The prompt and task lists are parallel and keep the input order; every input task ends in
-    exactly one of prompts or rejects.
+    Both lists keep the input order; the task rows are those of the prompts whose task has a
+    binary. Every input task ends in exactly one of prompts or rejects.
     """
     tasks = list(tasks)
+    reject_unrunnable = settings.without_binary == "reject"
     messages = {i: prompt_messages(t["instruction"], settings.system_prompt)
-                for i, t in enumerate(tasks) if t["task_binary"] is not None}
+                for i, t in enumerate(tasks) if t["task_binary"] is not None or not reject_unrunnable}
     n_tokens = dict(zip(messages, prompt_tokens(tokenizer, list(messages.values()))))
     prompts: list[dict] = []
     harbor: list[dict] = []
@@ -134,7 +142,10 @@ def convert_batch(tasks: Iterable[dict[str, Any]], settings: RlSettings, tokeniz
                                       f"{settings.max_prompt_length} (SkyRL would drop it silently)"))
         else:
             prompts.append(prompt_row(t, messages[i], settings))
-            harbor.append(harbor_row(t))
+            if t["task_binary"] is None:
+                stats.prompt_only += 1
+            else:
+                harbor.append(harbor_row(t))
     stats.tasks_in += len(tasks)
     stats.tasks_out += len(prompts)
     stats.rejected.update(r["reason"] for r in rejects)
@@ -159,8 +170,9 @@ def export_rl(lake: Lake, sources: list[str], settings: RlSettings, *, tokenizer
             set_total(total)
             for batch in con.sql(rows).to_arrow_reader(BATCH):
                 prompt_rows, task_rows, rejected = convert_batch(batch.to_pylist(), settings, tokenizer, stats)
-                for prompt, task in zip(prompt_rows, task_rows):
+                for prompt in prompt_rows:
                     prompts.write(prompt)
+                for task in task_rows:
                     harbor.write(task)
                 for row in rejected:
                     rejects.write(row)
@@ -168,7 +180,7 @@ def export_rl(lake: Lake, sources: list[str], settings: RlSettings, *, tokenizer
             info, task_info, reject_info = prompts.close(), harbor.close(), rejects.close()
         check(stats.tasks_in == stats.tasks_out + sum(stats.rejected.values()) == total,
               f"export_rl accounting: {total} tasks, {stats.as_json()}")
-        check(info.rows == task_info.rows == stats.tasks_out and prompts.files == harbor.files,
+        check(info.rows == stats.tasks_out and task_info.rows == stats.tasks_out - stats.prompt_only,
               "export_rl: prompt and task shards differ")
         if not info.rows:
             raise BadInput(f"export_rl: every one of {total} tasks was rejected ({dict(stats.rejected)}); "

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import PurePath
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, model_validator
 
 from tracelake.core.params import Invalid, Section
 
@@ -31,4 +32,21 @@ class IngestParams(Section):
 class SourceParams(Section):
     format: Format
     path: str
-    tasks: str             # task directories or a (path, task_binary) table
+    # task directories, a (path, task_binary) table, or `path` itself: a trace table published without
+    # task directories, whose tasks are derived from its traces (rule derived_task_v1). The key is
+    # required: DVC cannot interpolate a missing ${item.tasks} into the ingest stage's deps.
+    tasks: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tasks_named(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("tasks") is None and isinstance(data.get("path"), str):
+            raise Invalid(f"is required: task directories, a (path, task_binary) table, or `tasks: "
+                          f"{data['path']}` (the trace table itself) to derive the tasks from its traces",
+                          at=("tasks",))
+        return data
+
+    @property
+    def derives_tasks(self) -> bool:
+        """True when the source names its own traces as its tasks: they are derived from the traces."""
+        return PurePath(self.tasks) == PurePath(self.path)
