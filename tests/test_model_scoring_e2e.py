@@ -5,8 +5,10 @@ environment; the selection upsamples by those scores; a second run loads no mode
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import duckdb
@@ -22,6 +24,7 @@ from .helpers import ROOT, run_ok, train_python
 pytestmark = pytest.mark.train_env
 TINY = ROOT / "tests" / "train_env" / "tiny_qwen3.py"
 LLM = "llm_response_length_v1"
+PROXY = "response_length_proxy_v1"
 
 
 @pytest.fixture(scope="module")
@@ -42,15 +45,23 @@ def summary_line(out: str) -> str:
     return next(line for line in out.splitlines() if line.startswith(f"score {LLM} "))
 
 
-def test_transformers_backend_scores_the_sample_and_a_rerun_calls_no_model(sample_project, tiny_model, tmp_path):
-    repo = tmp_path / "project"
+@pytest.fixture(scope="module")
+def model_scored(sample_project, tiny_model, tmp_path_factory) -> tuple[Path, str, dict]:
+    """The sample project rescored by the tiny model and selected by that score at 316 and 1k; the
+    proxy-scored lake it replaced is kept in proxy-lake/. Returns (repo, output, env)."""
+    repo = tmp_path_factory.mktemp("model-scored") / "project"
     shutil.copytree(sample_project, repo, symlinks=True)
+    shutil.copytree(repo / "lake", repo / "proxy-lake")   # a selection is diffed with its lineage beside it
     set_params(repo, score={"scorers": ["response_length_proxy_v1", LLM],
                             "model": {"backend": "transformers", "name": "tiny-qwen3", "path": str(tiny_model),
                                       "max_tokens": 24, "temperature": 1.0, "seed": 0}},
                select={"score": LLM})
     env = {"TRACELAKE_TRAIN_ENV": str(train_python().parent.parent)}
-    out = run_ok(["dvc", "repro", "select@316"], repo, env)
+    return repo, run_ok(["dvc", "repro", "select@316", "select@1k"], repo, env), env
+
+
+def test_transformers_backend_scores_the_sample_and_a_rerun_calls_no_model(model_scored):
+    repo, out, env = model_scored
 
     lake = Lake(repo / "lake")
     con = duckdb.connect()
@@ -82,3 +93,21 @@ def test_transformers_backend_scores_the_sample_and_a_rerun_calls_no_model(sampl
     assert f"{tasks} tasks scored, 0 answered, {tasks} cached, 0 failed, 0 model calls" in line, line
     assert read_manifest(lake.scores)["version_id"] == version
     assert not re.search(r"worker|Loading", again)   # no model was loaded
+
+
+def test_diff_explains_the_moves_from_proxy_to_model_scores_by_the_score(model_scored):
+    """`tracelake diff` between the proxy-scored and the model-scored 1k selections: every row that
+    moved is explained by its task's score under each scorer, as the scores table has them."""
+    repo, _, _ = model_scored
+    report = json.loads(run_ok([sys.executable, "-m", "tracelake", "diff", "--json", "proxy-lake/selections/1k",
+                                "lake/selections/1k"], repo))
+    assert report["summary"]["scorers"] == {"a": PROXY, "b": LLM, "changed": True}
+    scores = read_table(Lake(repo / "lake").scores, "scores").to_pylist()
+    by = {(r["scorer"], r["task_id"]): r["score"] for r in scores}
+    moved = report["moved"]
+    assert moved and all(r["stage"] == "selection" for r in moved)
+    for r in moved:
+        a, b = (f"{by[(s, r['task_id'])]:.4f}".rstrip("0").rstrip(".") for s in (PROXY, LLM))
+        assert r["detail"] == f"score {PROXY} {a} -> {LLM} {b}", r
+    t = report["summary"]["trajectories"]
+    assert sum(v["rows_a"] for v in t.values()) == 1000 == sum(v["rows_b"] for v in t.values())
