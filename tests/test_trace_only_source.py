@@ -23,6 +23,7 @@ from tracelake.ingest.derived_tasks import DERIVE_RULE
 from tracelake.params import load_params
 
 from .helpers import FIXTURES, copy_project, need, run_ok
+from .test_export_rl import skyrl_load  # SkyRL's own PromptDataset, in the training environment
 
 TRACES = "data/otagent/sample_raw.json"
 SCALE = "316"
@@ -110,8 +111,6 @@ def test_a_source_without_tasks_gets_a_one_line_error(tmp_path):
 
 @pytest.mark.train_env
 def test_skyrl_prompt_dataset_loads_the_derived_prompts(project, tmp_path):
-    from .test_export_rl import skyrl_load   # SkyRL's own PromptDataset, in the training environment
-
     repo, _ = project
     lake = Lake(repo / "lake")
     m = read_manifest(lake.rl_export)
