@@ -26,17 +26,22 @@ def send_json(handler: BaseHTTPRequestHandler, status: int, data: bytes, headers
     handler.wfile.write(data)
 
 
-def answer_text(messages: list[dict], seed: Any, i: int) -> str:
+def answer_text(messages: list[dict], seed: Any, i: int, chars: int | None = None) -> str:
+    """1-40 words, or about `chars` characters (0.5x-1.5x), chosen by a hash of the request."""
     digest = hashlib.sha256(json.dumps([messages, seed, i], sort_keys=True).encode()).digest()
-    return "word " * (1 + digest[0] % 40)
+    if chars is None:
+        return "word " * (1 + digest[0] % 40)
+    return "word " * max(1, chars * (128 + digest[0]) // 256 // 5)
 
 
 class ChatServer:
     """POST /v1/chat/completions. `api_key`: required bearer key. `fail_marker`: a user message
-    containing it gets a 400. `requests` counts the chat requests it answered (any status)."""
+    containing it gets a 400. `answer_chars`: answers of about that many characters (default: 1-40
+    words). `requests` counts the chat requests it answered (any status)."""
 
-    def __init__(self, api_key: str | None = None, fail_marker: str | None = None, port: int = 0):
-        self.api_key, self.fail_marker = api_key, fail_marker
+    def __init__(self, api_key: str | None = None, fail_marker: str | None = None, port: int = 0,
+                 answer_chars: int | None = None):
+        self.api_key, self.fail_marker, self.answer_chars = api_key, fail_marker, answer_chars
         self.requests = 0
         self.answered = 0
         self._lock = threading.Lock()
@@ -66,7 +71,7 @@ class ChatServer:
                 limit = body.get("max_completion_tokens", 10**9)
                 choices = []
                 for i in range(body.get("n", 1)):
-                    words = answer_text(body["messages"], body.get("seed"), i).split()
+                    words = answer_text(body["messages"], body.get("seed"), i, server.answer_chars).split()
                     cut = len(words) > limit
                     choices.append({"index": i, "finish_reason": "length" if cut else "stop",
                                     "message": {"role": "assistant", "content": " ".join(words[:limit])}})
@@ -138,3 +143,13 @@ class RateLimitProxy:
     def stop(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+if __name__ == "__main__":   # python -m tests.chat_server PORT [ANSWER_CHARS]: serve until killed (benchmarks)
+    import sys
+    import time
+
+    chat = ChatServer(port=int(sys.argv[1]), answer_chars=int(sys.argv[2]) if len(sys.argv) > 2 else None).start()
+    print(chat.base_url, flush=True)
+    while True:
+        time.sleep(3600)
