@@ -37,14 +37,20 @@ def instructions(n: int, chars: int) -> list[tuple[str, str]]:
     return [(f"task-{i:07d}", f"Task {i}. {filler[:chars]}") for i in range(n)]
 
 
-def tables(n: int, chars: int) -> duckdb.DuckDBPyConnection:
-    """The two views the model scorer reads: tasks (instruction) and trajectories (one per task)."""
+def tables(n: int, chars: int, directory: Path) -> duckdb.DuckDBPyConnection:
+    """The two views the model scorer reads, over Parquet files as in the lake: tasks (instruction)
+    and trajectories (one per task)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    directory.mkdir(parents=True, exist_ok=True)
+    if not (directory / "tasks.parquet").exists():
+        ids, texts = zip(*instructions(n, chars))
+        pq.write_table(pa.table({"task_id": list(ids), "instruction": list(texts)}), directory / "tasks.parquet")
+        pq.write_table(pa.table({"task_id": list(ids)}), directory / "trajectories.parquet")
     con = duckdb.connect()
-    con.execute("CREATE TABLE tasks (task_id VARCHAR, instruction VARCHAR)")
-    rows = instructions(n, chars)
-    for i in range(0, n, 10_000):
-        con.executemany("INSERT INTO tasks VALUES (?, ?)", rows[i:i + 10_000])
-    con.execute("CREATE TABLE trajectories AS SELECT task_id FROM tasks")
+    for name in ("tasks", "trajectories"):
+        con.read_parquet(str(directory / f"{name}.parquet")).create_view(name)
     return con
 
 
@@ -82,7 +88,7 @@ def phase_scorer(args, base_url: str) -> dict:
     from tracelake.curate.answers import run_model_scorer
     from tracelake.curate.scorers import LlmResponseLength
 
-    con = tables(args.tasks, args.instruction_chars)
+    con = tables(args.tasks, args.instruction_chars, Path(args.cache).parent / "lake")
     start = time.perf_counter()
     run = run_model_scorer(LlmResponseLength(), con, model_params(base_url, args.concurrency), args.cache)
     scored = time.perf_counter()
@@ -90,8 +96,8 @@ def phase_scorer(args, base_url: str) -> dict:
         scores, answers = TableWriter(tmp, load_schema("scores")), TableWriter(tmp, load_schema("responses"))
         for row in sorted(run.rows, key=lambda r: r["task_id"]):
             scores.write(row)
-        for row in sorted(run.answers, key=lambda r: (r["task_id"], r["sample"])):
-            answers.write(row)
+        for batch in run.answer_batches():
+            answers.write_batch(batch)
         scores.close(), answers.close()
     end = time.perf_counter()
     return {"seconds": end - start, "scoring_seconds": scored - start, "writing_seconds": end - scored,
@@ -130,6 +136,7 @@ def main() -> None:
     results = {}
     try:
         with tempfile.TemporaryDirectory() as tmp:
+            tables(args.tasks, args.instruction_chars, Path(tmp) / "lake").close()   # the lake files, made here
             common = [sys.executable, __file__, "--tasks", str(args.tasks), "--instruction-chars",
                       str(args.instruction_chars), "--concurrency", str(args.concurrency), "--base-url", base_url,
                       "--cache", f"{tmp}/cache", "--out", f"{tmp}/scores"]

@@ -54,9 +54,9 @@ def main(argv: list[str] | None = None) -> None:
         for run in sorted(runs, key=lambda r: r.scorer):
             for row in sorted(run.rows, key=lambda r: r["task_id"]):
                 writer.write(row)
-            if isinstance(run, ModelRun):
-                for row in sorted(run.answers, key=lambda r: (r["task_id"], r["sample"])):
-                    answers.write(row)
+            if isinstance(run, ModelRun):   # streamed from the answer cache, ordered by (task_id, sample)
+                for batch in run.answer_batches():
+                    answers.write_batch(batch)
         info, answers_info = writer.close(), answers.close()
         metrics = {run.scorer: run.metrics() for run in runs}
         manifest = write_manifest(

@@ -26,6 +26,11 @@ def send_json(handler: BaseHTTPRequestHandler, status: int, data: bytes, headers
     handler.wfile.write(data)
 
 
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256   # many clients connecting at once (benchmarks) are queued, not reset
+
+
 def answer_text(messages: list[dict], seed: Any, i: int, chars: int | None = None) -> str:
     """1-40 words, or about `chars` characters (0.5x-1.5x), chosen by a hash of the request."""
     digest = hashlib.sha256(json.dumps([messages, seed, i], sort_keys=True).encode()).digest()
@@ -84,8 +89,7 @@ class ChatServer:
             def _send(self, status, payload):
                 send_json(self, status, json.dumps(payload).encode())
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", self._port), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = Server(("127.0.0.1", self._port), Handler)
         self._port = self.httpd.server_address[1]
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
         return self
@@ -132,8 +136,7 @@ class RateLimitProxy:
             def _reply(self, status, data, headers=()):
                 send_json(self, status, data, headers)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = Server(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     @property

@@ -65,7 +65,7 @@ def test_scores_are_answer_lengths_and_a_rerun_asks_nothing(server, tmp_path):
     assert (run.computed, run.cached, len(run.failures)) == (30, 0, 0)
     assert server.answered == 30 and run.usage.calls == 30
     # the score is the characters of the answer the server gave this task's rendered prompt
-    first = next(r for r in run.answers if r["task_id"] == "t000")
+    first = next(r for r in run.answers() if r["task_id"] == "t000")
     messages = scorer.messages_of(scorer.render("Task 0: list the files in /srv/0 and count them."))
     assert messages[0] == {"role": "system", "content": "You are a helpful AI assistant. Provide clear, direct, and "
                            "concise responses. Be efficient with your words while still being helpful."}
@@ -99,14 +99,14 @@ def test_the_cache_key_holds_model_prompt_and_sampling(server, tmp_path):
     run = run_model_scorer(scorer, con, model(server.base_url, score_by="tokens"), tmp_path)
     assert run.computed == 0
     assert all(r["score"] == len(a["text"].split()) for r, a in zip(
-        sorted(run.rows, key=lambda r: r["task_id"]), sorted(run.answers, key=lambda a: a["task_id"])))
+        sorted(run.rows, key=lambda r: r["task_id"]), sorted(run.answers(), key=lambda a: a["task_id"])))
 
 
 def test_n_answers_are_averaged_and_cut_answers_are_censored(server, tmp_path):
     con, scorer = task_con(6), LlmResponseLength()
     run = run_model_scorer(scorer, con, model(server.base_url, n=3, max_tokens=12), tmp_path)
     by_task: dict[str, list[dict]] = {}
-    for a in run.answers:
+    for a in run.answers():
         by_task.setdefault(a["task_id"], []).append(a)
     for row in run.rows:
         answers = by_task[row["task_id"]]
@@ -115,7 +115,7 @@ def test_n_answers_are_averaged_and_cut_answers_are_censored(server, tmp_path):
         for a in answers:
             assert a["censored"] == (a["finish_reason"] == "length")
             assert a["censored"] == (len(a["text"].split()) == 12 and a["finish_reason"] == "length")
-    assert run.censored == sum(a["censored"] for a in run.answers) > 0
+    assert run.censored == sum(a["censored"] for a in run.answers()) > 0
     assert "censored" in summary(run, model(server.base_url))
 
 
@@ -233,6 +233,24 @@ def test_many_cache_parts_are_compacted_without_losing_an_answer(server, tmp_pat
     assert len(cache.parts()) == 1 and again.computed == 0 and scores_of(again) == scores_of(run)
 
 
+def test_a_compaction_interrupted_after_its_write_loses_and_doubles_nothing(server, tmp_path):
+    """A part left beside its merged copy (a crash between the write and the removals) is read once."""
+    import shutil
+    con, scorer = task_con(12), LlmResponseLength()
+    run = run_model_scorer(scorer, con, model(server.base_url), tmp_path)
+    cache = AnswerCache(tmp_path, scorer.name)
+    (part,) = cache.parts()
+    shutil.copy(part, part.with_name("part-0000000000000000.parquet"))
+    again = run_model_scorer(scorer, con, model(server.base_url), tmp_path)
+    assert (again.computed, again.cached) == (0, 12) and scores_of(again) == scores_of(run)
+    assert again.answers() == run.answers() and len(again.answers()) == 12
+    assert [(a["task_id"], a["sample"]) for a in again.answers()] == sorted((a["task_id"], a["sample"])
+                                                                            for a in run.answers())
+    merged = cache.compact()
+    assert cache.parts() == [merged] and pq.read_table(merged).num_rows == 12
+    assert scores_of(run_model_scorer(scorer, con, model(server.base_url), tmp_path)) == scores_of(run)
+
+
 def test_requests_per_minute_limit_spaces_requests(server, tmp_path, monkeypatch):
     from tracelake.curate.engines import openai_api
     monkeypatch.setattr(openai_api.RateLimiter, "WINDOW_S", 1.0)   # a one-second "minute"
@@ -254,7 +272,7 @@ def test_retry_after_and_backoff():
 def test_responses_rows_match_their_schema(server, tmp_path):
     from tracelake.core.schema import load_schema
     run = run_model_scorer(LlmResponseLength(), task_con(3), model(server.base_url), tmp_path)
-    table = load_schema("responses").from_rows(run.answers)
+    table = load_schema("responses").from_rows(run.answers())
     assert table.num_rows == 3 and set(table.column("model").to_pylist()) == {"tiny"}
 
 

@@ -124,10 +124,10 @@ def test_openai_engine_against_vllm_serve(served, reference, tmp_path, monkeypat
     monkeypatch.setenv(KEY_ENV, KEY)
     assert (reference.computed, len(reference.failures), len(reference.rows)) == (24, 0, 24)
     assert reference.usage.calls == 24 and reference.usage.output_tokens > 0
-    for answer in reference.answers:
+    for answer in reference.answers():
         assert answer["completion_tokens"] <= 24 and answer["censored"] == (answer["finish_reason"] == "length")
     assert all(r["score"] == len(a["text"]) for r, a in zip(
-        sorted(reference.rows, key=lambda r: r["task_id"]), sorted(reference.answers, key=lambda a: a["task_id"])))
+        sorted(reference.rows, key=lambda r: r["task_id"]), sorted(reference.answers(), key=lambda a: a["task_id"])))
     # a second run of the same requests (another cache): seeded sampling gives the same answers
     again = run_model_scorer(LlmResponseLength(), task_con(24), params(served.base_url), tmp_path)
     assert scores_of(again) == scores_of(reference)
@@ -183,7 +183,7 @@ def test_vllm_offline_engine(tiny_model, tmp_path, monkeypatch):
     assert (run.computed, len(run.failures), run.usage.calls) == (12, 0, 12)
     assert run.engine == f"vllm {tiny_model}"
     for row in run.rows:
-        answer = next(a for a in run.answers if a["task_id"] == row["task_id"])
+        answer = next(a for a in run.answers() if a["task_id"] == row["task_id"])
         assert row["score"] == len(answer["text"]) and answer["prompt_tokens"] > 0
     again = run_model_scorer(LlmResponseLength(), task_con(12), model, tmp_path)
     assert (again.computed, again.usage.calls) == (0, 0)

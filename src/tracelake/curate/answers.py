@@ -15,11 +15,12 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import duckdb
-import pyarrow.parquet as pq
+import pyarrow as pa
 
+from tracelake.core.assets import sql
 from tracelake.core.errors import BadInput, BadParams
 from tracelake.core.hashing import canonical_json, content_id, sha256_bytes
 from tracelake.core.schema import load_schema
@@ -34,7 +35,10 @@ COMPACT_PARTS = 64
 
 
 class AnswerCache:
-    """<directory>/<scorer>/answers/part-<hash>.parquet: answer rows, append-only, named by content."""
+    """<directory>/<scorer>/answers/part-<hash>.parquet: answer rows, append-only, named by content.
+
+    Read through DuckDB, never whole into Python: a run holds the keys and lengths of its answers,
+    and the responses table streams from the parts (at 100K tasks the texts are hundreds of MB)."""
 
     def __init__(self, directory: Path | str, scorer: str):
         self.directory = Path(directory) / scorer / "answers"
@@ -45,22 +49,60 @@ class AnswerCache:
     def parts(self) -> list[Path]:
         return sorted(self.directory.glob("part-*.parquet"))
 
-    def load(self) -> dict[str, list[dict]]:
-        """request_id -> its answer rows in sample order. Many parts become one (after the read)."""
-        rows: dict[str, dict] = {}
+    def _query(self, con: duckdb.DuckDBPyConnection, select: str, **params: Any) -> duckdb.DuckDBPyRelation | None:
+        """`select` over the table `answers` (every part, one row per response_id); None without parts."""
+        parts = [str(p) for p in self.parts()]
+        if not parts:
+            return None
+        return con.sql(f"WITH answers AS ({sql('answer_cache')}) {select}", params={"parts": parts, **params})
+
+    def complete(self, n: int) -> set[str]:
+        """The request ids with all `n` answers cached. Many parts become one first."""
+        if len(self.parts()) > COMPACT_PARTS:
+            self.compact()
+        rel = self._query(duckdb.connect(), "SELECT request_id FROM answers GROUP BY request_id HAVING count(*) = $n",
+                          n=n)
+        return set() if rel is None else {k for (k,) in rel.fetchall()}
+
+    def lengths(self, request_ids: list[str]) -> dict[str, tuple[list[int], list[int | None], int]]:
+        """request_id -> (characters of each answer, completion tokens of each, censored answers), in
+        sample order, for those of `request_ids` that have answers."""
+        con = duckdb.connect()
+        con.register("wanted", pa.table({"request_id": pa.array(request_ids, pa.string())}))
+        rel = self._query(con, "SELECT request_id, list(length(text) ORDER BY sample), list(completion_tokens ORDER BY "
+                               "sample), count_if(censored) FROM answers SEMI JOIN wanted USING (request_id) "
+                               "GROUP BY request_id")
+        return {} if rel is None else {k: (chars, tokens, int(c)) for k, chars, tokens, c in rel.fetchall()}
+
+    def batches(self, request_ids: list[str], batch_rows: int = 2048) -> Iterator[pa.RecordBatch]:
+        """The answer rows of `request_ids`, ordered by (task_id, sample), in the schema's columns."""
+        con = duckdb.connect()
+        con.register("wanted", pa.table({"request_id": pa.array(request_ids, pa.string())}))
+        rel = self._query(con, f"SELECT {self._columns()} FROM answers SEMI JOIN wanted USING (request_id) "
+                               f"ORDER BY task_id, sample")
+        if rel is not None:
+            yield from rel.to_arrow_reader(batch_rows)
+
+    def compact(self) -> Path | None:
+        """Every part as one, written before the others are removed: a crash in between leaves
+        duplicates only, which reading drops."""
         parts = self.parts()
+        con = duckdb.connect()
+        rel = self._query(con, "SELECT response_id FROM answers ORDER BY response_id")
+        if rel is None:
+            return None
+        merged = self.directory / f"part-{content_id('answer-cache', [r for (r,) in rel.fetchall()], n_hex=16)}.parquet"
+        tmp = self.directory / f".{merged.name}.tmp-{os.getpid()}"
+        rows = self._query(con, f"SELECT {self._columns()} FROM answers")   # unsorted: streams, any order reads the same
+        rows.write_parquet(str(tmp), compression="zstd")
+        tmp.replace(merged)
         for part in parts:
-            for row in pq.read_table(part).to_pylist():
-                rows[row["response_id"]] = row
-        by_request: dict[str, list[dict]] = {}
-        for row in sorted(rows.values(), key=lambda r: (r["request_id"], r["sample"])):
-            by_request.setdefault(row["request_id"], []).append(row)
-        if len(parts) > COMPACT_PARTS:   # the merged part first: a crash in between leaves duplicates only
-            merged = self._write(list(rows.values()))
-            for part in parts:
-                if part != merged:
-                    part.unlink(missing_ok=True)
-        return by_request
+            if part != merged:
+                part.unlink(missing_ok=True)
+        return merged
+
+    def _columns(self) -> str:
+        return ", ".join(f'"{c}"' for c in self.schema.arrow.names)
 
     def add(self, rows: list[dict]) -> None:
         self._pending.extend(rows)
@@ -69,22 +111,30 @@ class AnswerCache:
 
     def flush(self) -> None:
         if self._pending:
-            self._write(self._pending)
+            write_cache_part(self.directory, "answer-cache", self.schema, self._pending)
             self._pending = []
         self._last_flush = time.monotonic()
-
-    def _write(self, rows: list[dict]) -> Path:
-        return write_cache_part(self.directory, "answer-cache", self.schema, rows)
 
 
 @dataclass
 class ModelRun(ScorerRun):
-    """A model scorer's run: its scores (ScorerRun.rows), the answers behind them, what failed."""
+    """A model scorer's run: its scores (ScorerRun.rows), the keys of the answers behind them (the
+    answers stay in the cache until written), what failed."""
     engine: str = ""
-    answers: list[dict] = field(default_factory=list)
+    answer_keys: list[str] = field(default_factory=list)   # request ids of the scored tasks
+    cache: AnswerCache | None = None
     failures: list[tuple[str, Failure]] = field(default_factory=list)   # (task_id, failure)
     usage: Usage = field(default_factory=Usage)
     censored: int = 0
+
+    def answer_batches(self) -> Iterator[pa.RecordBatch]:
+        """The answers behind the scores, ordered by (task_id, sample), streamed from the cache."""
+        if self.cache is not None:
+            yield from self.cache.batches(self.answer_keys)
+
+    def answers(self) -> list[dict]:
+        """The same, as rows (small runs and tests)."""
+        return [row for batch in self.answer_batches() for row in batch.to_pylist()]
 
     def metrics(self) -> dict[str, Any]:
         return {**super().metrics(), "unscored": len(self.failures), "censored_answers": self.censored}
@@ -141,23 +191,25 @@ def run_model_scorer(scorer: ModelScorer, con: duckdb.DuckDBPyConnection, model:
     sampling = model.sampling()
     sampling_json = canonical_json(sampling).decode()
     score_sampling = canonical_json({**sampling, "score_by": model.score_by}).decode()
-    keyed: list[tuple[str, str, str, str]] = []   # (request_id, task_id, prompt_sha, prompt)
+    cache = AnswerCache(cache_dir, scorer.name)
+    cached = cache.complete(model.n)
+    keyed: list[tuple[str, str, str]] = []   # (request_id, task_id, prompt_sha)
+    missing: dict[str, tuple[str, str, str]] = {}   # request_id -> (task_id, prompt_sha, prompt)
     for r in scorer.requests(con):
         prompt_sha = sha256_bytes(r.prompt.encode())
         key = content_id("request", {"task_id": r.task_id, "scorer": scorer.name, "model": model.name,
                                      "prompt_sha256": prompt_sha, "sampling": sampling})
-        keyed.append((key, r.task_id, prompt_sha, r.prompt))
-    cache = AnswerCache(cache_dir, scorer.name)
-    known = {k: rows for k, rows in cache.load().items() if len(rows) == model.n}
+        keyed.append((key, r.task_id, prompt_sha))
+        if key not in cached:
+            missing[key] = (r.task_id, prompt_sha, r.prompt)
     status = Status()
-    status.cached = sum(k in known for k, *_ in keyed)
-    missing = {k: (task_id, prompt_sha, prompt) for k, task_id, prompt_sha, prompt in keyed if k not in known}
+    status.cached = len(keyed) - len(missing)
     if on_total:
         on_total(len(keyed))
     if on_progress and status.cached:
         on_progress(status.cached, status)
 
-    run = ModelRun(scorer.name, [], cached=status.cached)
+    run = ModelRun(scorer.name, [], cached=status.cached, cache=cache)
     if missing:
         engine = engine_factory(model)
         run.engine, run.usage = engine.label, engine.usage
@@ -170,9 +222,8 @@ def run_model_scorer(scorer: ModelScorer, con: duckdb.DuckDBPyConnection, model:
                     run.failures.append((task_id, result))
                     status.failed += 1
                 else:
-                    rows = answer_rows(result.key, task_id, scorer.name, model.name, prompt_sha, sampling_json, result)
-                    cache.add(rows)
-                    known[result.key] = rows
+                    cache.add(answer_rows(result.key, task_id, scorer.name, model.name, prompt_sha, sampling_json,
+                                          result))
                     status.answered += 1
                 if on_progress:
                     on_progress(1, status)
@@ -180,22 +231,23 @@ def run_model_scorer(scorer: ModelScorer, con: duckdb.DuckDBPyConnection, model:
             cache.flush()
     run.computed = status.answered
 
-    for key, task_id, prompt_sha, _ in keyed:
-        rows = known.get(key)
-        if rows is None:
+    lengths = cache.lengths([key for key, *_ in keyed])
+    for key, task_id, prompt_sha in keyed:
+        if key not in lengths:
             continue
+        chars, tokens, censored = lengths[key]
         if model.score_by == "tokens":
-            if any(r["completion_tokens"] is None for r in rows):
+            if any(t is None for t in tokens):
                 raise BadInput(f"{scorer.name}: score.model.score_by tokens, but the engine reported no token count "
                                f"per answer for task {task_id} (an OpenAI-compatible endpoint with n > 1 reports "
                                f"only a total: use n: 1, or score_by: chars)")
-            lengths = [r["completion_tokens"] for r in rows]
+            counts = tokens
         else:
-            lengths = [len(r["text"]) for r in rows]
-        run.rows.append(score_row(task_id, scorer.name, model.name, prompt_sha, float(scorer.score(lengths)),
+            counts = chars
+        run.rows.append(score_row(task_id, scorer.name, model.name, prompt_sha, float(scorer.score(counts)),
                                   sampling=score_sampling))
-        run.answers.extend(rows)
-        run.censored += sum(r["censored"] for r in rows)
+        run.answer_keys.append(key)
+        run.censored += censored
     return run
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Union
 
 import orjson
 import yaml
@@ -70,6 +70,9 @@ class ResponseLengthProxy(Scorer):
         return [self._values[_key_hash(r)] for r in requests]
 
 
+REQUEST_BATCH = 1024   # task instructions fetched at a time
+
+
 class ModelScorer(ABC):
     """A scorer whose requests a model answers. `name` must change whenever the prompt would."""
 
@@ -82,8 +85,9 @@ class ModelScorer(ABC):
         self.user: str = template["user"]
 
     @abstractmethod
-    def requests(self, con: duckdb.DuckDBPyConnection) -> list[ScoreRequest]:
-        """One request per task to score; its prompt is `render`'s messages as canonical JSON."""
+    def requests(self, con: duckdb.DuckDBPyConnection) -> Iterator[ScoreRequest]:
+        """One request per task to score, streamed (a caller keeps only the prompts it sends); its
+        prompt is `render`'s messages as canonical JSON."""
 
     @abstractmethod
     def score(self, lengths: list[int]) -> float:
@@ -108,8 +112,10 @@ class LlmResponseLength(ModelScorer):
     name = "llm_response_length_v1"
 
     def requests(self, con):
-        return [ScoreRequest(task_id, self.render(instruction))
-                for task_id, instruction in con.execute(sql("score_task_instructions")).fetchall()]
+        tasks = con.sql(sql("score_task_instructions")).to_arrow_table()   # Arrow holds the texts compactly
+        for batch in tasks.to_batches(REQUEST_BATCH):
+            for task_id, instruction in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
+                yield ScoreRequest(task_id, self.render(instruction))
 
     def score(self, lengths):
         return sum(lengths) / len(lengths)
