@@ -6,19 +6,19 @@ the model scorers' answers in responses.parquet), counts to metrics/score.json.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from tracelake.core.errors import BadInput, BadParams
+from tracelake.core.errors import BadParams
 from tracelake.core.lake import TableWriter, output_dir, write_manifest
 from tracelake.core.lakedb import connect, input_versions
 from tracelake.core.layout import Lake
 from tracelake.core.schema import load_schema
 from tracelake.core.stage import run_stage, write_metrics
-from tracelake.core.ui import progress, progress_status
-from tracelake.curate.answers import ModelRun, failure_lines, run_model_scorer, summary
+from tracelake.core.ui import progress
+from tracelake.curate.answers import ModelRun
 from tracelake.curate.params import ImportParams
 from tracelake.curate.score import ScoreCache, import_scores, known_tasks_of, run_scorer
+from tracelake.curate.score_run import run_model
 from tracelake.curate.scorers import BUILTIN_SCORERS, ModelScorer
 from tracelake.params import stage_args
 
@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> None:
         manifest = write_manifest(
             tmp, kind="scores", tables=[info, answers_info],
             inputs={"trajectories": input_versions(lake.root, "trajectories", sources)},
-            params={k: v for k, v in params.section("score").items() if k != "cache"},  # where the cache lives changes nothing
+            # where the cache lives and where answers are fetched change nothing they are keyed by
+            params={k: v for k, v in params.section("score").items() if k not in ("cache", "modal")},
             formulas={run.scorer: run.scorer for run in runs}, counts={"rows": info.rows, "scorers": metrics})
     write_metrics("metrics/score.json", metrics)
     for run in runs:
@@ -71,22 +72,6 @@ def main(argv: list[str] | None = None) -> None:
         print(f"score {run.scorer}: {len(run.rows)} tasks ({run.cached} cached, {run.computed} computed"
               f"{f', {run.unmatched} unmatched import rows' if run.unmatched else ''}) "
               f"-> {lake.scores} (version {manifest['version_id']})")
-
-
-def run_model(scorer: ModelScorer, con, score) -> ModelRun:
-    """One model scorer: answers stored as they arrive; a one-line summary; fail past max_failures."""
-    with progress_status(f"score {scorer.name}") as (set_total, advance):
-        run = run_model_scorer(scorer, con, score.model, score.cache, on_total=set_total, on_progress=advance)
-    print(summary(run, score.model))
-    if run.failures:
-        print(f"{len(run.failures)} tasks failed after retries (unscored; select.unscored decides what "
-              f"selection does with them):", file=sys.stderr)
-        print("\n".join(failure_lines(run)), file=sys.stderr)
-    if len(run.failures) > score.max_failures:
-        raise BadInput(f"score {scorer.name}: {len(run.failures)} of {len(run.failures) + len(run.rows)} tasks "
-                       f"failed after retries, more than score.max_failures {score.max_failures}; the answers "
-                       f"received are cached: run again to ask only for the rest")
-    return run
 
 
 if __name__ == "__main__":

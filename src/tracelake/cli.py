@@ -16,7 +16,7 @@ from typing import Annotated, Optional
 import typer
 
 from tracelake import __version__
-from tracelake.core.errors import Bug, TracelakeError
+from tracelake.core.errors import BadParams, Bug, TracelakeError
 from tracelake.core.layout import Lake
 from tracelake.core.stage import interrupted_message
 from tracelake.core.ui import err, out, progress
@@ -180,6 +180,32 @@ def train(
     rc = run(plan)
     if rc:
         raise typer.Exit(rc)
+
+
+@app.command()
+def score(
+    backend: Annotated[str, typer.Option("--backend", "-b", help="local: the engine score.model names, here; modal: the vllm engine on a Modal GPU (score.modal).")] = "local",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the requests (cached, to send), the model, GPU, volume and exact command; send nothing (works offline).")] = False,
+    params: Annotated[Path, typer.Option("--params", help="The params file.")] = Path("params.yaml"),
+) -> None:
+    """Answer the model scorers' uncached requests into the answer cache (score.cache), here or on
+    Modal. Writes nothing in the lake: `dvc repro score` then builds lake/scores from the cache
+    without a model call."""
+    from tracelake.core.lakedb import connect
+    from tracelake.curate.score_run import describe, model_scorers, plan_score, run_plan
+    from tracelake.params import load_params
+
+    p = load_params(params)
+    scorers = model_scorers(p.score)
+    if not scorers:
+        raise BadParams(f"params.yaml: score.scorers ({', '.join(p.score.scorers)}) has no model scorer "
+                        f"(llm_response_length_v1)")
+    con = connect(p.lake, list(p.sources))
+    for scorer in scorers:
+        plan = plan_score(scorer, con, p.score, backend)
+        out.print(describe(plan, p.score.model), markup=False, highlight=False, soft_wrap=True)
+        if not dry_run:
+            run_plan(plan, con, p.score)
 
 
 @app.command()

@@ -25,3 +25,9 @@ def env_program(kind: str, name: str) -> Path | None:
     """<environment>/bin/<name> when it exists, else None."""
     path = env_dir(kind) / "bin" / name
     return path if path.exists() else None
+
+
+def env_command(kind: str, name: str) -> str:
+    """A program of the environment, else the bare name (found on PATH when it runs)."""
+    program = env_program(kind, name)
+    return str(program) if program else name

@@ -181,20 +181,14 @@ class Status:
         return f"{self.cached} cached · {self.answered} answered · {self.failed} failed"
 
 
-def run_model_scorer(scorer: ModelScorer, con: duckdb.DuckDBPyConnection, model: ModelParams,
-                     cache_dir: Path | str, *, engine_factory: Callable[[ModelParams], Engine] = make_engine,
-                     on_total: Callable[[int], None] | None = None,
-                     on_progress: Callable[[int, Status], None] | None = None) -> ModelRun:
-    """Score every task `scorer` asks about; only requests without cached answers reach the engine.
-    Failed requests are left unscored and listed in the run (the caller decides whether that many
-    failures are allowed)."""
+def pending_requests(scorer: ModelScorer, con: duckdb.DuckDBPyConnection, model: ModelParams, cache: AnswerCache
+                     ) -> tuple[list[tuple[str, str, str]], dict[str, tuple[str, str, str]]]:
+    """Every request `scorer` makes, as (request_id, task_id, prompt_sha), and those without cached
+    answers: request_id -> (task_id, prompt_sha, prompt)."""
     sampling = model.sampling()
-    sampling_json = canonical_json(sampling).decode()
-    score_sampling = canonical_json({**sampling, "score_by": model.score_by}).decode()
-    cache = AnswerCache(cache_dir, scorer.name)
     cached = cache.complete(model.n)
-    keyed: list[tuple[str, str, str]] = []   # (request_id, task_id, prompt_sha)
-    missing: dict[str, tuple[str, str, str]] = {}   # request_id -> (task_id, prompt_sha, prompt)
+    keyed: list[tuple[str, str, str]] = []
+    missing: dict[str, tuple[str, str, str]] = {}
     for r in scorer.requests(con):
         prompt_sha = sha256_bytes(r.prompt.encode())
         key = content_id("request", {"task_id": r.task_id, "scorer": scorer.name, "model": model.name,
@@ -202,6 +196,20 @@ def run_model_scorer(scorer: ModelScorer, con: duckdb.DuckDBPyConnection, model:
         keyed.append((key, r.task_id, prompt_sha))
         if key not in cached:
             missing[key] = (r.task_id, prompt_sha, r.prompt)
+    return keyed, missing
+
+
+def run_model_scorer(scorer: ModelScorer, con: duckdb.DuckDBPyConnection, model: ModelParams,
+                     cache_dir: Path | str, *, engine_factory: Callable[[ModelParams], Engine] = make_engine,
+                     on_total: Callable[[int], None] | None = None,
+                     on_progress: Callable[[int, Status], None] | None = None) -> ModelRun:
+    """Score every task `scorer` asks about; only requests without cached answers reach the engine.
+    Failed requests are left unscored and listed in the run (the caller decides whether that many
+    failures are allowed)."""
+    sampling_json = canonical_json(model.sampling()).decode()
+    score_sampling = canonical_json({**model.sampling(), "score_by": model.score_by}).decode()
+    cache = AnswerCache(cache_dir, scorer.name)
+    keyed, missing = pending_requests(scorer, con, model, cache)
     status = Status()
     status.cached = len(keyed) - len(missing)
     if on_total:

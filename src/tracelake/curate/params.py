@@ -90,6 +90,17 @@ class ModelParams(Section):
                 "n": self.n}
 
 
+class ScoreModalParams(Section):
+    """`tracelake score --backend modal`: the vllm engine on a Modal GPU (scoring/modal_app.py). Where
+    answers come from changes nothing they are keyed by: not a parameter of the score stage."""
+    app: str = "tracelake-score"
+    gpu: str = "H100:1"
+    timeout_hours: Annotated[int, Field(ge=1)] = 4
+    volume: str = "tracelake-scoring"   # model directories by content hash (uploaded once) and the hub cache
+    image_python: str = "3.12"
+    vllm: str = "0.32.0"                # the vllm release the GPU image installs
+
+
 class ScoreParams(Section):
     scorers: list[str] = Field(default_factory=lambda: ["response_length_proxy_v1"])
     # checked as ImportParams, kept as written: stages/score.py reads them, the manifest records them
@@ -97,6 +108,7 @@ class ScoreParams(Section):
         Field(default_factory=dict)
     model: ModelParams | None = None   # needed by the model scorers (llm_response_length_v1)
     max_failures: Annotated[int, Field(ge=0)] = 0   # tasks a model scorer may fail after retries
+    modal: ScoreModalParams = Field(default_factory=ScoreModalParams)   # tracelake score --backend modal
     cache: str = ".tracelake/cache/scores"
 
     @field_validator("scorers")

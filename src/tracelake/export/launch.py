@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import orjson
 import yaml
 
-from tracelake.core.envs import env_program
+from tracelake.core.envs import env_command
 from tracelake.core.errors import BadInput, BadParams
 from tracelake.core.lake import read_manifest
 from tracelake.core.layout import Lake, is_built, pick_dataset
@@ -119,8 +119,7 @@ def _config_dataset_id(kind: str, config: Path) -> str:
 def train_env_bin(name: str) -> str:
     """A program of the training environment (TRACELAKE_TRAIN_ENV, else .venv-train), else the bare
     name, found on PATH when it runs."""
-    program = env_program("training", name)
-    return str(program) if program else name
+    return env_command("training", name)
 
 
 # --- plans --------------------------------------------------------------------------------------

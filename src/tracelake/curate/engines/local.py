@@ -46,6 +46,11 @@ def engine_python(backend: str, python: str | None) -> Path:
 
 
 class LocalEngine(Engine):
+    """The worker as a subprocess: requests on its stdin, protocol lines on its stdout (lines that do
+    not start with `prefix` are not the protocol's: a launcher's own output), its log on stderr."""
+    prefix = b""
+    env: dict[str, str] = {}
+
     def __init__(self, *, backend: str, python: Path, model_path: str, batch_size: int,
                  max_model_len: int | None):
         super().__init__()
@@ -66,13 +71,15 @@ class LocalEngine(Engine):
             return
         log = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
         proc = subprocess.Popen(self._command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                env=dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false"))
+                                env=dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false", **self.env))
         feeder = threading.Thread(target=_feed, args=(cast(IO[bytes], proc.stdin), requests), daemon=True)
         feeder.start()
         answered = 0
         try:
             for line in proc.stdout:   # type: ignore[union-attr]
-                message = orjson.loads(line)
+                if not line.startswith(self.prefix):
+                    continue
+                message = orjson.loads(line[len(self.prefix):])
                 if message.get("ready"):
                     continue
                 answered += 1
