@@ -102,6 +102,29 @@ def test_the_command_line_dry_run_in_a_project(tmp_path):
         "tracelake: missing.yaml not found (run from the repository root, or pass --params)"
 
 
+def test_local_backend_fills_the_cache_and_dvc_repro_score_asks_nothing(tmp_path):
+    """`tracelake score` answers every task into the cache and writes nothing in the lake; the score
+    stage then builds lake/scores from the cache without a model call."""
+    repo = copy_project(tmp_path / "project", trials=40, tasks=12)
+    server = ChatServer().start()
+    try:
+        params = yaml.safe_load((repo / "params.yaml").read_text())
+        params["score"].update(scorers=["response_length_proxy_v1", LLM], cache=str(tmp_path / "cache"),
+                               model={"backend": "openai", "name": "tiny", "base_url": server.base_url,
+                                      "api_key_env": None, "max_tokens": 30})
+        (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+        run_ok(["dvc", "repro", "ingest"], repo)
+        out = run_ok([sys.executable, "-m", "tracelake", "score"], repo)
+        n = int(re.search(r"requests: (\d+) tasks: 0 cached", out).group(1))
+        assert f"{n} tasks scored, {n} answered, 0 cached, 0 failed, {n} model calls" in out, out
+        assert server.answered == n and not (repo / "lake" / "scores").exists()
+        out = run_ok(["dvc", "repro", "score"], repo)
+        assert f"{n} tasks scored, 0 answered, {n} cached, 0 failed, 0 model calls" in out, out
+        assert server.answered == n
+    finally:
+        server.stop()
+
+
 @pytest.mark.train_env
 def test_modal_app_defines_its_functions_offline(tmp_path):
     code = ("import sys; sys.path.insert(0, 'scoring'); import modal_app as m; "
