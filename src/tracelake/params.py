@@ -14,7 +14,8 @@ from pydantic import BeforeValidator, Field, model_validator
 
 from tracelake.core.errors import BadParams
 from tracelake.core.params import Invalid, Name, Section, TokenizerParams, read_yaml, validated
-from tracelake.curate.params import FilterParams, MixParams, ScoreParams, SelectParams
+from tracelake.curate.params import (DecontaminateParams, DedupParams, FilterParams, MixParams, ScoreParams,
+                                     SelectParams)
 from tracelake.export.params import ExportRlParams, ExportSftParams, TrainParams
 from tracelake.ingest.params import IngestParams, SourceParams
 from tracelake.sample.params import SynthParams
@@ -39,6 +40,8 @@ class Params(Section):
     sources: Annotated[dict[Name, SourceParams], BeforeValidator(_sources)]
     tokenizer: TokenizerParams = Field(default_factory=TokenizerParams)
     score: ScoreParams = Field(default_factory=ScoreParams)
+    dedup: DedupParams = Field(default_factory=DedupParams)
+    decontaminate: DecontaminateParams = Field(default_factory=DecontaminateParams)
     filter: FilterParams = Field(default_factory=FilterParams)
     mix: MixParams = Field(default_factory=MixParams)
     select: SelectParams = Field(default_factory=SelectParams)
@@ -76,6 +79,13 @@ class Params(Section):
         if self.select.score not in known:
             raise Invalid(f": {self.select.score!r} is not a configured scorer "
                           f"({', '.join(known) or 'none'})", at=("select", "score"))
+        return self
+
+    @model_validator(mode="after")
+    def _dedup_names_sources(self) -> Params:
+        for name in self.dedup.per_source:
+            if name not in self.sources:
+                raise Invalid(f": no source {name!r} under sources", at=("dedup", "per_source", name))
         return self
 
     @model_validator(mode="after")

@@ -184,3 +184,57 @@ class SelectParams(Section):
                     raise Invalid(f': quote a numeric scale name ("{name}": {n}) so DVC can address it as a '
                                   f'param', at=(name,))
         return scales
+
+
+Similarity = Annotated[float, Field(gt=0, le=1)]
+
+
+class MinHashParams(Section):
+    """Near-exact duplicates: MinHash LSH over word n-gram shingles, verified by true Jaccard."""
+    enabled: bool = True
+    ngram: Count = 5                  # words per shingle
+    bands: Count = 14                 # bands * rows hash functions (14 x 8 = 112)
+    rows: Count = 8
+    threshold: Similarity = 0.7       # verified Jaccard a pair must reach
+    seed: int = 0
+
+
+class EmbeddingParams(Section):
+    """Semantic near-duplicates: cosine range search over an embeddings table in LanceDB."""
+    enabled: bool = True
+    embedder: Literal["hashed_char_ngrams_v1"] = "hashed_char_ngrams_v1"   # model-free, deterministic
+    dim: Annotated[int, Field(ge=16, le=4096)] = 256
+    ngrams: list[Annotated[int, Field(ge=1, le=16)]] = Field(default_factory=lambda: [3, 4, 5])
+    threshold: Similarity = 0.9       # cosine similarity a pair must reach
+    neighbours: Count = 32            # nearest rows a text asks for (union-find links the rest)
+    exact_below: Count = 20000        # rows below which the search is exact; above, an IVF_FLAT index
+    nprobes: Count = 16               # IVF partitions a query scans
+
+
+class DedupParams(Section):
+    keep: Literal["one", "all"] = "one"     # one: drop the rollouts of every task but the representative
+    per_source: dict[Name, Literal["one", "all"]] = Field(default_factory=dict)   # overrides `keep`
+    minhash: MinHashParams = Field(default_factory=MinHashParams)
+    embedding: EmbeddingParams = Field(default_factory=EmbeddingParams)
+    cache: str | None = ".tracelake/cache/embeddings"   # vectors by (embedder, text sha256); null: none
+
+    def keep_for(self, source: str) -> str:
+        return self.per_source.get(source, self.keep)
+
+
+class BenchmarkParams(Section):
+    path: str
+    column: str = "instruction"       # a table's instruction column
+    id: str | None = None             # a table's item id column (default: the row number)
+
+
+def _benchmark(value: Any) -> Any:
+    return {"path": value} if isinstance(value, str) else value
+
+
+class DecontaminateParams(Section):
+    """Benchmarks whose tasks must not be trained on: name -> a directory of Harbor tasks, or a
+    Parquet / JSONL / JSON file of instructions ({path, column, id})."""
+    benchmarks: dict[Name, Annotated[BenchmarkParams, BeforeValidator(_benchmark)]] = Field(default_factory=dict)
+    ngram: Count = 13                           # shared normalised words that make a match
+    embedding_threshold: Similarity | None = 0.95   # cosine to a benchmark item; null: n-grams only

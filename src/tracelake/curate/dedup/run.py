@@ -1,0 +1,274 @@
+"""The dedup stage's work: tasks in, `task_clusters` and `contamination` out, plus the LanceDB
+embeddings table. Pure of DVC and of the lake's layout (stages/dedup.py places the outputs).
+
+    tasks (task_id, source, task, instruction, n_trajectories), sorted by task_id
+      -> exact:      same normalised text                                   (always)
+      -> minhash:    one text per exact group, LSH candidates, true Jaccard  (dedup.minhash)
+      -> embedding:  one vector per distinct text, cosine range search       (dedup.embedding)
+      -> union-find -> task_clusters
+      -> benchmarks: n-gram overlap, embedding similarity -> contamination  (decontaminate)
+
+Every step works on rows in task_id order with fixed seeds and fixed index centroids, so the same
+tasks and params give the same tables at any thread count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+
+from tracelake.core.schema import load_schema
+from tracelake.curate.dedup import vectors
+from tracelake.curate.dedup.clusters import CLUSTER_RULE, clusters
+from tracelake.curate.dedup.decontaminate import (
+    DECONTAMINATION_RULE,
+    BenchmarkItem,
+    Contamination,
+    as_table,
+    load_benchmark,
+    ngram_matches,
+)
+from tracelake.curate.dedup.embed import make_embedder
+from tracelake.curate.dedup.minhash import MINHASH_RULE, near_duplicate_pairs
+from tracelake.curate.dedup.shingles import NORM_RULE, WordHasher, jaccard, shingle_set, words
+from tracelake.curate.params import DecontaminateParams, DedupParams
+
+Progress = Callable[[str, int], None]   # (what, how many more done)
+
+
+@dataclass
+class DedupResult:
+    task_clusters: pa.Table
+    contamination: pa.Table
+    embeddings: pa.Table | None          # the LanceDB table's rows (text_sha256, vector), sorted
+    counts: dict[str, Any] = field(default_factory=dict)
+    formulas: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Corpus:
+    task_id: list[str]
+    source: list[str]
+    task: list[str]
+    text: list[str]
+    weight: list[int]
+    words: list[list[str]]
+
+
+def _corpus(tasks: pa.Table) -> _Corpus:
+    text = [t or "" for t in tasks.column("instruction").to_pylist()]
+    return _Corpus(tasks.column("task_id").to_pylist(), tasks.column("source").to_pylist(),
+                   tasks.column("task").to_pylist(), text,
+                   [int(n or 0) for n in tasks.column("n_trajectories").to_pylist()], [words(t) for t in text])
+
+
+def _exact_pairs(corpus: _Corpus) -> tuple[list[tuple[int, int]], list[int]]:
+    """Pairs (first, i) of tasks with the same normalised text, and one task per distinct text."""
+    first: dict[str, int] = {}
+    pairs = []
+    for i, ws in enumerate(corpus.words):
+        key = " ".join(ws)
+        j = first.setdefault(key, i)
+        if j != i:
+            pairs.append((j, i))
+    return pairs, sorted(first.values())
+
+
+@dataclass
+class _Space:
+    """The embedding space: one unit vector per distinct (prepared) text, as in the LanceDB table."""
+    embedder: Any
+    cache: vectors.EmbeddingCache
+    shas: list[bytes]              # the table's rows, sorted
+    vecs: np.ndarray               # (rows, dim) float32
+    row_of: dict[bytes, int]
+    row_of_task: np.ndarray        # task index -> table row (-1: an empty text, no vector)
+    first_task: list[int]          # table row -> the first task with that text
+    plan: vectors.SearchPlan
+    lance_dir: Path
+
+    def open(self) -> Any:
+        return vectors.open_table(self.lance_dir)
+
+    def cosine(self, i: int, j: int) -> float | None:
+        a, b = self.row_of_task[i], self.row_of_task[j]
+        if a < 0 or b < 0:
+            return None
+        return float(np.dot(self.vecs[a].astype(np.float64), self.vecs[b]))
+
+
+def _embedding_space(corpus: _Corpus, dedup: DedupParams, lance_dir: Path, cache_root: Path | None,
+                     tick: Progress) -> _Space:
+    em = dedup.embedding
+    embedder = make_embedder(em.embedder, em.dim, em.ngrams)
+    cache = vectors.EmbeddingCache(cache_root, embedder)
+    task_shas = [vectors.text_sha(embedder.prepare(t)) for t in corpus.text]
+    first: dict[bytes, int] = {}
+    for i, sha in enumerate(task_shas):
+        first.setdefault(sha, i)
+    shas = sorted(first)
+    vecs = cache.vectors([embedder.prepare(corpus.text[first[s]]) for s in shas],
+                         on_embedded=lambda k: tick("embed", k))
+    nonzero = np.linalg.norm(vecs, axis=1) > 0          # an empty text has no direction
+    shas = [s for s, ok in zip(shas, nonzero) if ok]
+    vecs = vecs[nonzero]
+    row_of = {s: k for k, s in enumerate(shas)}
+    plan = vectors.plan_search(len(shas), em.exact_below, em.nprobes)
+    vectors.write_table(lance_dir, vectors.vectors_table(shas, vecs), plan)
+    return _Space(embedder, cache, shas, vecs, row_of, np.array([row_of.get(s, -1) for s in task_shas], np.int64),
+                  [first[s] for s in shas], plan, lance_dir)
+
+
+def _semantic_pairs(space: _Space, dedup: DedupParams, tick: Progress) -> list[tuple[int, int]]:
+    """Task pairs whose texts' cosine reaches the threshold (recomputed here in float64, so the
+    decision never rests on the search's float32 rounding)."""
+    em = dedup.embedding
+    if len(space.shas) < 2:
+        return []
+    q, keys, _ = vectors.range_search(space.open(), space.vecs, 1.0 - em.threshold + 1e-4, em.neighbours,
+                                      space.plan, on_batch=lambda k: tick("search", k))
+    pairs = []
+    for a, key in zip(q.tolist(), keys.tolist()):
+        b = space.row_of[key]
+        if a < b and float(np.dot(space.vecs[a].astype(np.float64), space.vecs[b])) >= em.threshold:
+            pairs.append((space.first_task[a], space.first_task[b]))
+    return pairs
+
+
+def run_dedup(tasks: pa.Table, dedup: DedupParams, decon: DecontaminateParams, *, lance_dir: Path,
+              cache_root: Path | None, progress: Progress | None = None) -> DedupResult:
+    """`tasks` sorted by task_id; writes the LanceDB table into `lance_dir` when an embedding is used."""
+    tick = progress or (lambda what, n: None)
+    corpus = _corpus(tasks)
+    counts: dict[str, Any] = {"tasks": len(corpus.task_id)}
+    formulas = {"normalise": NORM_RULE, "clusters": CLUSTER_RULE}
+    exact, distinct = _exact_pairs(corpus)
+    counts["exact"] = {"pairs": len(exact), "distinct_texts": len(distinct)}
+    edges: list[tuple[int, int]] = list(exact)
+
+    hasher = WordHasher()
+    sets: dict[int, np.ndarray] = {}
+    if dedup.minhash.enabled:
+        mh = dedup.minhash
+        formulas["minhash"] = f"{MINHASH_RULE} ngram {mh.ngram} bands {mh.bands} rows {mh.rows} seed {mh.seed}"
+        for i in distinct:
+            sets[i] = shingle_set(hasher.hashes(corpus.words[i]), mh.ngram)
+        nonempty = [i for i in distinct if len(sets[i])]
+        verified, candidates = near_duplicate_pairs([sets[i] for i in nonempty], mh.bands, mh.rows,
+                                                    mh.threshold, mh.seed)
+        edges += [(nonempty[a], nonempty[b]) for a, b, _ in verified]
+        counts["minhash"] = {"texts": len(nonempty), "candidates": candidates, "verified": len(verified)}
+        tick("minhash", len(distinct))
+
+    space = None
+    if dedup.embedding.enabled or (decon.benchmarks and decon.embedding_threshold is not None):
+        space = _embedding_space(corpus, dedup, lance_dir, cache_root, tick)
+        formulas["embedding"] = f"{space.embedder.name} {space.embedder.fingerprint()}"
+        counts["embedding"] = {"texts": len(space.shas), "embedded": space.cache.stats.embedded,
+                               "cached": space.cache.stats.cached, **space.plan.as_json()}
+        if dedup.embedding.enabled:
+            formulas["search"] = vectors.SEARCH_RULE
+            semantic = _semantic_pairs(space, dedup, tick)
+            counts["embedding"]["verified"] = len(semantic)
+            edges += semantic
+
+    members = clusters(len(corpus.task_id), edges, corpus.weight, corpus.task_id)
+    task_clusters = _cluster_table(corpus, members, dedup, sets, hasher, space)
+    dropped = task_clusters.column("dropped").to_pylist()
+    counts["clusters"] = {"clusters": len({m.cluster for m in members if m.size > 1}),
+                          "clustered_tasks": sum(1 for m in members if m.size > 1),
+                          "dropped_tasks": sum(dropped)}
+
+    contamination, counts["contamination"] = _decontaminate(corpus, decon, hasher, space, tick)
+    if decon.benchmarks:
+        formulas["decontaminate"] = f"{DECONTAMINATION_RULE} ngram {decon.ngram}"
+    embeddings = vectors.vectors_table(space.shas, space.vecs) if space else None
+    return DedupResult(task_clusters, contamination, embeddings, counts, formulas)
+
+
+def _cluster_table(corpus: _Corpus, members: list, dedup: DedupParams, sets: dict[int, np.ndarray],
+                   hasher: WordHasher, space: _Space | None) -> pa.Table:
+    rows: dict[str, list] = {k: [] for k in ("task_id", "source", "task", "cluster_id", "cluster_size", "method",
+                                             "similarity", "jaccard", "cosine", "dropped")}
+
+    def shingles(i: int) -> np.ndarray:
+        if i not in sets:
+            sets[i] = shingle_set(hasher.hashes(corpus.words[i]), dedup.minhash.ngram)
+        return sets[i]
+
+    for m in members:
+        i, rep = m.index, m.cluster
+        jac = cos = sim = None
+        if m.size == 1:
+            method = "unique"
+        elif i == rep:
+            method = "representative"
+        else:
+            if dedup.minhash.enabled:
+                jac = round(jaccard(shingles(i), shingles(rep)), 6)
+            if space is not None and (c := space.cosine(i, rep)) is not None:
+                cos = round(c, 6)
+            if corpus.words[i] == corpus.words[rep]:
+                method, sim = "exact", 1.0
+            elif jac is not None and jac >= dedup.minhash.threshold:
+                method, sim = "minhash", jac
+            elif cos is not None and dedup.embedding.enabled and cos >= dedup.embedding.threshold:
+                method, sim = "embedding", cos
+            else:
+                method = "transitive"
+        rows["task_id"].append(corpus.task_id[i])
+        rows["source"].append(corpus.source[i])
+        rows["task"].append(corpus.task[i])
+        rows["cluster_id"].append(corpus.task_id[rep])
+        rows["cluster_size"].append(m.size)
+        rows["method"].append(method)
+        rows["similarity"].append(sim)
+        rows["jaccard"].append(jac)
+        rows["cosine"].append(cos)
+        rows["dropped"].append(i != rep and dedup.keep_for(corpus.source[i]) == "one")
+    return pa.table(rows, schema=load_schema("task_clusters").arrow)
+
+
+def load_benchmarks(decon: DecontaminateParams) -> list[BenchmarkItem]:
+    items: list[BenchmarkItem] = []
+    for name in sorted(decon.benchmarks):
+        b = decon.benchmarks[name]
+        items += load_benchmark(name, Path(b.path), b.column, b.id)
+    return items
+
+
+def _decontaminate(corpus: _Corpus, decon: DecontaminateParams, hasher: WordHasher, space: _Space | None,
+                   tick: Progress) -> tuple[pa.Table, dict[str, Any]]:
+    schema = load_schema("contamination").arrow
+    if not decon.benchmarks:
+        return schema.empty_table(), {"benchmarks": {}, "items": 0, "tasks": 0}
+    items = load_benchmarks(decon)
+    found = ngram_matches(corpus.words, items, decon.ngram, hasher)
+    tick("decontaminate", len(corpus.words))
+    by_embedding = 0
+    if decon.embedding_threshold is not None and space is not None and len(space.vecs):
+        qv = space.cache.vectors([space.embedder.prepare(it.text) for it in items])
+        ok = np.flatnonzero(np.linalg.norm(qv, axis=1) > 0)
+        q, keys, _ = vectors.range_search(space.open(), qv[ok], 1.0 - decon.embedding_threshold + 1e-4,
+                                          len(space.vecs), space.plan)
+        best: dict[int, tuple[float, int]] = {}     # table row -> (cosine, item): the most similar item
+        for a, key in zip(q.tolist(), keys.tolist()):
+            row, item = space.row_of[key], int(ok[a])
+            cos = float(np.dot(qv[item].astype(np.float64), space.vecs[row]))
+            if cos >= decon.embedding_threshold and (row not in best or (-cos, item) < (-best[row][0], best[row][1])):
+                best[row] = (cos, item)
+        for t, row in enumerate(space.row_of_task.tolist()):
+            if t not in found and row in best:
+                cos, item = best[row]
+                found[t] = Contamination(t, item, "embedding", cos, None)
+                by_embedding += 1
+    table = as_table(list(found.values()), corpus.task_id, corpus.source, corpus.task, items, schema)
+    per_benchmark: dict[str, int] = {name: 0 for name in sorted(decon.benchmarks)}
+    for name in table.column("benchmark").to_pylist():
+        per_benchmark[name] += 1
+    return table, {"benchmarks": per_benchmark, "items": len(items), "tasks": table.num_rows,
+                   "by_embedding": by_embedding}
