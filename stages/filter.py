@@ -9,13 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from tracelake.core.assets import sql
-from tracelake.core.lake import TableWriter, output_dir, write_manifest
+from tracelake.core.lake import TableWriter, output_dir, read_manifest, write_manifest
 from tracelake.core.lakedb import connect, input_versions
 from tracelake.core.layout import Lake
 from tracelake.core.schema import load_schema
 from tracelake.core.stage import run_stage, write_metrics
 from tracelake.core.ui import progress
-from tracelake.curate.filter import run_filters
+from tracelake.curate.filter import attach_dedup, run_filters
 from tracelake.params import stage_args
 
 BATCH = 1000
@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> None:
     params, _ = stage_args(__doc__, argv)
     lake, sources = Lake(params.lake), list(params.sources)
     con = connect(lake.root, sources, tables=("trajectories",))
+    attach_dedup(con, lake)
     with progress("count tokens") as (_, advance):
         result = run_filters(con, params.filter, on_tokens=advance, sources=sources,
                              token_cache=Path(params.tokenizer.cache))
@@ -38,7 +39,8 @@ def main(argv: list[str] | None = None) -> None:
             tables.append(writer.close())
         manifest = write_manifest(
             tmp, kind="pool", tables=tables,
-            inputs={"trajectories": input_versions(lake.root, "trajectories", sources)},
+            inputs={"trajectories": input_versions(lake.root, "trajectories", sources),
+                    "dedup": read_manifest(lake.dedup)["version_id"]},
             params=params.section("filter"), formulas=result.formulas, counts=result.metrics())
     write_metrics("metrics/filter.json", result.metrics())
     totals = result.totals()

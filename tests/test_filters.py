@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 import orjson
+import pyarrow as pa
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -25,6 +26,7 @@ from hypothesis import strategies as st
 from tracelake.core.lake import read_manifest, read_table
 from tracelake.core.lakedb import connect
 from tracelake.core.layout import Lake
+from tracelake.core.schema import load_schema
 from tracelake.core.token_count import count_chatml_tokens
 from tracelake.core.tokens import (
     build_tokenizer,
@@ -82,8 +84,12 @@ def tokenizer(tmp_path_factory) -> Path:
 class Run:
     """One filter run on a fresh connection: outcomes by label, the funnel, the raw tables."""
 
-    def __init__(self, lake: Path, sources: list[str], params: FilterParams, token_cache: Path | None = None):
+    def __init__(self, lake: Path, sources: list[str], params: FilterParams, token_cache: Path | None = None,
+                 dedup: dict[str, list[dict]] | None = None):
         con = connect(lake, sources, tables=("trajectories",))
+        for table, rows in (dedup or {}).items():   # what the dedup stage would have written
+            con.register(f"{table}_rows", pa.Table.from_pylist(rows, schema=load_schema(table).arrow))
+            con.execute(f"CREATE VIEW {table} AS SELECT * FROM {table}_rows")
         self.result = run_filters(con, params, token_cache=token_cache)
         self.ids = dict(con.execute("SELECT agent, trajectory_id FROM trajectories").fetchall())
         self.inputs = con.execute("SELECT trajectory_id, source FROM trajectories ORDER BY 1").fetchall()
@@ -108,8 +114,26 @@ class Run:
         return {label: o[1] for label, o in self.outcome.items() if o[0] == rule}
 
 
-def run(lake: Path, sources: list[str], tokenizer: Path, token_cache: Path | None = None, **params) -> Run:
-    return Run(lake, sources, FilterParams(tokenizer=str(tokenizer), **params), token_cache)
+def run(lake: Path, sources: list[str], tokenizer: Path, token_cache: Path | None = None,
+        dedup: dict[str, list[dict]] | None = None, **params) -> Run:
+    return Run(lake, sources, FilterParams(tokenizer=str(tokenizer), **params), token_cache, dedup)
+
+
+def dedup_rows(lake: Path, sources: list[str], contaminated: str, duplicate: str, of: str) -> dict[str, list[dict]]:
+    """task_clusters and contamination rows naming tasks by name: `contaminated` copies a benchmark
+    item, `duplicate` is a near-duplicate of `of` (keep: one)."""
+    con = connect(lake, sources, tables=("trajectories",))
+    ids = dict(con.execute("SELECT DISTINCT task, task_id FROM trajectories").fetchall())
+    source = dict(con.execute("SELECT DISTINCT task, source FROM trajectories").fetchall())
+
+    def member(task: str, method: str, dropped: bool) -> dict:
+        return {"task_id": ids[task], "source": source[task], "task": task, "cluster_id": ids[of], "cluster_size": 2,
+                "method": method, "similarity": 0.9 if dropped else None, "jaccard": 0.9 if dropped else None,
+                "cosine": None, "dropped": dropped}
+    return {"task_clusters": [member(of, "representative", False), member(duplicate, "minhash", True)],
+            "contamination": [{"task_id": ids[contaminated], "source": source[contaminated], "task": contaminated,
+                               "benchmark": "bench", "benchmark_item": "item-1", "method": "ngram",
+                               "similarity": 1.0, "ngram": "thirteen shared words"}]}
 
 
 # --- each rule -------------------------------------------------------------------------------
@@ -300,8 +324,8 @@ def test_first_matching_rule_wins(tmp_path, tokenizer):
     assert r.kept() == {"ok"}
     f = r.result.funnel["s"]
     assert f == {"in": 4, "kept": 1, "dropped": {
-        "timeout_v1": 1, "subagent_v1": 1, "earlier_episode_v1": 0, "min_assistant_turns_v1": 1,
-        "success_only_v1": 0, "duplicate_conversation_v1": 0}}
+        "contaminated_v1": 0, "timeout_v1": 1, "subagent_v1": 1, "earlier_episode_v1": 0, "min_assistant_turns_v1": 1,
+        "success_only_v1": 0, "near_duplicate_v1": 0, "duplicate_conversation_v1": 0}}
     assert r.result.rules == [rule.name for rule in RULES if rule.name != "max_tokens_v1"]
 
 
@@ -330,7 +354,10 @@ def mixed_sources(seed: int = 0) -> dict[str, list[dict]]:
 
 def test_funnel_reconciles_and_partitions_the_input(tmp_path, tokenizer):
     lake, sources = build_lake(tmp_path, mixed_sources())
-    r = run(lake, sources, tokenizer, success_only=True, max_tokens=MAX_TOKENS)
+    plain = run(lake, sources, tokenizer, success_only=True, max_tokens=MAX_TOKENS)   # without dedup tables
+    kept_tasks = sorted({row[3] for row in plain.pool})
+    dedup = dedup_rows(lake, sources, contaminated=kept_tasks[0], duplicate=kept_tasks[1], of=kept_tasks[2])
+    r = run(lake, sources, tokenizer, success_only=True, max_tokens=MAX_TOKENS, dedup=dedup)
     pool_ids, dropped_ids = [p[0] for p in r.pool], [d[0] for d in r.dropped]
     input_ids = [tid for tid, _ in r.inputs]
     assert sorted(pool_ids + dropped_ids) == sorted(input_ids)  # a partition: no row lost or doubled
@@ -495,8 +522,8 @@ def test_real_fixtures_subagents_and_timeout_dropped(tmp_path, tokenizer):
         else:
             assert got == (None, None)
     assert result.funnel["golden"] == {"in": 5, "kept": 1, "dropped": {
-        "timeout_v1": 1, "subagent_v1": 3, "earlier_episode_v1": 0, "min_assistant_turns_v1": 0,
-        "duplicate_conversation_v1": 0}}
+        "contaminated_v1": 0, "timeout_v1": 1, "subagent_v1": 3, "earlier_episode_v1": 0, "min_assistant_turns_v1": 0,
+        "near_duplicate_v1": 0, "duplicate_conversation_v1": 0}}
     assert result.funnel["otagent"]["dropped"]["subagent_v1"] == 1 and result.funnel["otagent"]["kept"] == 3
     # pool task names lose the upsampling suffix
     tasks = {t for (t,) in con.execute("SELECT task FROM pool WHERE source = 'otagent'").fetchall()}
@@ -524,18 +551,22 @@ def test_filter_stage_end_to_end(tmp_path, tokenizer):
     build_lake(tmp_path, rows)
     params = {
         "lake": "lake",
-        "sources": {s: {"format": "traces", "path": f"in/{s}.jsonl", "tasks": f"tasks/{s}"} for s in rows},
+        # trace tables without task directories: their tasks are derived from the traces
+        "sources": {s: {"format": "traces", "path": f"in/{s}.jsonl", "tasks": f"in/{s}.jsonl"} for s in rows},
         "filter": {"tokenizer": str(tokenizer), "max_tokens": MAX_TOKENS, "success_only": True},
     }
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    proc = subprocess.run([sys.executable, str(ROOT / "stages" / "filter.py"), "--params", "params.yaml"],
-                          cwd=tmp_path, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+    stages = [["ingest.py", s] for s in rows] + [["dedup.py"], ["filter.py"]]
+    for script, *args in stages:
+        proc = subprocess.run([sys.executable, str(ROOT / "stages" / script), *args, "--params", "params.yaml"],
+                              cwd=tmp_path, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
     metrics = json.loads((tmp_path / "metrics" / "filter.json").read_text())
     manifest = read_manifest(tmp_path / "lake" / "pool")
     assert manifest["counts"] == metrics and manifest["kind"] == "pool"
     assert manifest["params"]["max_tokens"] == MAX_TOKENS
     assert set(manifest["inputs"]["trajectories"]) == set(rows)
+    assert manifest["inputs"]["dedup"] == read_manifest(tmp_path / "lake" / "dedup")["version_id"]
     pool = read_table(tmp_path / "lake" / "pool", "pool").to_pylist()
     dropped = read_table(tmp_path / "lake" / "pool", "dropped").to_pylist()
     total = metrics["total"]

@@ -14,8 +14,14 @@ from pydantic import BeforeValidator, Field, model_validator
 
 from tracelake.core.errors import BadParams
 from tracelake.core.params import Invalid, Name, Section, TokenizerParams, read_yaml, validated
-from tracelake.curate.params import (DecontaminateParams, DedupParams, FilterParams, MixParams, ScoreParams,
-                                     SelectParams)
+from tracelake.curate.params import (
+    DecontaminateParams,
+    DedupParams,
+    FilterParams,
+    MixParams,
+    ScoreParams,
+    SelectParams,
+)
 from tracelake.export.params import ExportRlParams, ExportSftParams, TrainParams
 from tracelake.ingest.params import IngestParams, SourceParams
 from tracelake.sample.params import SynthParams

@@ -6,6 +6,9 @@ the command line (a scale, a dataset id, a unique prefix of one) finds its direc
                               manifest.json                                        ingest@<source>
       tasks/<source>/         tasks.parquet rejects.parquet manifest.json          ingest@<source>
       scores/                 scores.parquet manifest.json                         score
+      dedup/                  task_clusters.parquet contamination.parquet
+                              manifest.json                                        dedup
+      embeddings/             texts.lance/ (LanceDB) manifest.json                 dedup
       pool/                   pool.parquet dropped.parquet manifest.json           filter
       selections/<scale>/     selection.parquet manifest.json                      select@<scale>
       exports/sft/<scale>/    <dataset id>/train-NNNNN.parquet dataset_info.json
@@ -51,6 +54,14 @@ class Lake:
     @property
     def scores(self) -> Path:
         return self.root / "scores"
+
+    @property
+    def dedup(self) -> Path:
+        return self.root / "dedup"
+
+    @property
+    def embeddings(self) -> Path:
+        return self.root / "embeddings"
 
     @property
     def pool(self) -> Path:

@@ -22,7 +22,8 @@ from tracelake.core.assets import asset_dir
 from tracelake.core.errors import SchemaViolation
 from tracelake.core.hashing import content_id
 
-TABLES = ("tasks", "trajectories", "rejects", "scores", "responses", "pool", "dropped", "selection",
+TABLES = ("tasks", "trajectories", "rejects", "scores", "responses", "task_clusters", "contamination", "pool",
+          "dropped", "selection",
           "sft_rows", "export_rejects", "rl_prompts", "harbor_tasks")
 
 _SCALARS = {

@@ -5,7 +5,10 @@ Each rule is a query over the view `candidates` (the rows every earlier rule kep
 every ingested row ends as exactly one of: kept, or dropped by one named rule, and the funnel
 `in = kept + sum(dropped)` holds per source by construction (and is checked).
 
-Order: cheap structural rules first, token counting only for rows still standing, duplicates last.
+Order: benchmark contamination first (the funnel shows every rollout a benchmark leaked into), cheap
+structural rules next, token counting only for rows still standing, duplicates last (near-duplicate
+tasks, then identical conversations). The two task-level rules read the dedup stage's tables, the
+views `contamination` and `task_clusters`.
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ import duckdb
 import pyarrow as pa
 
 from tracelake.core.assets import sql
-from tracelake.core.errors import check
+from tracelake.core.errors import BadInput, check
 from tracelake.core.ids import COPY_SUFFIX
+from tracelake.core.layout import Lake, is_built
+from tracelake.core.schema import load_schema
 from tracelake.core.token_count import CountStats, TokenCounter, count_chatml_tokens, rendering_key
 from tracelake.core.tokens import TOKEN_COUNT_RULE, tokenizer_fingerprint
 from tracelake.curate.params import FilterParams
@@ -36,6 +41,7 @@ class Rule:
 
 
 RULES: tuple[Rule, ...] = (
+    Rule("contaminated_v1", "contaminated", lambda p: p.contaminated, lambda p: {}),
     Rule("timeout_v1", "timeout", lambda p: bool(p.timeout_exceptions),
          lambda p: {"exceptions": list(p.timeout_exceptions)}),
     Rule("subagent_v1", "subagent", lambda p: p.drop_subagents, lambda p: {}),
@@ -45,6 +51,7 @@ RULES: tuple[Rule, ...] = (
     Rule("success_only_v1", "success_only", lambda p: p.success_only, lambda p: {}),
     Rule("max_tokens_v1", "max_tokens", lambda p: p.max_tokens is not None,
          lambda p: {"max_tokens": p.max_tokens}),
+    Rule("near_duplicate_v1", "near_duplicate", lambda p: p.near_duplicates, lambda p: {}),
     Rule("duplicate_conversation_v1", "duplicate_conversation", lambda p: p.dedup_conversations, lambda p: {}),
 )
 _COUNT_TOKENS_BEFORE = "max_tokens_v1"
@@ -74,6 +81,7 @@ def run_filters(con: duckdb.DuckDBPyConnection, params: FilterParams,
     """Apply the enabled rules to the `trajectories` view; leaves tables `pool` and `dropped`.
     `sources` are listed in the funnel even when they have no rows (an empty source shows as 0).
     `token_cache`: the segment token count cache (params tokenizer.cache); None counts without one."""
+    _default_dedup_views(con)
     con.execute(f"CREATE TEMP TABLE base AS {sql('filter/base')}", {"copy_suffix": COPY_SUFFIX.pattern})
     con.execute("CREATE TEMP TABLE dropped (trajectory_id VARCHAR, rule VARCHAR, detail VARCHAR)")
     con.execute("CREATE TEMP TABLE tokens (trajectory_id VARCHAR, n_tokens BIGINT)")
@@ -147,3 +155,22 @@ def _funnel(con: duckdb.DuckDBPyConnection, rules: list[str], sources: list[str]
     for source, f in funnel.items():
         check(f["in"] == f["kept"] + sum(f["dropped"].values()), f"funnel does not reconcile for {source}: {f}")
     return funnel
+
+
+def _default_dedup_views(con: duckdb.DuckDBPyConnection) -> None:
+    """Empty `task_clusters` / `contamination` where no dedup output is attached (a connection built
+    by hand, e.g. in a notebook): the task-level rules then drop nothing. The filter stage always
+    attaches the dedup stage's tables (attach_dedup)."""
+    present = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    for table in ("task_clusters", "contamination"):
+        if table not in present:
+            con.register(f"_{table}_empty", load_schema(table).arrow.empty_table())
+            con.execute(f"CREATE TEMP VIEW {table} AS SELECT * FROM _{table}_empty")
+
+
+def attach_dedup(con: duckdb.DuckDBPyConnection, lake: Lake) -> None:
+    """Views `task_clusters` and `contamination` over the dedup stage's output (the task-level rules)."""
+    if not is_built(lake.dedup):
+        raise BadInput(f"{lake.dedup} is not built: run `dvc repro dedup` first")
+    for table in ("task_clusters", "contamination"):
+        con.read_parquet(str(lake.dedup / f"{table}.parquet")).create_view(table)

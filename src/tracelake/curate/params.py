@@ -7,6 +7,7 @@ the whole file is assembled: tracelake/params.py.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
@@ -140,6 +141,8 @@ class FilterParams(Section):
     tokenizer: str = "data/tokenizer"   # an HF tokenizer directory: n_tokens for max_tokens and reports
     count_tokens: bool = True           # false: n_tokens stays null (max_tokens must then be null)
     dedup_conversations: bool = True
+    contaminated: bool = True           # drop the rollouts of tasks the dedup stage found in a benchmark
+    near_duplicates: bool = True        # drop those of near-duplicate tasks (dedup.keep: one)
 
     @model_validator(mode="after")
     def _counts_for_max_tokens(self) -> FilterParams:
@@ -205,7 +208,7 @@ class EmbeddingParams(Section):
     embedder: Literal["hashed_char_ngrams_v1"] = "hashed_char_ngrams_v1"   # model-free, deterministic
     dim: Annotated[int, Field(ge=16, le=4096)] = 256
     ngrams: list[Annotated[int, Field(ge=1, le=16)]] = Field(default_factory=lambda: [3, 4, 5])
-    threshold: Similarity = 0.9       # cosine similarity a pair must reach
+    threshold: Similarity = 0.95      # cosine similarity a pair must reach
     neighbours: Count = 32            # nearest rows a text asks for (union-find links the rest)
     exact_below: Count = 20000        # rows below which the search is exact; above, an IVF_FLAT index
     nprobes: Count = 16               # IVF partitions a query scans
@@ -236,5 +239,17 @@ class DecontaminateParams(Section):
     """Benchmarks whose tasks must not be trained on: name -> a directory of Harbor tasks, or a
     Parquet / JSONL / JSON file of instructions ({path, column, id})."""
     benchmarks: dict[Name, Annotated[BenchmarkParams, BeforeValidator(_benchmark)]] = Field(default_factory=dict)
-    ngram: Count = 13                           # shared normalised words that make a match
+    root: str = "benchmarks"                    # every benchmark's path is under it (the stage's DVC dependency)
+    ngram: Count = 13                           # words per n-gram (normalised)
+    ngram_min_share: Annotated[float, Field(ge=0, le=1)] = 0.8   # of the task's or the item's n-grams shared
     embedding_threshold: Similarity | None = 0.95   # cosine to a benchmark item; null: n-grams only
+
+    @model_validator(mode="after")
+    def _under_root(self) -> DecontaminateParams:
+        root = Path(self.root).resolve()
+        for name, b in self.benchmarks.items():
+            path = Path(b.path).resolve()
+            if path != root and root not in path.parents:
+                raise Invalid(f"{b.path} is not under decontaminate.root ({self.root}), the stage's DVC dependency",
+                              at=("benchmarks", name, "path"))
+        return self

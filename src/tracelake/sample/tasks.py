@@ -2,14 +2,15 @@
 environment/Dockerfile, solution/solve.sh, tests/test.sh}.
 
 A task's instruction is 1 to 40 lines (lognormal, median 8) of its style's blocks; its length is
-its difficulty, which later sets how long trials on it run and how often they pass. The checksum of
+its difficulty, which later sets how long trials on it run and how often they pass; a planted copy
+(near_duplicates.py) is measured again from its new text by `with_instruction`. The checksum of
 the files goes into each trial's result.json (`task_checksum`).
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tracelake.sample.common import SourceSpec, lognorm, seeded, write
@@ -40,7 +41,20 @@ def make_task(seed: int, spec: SourceSpec, k: int) -> Task:
         if len(lines) + 1 + len(block_lines) <= target:
             lines += [""] + block_lines
     name = f"{spec.name}-{k:0{data['digits']}d}"
-    return Task(name, spec.style, "\n".join(lines), len(lines), (len(lines) - 1) / 39, ctx)
+    return with_instruction(Task(name, spec.style, "", 0, 0.0, ctx), "\n".join(lines))
+
+
+def with_instruction(task: Task, instruction: str, ctx: dict[str, str] | None = None) -> Task:
+    """`task` with a new instruction (and, if given, context), its lines and difficulty measured
+    again: trials on a planted copy run as long as its text says, wherever the text came from.
+
+    Difficulty is capped at 1: a near-exact copy may carry one blank line more than the 40 an
+    original can have.
+    """
+    lines = instruction.count("\n") + 1
+    return replace(task, instruction=instruction, lines=lines,
+                   difficulty=min(1.0, (lines - 1) / 39), ctx=task.ctx if ctx is None else ctx,
+                   checksum="")
 
 
 def task_files(task: Task) -> dict[str, str]:

@@ -45,6 +45,7 @@ class DedupResult:
     task_clusters: pa.Table
     contamination: pa.Table
     embeddings: pa.Table | None          # the LanceDB table's rows (text_sha256, vector), sorted
+    embedder: str | None                 # the embedder's fingerprint
     counts: dict[str, Any] = field(default_factory=dict)
     formulas: dict[str, str] = field(default_factory=dict)
 
@@ -187,7 +188,8 @@ def run_dedup(tasks: pa.Table, dedup: DedupParams, decon: DecontaminateParams, *
     if decon.benchmarks:
         formulas["decontaminate"] = f"{DECONTAMINATION_RULE} ngram {decon.ngram}"
     embeddings = vectors.vectors_table(space.shas, space.vecs) if space else None
-    return DedupResult(task_clusters, contamination, embeddings, counts, formulas)
+    return DedupResult(task_clusters, contamination, embeddings, space.embedder.fingerprint() if space else None,
+                       counts, formulas)
 
 
 def _cluster_table(corpus: _Corpus, members: list, dedup: DedupParams, sets: dict[int, np.ndarray],
@@ -247,7 +249,7 @@ def _decontaminate(corpus: _Corpus, decon: DecontaminateParams, hasher: WordHash
     if not decon.benchmarks:
         return schema.empty_table(), {"benchmarks": {}, "items": 0, "tasks": 0}
     items = load_benchmarks(decon)
-    found = ngram_matches(corpus.words, items, decon.ngram, hasher)
+    found = ngram_matches(corpus.words, items, decon.ngram, decon.ngram_min_share, hasher)
     tick("decontaminate", len(corpus.words))
     by_embedding = 0
     if decon.embedding_threshold is not None and space is not None and len(space.vecs):
