@@ -62,8 +62,8 @@ def main(argv: list[str] | None = None) -> None:
           f"{c['contamination']['tasks']} contaminated -> {lake.dedup} (version {manifest['version_id']})")
     if "embedding" in c:
         e = c["embedding"]
-        print(f"dedup: embeddings: {e['embedded']} embedded, {e['cached']} cached; {e['texts']} texts, "
-              f"{e['index']} search -> {lake.embeddings}")
+        print(f"dedup: embeddings: {result.cache.summary()}; {e['texts']} texts, {e['index']} search "
+              f"-> {lake.embeddings}")
 
 
 if __name__ == "__main__":

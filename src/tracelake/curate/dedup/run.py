@@ -46,6 +46,8 @@ class DedupResult:
     contamination: pa.Table
     embeddings: pa.Table | None          # the LanceDB table's rows (text_sha256, vector), sorted
     embedder: str | None                 # the embedder's fingerprint
+    cache: vectors.CacheStats | None     # texts embedded now / found in the cache (printed, not recorded:
+                                         # the outputs do not depend on what the cache held)
     counts: dict[str, Any] = field(default_factory=dict)
     formulas: dict[str, str] = field(default_factory=dict)
 
@@ -165,12 +167,12 @@ def run_dedup(tasks: pa.Table, dedup: DedupParams, decon: DecontaminateParams, *
         counts["minhash"] = {"texts": len(nonempty), "candidates": candidates, "verified": len(verified)}
         tick("minhash", len(distinct))
 
-    space = None
+    space, cache_stats = None, None
     if dedup.embedding.enabled or (decon.benchmarks and decon.embedding_threshold is not None):
         space = _embedding_space(corpus, dedup, lance_dir, cache_root, tick)
         formulas["embedding"] = f"{space.embedder.name} {space.embedder.fingerprint()}"
-        counts["embedding"] = {"texts": len(space.shas), "embedded": space.cache.stats.embedded,
-                               "cached": space.cache.stats.cached, **space.plan.as_json()}
+        counts["embedding"] = {"texts": len(space.shas), **space.plan.as_json()}
+        cache_stats = vectors.CacheStats(**space.cache.stats.__dict__)   # the tasks' texts (not the benchmarks')
         if dedup.embedding.enabled:
             formulas["search"] = vectors.SEARCH_RULE
             semantic = _semantic_pairs(space, dedup, tick)
@@ -189,7 +191,7 @@ def run_dedup(tasks: pa.Table, dedup: DedupParams, decon: DecontaminateParams, *
         formulas["decontaminate"] = f"{DECONTAMINATION_RULE} ngram {decon.ngram}"
     embeddings = vectors.vectors_table(space.shas, space.vecs) if space else None
     return DedupResult(task_clusters, contamination, embeddings, space.embedder.fingerprint() if space else None,
-                       counts, formulas)
+                       cache_stats, counts, formulas)
 
 
 def _cluster_table(corpus: _Corpus, members: list, dedup: DedupParams, sets: dict[int, np.ndarray],

@@ -1,0 +1,142 @@
+"""The dedup stage through `dvc repro` on the sample (planted near-duplicates and benchmark copies),
+in a temporary git repository: its tables, its LanceDB table, the filter rules it feeds, the
+embedding cache across runs, and determinism whatever the thread count, on the exact search and on
+the IVF index."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import lancedb
+import pytest
+import yaml
+
+from tracelake.core.lake import read_manifest, read_table
+from tracelake.curate.dedup.vectors import vectors_digest
+
+from .helpers import copy_project, run_ok
+
+pytestmark = pytest.mark.e2e
+SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "LANCE_CPU_THREADS": "1", "RAYON_NUM_THREADS": "1",
+                 "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    repo = copy_project(tmp_path_factory.mktemp("dedup"), trials=300, tasks=300)
+    run_ok(["dvc", "repro", "filter"], repo)
+    return repo
+
+
+def set_params(repo: Path, **sections) -> None:
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    for section, values in sections.items():   # sources are replaced, other sections updated
+        params[section] = values if section == "sources" else {**params[section], **values}
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def dedup_stage(repo: Path, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run([sys.executable, "stages/dedup.py"], cwd=repo, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def outputs(repo: Path) -> dict[str, str]:
+    """The dedup outputs by content: every file of lake/dedup, the embeddings manifest, the LanceDB rows."""
+    got = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((repo / "lake" / "dedup").iterdir())}
+    got["embeddings/manifest.json"] = hashlib.sha256((repo / "lake/embeddings/manifest.json").read_bytes()).hexdigest()
+    table = lancedb.connect(str(repo / "lake" / "embeddings")).open_table("texts").to_arrow()
+    got["embeddings/rows"] = vectors_digest(table.sort_by("text_sha256"))
+    return got
+
+
+def test_clusters_contamination_and_the_filter_rules(repo):
+    lake = repo / "lake"
+    planted = json.loads((repo / "data/sample/synth_manifest.json").read_text())["planted"]
+    clusters = read_table(lake / "dedup", "task_clusters").to_pylist()
+    assert len(clusters) == sum(read_manifest(d)["counts"]["rows"] for d in (lake / "tasks").iterdir())
+    by_task = {(r["source"], r["task"]): r for r in clusters}
+    for d in planted["near_duplicates"]:
+        if d["kind"] in ("exact", "near_exact"):
+            a, b = by_task[(d["source"], d["task"])], by_task[(d["source"], d["of"])]
+            assert a["cluster_id"] == b["cluster_id"], (a, b)
+    for r in clusters:   # a dropped task names a kept representative of its own cluster
+        assert r["dropped"] == (r["method"] not in ("representative", "unique"))
+    contamination = read_table(lake / "dedup", "contamination").to_pylist()
+    assert {(d["source"], d["task"]) for d in planted["benchmark_copies"]} <= {(c["source"], c["task"]) for c in contamination}
+
+    dropped = read_table(lake / "pool", "dropped").to_pylist()
+    rules = {d["rule"] for d in dropped}
+    assert {"contaminated_v1", "near_duplicate_v1"} <= rules
+    contaminated_ids = {c["task_id"] for c in contamination}
+    dropped_tasks = {r["task_id"] for r in clusters if r["dropped"]}
+    for d in dropped:
+        if d["rule"] == "contaminated_v1":
+            assert d["task_id"] in contaminated_ids and d["detail"].startswith("benchmark planted item ")
+        if d["rule"] == "near_duplicate_v1":
+            assert d["task_id"] in dropped_tasks and d["detail"].startswith("near duplicate of ")
+    pool = read_table(lake / "pool", "pool").column("task_id").to_pylist()
+    assert not (set(pool) & (dropped_tasks | contaminated_ids))
+    manifest = read_manifest(lake / "embeddings")
+    assert manifest["counts"]["search"]["index"] == "flat"
+    lance_rows = lancedb.connect(str(lake / "embeddings")).open_table("texts").count_rows()
+    assert lance_rows == manifest["tables"]["texts"]["rows"] == json.loads((repo / "metrics/dedup.json").read_text())["embedding"]["texts"]
+
+
+def test_keep_all_drops_nothing(repo):
+    set_params(repo, dedup={"keep": "all"})
+    try:
+        dedup_stage(repo)
+        clusters = read_table(repo / "lake" / "dedup", "task_clusters").to_pylist()
+        assert not any(r["dropped"] for r in clusters) and any(r["cluster_size"] > 1 for r in clusters)
+    finally:
+        set_params(repo, dedup={"keep": "one"})
+        dedup_stage(repo)
+
+
+@pytest.mark.parametrize("search", ["flat", "ivf_flat"])
+def test_same_outputs_whatever_the_thread_count(repo, search):
+    if search == "ivf_flat":   # the index path on the sample: an index above 50 texts
+        set_params(repo, dedup={"embedding": {**yaml.safe_load((repo / "params.yaml").read_text())["dedup"]["embedding"],
+                                              "exact_below": 50, "nprobes": 4}})
+    try:
+        first = dedup_stage(repo)
+        one = outputs(repo)
+        dedup_stage(repo, SINGLE_THREAD)
+        assert outputs(repo) == one
+        assert read_manifest(repo / "lake" / "embeddings")["counts"]["search"]["index"] == search
+        assert " 0 embedded" in first   # the cache answered every text
+    finally:
+        if search == "ivf_flat":
+            set_params(repo, dedup={"embedding": {**yaml.safe_load((repo / "params.yaml").read_text())["dedup"]["embedding"],
+                                                  "exact_below": 20000, "nprobes": 16}})
+
+
+def test_a_new_source_embeds_only_its_own_texts(repo, tmp_path):
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    sources = params["sources"]
+    last = sorted(sources)[-1]
+    fresh_cache = str(tmp_path / "cache")
+    set_params(repo, sources={k: v for k, v in sources.items() if k != last}, dedup={"cache": fresh_cache})
+    try:
+        out = dedup_stage(repo)
+        found = re.search(r"(\d+) embedded, 0 cached", out)
+        assert found, out
+        before = int(found.group(1))
+        set_params(repo, sources=sources)
+        out = dedup_stage(repo)
+        embedded, cached = map(int, re.search(r"(\d+) embedded, (\d+) cached", out).groups())
+        texts = json.loads((repo / "metrics/dedup.json").read_text())["embedding"]["texts"]
+        new_tasks = read_manifest(repo / "lake" / "tasks" / last)["counts"]["rows"]
+        # every text seen before comes from the cache (and benchmark items, embedded by the first run)
+        assert embedded + cached == texts and cached >= before and 0 < embedded <= new_tasks
+    finally:
+        (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+        dedup_stage(repo)
