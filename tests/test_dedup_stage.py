@@ -140,3 +140,34 @@ def test_a_new_source_embeds_only_its_own_texts(repo, tmp_path):
     finally:
         (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
         dedup_stage(repo)
+
+
+def tracelake(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tracelake", *args], cwd=repo, capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "200"})
+
+
+def test_explain_a_planted_copy_and_query_the_views(repo):
+    planted = json.loads((repo / "data/sample/synth_manifest.json").read_text())["planted"]
+    copy = next(d for d in planted["near_duplicates"] if d["kind"] == "exact")
+    proc = tracelake(repo, "dedup", "--explain", f"{copy['source']}/{copy['task']}")
+    assert proc.returncode == 0, proc.stderr
+    assert "represented by" in proc.stdout and copy["task"] in proc.stdout and copy["of"] in proc.stdout
+    rows = json.loads(tracelake(repo, "dedup", "--explain", f"{copy['source']}/{copy['task']}", "--json").stdout)
+    assert rows[0]["representative"] and {r["task"] for r in rows} >= {copy["task"], copy["of"]}
+    bench = planted["benchmark_copies"][0]
+    shown = tracelake(repo, "dedup", "--explain", f"{bench['source']}/{bench['task']}").stdout
+    assert f"planted {bench['benchmark']}" in shown and "contaminated_v1" in shown
+
+    missing = tracelake(repo, "dedup", "--explain", "no-such-task")
+    assert missing.returncode != 0 and missing.stderr.strip().count("\n") == 0 and "no task matches" in missing.stderr
+    summary = tracelake(repo, "dedup")
+    assert summary.returncode == 0 and "clusters of near-duplicates" in summary.stdout and "benchmark planted" in summary.stdout
+
+    proc = tracelake(repo, "sql", "--format", "json", "SELECT (SELECT count(*) FROM task_clusters) AS tasks, "
+                     "(SELECT count(*) FROM contamination) AS contaminated, "
+                     "(SELECT sum(dropped)::BIGINT FROM funnel WHERE rule = 'near_duplicate_v1') AS near_dup_rows")
+    got = json.loads(proc.stdout)
+    metrics = json.loads((repo / "metrics/dedup.json").read_text())
+    assert got["tasks"] == metrics["tasks"] and got["contaminated"] == metrics["contamination"]["tasks"] > 0
+    assert got["near_dup_rows"] > 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -289,6 +289,30 @@ def diff(
         render(report, out)
     if html is not None:
         err.print(f"wrote {html}")
+
+
+@app.command()
+def dedup(
+    explain: Annotated[Optional[str], typer.Option("--explain", "-e", metavar="TASK", help="Show this task's cluster side by side: a task name, source/name, task_id or a unique prefix of one.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the rows as JSON instead.")] = False,
+    lake: Annotated[Path, typer.Option("--lake", help="Lake root.")] = Path("lake"),
+) -> None:
+    """Near-duplicate tasks and benchmark contamination (the dedup stage): the largest clusters and the
+    contaminated tasks per benchmark; --explain TASK shows one task's cluster, side by side with its
+    representative, with the similarities and what the filter drops."""
+    import orjson
+
+    from tracelake.explore.dedup_view import explain as explain_rows
+    from tracelake.explore.dedup_view import render_explain, render_summary, summary
+
+    data: Any = explain_rows(lake, explain) if explain else summary(lake)
+    if json_out:
+        sys.stdout.buffer.write(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
+        sys.stdout.flush()
+    elif explain:
+        render_explain(data, explain, out)
+    else:
+        render_summary(data, out)
 
 
 @app.command()

@@ -6,6 +6,7 @@
 
 Views (each over the Parquet files found under the lake, every source together):
   tasks, trajectories, rejects (ingest), scores, responses (model scorers' answers), pool, dropped,
+  task_clusters, contamination   near-duplicate clusters and benchmark copies (the dedup stage)
   messages   one row per message: trajectory_id, source, task, trace_source, position (0-based), role, content
   funnel     the filter funnel: source, rule, dropped, in, kept (from lake/pool/manifest.json)
   selection_<scale> and sft_<scale>   each built dataset, also under its content id ("sft-3.16k-…", quoted)
@@ -52,6 +53,8 @@ def open_lake(lake: Path | str) -> tuple[duckdb.DuckDBPyConnection, dict[str, st
     _view(con, "rejects", _files(lake, "trajectories/*/rejects.parquet") + _files(lake, "tasks/*/rejects.parquet"), views)
     _view(con, "scores", _files(lake, "scores/scores.parquet"), views)
     _view(con, "responses", _files(lake, "scores/responses.parquet"), views)
+    _view(con, "task_clusters", _files(lake, "dedup/task_clusters.parquet"), views)
+    _view(con, "contamination", _files(lake, "dedup/contamination.parquet"), views)
     _view(con, "pool", _files(lake, "pool/pool.parquet"), views)
     _view(con, "dropped", _files(lake, "pool/dropped.parquet"), views)
     if "trajectories" in views:
