@@ -31,7 +31,9 @@ def main(argv: list[str] | None = None) -> None:
     scores = read_table(lake.scores, "scores")
     scores = scores.filter(pc.equal(scores["scorer"], params.select.score))
     score_of = dict(zip(scores["task_id"].to_pylist(), scores["score"].to_pylist()))
-    selection = select(group_pool(pool.to_pylist()), score_of, params.mix, n, params.select.unscored)
+    clusters = read_table(lake.dedup, "task_clusters").filter(pc.greater(pc.field("cluster_size"), 1))
+    cluster_of = dict(zip(clusters["task_id"].to_pylist(), clusters["cluster_id"].to_pylist()))
+    selection = select(group_pool(pool.to_pylist()), score_of, params.mix, n, params.select.unscored, cluster_of)
 
     out = lake.selection(scale)
     with output_dir(out) as tmp:
@@ -44,7 +46,8 @@ def main(argv: list[str] | None = None) -> None:
         manifest = write_manifest(
             tmp, kind="selection", tables=[info], dataset_id=name,
             inputs={"pool": read_manifest(lake.pool)["version_id"],
-                    "scores": read_manifest(lake.scores)["version_id"]},
+                    "scores": read_manifest(lake.scores)["version_id"],
+                    "dedup": read_manifest(lake.dedup)["version_id"]},
             params={"scale": scale, "rows": n, "score": params.select.score, "unscored": params.select.unscored,
                     "mix": params.section("mix")},
             formulas={"selection": SELECTION_RULE}, counts=counts)

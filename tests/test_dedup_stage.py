@@ -90,15 +90,19 @@ def test_clusters_contamination_and_the_filter_rules(repo):
     assert lance_rows == manifest["tables"]["texts"]["rows"] == json.loads((repo / "metrics/dedup.json").read_text())["embedding"]["texts"]
 
 
-def test_keep_all_drops_nothing(repo):
+def test_keep_all_drops_nothing_and_clusters_share_a_quota(repo):
     set_params(repo, dedup={"keep": "all"})
     try:
-        dedup_stage(repo)
+        run_ok(["dvc", "repro", "select@1k"], repo)
         clusters = read_table(repo / "lake" / "dedup", "task_clusters").to_pylist()
         assert not any(r["dropped"] for r in clusters) and any(r["cluster_size"] > 1 for r in clusters)
+        assert "near_duplicate_v1" not in {d["rule"] for d in read_table(repo / "lake" / "pool", "dropped").to_pylist()}
+        shared = json.loads((repo / "metrics/select/1k.json").read_text())["shared_quotas"]
+        assert shared["clusters"] > 0 and shared["tasks"] > shared["clusters"]
     finally:
         set_params(repo, dedup={"keep": "one"})
-        dedup_stage(repo)
+        run_ok(["dvc", "repro", "select@1k"], repo)
+    assert json.loads((repo / "metrics/select/1k.json").read_text())["shared_quotas"]["clusters"] == 0
 
 
 @pytest.mark.parametrize("search", ["flat", "ivf_flat"])

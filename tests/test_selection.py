@@ -285,3 +285,33 @@ def test_negative_score_is_a_clear_error():
     tasks = group_pool([{"trajectory_id": "r1", "task_id": "t1", "source": "s", "task": "a"}])
     with pytest.raises(_BadInput, match=r"task 'a' of s \(t1\) has score -1.0: .*scores >= 0"):
         select(tasks, {"t1": -1.0}, MixParams(), 3)
+
+
+# --- clusters of near-duplicate tasks (dedup.keep: all) share one quota ---------------------------
+
+def _cluster_tasks() -> dict[str, Task]:
+    tasks = {f"t{i}": Task(f"t{i}", "s", f"task-{i}", [f"t{i}-r{j}" for j in range(2)]) for i in range(6)}
+    return tasks
+
+
+def test_a_cluster_gets_the_quota_of_one_task_spread_over_its_members():
+    tasks = _cluster_tasks()
+    scores = {tid: 1.0 for tid in tasks}
+    clusters = {"t0": "t0", "t1": "t0", "t2": "t0"}           # t0, t1, t2: one idea in three phrasings
+    plain = select(tasks, scores, ALL, 40)
+    shared = select(tasks, scores, ALL, 40, clusters=clusters)
+    per_task = Counter(r["task_id"] for r in shared.rows)
+    assert len(shared.rows) == 40 and shared.counts["shared_quotas"] == {"clusters": 1, "tasks": 3}
+    # four units of equal score: 10 rows each; the cluster's 10 go over its 6 pooled rollouts
+    assert per_task["t3"] == per_task["t4"] == per_task["t5"] == 10
+    assert per_task["t0"] + per_task["t1"] + per_task["t2"] == 10
+    uses = Counter(r["trajectory_id"] for r in shared.rows if r["task_id"] in clusters)
+    assert len(uses) == 6 and set(uses.values()) <= {1, 2}      # every member's rollouts, evenly
+    assert sum(Counter(r["task_id"] for r in plain.rows)[t] for t in clusters) >= 20   # without: 3 of 6 shares
+    assert len({r["slot_id"] for r in shared.rows}) == 40 and len({(r["task"], r["name"]) for r in shared.rows}) == 40
+
+
+def test_clusters_of_one_task_change_nothing():
+    tasks = _cluster_tasks()
+    scores = {tid: float(i + 1) for i, tid in enumerate(sorted(tasks))}
+    assert select(tasks, scores, ALL, 25, clusters={"t0": "t0", "t1": "t1"}).rows == select(tasks, scores, ALL, 25).rows

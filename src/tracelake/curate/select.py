@@ -19,7 +19,7 @@ from tracelake.core.ids import copy_name
 from tracelake.curate.apportion import APPORTION_RULE, apportion, assign_rollouts, split_by_weights
 from tracelake.curate.params import MixParams
 
-SELECTION_RULE = f"mix_v1+{APPORTION_RULE}"
+SELECTION_RULE = f"mix_v1+{APPORTION_RULE}+cluster_quota_v1"
 
 
 @dataclass
@@ -57,11 +57,16 @@ def mixed_sources(tasks: dict[str, Task], scores: dict[str, float], mix: MixPara
 
 
 def select(tasks: dict[str, Task], scores: dict[str, float], mix: MixParams, n: int,
-           unscored: str = "zero") -> Selection:
+           unscored: str = "zero", clusters: dict[str, str] | None = None) -> Selection:
     """The slots of one dataset of exactly n rows (fewer only when the pool is empty: an error).
 
     A task without a score (select.unscored): `zero` scores it 0 (it keeps the one rollout every
-    task gets), `drop` leaves it out, `error` stops with the count."""
+    task gets), `drop` leaves it out, `error` stops with the count.
+
+    `clusters` (task_id -> cluster_id, from the dedup stage): the tasks of one cluster that are still
+    in the pool (dedup.keep: all) share one quota, as one task would, scored by their mean score, and
+    their rollouts are pooled (cluster_quota_v1): upsampling never multiplies one idea. A task
+    alone in its cluster (every task, with keep: one) is its own unit, as without clusters."""
     sources = mixed_sources(tasks, scores, mix)
     candidates = {tid: t for tid, t in tasks.items() if t.source in sources}
     missing = sorted(tid for tid in candidates if tid not in scores)
@@ -81,6 +86,8 @@ def select(tasks: dict[str, Task], scores: dict[str, float], mix: MixParams, n: 
             t = candidates[tid]
             raise BadInput(f"task {t.task!r} of {t.source} ({tid}) has score {value}: upsampling by score "
                            f"share needs scores >= 0 (rescale the scorer's values)")
+    units = _units(candidates, clusters or {}, by_source=bool(mix.weights))
+    unit_score = {u: sum(score_of[t] for t in members) / len(members) for u, members in units.items()}
     if mix.weights:
         # a weighted source with no task in the pool still takes its share, so that it is an error
         # below instead of its rows silently going to the other sources
@@ -88,25 +95,43 @@ def select(tasks: dict[str, Task], scores: dict[str, float], mix: MixParams, n: 
         share = split_by_weights({s: float(mix.weights.get(s, 0.0)) for s in weighted}, n)
         quotas: dict[str, int] = {}
         for source in weighted:
-            own = {tid: score_of[tid] for tid, t in candidates.items() if t.source == source}
+            own = {u: unit_score[u] for u, members in units.items() if candidates[members[0]].source == source}
             if share[source] and not own:
                 raise BadInput(f"mix.weights gives {source} {share[source]} rows but no rollout of it "
                                f"survived the filters")
             quotas.update(apportion(own, share[source]) if own else {})
     else:
-        quotas = apportion(score_of, n)
+        quotas = apportion(unit_score, n)
 
+    task_of = {rid: tid for tid, t in candidates.items() for rid in t.rollouts}
     rows = []
-    for tid in sorted(candidates, key=lambda t: (candidates[t].source, candidates[t].task, t)):
-        task = candidates[tid]
-        for trajectory_id, copy in assign_rollouts(quotas.get(tid, 0), task.rollouts):
+    for unit, members in units.items():
+        pooled = [rid for tid in members for rid in candidates[tid].rollouts]
+        for trajectory_id, copy in assign_rollouts(quotas.get(unit, 0), pooled):
+            tid = task_of[trajectory_id]
+            task = candidates[tid]
             rows.append({"slot_id": content_id("slot", [trajectory_id, copy]), "trajectory_id": trajectory_id,
                          "task_id": tid, "source": task.source, "task": task.task, "copy": copy,
                          "name": copy_name(task.task, copy), "score": score_of[tid]})
+    rows.sort(key=lambda r: (r["source"], r["task"], r["task_id"]))   # stable: a task's slots in copy order
     check(len(rows) == n, f"selected {len(rows)} rows for n={n}")
     counts = _counts(rows, candidates, scores, sources)
     counts["unscored_tasks"] = len(missing)   # with unscored: drop, those left out
+    shared = [members for members in units.values() if len(members) > 1]
+    counts["shared_quotas"] = {"clusters": len(shared), "tasks": sum(len(m) for m in shared)}
     return Selection(rows, counts)
+
+
+def _units(candidates: dict[str, Task], clusters: dict[str, str], by_source: bool) -> dict[str, list[str]]:
+    """unit -> its task ids: a cluster's tasks in the pool share one unit (within one source when
+    sources are weighted); every other task is its own. A unit is named by its cluster or task id."""
+    units: dict[str, list[str]] = {}
+    for tid in sorted(candidates):
+        unit = clusters.get(tid, tid)
+        if by_source:
+            unit = f"{unit}/{candidates[tid].source}" if unit != tid else tid
+        units.setdefault(unit, []).append(tid)
+    return units
 
 
 def _counts(rows: list[dict], candidates: dict[str, Task], scores: dict[str, float],
