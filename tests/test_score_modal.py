@@ -13,8 +13,9 @@ import pytest
 import yaml
 
 from tracelake.core.errors import BadParams
+from tracelake.core.hashing import model_fingerprint
 from tracelake.curate.answers import run_model_scorer
-from tracelake.curate.engines.modal import PREFIX, model_fingerprint
+from tracelake.curate.engines.modal import PREFIX
 from tracelake.curate.params import ModelParams, ScoreParams
 from tracelake.curate.score_run import describe, plan_score
 from tracelake.curate.scorers import LlmResponseLength

@@ -37,3 +37,21 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+FINGERPRINT_EDGE = 1 << 20   # bytes read at each end of a model file
+
+
+def model_fingerprint(directory: Path) -> str:
+    """sha256 over each file's relative path, size, first and last MiB: cheap on a 16 GB model,
+    and any re-download, conversion or edit of a file changes it."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        size = path.stat().st_size
+        digest.update(f"{path.relative_to(directory).as_posix()}\0{size}\0".encode())
+        with path.open("rb") as f:
+            digest.update(f.read(FINGERPRINT_EDGE))
+            if size > 2 * FINGERPRINT_EDGE:
+                f.seek(size - FINGERPRINT_EDGE)
+                digest.update(f.read())
+    return digest.hexdigest()[:16]

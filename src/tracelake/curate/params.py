@@ -205,13 +205,25 @@ class MinHashParams(Section):
 class EmbeddingParams(Section):
     """Semantic near-duplicates: cosine range search over an embeddings table in LanceDB."""
     enabled: bool = True
-    embedder: Literal["hashed_char_ngrams_v1"] = "hashed_char_ngrams_v1"   # model-free, deterministic
-    dim: Annotated[int, Field(ge=16, le=4096)] = 256
-    ngrams: list[Annotated[int, Field(ge=1, le=16)]] = Field(default_factory=lambda: [3, 4, 5])
+    # hashed_char_ngrams_v1: model-free, deterministic; transformers: an encoder from `model` (a local
+    # directory), mean-pooled, run by `python` (default: the training environment's)
+    embedder: Literal["hashed_char_ngrams_v1", "transformers"] = "hashed_char_ngrams_v1"
+    dim: Annotated[int, Field(ge=16, le=4096)] = 256                # hashed: vector size
+    ngrams: list[Annotated[int, Field(ge=1, le=16)]] = Field(default_factory=lambda: [3, 4, 5])   # hashed
+    model: str | None = None                                        # transformers: the model directory
+    python: str | None = None                                       # transformers: its interpreter
+    batch_size: Count = 32                                          # transformers
+    max_length: Count = 512                                         # transformers: tokens per text
     threshold: Similarity = 0.95      # cosine similarity a pair must reach
     neighbours: Count = 32            # nearest rows a text asks for (union-find links the rest)
     exact_below: Count = 20000        # rows below which the search is exact; above, an IVF_FLAT index
     nprobes: Count = 16               # IVF partitions a query scans
+
+    @model_validator(mode="after")
+    def _model_for_transformers(self) -> EmbeddingParams:
+        if self.embedder == "transformers" and not self.model:
+            raise Invalid(": transformers needs dedup.embedding.model (a local model directory)", at=("embedder",))
+        return self
 
 
 class DedupParams(Section):

@@ -107,7 +107,7 @@ class _Space:
 def _embedding_space(corpus: _Corpus, dedup: DedupParams, lance_dir: Path, cache_root: Path | None,
                      tick: Progress) -> _Space:
     em = dedup.embedding
-    embedder = make_embedder(em.embedder, em.dim, em.ngrams)
+    embedder = make_embedder(em)
     cache = vectors.EmbeddingCache(cache_root, embedder)
     task_shas = [vectors.text_sha(embedder.prepare(t)) for t in corpus.text]
     first: dict[bytes, int] = {}

@@ -14,12 +14,12 @@ downloaded on Modal into the volume's hub cache (HF_TOKEN travels by name when i
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from tracelake.core.envs import env_command
 from tracelake.core.errors import BadParams
+from tracelake.core.hashing import model_fingerprint
 from tracelake.curate.engines.local import LocalEngine
 from tracelake.curate.params import ModelParams, ScoreModalParams
 
@@ -27,7 +27,6 @@ PREFIX = b"tracelake-answer "
 MODAL_APP_FILE = "scoring/modal_app.py"
 FORWARDED_ENV = ("HF_TOKEN",)
 MODELS_DIR = "/models"        # on the volume: <fingerprint>/ (uploaded) and hub/ (the hub cache)
-FINGERPRINT_EDGE = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -41,21 +40,6 @@ class ModelSource:
     @property
     def remote(self) -> str:
         return f"{MODELS_DIR}/{self.fingerprint}" if self.fingerprint else str(self.hub_id)
-
-
-def model_fingerprint(directory: Path) -> str:
-    """sha256 over each file's relative path, size, first and last MiB: cheap on a 16 GB model,
-    and any re-download, conversion or edit of a file changes it."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        size = path.stat().st_size
-        digest.update(f"{path.relative_to(directory).as_posix()}\0{size}\0".encode())
-        with path.open("rb") as f:
-            digest.update(f.read(FINGERPRINT_EDGE))
-            if size > 2 * FINGERPRINT_EDGE:
-                f.seek(size - FINGERPRINT_EDGE)
-                digest.update(f.read())
-    return digest.hexdigest()[:16]
 
 
 def model_source(model: ModelParams) -> ModelSource:
