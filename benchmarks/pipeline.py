@@ -8,9 +8,10 @@ against the Hugging Face `datasets` way and the parse/write floors, on the same 
 For each size it writes (or reuses) `tracelake synth --profile openthoughts` data under --work, and
 a Qwen-style byte-level BPE (Qwen2 split regex, NFC, 32K vocab) trained on its first rows. Then:
 
-- same_work: ingest -> score -> filter (timeout, subagent, min turns; no token counting) -> one
-  scale (as many rows as the filter kept) -> export_sft, with token counting off in params;
-- exact: the default pipeline with exact token counts (filter.max_tokens and cutoff_len 32768),
+- same_work: ingest -> score -> dedup (exact duplicates only: the references do not deduplicate)
+  -> filter (timeout, subagent, min turns; no token counting) -> one scale (as many rows as the
+  filter kept) -> export_sft, with token counting off in params;
+- exact: the default pipeline (near-duplicate dedup included) with exact token counts (filter.max_tokens and cutoff_len 32768),
   first over 99 of the 100 input files with empty token and ingest caches ("first run"), then the
   whole pipeline again after the 100th file (1% more rows) is added ("append"), then a new scale
   (select + export_sft);
@@ -179,6 +180,10 @@ def project(work: Path, name: str, data: Path, tok: Path, *, count: bool, caches
     params["filter"].update(tokenizer=str(tok), count_tokens=count, max_tokens=32768 if count else None)
     params["export_sft"].update(tokenizer=str(tok), count_tokens=count)
     params["select"]["scales"] = {"all": 1}
+    params["dedup"]["cache"] = str(caches / "embeddings")
+    if not count:   # same work as the references: no near-duplicate search
+        params["dedup"]["minhash"]["enabled"] = params["dedup"]["embedding"]["enabled"] = False
+    params["decontaminate"] = {"root": str(data), "benchmarks": {}}   # no benchmark beside the generated data
     (proj / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     return proj
 
@@ -202,7 +207,8 @@ def pipeline(proj: Path, data: Path, log: Path, copies: int = 1) -> list[Step]:
     for name in source_names(copies):
         warm_input(data)
         steps.append(stage(proj, log, "ingest" if copies == 1 else f"ingest {name}", "ingest.py", name))
-    steps += [stage(proj, log, "score", "score.py"), stage(proj, log, "filter", "filter.py")]
+    steps += [stage(proj, log, "score", "score.py"), stage(proj, log, "dedup", "dedup.py"),
+              stage(proj, log, "filter", "filter.py")]
     set_scale(proj, "all", kept(proj))
     steps += [stage(proj, log, "select", "select_scale.py", "all"),
               stage(proj, log, "export_sft", "export_sft.py", "all")]

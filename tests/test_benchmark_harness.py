@@ -28,7 +28,7 @@ def test_harness_runs_at_a_small_size(tmp_path):
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())["results"][0]
-    stages = ["ingest", "score", "filter", "select", "export_sft"]
+    stages = ["ingest", "score", "dedup", "filter", "select", "export_sft"]
     assert [s["name"] for s in result["same_work"]] == stages
     assert [s["name"] for s in result["exact_first"]] == stages
     assert [s["name"] for s in result["exact_append"]] == stages
@@ -50,7 +50,7 @@ def test_copies_run_the_same_input_as_several_sources(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     meta, (result,) = json.loads(out.read_text()).values()
     assert result["rows"] == 200 and result["copies"] == 2 and "references" not in result
-    assert [s["name"] for s in result["same_work"]] == ["ingest ot", "ingest ot2", "score", "filter", "select", "export_sft"]
+    assert [s["name"] for s in result["same_work"]] == ["ingest ot", "ingest ot2", "score", "dedup", "filter", "select", "export_sft"]
     kept = json.loads((tmp_path / "work" / "same-work-100" / "metrics" / "filter.json").read_text())["total"]
     assert kept["in"] == 200 and meta["command"].endswith("--copies 2")
 
