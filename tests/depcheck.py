@@ -679,7 +679,7 @@ IGNORED_PARTS = {".venv", ".git", ".dvc"}  # environment and DVC's own files, ne
 # changes its output (score.cache: known (task, scorer) keys are not recomputed; tokenizer.cache:
 # token counts of known (tokenizer, segment) pairs are not re-encoded; ingest.cache: unchanged input
 # files are not parsed again; see params.yaml).
-CACHE_PARAMS = ["score.cache", "tokenizer.cache", "ingest.cache"]
+CACHE_PARAMS = ["score.cache", "tokenizer.cache", "ingest.cache", "dedup.cache"]
 
 
 @dataclass(frozen=True)

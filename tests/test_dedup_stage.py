@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -90,10 +91,16 @@ def test_clusters_contamination_and_the_filter_rules(repo):
     assert lance_rows == manifest["tables"]["texts"]["rows"] == json.loads((repo / "metrics/dedup.json").read_text())["embedding"]["texts"]
 
 
-def test_keep_all_drops_nothing_and_clusters_share_a_quota(repo):
+def test_keep_all_drops_nothing_and_clusters_share_a_quota(repo, tmp_path):
+    shutil.copytree(repo / "lake" / "pool", tmp_path / "pool-keep-one")
     set_params(repo, dedup={"keep": "all"})
     try:
         run_ok(["dvc", "repro", "select@1k"], repo)
+        diff = tracelake(repo, "diff", str(tmp_path / "pool-keep-one"), "pool", "--json")
+        assert diff.returncode == 0, diff.stderr
+        explained = json.loads(diff.stdout)["explained"]
+        back = [e for e in explained if e["rule"] == "near_duplicate_v1"]
+        assert back and all(e["status"] == "added" and e["stage"] == "filter" for e in back)
         clusters = read_table(repo / "lake" / "dedup", "task_clusters").to_pylist()
         assert not any(r["dropped"] for r in clusters) and any(r["cluster_size"] > 1 for r in clusters)
         assert "near_duplicate_v1" not in {d["rule"] for d in read_table(repo / "lake" / "pool", "dropped").to_pylist()}
