@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -86,7 +87,7 @@ class Contamination:
     evidence: str | None      # the matching n-gram (normalised words)
 
 
-def ngram_matches(task_words: list[list[str]], items: list[BenchmarkItem], n: int, min_share: float,
+def ngram_matches(task_words: Iterable[list[str]], items: list[BenchmarkItem], n: int, min_share: float,
                   hasher: WordHasher) -> dict[int, Contamination]:
     """task index -> its n-gram match: the item sharing the largest share of n-grams with the task,
     where the shared n-grams cover at least `min_share` of the task's distinct n-grams or of the

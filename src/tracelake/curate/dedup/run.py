@@ -34,7 +34,7 @@ from tracelake.curate.dedup.decontaminate import (
 )
 from tracelake.curate.dedup.embed import make_embedder
 from tracelake.curate.dedup.minhash import MINHASH_RULE, near_duplicate_pairs
-from tracelake.curate.dedup.shingles import NORM_RULE, WordHasher, jaccard, shingle_set, words
+from tracelake.curate.dedup.shingles import NORM_RULE, WordHasher, jaccard, normalize, shingle_set
 from tracelake.curate.params import DecontaminateParams, DedupParams
 
 Progress = Callable[[str, int], None]   # (what, how many more done)
@@ -59,22 +59,26 @@ class _Corpus:
     task: list[str]
     text: list[str]
     weight: list[int]
-    words: list[list[str]]
+    normal: list[str]        # text_norm_v1 of each instruction (words joined by one space)
+
+    def words(self, i: int) -> list[str]:
+        """Task i's normalised words, made when asked: kept as lists for 100K tasks they would cost
+        gigabytes (a Python string per word)."""
+        return self.normal[i].split(" ") if self.normal[i] else []
 
 
 def _corpus(tasks: pa.Table) -> _Corpus:
     text = [t or "" for t in tasks.column("instruction").to_pylist()]
     return _Corpus(tasks.column("task_id").to_pylist(), tasks.column("source").to_pylist(),
                    tasks.column("task").to_pylist(), text,
-                   [int(n or 0) for n in tasks.column("n_trajectories").to_pylist()], [words(t) for t in text])
+                   [int(n or 0) for n in tasks.column("n_trajectories").to_pylist()], [normalize(t) for t in text])
 
 
 def _exact_pairs(corpus: _Corpus) -> tuple[list[tuple[int, int]], list[int]]:
     """Pairs (first, i) of tasks with the same normalised text, and one task per distinct text."""
     first: dict[str, int] = {}
     pairs = []
-    for i, ws in enumerate(corpus.words):
-        key = " ".join(ws)
+    for i, key in enumerate(corpus.normal):
         j = first.setdefault(key, i)
         if j != i:
             pairs.append((j, i))
@@ -159,7 +163,7 @@ def run_dedup(tasks: pa.Table, dedup: DedupParams, decon: DecontaminateParams, *
         mh = dedup.minhash
         formulas["minhash"] = f"{MINHASH_RULE} ngram {mh.ngram} bands {mh.bands} rows {mh.rows} seed {mh.seed}"
         for i in distinct:
-            sets[i] = shingle_set(hasher.hashes(corpus.words[i]), mh.ngram)
+            sets[i] = shingle_set(hasher.hashes(corpus.words(i)), mh.ngram)
         nonempty = [i for i in distinct if len(sets[i])]
         verified, candidates = near_duplicate_pairs([sets[i] for i in nonempty], mh.bands, mh.rows,
                                                     mh.threshold, mh.seed)
@@ -201,7 +205,7 @@ def _cluster_table(corpus: _Corpus, members: list, dedup: DedupParams, sets: dic
 
     def shingles(i: int) -> np.ndarray:
         if i not in sets:
-            sets[i] = shingle_set(hasher.hashes(corpus.words[i]), dedup.minhash.ngram)
+            sets[i] = shingle_set(hasher.hashes(corpus.words(i)), dedup.minhash.ngram)
         return sets[i]
 
     for m in members:
@@ -216,7 +220,7 @@ def _cluster_table(corpus: _Corpus, members: list, dedup: DedupParams, sets: dic
                 jac = round(jaccard(shingles(i), shingles(rep)), 6)
             if space is not None and (c := space.cosine(i, rep)) is not None:
                 cos = round(c, 6)
-            if corpus.words[i] == corpus.words[rep]:
+            if corpus.normal[i] == corpus.normal[rep]:
                 method, sim = "exact", 1.0
             elif jac is not None and jac >= dedup.minhash.threshold:
                 method, sim = "minhash", jac
@@ -251,8 +255,9 @@ def _decontaminate(corpus: _Corpus, decon: DecontaminateParams, hasher: WordHash
     if not decon.benchmarks:
         return schema.empty_table(), {"benchmarks": {}, "items": 0, "tasks": 0}
     items = load_benchmarks(decon)
-    found = ngram_matches(corpus.words, items, decon.ngram, decon.ngram_min_share, hasher)
-    tick("decontaminate", len(corpus.words))
+    found = ngram_matches((corpus.words(i) for i in range(len(corpus.normal))), items, decon.ngram,
+                          decon.ngram_min_share, hasher)
+    tick("decontaminate", len(corpus.normal))
     by_embedding = 0
     if decon.embedding_threshold is not None and space is not None and len(space.vecs):
         qv = space.cache.vectors([space.embedder.prepare(it.text) for it in items])
