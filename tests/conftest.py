@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,9 @@ def sample_project(tmp_path_factory) -> Path:
 def pytest_collection_modifyitems(items) -> None:
     """Every test that needs the built sample pipeline (directly or through another fixture) is an
     end-to-end test: `-m "not e2e"` leaves it out of the fast loop."""
+    long_skip = pytest.mark.skip(reason="a long variant: set TRACELAKE_LONG=1 to run it")
     for item in items:
         if "sample_project" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.e2e)
+        if "long" in item.keywords and os.environ.get("TRACELAKE_LONG") != "1":
+            item.add_marker(long_skip)
