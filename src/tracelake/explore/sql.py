@@ -1,23 +1,43 @@
-"""SQL over the lake (`tracelake sql`): one read-only DuckDB connection with a view per table.
+"""SQL over the lake (`tracelake sql`): one sandboxed DuckDB connection with a view per table.
 
     from tracelake.explore.sql import open_lake, run_query
-    con = open_lake("lake")                    # views: tasks, trajectories, messages, scores, ...
+    con, views = open_lake("lake")             # views: tasks, trajectories, messages, scores, ...
     table = run_query(con, "SELECT source, count(*) FROM trajectories GROUP BY ALL")
 
-Views (each over the Parquet files found under the lake, every source together):
+Views, each over the Parquet files that a finished directory's manifest.json names (every source
+together); a hidden directory (a build's temporary or old copy) or one without a manifest is never read:
   tasks, trajectories, rejects (ingest), scores, responses (model scorers' answers), pool, dropped,
   task_clusters, contamination   near-duplicate clusters and benchmark copies (the dedup stage)
   messages   one row per message: trajectory_id, source, task, trace_source, position (0-based), role, content
   funnel     the filter funnel: source, rule, dropped, in, kept (from lake/pool/manifest.json)
   selection_<scale> and sft_<scale>   each built dataset, also under its content id ("sft-3.16k-…", quoted)
   rl_prompts, harbor_tasks, export_rejects   the exports
-Read-only: only SELECT-like statements (SELECT, WITH, FROM, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN) run;
-COPY, CREATE, INSERT, ATTACH, SET, INSTALL and the rest are refused before anything executes, and the
-connection's configuration is locked.
+
+Read-only, in two layers:
+- DuckDB's sandbox (`sandbox`), set once the views exist: `allowed_directories` is the lake (its real
+  path), `allowed_paths` the views' files that lie elsewhere (with --rev: their objects in the DVC
+  cache); `enable_external_access = false` closes every other file, the network and extension
+  loading; autoinstall and autoload of known extensions are off; `lock_configuration` freezes it
+  all, so SET cannot undo it. DuckDB resolves symlinks and `..` before it checks a path, so a symlink
+  in the lake pointing out of it is refused like any other path outside.
+- `guard_query(con, query)`, called before any statement runs (by `run_query` here, and by any other
+  reader of these views): only SELECT-like statements (SELECT, WITH, FROM, DESCRIBE, SHOW, SUMMARIZE,
+  EXPLAIN of one of them), and no COPY anywhere in a statement's parsed tree (`json_serialize_sql`):
+  `WITH x AS (COPY … TO 'f') SELECT …` parses as a SELECT, and the sandbox lets a COPY write inside
+  the lake. `EXPLAIN [ANALYZE] <statement>` is checked as the statement it explains.
+Every refusal, and every DuckDB error, is a one-line BadInput (`tracelake: sql: …`).
+
+A rebuild may run while the lake is read: `dvc repro` removes a stage's outputs before it runs it,
+and links their files back one by one afterwards. A reader gives the old answer, the new one, or
+one line, `tracelake: the lake is being rebuilt (<what>); run the query again`: when a view's file
+vanished during the query, when a directory's files do not hold the rows its manifest counts, or
+when a source the pool was made from is missing.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 import duckdb
@@ -29,137 +49,321 @@ from tracelake.core.errors import BadInput
 from tracelake.core.lake import read_manifest
 from tracelake.core.layout import Lake, is_built
 
-ALLOWED = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+SELECT_LIKE = "SELECT, WITH, FROM, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN"
+_EXPLAIN = re.compile(r"\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?P<rest>.*)\Z", re.I | re.S)
+_OPTIONS = re.compile(r"\s*\([^()]*\)(?P<rest>.*)\Z", re.S)  # EXPLAIN (ANALYZE, FORMAT json) ...
+_QUOTED = re.compile(r'"([^"]+)"')
 
 
-def _files(pattern_root: Path, pattern: str) -> list[str]:
-    return sorted(str(p) for p in pattern_root.glob(pattern) if p.is_file())
+# --- views ---------------------------------------------------------------------------------------
+
+class _Views:
+    """The views made on one connection (name -> what it reads) and every file they read."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection):
+        self.con, self.what, self.files = con, {}, []
+
+    def add(self, name: str, files: list[str]) -> None:
+        if files:
+            self.con.read_parquet(files, union_by_name=True).create_view(name)
+            self.what[name] = f"{len(files)} file(s)"
+            self.files += files
+
+    def dataset(self, name: str, dataset_id: str, files: list[str]) -> None:
+        """A dataset's view, also under its content id (names come from params, scale names: letters,
+        digits, - and _; ids: [a-z0-9.-])."""
+        if files:
+            self.add(name, files)
+            self.con.execute(f'CREATE VIEW "{dataset_id}" AS SELECT * FROM "{name}"')
+            self.what[dataset_id] = name
 
 
-def _view(con: duckdb.DuckDBPyConnection, name: str, files: list[str], views: dict[str, str]) -> None:
-    if files:
-        con.read_parquet(files, union_by_name=True).create_view(name)
-        views[name] = f"{len(files)} file(s)"
+def _finished(directory: Path) -> tuple[dict, dict[str, list[str]]]:
+    """A built directory's manifest and its tables' files as the manifest names them: a table's one
+    file, or the Parquet files of the directory it names (a parted table's parts, an export's shards).
+    The files must hold the rows the manifest counts: DVC, checking a directory out again, links its
+    files one by one, manifest included, so a directory can look built before it is whole."""
+    try:
+        manifest = read_manifest(directory)
+    except (BadInput, ValueError):  # whole a moment ago, when the caller listed the directory
+        raise _rebuilding(f"{directory / 'manifest.json'} vanished or is being written") from None
+    tables = {}
+    for name, info in manifest["tables"].items():
+        file = directory / info["file"]
+        files = [str(file)] if not info["file"].endswith("/") else sorted(str(p) for p in file.glob("*.parquet"))
+        counts = [_rows(f) for f in files]
+        if None in counts or sum(counts) != info["rows"]:
+            raise _rebuilding(f"{directory} is incomplete")
+        tables[name] = files
+    return manifest, tables
+
+
+def _rows(file: str) -> int | None:
+    """The rows of a Parquet file by its footer; None for a file not (yet) whole."""
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_metadata(file).num_rows
+    except FileNotFoundError:
+        raise _rebuilding(f"{file} vanished") from None
+    except (OSError, pa.ArrowException):
+        return None
+
+
+def _ingest_views(v: _Views, layout: Lake, pool: dict | None) -> None:
+    """trajectories, tasks and rejects over every built source; each source the pool was made from
+    must be there (DVC removes a stage's outputs before it runs it again)."""
+    built = {(table, source): _finished(d)[1] for table, source, d in layout.ingested()}
+    for source in pool["inputs"].get("trajectories", {}) if pool else ():
+        if ("trajectories", source) not in built:
+            raise _rebuilding(f"{layout.table('trajectories', source)}, which the pool was made from, is missing "
+                              f"or unfinished; if no rebuild is running, run `dvc repro`")
+
+    def files(table: str, name: str) -> list[str]:
+        return [f for (t, _), tables in built.items() if t == table for f in tables.get(name, [])]
+
+    v.add("trajectories", files("trajectories", "trajectories"))
+    v.add("tasks", files("tasks", "tasks"))
+    v.add("rejects", files("trajectories", "rejects") + files("tasks", "rejects"))
+
+
+def _make_views(v: _Views, layout: Lake) -> None:
+    pool = _finished(layout.pool) if is_built(layout.pool) else None
+    _ingest_views(v, layout, pool and pool[0])
+    for directory, names in ((layout.scores, ("scores", "responses")),
+                             (layout.dedup, ("task_clusters", "contamination"))):
+        if is_built(directory):
+            tables = _finished(directory)[1]
+            for name in names:
+                v.add(name, tables.get(name, []))
+    if pool:
+        v.add("pool", pool[1]["pool"])
+        v.add("dropped", pool[1]["dropped"])
+    if "trajectories" in v.what:
+        v.con.execute(assets.sql("views/messages"))
+        v.what["messages"] = "trajectories, one row per message"
+    if pool:
+        funnel = pool[0]["counts"]
+        rows = [{"source": s, "rule": rule, "dropped": n, "in": f["in"], "kept": f["kept"]}
+                for s, f in funnel["sources"].items() for rule, n in f["dropped"].items()]
+        v.con.register("funnel", pa.Table.from_pylist(rows))
+        v.what["funnel"] = "lake/pool/manifest.json"
+    for scale, d in layout.built_selections().items():
+        manifest, tables = _finished(d)
+        v.dataset(f"selection_{scale}", manifest["dataset_id"], tables["selection"])
+    export_rejects = []
+    for scale, d in layout.built_sft_exports().items():
+        manifest, tables = _finished(d)
+        v.dataset(f"sft_{scale}", manifest["dataset_id"], tables["sft_rows"])
+        export_rejects += tables.get("export_rejects", [])
+    if is_built(layout.rl_export):
+        manifest, tables = _finished(layout.rl_export)
+        v.dataset("rl_prompts", manifest["dataset_id"], tables["rl_prompts"])
+        v.add("harbor_tasks", tables["harbor_tasks"])
+        export_rejects += tables.get("export_rejects", [])
+    v.add("export_rejects", export_rejects)
 
 
 def open_lake(lake: Path | str) -> tuple[duckdb.DuckDBPyConnection, dict[str, str]]:
-    """A read-only connection with every view the lake supports; (connection, view -> what it reads)."""
+    """A sandboxed, read-only connection with every view the lake supports; (connection, view -> what
+    it reads)."""
     lake = Path(lake)
     if not lake.is_dir():
         raise BadInput(f"{lake} is not a lake directory (run `dvc repro`, or pass --lake)")
-    con, views, layout = duckdb.connect(), {}, Lake(lake)
-    _view(con, "trajectories", _files(lake, "trajectories/*/trajectories/part-*.parquet"), views)
-    _view(con, "tasks", _files(lake, "tasks/*/tasks.parquet"), views)
-    _view(con, "rejects", _files(lake, "trajectories/*/rejects.parquet") + _files(lake, "tasks/*/rejects.parquet"), views)
-    _view(con, "scores", _files(lake, "scores/scores.parquet"), views)
-    _view(con, "responses", _files(lake, "scores/responses.parquet"), views)
-    _view(con, "task_clusters", _files(lake, "dedup/task_clusters.parquet"), views)
-    _view(con, "contamination", _files(lake, "dedup/contamination.parquet"), views)
-    _view(con, "pool", _files(lake, "pool/pool.parquet"), views)
-    _view(con, "dropped", _files(lake, "pool/dropped.parquet"), views)
-    if "trajectories" in views:
-        con.execute(assets.sql("views/messages"))
-        views["messages"] = "trajectories, one row per message"
-    if is_built(layout.pool):
-        funnel = read_manifest(layout.pool)["counts"]
-        rows = [{"source": s, "rule": rule, "dropped": n, "in": f["in"], "kept": f["kept"]}
-                for s, f in funnel["sources"].items() for rule, n in f["dropped"].items()]
-        con.register("funnel", pa.Table.from_pylist(rows))
-        views["funnel"] = "lake/pool/manifest.json"
-    for scale, d in layout.built_selections().items():
-        _dataset_views(con, views, f"selection_{scale}", read_manifest(d)["dataset_id"], [str(d / "selection.parquet")])
-    for scale, d in layout.built_sft_exports().items():
-        m = read_manifest(d)
-        _dataset_views(con, views, f"sft_{scale}", m["dataset_id"], [str(d / f) for f in m["counts"]["files"]])
-    rl = layout.rl_export
-    if is_built(rl):
-        m = read_manifest(rl)
-        _dataset_views(con, views, "rl_prompts", m["dataset_id"], [str(rl / f) for f in m["counts"]["files"]["prompts"]])
-        _view(con, "harbor_tasks", [str(rl / f) for f in m["counts"]["files"]["tasks"]], views)
-    _view(con, "export_rejects", _files(lake, "exports/sft/*/export_rejects.parquet")
-          + _files(lake, "exports/rl/export_rejects.parquet"), views)
-    if not views:
-        raise BadInput(f"{lake} holds no tables yet: run `dvc repro`")
-    con.execute("SET lock_configuration = true")
-    return con, views
-
-
-def _dataset_views(con, views: dict[str, str], name: str, dataset_id: str, files: list[str]) -> None:
-    _view(con, name, files, views)
-    # names come from params (scale names: letters, digits, - and _) and from dataset ids ([a-z0-9.-])
-    con.execute(f'CREATE VIEW "{dataset_id}" AS SELECT * FROM "{name}"')
-    views[dataset_id] = name
-
-
-def check_read_only(con: duckdb.DuckDBPyConnection, query: str) -> None:
-    """Refuse anything but SELECT-like statements, before any of them runs."""
+    v = _Views(duckdb.connect())
     try:
-        statements = con.extract_statements(query)
+        _make_views(v, Lake(lake))
     except duckdb.Error as e:
-        raise BadInput(f"sql: {str(e).splitlines()[0]}") from None
+        raise _error(e, "") from None
+    except FileNotFoundError as e:  # a directory replaced between listing it and reading it
+        raise _rebuilding(f"{e.filename} vanished") from None
+    if not v.what:
+        raise BadInput(f"{lake} holds no tables yet: run `dvc repro`")
+    sandbox(v.con, lake, v.files)
+    return v.con, v.what
+
+
+def sandbox(con: duckdb.DuckDBPyConnection, lake: Path, files: list[str]) -> None:
+    """Confine `con` to reading the lake and `files` (the views' files: a symlink's target counts,
+    e.g. --rev's DVC cache objects): nothing else, no network, no extensions, settings locked. Call
+    it after the views exist; allowed paths must be set before external access is switched off."""
+    root = os.path.realpath(lake)
+    outside = sorted({real for real in map(os.path.realpath, files) if not real.startswith(root + os.sep)})
+    con.execute("SET allowed_directories = $d", {"d": [root + os.sep]})
+    if outside:
+        con.execute("SET allowed_paths = $p", {"p": outside})
+    for setting in ("autoinstall_known_extensions", "autoload_known_extensions", "enable_external_access"):
+        con.execute(f"SET {setting} = false")
+    con.execute("SET lock_configuration = true")
+
+
+# --- the guard and queries -----------------------------------------------------------------------
+
+def guard_query(con: duckdb.DuckDBPyConnection, query: str) -> list[str]:
+    """The statements of `query` once each is known to only read: SELECT-like, no COPY anywhere in its
+    parsed tree, an EXPLAIN only of such a statement. Anything else is a one-line BadInput raised
+    before any statement runs. Use it before running any user's SQL on an `open_lake` connection."""
+    statements = _parse(con, query)
     if not statements:
         raise BadInput("sql: the query is empty")
-    for s in statements:
-        if s.type not in ALLOWED:
-            raise BadInput(f"sql: {s.type.name} statements are refused: tracelake sql is read-only "
-                           f"(SELECT, WITH, FROM, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN)")
+    for statement in statements:
+        _check(con, statement)
+    return [s.query for s in statements]
+
+
+def _parse(con: duckdb.DuckDBPyConnection, query: str) -> list:
+    try:
+        return con.extract_statements(query)
+    except duckdb.Error as e:
+        raise BadInput(f"sql: {_first_line(e)}") from None
+
+
+def _refused(what: str) -> BadInput:
+    return BadInput(f"sql: {what} refused: tracelake sql is read-only ({SELECT_LIKE})")
+
+
+def _check(con: duckdb.DuckDBPyConnection, statement, explained: bool = False) -> None:
+    kind = statement.type
+    if kind == duckdb.StatementType.EXPLAIN and not explained:
+        inner = _explained(con, statement.query)
+        if not inner:
+            raise BadInput("sql: EXPLAIN must be followed by one statement (EXPLAIN [ANALYZE] SELECT ...)")
+        for s in inner:
+            _check(con, s, explained=True)
+        return
+    prefix = "EXPLAIN of " if explained else ""
+    if kind != duckdb.StatementType.SELECT:
+        raise _refused(f"{prefix}{kind.name} statements are")
+    tree = orjson.loads(con.execute("SELECT json_serialize_sql($q)", {"q": statement.query}).fetchall()[0][0])
+    if tree.get("error"):
+        raise BadInput(f"sql: this statement cannot be checked to be read-only ({tree.get('error_message')})")
+    if _has_copy(tree):
+        raise _refused(f"{prefix}COPY (also inside WITH) is")
+
+
+def _explained(con: duckdb.DuckDBPyConnection, text: str) -> list:
+    """The statement an EXPLAIN explains: the text after `EXPLAIN [ANALYZE]`, or after its (options);
+    `EXPLAIN (SELECT 1)` and `EXPLAIN (FORMAT json) SELECT 1` both parse. Every reading that parses
+    as one statement, for the caller to check them all."""
+    match = _EXPLAIN.match(text)
+    options = _OPTIONS.match(match["rest"]) if match else None
+    found = []
+    for candidate in (match and match["rest"], options and options["rest"]):
+        try:
+            statements = con.extract_statements(candidate) if candidate else []
+        except duckdb.Error:
+            continue
+        found += statements if len(statements) == 1 else []
+    return found
+
+
+def _has_copy(tree) -> bool:
+    """Whether a parsed tree (json_serialize_sql) holds a COPY node anywhere."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node.get("type") == "COPY_QUERY_NODE" or node.get("info_type") == "COPY_INFO":
+                return True
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False
 
 
 def run_query(con: duckdb.DuckDBPyConnection, query: str) -> pa.Table:
     """Run a read-only query (its last statement's result) as an Arrow table."""
-    check_read_only(con, query)
-    statements = con.extract_statements(query)
+    statements = guard_query(con, query)
     try:
-        for s in statements[:-1]:
-            con.execute(s.query)
-        return con.sql(statements[-1].query).to_arrow_table()
+        for statement in statements[:-1]:  # read-only: only their errors matter
+            con.execute(statement).fetchall()
+        return con.sql(statements[-1]).to_arrow_table()
     except duckdb.Error as e:
-        raise BadInput(f"sql: {str(e).splitlines()[0]}") from None
+        raise _error(e, query) from None
 
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _rebuilding(what: str) -> BadInput:
+    return BadInput(f"the lake is being rebuilt ({what}); run the query again")
+
+
+def _error(e: duckdb.Error, query: str) -> BadInput:
+    """One line for a DuckDB error. A missing file that the query did not name itself is a view's:
+    a rebuild removed it after the views were made."""
+    line = _first_line(e)
+    if isinstance(e, duckdb.IOException):
+        quoted = _QUOTED.search(line)
+        if quoted and quoted[1] not in query and not os.path.exists(quoted[1]):
+            return _rebuilding(f"{quoted[1]} vanished")
+    if isinstance(e, duckdb.PermissionException):
+        return BadInput(f"sql: {line} (tracelake sql reads only the lake: no other file, no network, no extension)")
+    return BadInput(f"sql: {line}")
+
+
+# --- results -------------------------------------------------------------------------------------
 
 def to_json_lines(table: pa.Table) -> bytes:
     return b"".join(orjson.dumps(row, default=str) + b"\n" for row in table.to_pylist())
 
 
-def write_result(table: pa.Table, fmt: str, path: Path | None, console) -> None:
-    """table (rich), csv, json lines or parquet, to a file or stdout."""
+def to_csv(table: pa.Table) -> bytes:
+    """CSV, nested values (lists, structs, maps) written as JSON text: Arrow's CSV writer has no form
+    for them."""
     import io
-    import sys
 
     import pyarrow.csv as pacsv
+
+    columns = [pa.array([None if v is None else orjson.dumps(v, default=str).decode() for v in c.to_pylist()],
+                        pa.string()) if pa.types.is_nested(c.type) else c for c in table.columns]
+    buf = io.BytesIO()
+    try:
+        pacsv.write_csv(pa.Table.from_arrays(columns, names=table.column_names), buf)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise BadInput(f"sql: --format csv cannot write this result ({_first_line(e)}); --format json can") from None
+    return buf.getvalue()
+
+
+def write_result(table: pa.Table, fmt: str, path: Path | None, console) -> None:
+    """table (rich), csv, json lines or parquet, to a file or stdout."""
+    import sys
+
     import pyarrow.parquet as pq
 
-    if fmt == "parquet":
-        pq.write_table(table, path, compression="zstd")
-        return
-    if fmt == "table":
-        from rich.table import Table
-
-        view = Table(show_lines=False)
-        for name in table.column_names:
-            view.add_column(name, overflow="fold")
-        for row in table.to_pylist():
-            view.add_row(*("" if v is None else str(v) for v in row.values()))
-        if path is None:
-            console.print(view)
-            console.print(f"{table.num_rows:,} row(s)", style="dim")
+    try:
+        if fmt == "parquet":
+            pq.write_table(table, path, compression="zstd")
             return
-        from rich.console import Console
+        if fmt == "table":
+            from rich.table import Table
 
-        with open(path, "w") as f:
-            Console(file=f, width=200).print(view)
-        return
-    if fmt == "csv":
-        buf = io.BytesIO()
-        pacsv.write_csv(table, buf)
-        data = buf.getvalue()
-    else:
-        data = to_json_lines(table)
-    if path is None:
-        sys.stdout.buffer.write(data)
-        sys.stdout.flush()
-    else:
-        Path(path).write_bytes(data)
+            view = Table(show_lines=False)
+            for name in table.column_names:
+                view.add_column(name, overflow="fold")
+            for row in table.to_pylist():
+                view.add_row(*("" if v is None else str(v) for v in row.values()))
+            if path is None:
+                console.print(view)
+                console.print(f"{table.num_rows:,} row(s)", style="dim")
+                return
+            from rich.console import Console
+
+            with open(path, "w") as f:
+                Console(file=f, width=200).print(view)
+            return
+        data = to_csv(table) if fmt == "csv" else to_json_lines(table)
+        if path is None:
+            sys.stdout.buffer.write(data)
+            sys.stdout.flush()
+        else:
+            Path(path).write_bytes(data)
+    except OSError as e:
+        if path is None:
+            raise
+        raise BadInput(f"cannot write {path}: {e.strerror or e}") from None
 
 
 def interactive(con: duckdb.DuckDBPyConnection, views: dict[str, str], console) -> None:
