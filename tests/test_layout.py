@@ -71,3 +71,19 @@ def test_pick_dataset_by_name_id_or_unique_prefix():
         pick_dataset("abcdef", named)
     with pytest.raises(BadInput, match=r"no dataset 'abcde' \(known: 1k \(sel-1k-abcdef111111\)"):
         pick_dataset("abcde", named)
+
+
+def test_hidden_directories_are_never_built_outputs(tmp_path):
+    """A killed build leaves `.<name>.tmp-<pid>` (or `.old-`, `.parts-`) beside its output, maybe
+    with a manifest: no listing (status, sql, diff) takes it for a source or a scale."""
+    lake = Lake(tmp_path / "lake")
+    _built(lake.table("trajectories", "s"))
+    for hidden in (".s.tmp-123", ".s.old-123", ".s.parts-123-abc"):
+        _built(lake.table("trajectories", hidden))
+        _built(lake.table("tasks", hidden))
+    _built(lake.selection(".1k.tmp-9"))
+    _built(lake.sft_export(".1k.old-9"))
+    (lake.root / "tasks" / "stray-file").write_text("")
+    assert [(t, s) for t, s, _ in lake.ingested()] == [("trajectories", "s")]
+    assert lake.built_selections() == {} and lake.built_sft_exports() == {}
+    assert list(lake.versions()) == []

@@ -5,6 +5,7 @@
 - hashing.py canonical JSON and content ids
 - schema.py  table schemas from schemas/*.yaml, validated at every read and write
 - lake.py    table and shard writers (fixed row groups, version ids), output_dir, manifests
+- swap.py    temporary names beside an output, its atomic swap, removing what a killed run left
 - lakedb.py  DuckDB views over a lake's tables
 - params.py  the machinery every phase's params module uses (strict sections, one-line errors)
 - stage.py   the ends of every stage script: errors, Ctrl-C, metrics

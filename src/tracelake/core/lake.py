@@ -1,8 +1,9 @@
 """Lake I/O: deterministic Parquet tables, atomic output directories, manifests.
 
 An output directory (one per ingest source, later one per dataset) holds one Parquet file per table
-(the trajectories table: a directory of parts, see PartedTableWriter) and a manifest.json written last. It is built under a temporary name and renamed into place, so a
-crashed run never leaves a directory that looks finished.
+(the trajectories table: a directory of parts, see PartedTableWriter) and a manifest.json written
+last. It is built under a temporary name and swapped into place in one step (core/swap.py), so a
+crashed run never leaves a directory that looks finished, and the swap never leaves it missing.
 
 Determinism: rows are written in the order the caller gives (callers sort), with fixed writer
 settings (zstd level 1, 1,000-row groups, no timestamps), so the same rows give the same bytes.
@@ -31,6 +32,7 @@ from tracelake.core.background import InOrder
 from tracelake.core.errors import BadInput
 from tracelake.core.hashing import content_id
 from tracelake.core.schema import TableSchema, load_schema
+from tracelake.core.swap import remove_stale, replace_dir, temp_path
 from tracelake.core.table_digest import TableDigest
 
 ROW_GROUP_SIZE = 1000
@@ -336,10 +338,13 @@ _UNFINISHED: list[Path] = []  # outputs whose build was abandoned in this proces
 def output_dir(final: Path) -> Iterator[Path]:
     """The one way an output directory is built: yield a fresh temporary directory beside `final`;
     on success swap it into place whole, on any failure (Ctrl-C included) remove it. `final` is
-    always either the previous complete version or the new complete one, never a mix."""
+    always either the previous complete version or the new complete one, never a mix; the swap is
+    one atomic exchange where the system allows (core/swap.py). What a killed run left beside
+    `final` (its temporary, old or scratch directories) is removed first."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    remove_stale(final)
+    tmp = temp_path(final, "tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
@@ -348,11 +353,7 @@ def output_dir(final: Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
         _UNFINISHED.append(final)
         raise
-    old = final.with_name(f".{final.name}.old-{os.getpid()}")
-    if final.exists():
-        final.rename(old)
-    tmp.rename(final)
-    shutil.rmtree(old, ignore_errors=True)
+    replace_dir(tmp, final, old=temp_path(final, "old"))
 
 
 def unfinished_outputs() -> list[Path]:
@@ -361,9 +362,12 @@ def unfinished_outputs() -> list[Path]:
 
 
 def write_json(path: Path, value: Any) -> None:
-    """Pretty, sorted, newline-terminated JSON (stable bytes for DVC and git)."""
+    """Pretty, sorted, newline-terminated JSON (stable bytes for DVC and git), written to a temporary
+    file and renamed into place; a temporary file that a killed run left beside it is removed."""
+    path = Path(path)
     data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n"
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    remove_stale(path)
+    tmp = temp_path(path, "tmp")
     tmp.write_bytes(data)
     tmp.replace(path)
 

@@ -16,7 +16,9 @@ the command line (a scale, a dataset id, a unique prefix of one) finds its direc
       exports/rl/             prompts/ tasks/ export_rejects.parquet manifest.json export_rl
 
 Every directory is an output: built whole, swapped into place, `manifest.json` written last, so a
-directory is *built* exactly when its manifest exists.
+directory is *built* exactly when its manifest exists. Names starting with a dot are a build's
+temporary, old or scratch directories (core/swap.py), never outputs, whatever they hold: every
+listing of built sources and scales skips them.
 """
 
 from __future__ import annotations
@@ -35,6 +37,15 @@ INGESTED = ("trajectories", "tasks")
 
 def is_built(directory: Path) -> bool:
     return (Path(directory) / MANIFEST).is_file()
+
+
+def built_children(parent: Path) -> list[Path]:
+    """The built output directories directly under `parent`, sorted: hidden names (a build's
+    temporary or leftover directories, which may hold a manifest) and unfinished ones left out."""
+    parent = Path(parent)
+    if not parent.is_dir():
+        return []
+    return sorted(d for d in parent.iterdir() if not d.name.startswith(".") and d.is_dir() and is_built(d))
 
 
 @dataclass(frozen=True)
@@ -99,16 +110,15 @@ class Lake:
 
     def ingested(self) -> list[tuple[str, str, Path]]:
         """(table, source, directory) of every built ingest output, sorted."""
-        return sorted((table, d.name, d) for table in INGESTED for d in (self.root / table).glob("*")
-                      if is_built(d))
+        return sorted((table, d.name, d) for table in INGESTED for d in built_children(self.root / table))
 
     def built_selections(self) -> dict[str, Path]:
         """scale -> directory of every built selection."""
-        return {d.name: d for d in sorted(self.selections.glob("*")) if is_built(d)}
+        return {d.name: d for d in built_children(self.selections)}
 
     def built_sft_exports(self) -> dict[str, Path]:
         """scale -> directory of every built SFT export."""
-        return {d.name: d for d in sorted(self.sft_exports.glob("*")) if is_built(d)}
+        return {d.name: d for d in built_children(self.sft_exports)}
 
     def versions(self) -> dict[str, Path]:
         """Every built version that `diff` compares, by name: `pool`, `<scale>` (its selection) and

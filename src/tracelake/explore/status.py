@@ -1,7 +1,14 @@
-"""`tracelake status` and `tracelake schema`: one screen on what is built and what it means."""
+"""`tracelake status` and `tracelake schema`: one screen on what is built and what it means.
+
+Status first checks DVC's own state files: a `dvc repro` killed while DVC rewrites `dvc.lock` or
+`.dvc/tmp/rwlock` can leave them empty, and the next `dvc repro` then fails with a YAML or JSON
+error that does not say what to do. `dvc_problems` names the file and the fix in one line each.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import duckdb
@@ -15,7 +22,48 @@ from tracelake.core.layout import Lake, is_built
 from tracelake.core.schema import TABLES, load_schema
 
 
+# DVC's state files that a killed `dvc repro` can leave empty: path, what reads it, the fix.
+_DVC_STATE = (
+    ("dvc.lock", "yaml", "restore it with `git checkout dvc.lock` (or delete it: every stage runs "
+                         "again), then run `dvc repro`"),
+    (".dvc/tmp/rwlock", "json", "when no dvc process is running, delete it and run `dvc repro` again"),
+)
+
+
+def _readable(data: bytes, kind: str) -> bool:
+    import yaml
+
+    try:
+        return isinstance(yaml.safe_load(data) if kind == "yaml" else json.loads(data), dict)
+    except (yaml.YAMLError, ValueError):
+        return False
+
+
+def dvc_problems(project: Path) -> list[str]:
+    """One line per damaged DVC state file of the project at `project` (empty or unreadable
+    `dvc.lock`, `.dvc/tmp/rwlock`), each saying what to do; nothing where all is well."""
+    problems = []
+    for name, kind, fix in _DVC_STATE:
+        path = Path(project) / name
+        if path.is_file() and not _readable(path.read_bytes(), kind):
+            problems.append(f"{os.path.relpath(path)} is empty or unreadable (a `dvc repro` was killed "
+                            f"while writing it): {fix}")
+    return problems
+
+
+def project_of(lake: Path) -> Path | None:
+    """The DVC project that holds `lake`: the nearest directory at or above the lake's parent with
+    a dvc.yaml, else None."""
+    for directory in [Path(lake).resolve().parent, *Path(lake).resolve().parent.parents]:
+        if (directory / "dvc.yaml").is_file():
+            return directory
+    return None
+
+
 def render_status(lake: Path, console: Console) -> None:
+    project = project_of(lake)
+    for line in dvc_problems(project) if project else []:
+        console.print(f"warning: {line}", style="bold yellow", markup=False, soft_wrap=True)
     outputs = Lake(lake).ingested()
     if not outputs:
         raise BadInput(f"nothing is built under {lake}/ yet: run `dvc repro` (or `tracelake ingest ...`)")
@@ -99,8 +147,13 @@ def render_exports(lake: Path, console: Console) -> None:
 
 
 def trajectory_overview(files: list[str]) -> Table:
-    """Per-source shape of the trajectories (sql/status_trajectories.sql over the Parquet files)."""
-    cursor = duckdb.connect().execute(sql("status_trajectories"), {"files": files})
+    """Per-source shape of the trajectories (sql/status_trajectories.sql over the Parquet files).
+    A file that vanished while it was read (`dvc repro` rebuilding the lake) is a one-line error."""
+    try:
+        cursor = duckdb.connect().execute(sql("status_trajectories"), {"files": files})
+    except duckdb.IOException as e:
+        raise BadInput(f"the lake is being rebuilt ({str(e).splitlines()[0]}); run `tracelake status` "
+                       f"again when `dvc repro` is done") from None
     columns = [d[0] for d in cursor.description]
     table = Table(title="trajectories by source", title_justify="left")
     for col in columns:
