@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
         tasks = derive_tasks(lake, source=source, out_dir=lake.table("tasks", source), strict=strict)
     else:
         tasks = ingest_tasks(Path(src.tasks), source=source, out_dir=lake.table("tasks", source), strict=strict,
-                             workers=params.ingest.workers)
+                             workers=params.ingest.workers, archive=params.ingest.archive)
 
     write_metrics(f"metrics/ingest/{source}.json", {"trajectories": traj.metrics(), "tasks": tasks.metrics()})
     for name, r in (("trajectories", traj), ("tasks", tasks)):

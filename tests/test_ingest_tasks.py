@@ -229,8 +229,24 @@ def test_symlink_inside_a_task_dir_is_unsafe(tmp_path):
     d = make_task(tmp_path / "a")
     (d / "tests").mkdir()
     (d / "tests" / "secret").symlink_to("/etc/hostname")
+    (d / "tests" / "within").symlink_to("../instruction.md")   # listed after secret
     _, _, [rej] = ingest(tmp_path, d)
-    assert rej["reason"] == "unsafe_archive" and "tests/secret" in rej["detail"]
+    assert rej["reason"] == "symlink_outside_input" and "tests/secret" in rej["detail"]
+    (d / "tests" / "secret").unlink()
+    _, _, [rej] = ingest(tmp_path, d, out="out2")
+    assert rej["reason"] == "unsafe_archive" and "tests/within" in rej["detail"]
+
+
+def test_a_task_dir_named_through_a_link_is_followed(tmp_path):
+    """The one task directory the user names may be a link (it keeps the name given); links under
+    it are never followed."""
+    make_task(tmp_path / "real" / "a")
+    (tmp_path / "link").symlink_to(tmp_path / "real" / "a")
+    _, [row], _ = ingest(tmp_path, tmp_path / "link")
+    assert row["name"] == "link"
+    (tmp_path / "real" / "a" / "up").symlink_to("..")
+    _, _, [rej] = ingest(tmp_path, tmp_path / "link", out="out2")
+    assert rej["reason"] == "symlink_outside_input" and "up" in rej["detail"]
 
 
 def test_duplicate_tasks(tmp_path):

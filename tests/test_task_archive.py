@@ -233,7 +233,7 @@ def test_a_file_or_symlinked_dest_is_refused(tmp_path):
 
 def test_a_member_resolving_outside_dest_is_refused_even_if_read_archive_missed_it(tmp_path, monkeypatch):
     monkeypatch.setattr(task_archive, "read_archive",
-                        lambda data: [Entry("a.txt", is_dir=False, data=b"a"),
+                        lambda data, limits: [Entry("a.txt", is_dir=False, data=b"a"),
                                       Entry("../escape", is_dir=False, data=b"x")])
     with pytest.raises(BadInput, match="member '../escape' resolves outside the destination"):
         extract_archive(b"", tmp_path / "x" / "out")

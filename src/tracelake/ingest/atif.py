@@ -23,6 +23,7 @@ import re
 from typing import Any
 
 from tracelake.ingest.common import Reject
+from tracelake.ingest.validate import check_trajectory
 
 RENDERER = "harbor-atif-v1"
 _ANALYSIS_PLAN = re.compile(r"\AAnalysis: (?P<analysis>.*?)\nPlan: (?P<plan>.*)\Z", re.DOTALL)
@@ -86,16 +87,9 @@ def observation_text(step: dict[str, Any]) -> str | None:
 
 
 def _check_steps(doc: Any, where: str) -> list[dict[str, Any]]:
-    if not isinstance(doc, dict):
-        raise Reject("invalid_field", f"{where} is not a JSON object")
-    steps = doc.get("steps")
-    if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
-        raise Reject("missing_required_field", f"{where} has no 'steps' list")
-    for s in steps:
-        if s.get("source") not in ("system", "user", "agent"):
-            raise Reject("unknown_role", f"{where} step {s.get('step_id')} has source {s.get('source')!r} "
-                                         "(ATIF knows system, user, agent)")
-    return steps
+    """The steps, once every field read below has its declared type (validate.py): the code here
+    may then trust them."""
+    return check_trajectory(doc, where)
 
 
 def uses_terminus_json(doc: dict[str, Any]) -> bool:

@@ -48,6 +48,11 @@ REASONS: dict[str, str] = {
     "missing_instruction": "a task has no instruction.md (or it is empty)",
     "unreadable_archive": "task_binary is not a readable gzipped tar",
     "unsafe_archive": "task_binary holds absolute paths, '..', links or devices",
+    "archive_too_large": "a task holds more members or bytes than ingest.archive allows (a zip bomb?)",
+    "symlink_outside_input": "a symlink leads outside the input root; it is never followed",
+    "linked_directory": "a directory link inside the input root: its target is walked where it lies, not through it",
+    "invalid_path": "a file or directory name is not UTF-8 (the reject shows its bytes as \\xNN)",
+    "json_too_deep": "JSON nested deeper than the parser (1024) or ingest (254, in re-serialised values) allows",
     "unsupported_file": "an input file whose kind is not understood",
 }
 
@@ -135,19 +140,27 @@ class IngestResult:
 
 
 def check_text(value: Any, where: str) -> None:
-    """Reject lone surrogates anywhere in a parsed JSON value (they cannot be written as UTF-8)."""
-    if isinstance(value, str):
+    """Reject lone surrogates anywhere in a parsed JSON value (they cannot be written as UTF-8).
+    Iterative: a value nested as deep as a parser allows does not exhaust the stack."""
+    if isinstance(value, str):   # the common case, without the stack
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
             raise Reject("lone_surrogate", f"{where} holds a lone surrogate") from None
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            check_text(k, where)
-            check_text(v, where)
-    elif isinstance(value, list):
-        for v in value:
-            check_text(v, where)
+        return
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise Reject("lone_surrogate", f"{where} holds a lone surrogate") from None
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
 
 
 def trajectory_row(*, source: str, task: str, messages: list[dict[str, str]], trace_source: str,
@@ -280,16 +293,36 @@ def run_ingest(*, out_dir: Path, table: str, source: str, input_kind: str,
     return result
 
 
+FALLBACK_MAX_DEPTH = 500   # the stdlib parser recurses: deeper malformed JSON is json_too_deep
+
+
+def json_depth(text: str) -> int:
+    """How deep brackets nest in JSON text, strings skipped (regexes: no recursion, C speed)."""
+    import re
+
+    brackets = re.findall(r"[\[\]{}]", re.sub(r'"[^"\\]*(?:\\.[^"\\]*)*"', "", text))
+    depth = deepest = 0
+    for b in brackets:
+        depth += 1 if b in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
 def parse_json_bytes(data: bytes, where: str) -> Any:
-    """Parse strict UTF-8 JSON; every failure is a Reject with the precise reason."""
+    """Parse strict UTF-8 JSON; every failure is a Reject with the precise reason.
+
+    orjson refuses nesting deeper than 1024 (json_too_deep). When it fails, the stdlib parser looks
+    again only to tell a lone surrogate from other errors, and only at text nested at most
+    FALLBACK_MAX_DEPTH deep: it recurses, and its limit would depend on the caller's stack."""
     import json
 
     import orjson
 
     try:
         return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        pass   # find out why, below
+    except orjson.JSONDecodeError as e:
+        if "depth limit" in str(e):
+            raise Reject("json_too_deep", f"{where} nests deeper than 1024 levels ({e})") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -297,6 +330,9 @@ def parse_json_bytes(data: bytes, where: str) -> Any:
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError as e:
+        if json_depth(text) > FALLBACK_MAX_DEPTH:
+            raise Reject("json_too_deep", f"{where} is not valid JSON and nests deeper than "
+                                          f"{FALLBACK_MAX_DEPTH} levels ({e})") from None
         try:  # the stdlib parser accepts lone surrogate escapes, orjson does not: tell them apart
             value = json.loads(text)
         except json.JSONDecodeError:

@@ -7,12 +7,15 @@ continued_trajectory_ref) and subagents agent/trajectory.summarization-K-{summar
 jobs, one job, or one trial.
 
 Units: every trial gives one main unit plus one per subagent file; each ends as a row or a reject.
+So does each directory that is no input (walk.py: a link out of JOBS or a directory link, an
+unreadable directory, a name that is not UTF-8). Every field read is type-checked first
+(validate.py for ATIF, harbor_result.py for result.json).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -21,6 +24,7 @@ import orjson
 
 from tracelake.core.errors import BadInput
 from tracelake.core.hashing import sha256_bytes
+from tracelake.core.swap import scratch_dir
 from tracelake.ingest import atif
 from tracelake.ingest.common import (
     IngestResult,
@@ -34,54 +38,65 @@ from tracelake.ingest.common import (
     trajectory_row,
     write_scratch_part,
 )
+from tracelake.ingest.harbor_result import TrialResult, parse_result
 from tracelake.ingest.parallel import ordered_map, worker_count
+from tracelake.ingest.validate import show
+from tracelake.ingest.walk import Problem, Root, display, is_dir, is_text, listing, walk_dirs
 
 INPUT_KIND = "harbor"
 TRIAL_BATCH = 64   # trials a worker reads and writes as one part (a worker holds their rows: keep it bounded)
 _MAX_CONTINUATIONS = 1000
 
 
-def find_trials(root: Path) -> list[Path]:
-    """Trial directories under root, sorted: a directory with agent/, or a leaf with a trial result.json."""
+def discover(root: Path) -> tuple[list[Path], list[Problem]]:
+    """Trial directories under root, sorted (a directory with agent/, or a leaf with a trial
+    result.json), and the directories that are no input (walk.py: links out of the root, loops,
+    unreadable directories, names that are not UTF-8)."""
     root = Path(root)
-    if not root.is_dir():
-        raise BadInput(f"{root} is not a directory (expected Harbor job directories)")
+    if not is_dir(root):
+        raise BadInput(f"{display(str(root))} is not a directory (expected Harbor job directories)")
+    inside = Root(root)
 
-    def scan(d: Path) -> list[Path]:
-        if (d / "agent").is_dir():
-            return [d]
-        children = sorted(c for c in d.iterdir() if c.is_dir() and not c.name.startswith("."))
-        found = [t for c in children for t in scan(c)]
-        if found:
-            return found
+    def bare_leaf(d: Path) -> bool:   # a trial whose agent never ran: it will be rejected with its reason
         result = d / "result.json"
-        if result.is_file() and not _is_job_result(result):
-            return [d]  # a trial whose agent never ran: it will be rejected with its reason
-        return []
+        return os.path.isfile(result) and (not inside.contains(result) or not _is_job_result(inside, result))
 
-    return scan(root)
+    found, problems = walk_dirs(inside, lambda d: is_dir(d / "agent"), bare_leaf)
+    return [d for d, _ in found], problems
 
 
-def _is_job_result(path: Path) -> bool:
+def find_trials(root: Path) -> list[Path]:
+    """Trial directories under root, sorted (see `discover`)."""
+    return discover(root)[0]
+
+
+def _is_job_result(root: Root, path: Path) -> bool:
     """A job-level result.json carries aggregate "stats" and no trial_name."""
     try:
-        data = orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError):
+        data = orjson.loads(root.read(path, "result.json", "missing_result_json"))
+    except (Reject, orjson.JSONDecodeError):
         return False
     return isinstance(data, dict) and "stats" in data and "trial_name" not in data
 
 
-def trial_units(root: Path, trial: Path) -> list[Unit]:
-    rel = trial.relative_to(root).as_posix() if trial != root else "."
-    agent = trial / "agent"
+def trial_units(root: Root, trial: Path) -> list[Unit]:
+    """The trial's main unit and one per subagent file; a unit whose file name is not UTF-8 carries
+    its Reject as payload. An agent/ directory that links out of the root is not listed."""
+    rel = trial.relative_to(root.path).as_posix() if trial != root.path else "."
     units = [Unit(path=_join(rel, "agent/trajectory.json"), trace_source="main")]
-    if agent.is_dir():
-        for f in sorted(agent.glob("trajectory.*.json")):
-            kind = f.name[len("trajectory."):-len(".json")]
-            if not kind.startswith("cont-"):
-                units.append(Unit(path=_join(rel, f"agent/{f.name}"), trace_source=kind))
-    for u in units:
-        u.payload = trial
+    agent = trial / "agent"
+    try:
+        names = [e.name for e in listing(agent)] if is_dir(agent) and root.dir_inside(agent) else []
+    except OSError:
+        names = []   # the main unit says why (its trajectory.json cannot be read either)
+    for name in names:
+        if (name.startswith("trajectory.") and name.endswith(".json") and len(name) > len("trajectory.json")
+                and not name.startswith("trajectory.cont-")):
+            kind = name[len("trajectory."):-len(".json")]
+            unit = Unit(path=display(_join(rel, f"agent/{name}")), trace_source=display(kind))
+            if not is_text(name):
+                unit.payload = Reject("invalid_path", f"{unit.path} is not UTF-8")
+            units.append(unit)
     return units
 
 
@@ -89,100 +104,36 @@ def _join(rel: str, name: str) -> str:
     return name if rel == "." else f"{rel}/{name}"
 
 
-@dataclass
-class _Trial:
-    """What result.json says about a trial."""
-
-    task: str
-    trial_name: str
-    run_id: str | None
-    agent: str | None
-    model: str | None
-    provider: str | None
-    date: str | None
-    exception_type: str | None
-    reward: float | None
-
-    @property
-    def result(self) -> str | None:
-        if self.exception_type:
-            return self.exception_type
-        return None if self.reward is None else str(float(self.reward))
-
-
-def _dig(d: Any, *keys: str) -> Any:
-    for k in keys:
-        d = d.get(k) if isinstance(d, dict) else None
-    return d
-
-
-def parse_result(data: Any, trial: Path) -> _Trial:
-    if not isinstance(data, dict):
-        raise Reject("invalid_field", "result.json is not a JSON object")
-    task = data.get("task_name") or _dig(data, "config", "task_name")
-    if not isinstance(task, str) or not task:
-        raise Reject("missing_required_field", "result.json has no task_name")
-    trial_name = data.get("trial_name") or trial.name
-    reward = _dig(data, "verifier_result", "rewards", "reward")
-    if reward is not None:
-        if isinstance(reward, bool) or not isinstance(reward, (int, float, str)):
-            raise Reject("invalid_field", f"verifier_result.rewards.reward is {reward!r}, not a number")
-        try:
-            reward = float(reward)
-        except ValueError:
-            raise Reject("invalid_field", f"verifier_result.rewards.reward is {reward!r}, not a number") from None
-    exc = _dig(data, "exception_info", "exception_type")
-    return _Trial(
-        task=task,
-        trial_name=str(trial_name),
-        run_id=_str(_dig(data, "config", "job_id") or data.get("job_id") or trial.parent.name),
-        agent=_str(_dig(data, "agent_info", "name") or _dig(data, "config", "agent", "name")),
-        model=_str(_dig(data, "agent_info", "model_info", "name") or _dig(data, "config", "agent", "model_name")),
-        provider=_str(_dig(data, "agent_info", "model_info", "provider")),
-        date=_str(data.get("started_at")),
-        exception_type=_str(exc) if exc else None,
-        reward=reward,
-    )
-
-
-def _str(v: Any) -> str | None:
-    return None if v is None else str(v)
-
-
 class HarborReader:
     """Reads one trial's files (a worker makes one per trial); remembers every file's hash in the
     order it was read (result.json first)."""
 
-    def __init__(self, root: Path, source: str):
-        self.root = Path(root)
+    def __init__(self, root: Root, source: str):
+        self.root = root
         self.source = source
         self.files: dict[str, str] = {}
 
     def _load(self, rel: str, missing_reason: str) -> tuple[Any, dict[str, str]]:
-        path = self.root / rel
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise Reject(missing_reason, f"{rel} does not exist") from None
-        except OSError as e:
-            raise Reject("unreadable_file", f"{rel}: {e.strerror}") from None
+        data = self.root.read(self.root.path / rel, rel, missing_reason)
         digest = sha256_bytes(data)
         self.files[rel] = digest
         return parse_json_bytes(data, rel), {"path": rel, "sha256": digest}
 
-    def read_trial(self, units: list[Unit]) -> tuple[tuple[str, str] | None, list[dict | Reject]]:
+    def read_trial(self, trial: Path, units: list[Unit]) -> tuple[tuple[str, str] | None, list[dict | Reject]]:
         """The trial's (task, trial_name) (None when its result.json is unusable) and each unit's
         row or Reject."""
         rel = trial_rel(units)
         try:
             doc, prov = self._load(_join(rel, "result.json"), "missing_result_json")
-            meta = parse_result(doc, units[0].payload)
+            meta = parse_result(doc, trial)
         except Reject as r:
             return None, [r] * len(units)
         main_doc = None
         outcomes: list[dict | Reject] = []
         for unit in units:
             try:
+                if isinstance(unit.payload, Reject):
+                    raise unit.payload
                 if unit.trace_source == "main":
                     row, main_doc = self._main(unit, meta, prov)
                 else:
@@ -192,14 +143,14 @@ class HarborReader:
                 outcomes.append(r)
         return (meta.task, meta.trial_name), outcomes
 
-    def _main(self, unit: Unit, meta: _Trial, result_prov: dict) -> tuple[dict, Any]:
+    def _main(self, unit: Unit, meta: TrialResult, result_prov: dict) -> tuple[dict, Any]:
         doc, prov = self._load(unit.path, "missing_trajectory")
         chain, provenance = [(unit.path, doc)], [result_prov, prov]
         agent_dir = unit.path.rsplit("/", 1)[0] if "/" in unit.path else ""
         while isinstance(chain[-1][1], dict) and chain[-1][1].get("continued_trajectory_ref"):
             ref = chain[-1][1]["continued_trajectory_ref"]
             if not isinstance(ref, str) or "/" in ref or ref.startswith(".") or len(chain) > _MAX_CONTINUATIONS:
-                raise Reject("broken_continuation", f"{chain[-1][0]}: continued_trajectory_ref {ref!r} is not a file name in agent/")
+                raise Reject("broken_continuation", f"{chain[-1][0]}: continued_trajectory_ref {show(ref)} is not a file name in agent/")
             ref_rel = f"{agent_dir}/{ref}" if agent_dir else ref
             if any(ref_rel == where for where, _ in chain):
                 raise Reject("broken_continuation", f"{chain[-1][0]}: continuation loops back to {ref}")
@@ -212,7 +163,7 @@ class HarborReader:
                          meta.agent or agent_info.get("name"), agent_info.get("model_name") or meta.model,
                          provenance), doc
 
-    def _subagent(self, unit: Unit, meta: _Trial, result_prov: dict, main_doc: Any) -> dict:
+    def _subagent(self, unit: Unit, meta: TrialResult, result_prov: dict, main_doc: Any) -> dict:
         doc, prov = self._load(unit.path, "missing_trajectory")
         parent_json = isinstance(main_doc, dict) and atif.uses_terminus_json(main_doc)
         messages = atif.subagent_conversation(unit.path, doc, parent_json)
@@ -220,7 +171,7 @@ class HarborReader:
         return self._row(meta, messages, unit.trace_source, "episode-0", 1, meta.agent, model,
                          [result_prov, prov])
 
-    def _row(self, meta: _Trial, messages, trace_source, episode, n_episodes, agent, model, provenance):
+    def _row(self, meta: TrialResult, messages, trace_source, episode, n_episodes, agent, model, provenance):
         return trajectory_row(
             source=self.source, task=meta.task, messages=messages, trace_source=trace_source,
             run_id=meta.run_id, trial_name=meta.trial_name, episode=episode, n_episodes=n_episodes,
@@ -250,10 +201,11 @@ def read_trials(task: tuple[str, str, list[str], str]) -> TrialsRead:
     units: list[Unit] = []
     outcomes: list[dict | Reject] = []
     read = []
+    inside = Root(root)
     for trial in trials:
-        reader = HarborReader(Path(root), source)
-        trial_units_ = trial_units(Path(root), Path(trial))
-        key, trial_outcomes = reader.read_trial(trial_units_)
+        reader = HarborReader(inside, source)
+        trial_units_ = trial_units(inside, Path(trial))
+        key, trial_outcomes = reader.read_trial(Path(trial), trial_units_)
         units += trial_units_
         outcomes += trial_outcomes
         read.append((key, len(trial_units_), list(reader.files.items())))
@@ -296,15 +248,17 @@ def ingest_harbor(jobs_dir: Path, *, source: str, out_dir: Path, strict: bool = 
     manifest). Trials are read TRIAL_BATCH at a time in `workers` processes (0: one per core), each
     batch written by its worker as a part; the output is the same whatever the worker count."""
     jobs_dir = Path(jobs_dir)
-    trials = find_trials(jobs_dir)
+    trials, problems = discover(jobs_dir)
     if on_start:
         on_start(len(trials))
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.parts-", dir=out_dir.parent))
+    scratch = scratch_dir(out_dir)
     dedup = TrialDedup()
 
-    def batches() -> Iterator[Parsed]:
+    def batches() -> Iterator[Parsed | tuple[list[Unit], Callable]]:
+        if problems:   # directories that are no input: one reject each
+            yield [Unit(path=p) for p, _ in problems], lambda units: [r for _, r in problems]
         chunks = [trials[i:i + TRIAL_BATCH] for i in range(0, len(trials), TRIAL_BATCH)]
         work = ((str(jobs_dir), source, [str(t) for t in chunk], str(scratch)) for chunk in chunks)
         for chunk, read in zip(chunks, ordered_map(read_trials, work, worker_count(workers))):
@@ -316,7 +270,7 @@ def ingest_harbor(jobs_dir: Path, *, source: str, out_dir: Path, strict: bool = 
         return run_ingest(
             out_dir=out_dir, table="trajectories", source=source, input_kind=INPUT_KIND,
             batches=batches(), strict=strict,
-            inputs=lambda: {"kind": INPUT_KIND, "root": jobs_dir.as_posix(), "trials": len(trials),
+            inputs=lambda: {"kind": INPUT_KIND, "root": display(jobs_dir.as_posix()), "trials": len(trials),
                             **inputs_digest(dedup.files.items())},
             params={"source": source, "input_kind": INPUT_KIND},
             formulas={"renderer": atif.RENDERER},

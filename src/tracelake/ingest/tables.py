@@ -23,40 +23,80 @@ import pyarrow.parquet as pq
 from tracelake.core.errors import BadInput
 from tracelake.core.hashing import sha256_bytes, sha256_file
 from tracelake.ingest.common import Reject, Unit, check_text, parse_json_bytes
+from tracelake.ingest.validate import json_kind
+from tracelake.ingest.walk import Root, display, listing
 
 TABLE_SUFFIXES = (".parquet", ".jsonl", ".json")
 JSONL_BLOCK_BYTES = 32 << 20   # a JSONL file is read in blocks of whole lines of about this size
 
 
-def expand_inputs(paths: Sequence[Path]) -> list[Path]:
-    """Files in the order given, directories replaced by their sorted table files."""
-    files: list[Path] = []
+@dataclass(frozen=True)
+class Input:
+    """A file to ingest, or a path that is no input and why: (reason, what is wrong), the whole of
+    it one reject (walk.py: a link out of its directory, an unreadable directory, a name that is
+    not UTF-8). Nothing of a problem is read."""
+
+    path: Path
+    problem: tuple[str, str] | None = None
+    linked: bool = False   # found in a directory through a symlink (that stays inside it)
+
+
+def expand_inputs(paths: Sequence[Path]) -> list[Input]:
+    """Files in the order given, directories replaced by their sorted table files. A directory is
+    an input root: an entry that links out of it is a problem, never read (walk.py)."""
+    inputs: list[Input] = []
     for p in map(Path, paths):
-        if p.is_dir():
-            found = sorted((c for c in p.iterdir() if c.suffix.lower() in TABLE_SUFFIXES
-                            and c.is_file() and not c.name.startswith(".")), key=lambda c: c.name)
-            if not found:
-                raise BadInput(f"{p} holds no .parquet, .jsonl or .json files")
-            files.extend(found)
-        elif p.exists():
-            files.append(p)
+        if os.path.isdir(p):
+            inputs.extend(_directory_inputs(p))
+        elif os.path.exists(p):
+            inputs.append(Input(p))
         else:
-            raise BadInput(f"{p} does not exist")
-    if not files:
+            raise BadInput(f"{display(str(p))} does not exist")
+    if not inputs:
         raise BadInput("no input files given")
     seen: dict[Path, Path] = {}
-    for f in files:
-        first = seen.setdefault(f.resolve(), f)
-        if first is not f:
-            raise BadInput(f"{f} is named twice (also as {first}); name each input file once")
-    return files
+    for i in inputs:
+        if i.problem is None and not i.linked:   # a link inside a directory: its rows are duplicates
+            first = seen.setdefault(i.path.resolve(), i.path)
+            if first is not i.path:
+                raise BadInput(f"{display(str(i.path))} is named twice (also as {display(str(first))}); "
+                               "name each input file once")
+    return inputs
+
+
+def _directory_inputs(directory: Path) -> list[Input]:
+    root = Root(directory)
+    try:
+        entries = listing(directory)
+    except OSError as e:
+        return [Input(directory, ("unreadable_file", f"the directory cannot be listed ({e.strerror or e})"))]
+    found = []
+    for e in entries:
+        path = Path(e.path)
+        if e.name.startswith(".") or path.suffix.lower() not in TABLE_SUFFIXES or not os.path.isfile(path):
+            continue
+        linked = e.is_symlink()
+        if linked and not root.contains(path):
+            found.append(Input(path, ("symlink_outside_input", "links outside its directory; not read")))
+        else:
+            found.append(Input(path, linked=linked))
+    if not found:
+        raise BadInput(f"{display(str(directory))} holds no .parquet, .jsonl or .json files")
+    return found
 
 
 def relative_paths(files: Sequence[Path]) -> list[str]:
-    """Each file relative to the common parent directory of all of them, '/'-separated."""
+    """Each file relative to the common parent directory of all of them, '/'-separated (bytes that
+    are not UTF-8 kept as surrogate escapes: `walk.display` writes them as text)."""
     absolute = [Path(os.path.abspath(f)) for f in files]
     root = Path(os.path.commonpath([str(a.parent) for a in absolute]))
     return [a.relative_to(root).as_posix() for a in absolute]
+
+
+def problem_batch(rel: str, problem: tuple[str, str]) -> RawBatch:
+    """The one-unit batch that stands for an Input with a problem."""
+    reason, what = problem
+    return RawBatch(rel, reject=Reject(reason, f"{rel}: {what}"))
 
 
 @dataclass
@@ -236,18 +276,6 @@ def row_object(unit: Unit) -> dict[str, Any]:
     if not isinstance(payload, dict):
         raise Reject("invalid_field", f"the row is a JSON {json_kind(payload)}, not an object")
     return payload
-
-
-def json_kind(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, (int, float)):
-        return "number"
-    if isinstance(v, str):
-        return "string"
-    return "list" if isinstance(v, list) else "object" if isinstance(v, dict) else type(v).__name__
 
 
 def required_str(row: dict[str, Any], name: str) -> str:

@@ -9,28 +9,25 @@
 build_archive writes sorted entries with mode 0644/0755, owner 0, mtime 0 and a gzip header
 without name or time, so the same directory gives the same bytes on any machine.
 
-read_archive vets each member with the standard extraction filter, tarfile.data_filter: devices,
-fifos and other special files, and paths that are absolute or resolve outside the destination by
-the running OS's rules, are refused. The project also refuses what that filter lets by: a
-leading '/' (it strips one) and any '..' component (even one that stays inside), a NUL byte in a
-name, every link (even one inside: a task is plain files and directories), duplicate members and
-archives over MAX_ARCHIVE_BYTES uncompressed (zip bombs). It raises Reject, which ingest records as
-a reject row; a tar that holds the task under one top-level directory is read relative to it.
+walk_task_dir never follows a link: one that leads outside the task directory (or a task directory
+that is itself a link leading outside its parent) is rejected `symlink_outside_input`, any other
+`unsafe_archive`, so no byte outside the input is ever read and a loop (`loop -> .`) is never
+walked. A directory past the ingest.archive caps is rejected `archive_too_large` as soon as the
+walk crosses one. read_archive (tracelake.ingest.archive_read) vets and caps archives the same way.
 
 The extract functions check everything in memory first, write plain files and directories
 themselves (never tarfile.extract) and raise BadInput, leaving nothing behind, when an archive or
-a table row is unusable.
+a table row is unusable. extract_table resolves real paths: a symlink already in the output
+directory that would lead a write outside it is refused before anything is written.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import io
 import os
 import shutil
 import tarfile
-import zlib
 from pathlib import Path, PurePosixPath
 
 import pyarrow as pa
@@ -39,59 +36,90 @@ import pyarrow.parquet as pq
 from tracelake.core.errors import BadInput
 from tracelake.core.hashing import canonical_json, sha256_bytes
 from tracelake.core.lake import open_parquet, output_dir
-from tracelake.ingest.common import Reject, check_text
+from tracelake.ingest.archive_read import (
+    DEFAULT_LIMITS,
+    Entry,
+    read_archive,
+    too_many_bytes,
+    too_many_members,
+)
+from tracelake.ingest.common import Reject
+from tracelake.ingest.params import ArchiveParams
+
+__all__ = ["ARCHIVE_FORMAT", "CHECKSUM_FORMULA", "DEFAULT_LIMITS", "Entry", "build_archive",
+           "extract_archive", "extract_table", "read_archive", "task_checksum", "walk_task_dir"]
 
 ARCHIVE_FORMAT = "tar-pax-sorted-mode644/755-uid0-mtime0-gzip9-v1"
 CHECKSUM_FORMULA = "sha256(canonical_json(sorted [posix path, sha256(bytes)] of regular files))"
-MAX_ARCHIVE_BYTES = 1 << 30  # uncompressed; a larger task_binary is treated as a zip bomb
 TABLE_BATCH_ROWS = 64  # task_binary values can be megabytes each
 NOTHING = "nothing was extracted"
-# The destination data_filter vets members against in read_archive, which has none. It need not
-# exist ('/nonexistent' never should); if it did, the filter could only refuse more, never less.
-_VET_ROOT = "/nonexistent/tracelake-task"
-
-
-@dataclasses.dataclass(frozen=True)
-class Entry:
-    """A regular file or directory of a task, path relative to the task directory."""
-
-    name: str
-    is_dir: bool
-    executable: bool = False
-    data: bytes = b""
 
 
 # --- task directories ------------------------------------------------------------------------
 
-def walk_task_dir(task_dir: Path) -> list[Entry]:
-    """Every file and directory under task_dir, sorted by path; links and devices are refused."""
+def walk_task_dir(task_dir: Path, limits: ArchiveParams = DEFAULT_LIMITS) -> list[Entry]:
+    """Every file and directory under task_dir, sorted by path; links are refused, never followed,
+    and so are devices and a task past the caps."""
+    task_dir = Path(task_dir)
+    if task_dir.is_symlink():
+        _refuse_link(task_dir, task_dir.name, task_dir.parent, "its input directory")
+    root = os.path.realpath(task_dir)
     entries: list[Entry] = []
+    total = 0
 
     def visit(d: Path, prefix: str) -> None:
+        nonlocal total
+        children = []
         with os.scandir(d) as it:
-            children = sorted(it, key=lambda e: e.name)
-        for e in children:
+            for e in it:   # counted as listed: a directory of a million files stops at the cap
+                children.append(e)
+                if len(entries) + len(children) > limits.max_members:
+                    raise too_many_members(limits)
+        for e in sorted(children, key=lambda e: e.name):
             rel = prefix + e.name
             try:
                 rel.encode("utf-8")
             except UnicodeEncodeError:
                 raise Reject("invalid_utf8", f"a file name under {prefix or './'} is not UTF-8") from None
             if e.is_symlink():
-                raise Reject("unsafe_archive", f"{rel} is a symlink (links are never followed)")
+                _refuse_link(Path(e.path), rel, root, "the task directory")
             if e.is_dir(follow_symlinks=False):
                 entries.append(Entry(rel, is_dir=True))
                 visit(Path(e.path), rel + "/")
             elif e.is_file(follow_symlinks=False):
-                executable = bool(e.stat(follow_symlinks=False).st_mode & 0o111)
-                entries.append(Entry(rel, is_dir=False, executable=executable, data=Path(e.path).read_bytes()))
+                st = e.stat(follow_symlinks=False)
+                total += st.st_size
+                if total > limits.max_total_bytes:   # from the size: the file is not read
+                    raise too_many_bytes(limits)
+                entries.append(Entry(rel, is_dir=False, executable=bool(st.st_mode & 0o111),
+                                     data=_read_no_follow(e.path)))
             else:
                 raise Reject("unsafe_archive", f"{rel} is not a regular file or directory")
+            if len(entries) > limits.max_members:
+                raise too_many_members(limits)
 
     try:
         visit(task_dir, "")
     except OSError as e:
         raise Reject("unreadable_file", f"{e.filename}: {e.strerror or e}") from None
     return sorted(entries, key=lambda e: e.name)
+
+
+def _refuse_link(path: Path, rel: str, inside: str | Path, where: str) -> None:
+    """Reject a symlink: symlink_outside_input when it leads outside `inside`, else unsafe_archive."""
+    target = os.path.realpath(path)   # never opened: realpath only reads links (and stops at loops)
+    inside = os.path.realpath(inside)
+    if target != inside and not target.startswith(inside.rstrip("/") + "/"):
+        raise Reject("symlink_outside_input", f"{rel} is a symlink leading outside {where} "
+                     f"(to {os.readlink(path)!r}); links are never followed: copy the file in instead")
+    raise Reject("unsafe_archive", f"{rel} is a symlink (links are never followed)")
+
+
+def _read_no_follow(path: str) -> bytes:
+    """A regular file's bytes, refusing to follow a link swapped in since it was listed."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
 
 
 def build_archive(entries: list[Entry]) -> bytes:
@@ -117,90 +145,23 @@ def task_checksum(entries: list[Entry]) -> str:
     return sha256_bytes(canonical_json(listing))
 
 
-# --- reading archives ------------------------------------------------------------------------
-
-def read_archive(data: bytes) -> list[Entry]:
-    """The entries of a gzipped tar, read in memory; unsafe members are refused, not skipped."""
-    try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            members = tar.getmembers()
-            names = [_safe_name(m) for m in members]
-            _check_archive(members, names)
-            entries = [Entry(n, is_dir=m.isdir(), executable=bool(m.mode & 0o111),
-                             data=b"" if m.isdir() else tar.extractfile(m).read())
-                       for m, n in zip(members, names) if n != "."]
-    except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
-        raise Reject("unreadable_archive", f"task_binary is not a readable gzipped tar ({e})") from None
-    return _strip_top_dir(sorted(entries, key=lambda e: e.name))
-
-
-def _safe_name(m: tarfile.TarInfo) -> str:
-    """The member's normalised name, once the project's rules and tarfile.data_filter pass it."""
-    escapes = f"member {m.name!r} has an absolute path or a '..' component"
-    # Project rules first (in the order messages have always been given). data_filter strips a
-    # leading '/' and passes a '..' that stays inside; we refuse both, so names stay literal.
-    if m.name.startswith("/") or ".." in PurePosixPath(m.name).parts:
-        raise Reject("unsafe_archive", escapes)
-    if "\x00" in m.name:  # a PAX path can hold one; data_filter's realpath would raise ValueError
-        raise Reject("unsafe_archive", f"member {m.name!r} has a NUL byte in its name")
-    # Project rule: no links at all, though data_filter passes those that stay inside the
-    # destination; a task is plain files and directories, and only those are ever written.
-    if m.issym() or m.islnk():
-        raise Reject("unsafe_archive", f"member {m.name!r} is a link (to {m.linkname!r})")
-    # The member data_filter returns (modes limited, owners dropped) is not used: Entry keeps the
-    # original exec bits and extraction writes 0644/0755 itself.
-    try:
-        tarfile.data_filter(m, _VET_ROOT)
-    except tarfile.SpecialFileError:
-        raise Reject("unsafe_archive",
-                     f"member {m.name!r} is a device, fifo or other special file") from None
-    except tarfile.FilterError:  # AbsolutePathError, OutsideDestinationError, by the OS's rules
-        raise Reject("unsafe_archive", escapes) from None
-    check_text(m.name, f"member {m.name!r}")
-    return PurePosixPath(m.name).as_posix()
-
-
-def _check_archive(members: list[tarfile.TarInfo], names: list[str]) -> None:
-    seen: set[str] = set()
-    for n in names:
-        if n in seen:
-            raise Reject("unsafe_archive", f"member {n!r} appears twice (one would overwrite the other)")
-        seen.add(n)
-    total = sum(m.size for m in members if m.isfile())
-    if total > MAX_ARCHIVE_BYTES:
-        raise Reject("unsafe_archive", f"members total {total} bytes uncompressed (limit {MAX_ARCHIVE_BYTES})")
-
-
-def _strip_top_dir(entries: list[Entry]) -> list[Entry]:
-    """Files under one top-level directory (task-name/instruction.md) -> relative to it."""
-    files = {e.name for e in entries if not e.is_dir}
-    if "instruction.md" in files or "task.toml" in files:
-        return entries
-    tops = {e.name.split("/", 1)[0] for e in entries}
-    if len(tops) != 1:
-        return entries
-    prefix = tops.pop() + "/"
-    if prefix + "instruction.md" not in files and prefix + "task.toml" not in files:
-        return entries
-    return [dataclasses.replace(e, name=e.name[len(prefix):]) for e in entries if e.name.startswith(prefix)]
-
-
 # --- extracting one archive ------------------------------------------------------------------
 
-def extract_archive(data: bytes, dest: Path, *, label: str | None = None) -> list[str]:
+def extract_archive(data: bytes, dest: Path, *, label: str | None = None,
+                    limits: ArchiveParams = DEFAULT_LIMITS) -> list[str]:
     """Extract a task_binary into dest (absent or an empty directory); the files written, sorted.
 
     The archive is read and checked in memory (read_archive), written with `lake.output_dir` (a
     temporary directory beside dest, renamed into place), so a refused archive leaves nothing behind. Files get mode
     0755 when executable in the archive, else 0644; directories 0755. label names the archive in
-    error messages (default: dest).
+    error messages (default: dest); limits caps the archive as ingest does (ingest.archive).
     """
     dest = Path(os.path.abspath(dest))
     what = f"task_binary of {label or dest}"
     if not _is_free(dest):
         raise BadInput(f"{what}: {dest} already exists and is not an empty directory — {NOTHING}")
     try:
-        entries = read_archive(data)
+        entries = read_archive(data, limits)
     except Reject as r:
         raise BadInput(f"{what}: {r.detail} — {NOTHING}") from None
     created = _make_parents(dest.parent, what)
@@ -271,11 +232,13 @@ def _remove_dirs(dirs: list[Path]) -> None:
 
 # --- extracting a task table -----------------------------------------------------------------
 
-def extract_table(table_path: Path, out: Path, *, names: list[str] | None = None) -> list[Path]:
+def extract_table(table_path: Path, out: Path, *, names: list[str] | None = None,
+                  limits: ArchiveParams = DEFAULT_LIMITS) -> list[Path]:
     """Extract each (path, task_binary) row of a Parquet task table into out/<path>.
 
     names keeps only the rows whose path, or its last component, is one of them. Every selected
-    path and target is checked before anything is written, and a refused archive undoes the rows
+    path and target is checked before anything is written (a target whose real path, through a
+    symlink already under out, leaves out is refused), and a refused archive undoes the rows
     already extracted, so on BadInput nothing is left behind. Returns the task directories written.
     """
     table_path, out = Path(table_path), Path(out)
@@ -286,12 +249,15 @@ def extract_table(table_path: Path, out: Path, *, names: list[str] | None = None
     for i, target in targets.items():
         if os.path.lexists(target):
             raise BadInput(f"{table_path}: {target} already exists; pass a new --out — {NOTHING}")
+        _check_inside(target, out, table_path)
     written: list[Path] = []
     created: list[Path] = []
     try:
         for i, binary in _read_binaries(table, table_path, set(selected)):
+            _check_inside(targets[i], out, table_path)   # again: the check above was before any write
             created += _make_parents(targets[i].parent, f"{table_path} row {i}")
-            extract_archive(binary, targets[i], label=selected[i])
+            _check_inside(targets[i], out, table_path)
+            extract_archive(binary, targets[i], label=selected[i], limits=limits)
             written.append(targets[i])
     except BaseException:
         for d in written:
@@ -299,6 +265,15 @@ def extract_table(table_path: Path, out: Path, *, names: list[str] | None = None
         _remove_dirs(sorted(created, key=lambda p: len(p.parts), reverse=True))
         raise
     return written
+
+
+def _check_inside(target: Path, out: Path, table_path: Path) -> None:
+    """Refuse a target whose real path leaves out's: a symlink under out would lead writes elsewhere."""
+    root = os.path.realpath(out)
+    real = os.path.realpath(target)
+    if real != root and not real.startswith(root.rstrip("/") + "/"):
+        raise BadInput(f"{table_path}: {target} resolves to {real}, outside {out} (a symlink under it "
+                       f"leads elsewhere); remove the link or pass a new --out — {NOTHING}")
 
 
 def _open_table(table_path: Path) -> pq.ParquetFile:
@@ -361,8 +336,10 @@ def _select(paths: list[str | None], names: list[str] | None, table_path: Path) 
 def _relative_path(value: str | None, row: int, table_path: Path) -> str:
     if not isinstance(value, str) or not value.strip():
         raise BadInput(f"{table_path}: row {row} has no path — {NOTHING}")
+    if "\x00" in value:
+        raise BadInput(f"{table_path}: row {row} path {value!r} has a NUL byte — {NOTHING}")
     p = PurePosixPath(value)
-    if p.is_absolute() or ".." in p.parts or p.as_posix() == "." or "\x00" in value:
+    if p.is_absolute() or ".." in p.parts or p.as_posix() == ".":
         raise BadInput(f"{table_path}: row {row} path {value!r} is absolute or has a '..' component "
                        f"— {NOTHING}")
     return p.as_posix()

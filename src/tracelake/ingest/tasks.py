@@ -10,7 +10,10 @@ A Harbor task directory holds instruction.md (the prompt), task.toml ([metadata]
   directory; base64 text in JSON). The tar may hold the files at its top level or under one
   top-level directory; it is read in memory, never extracted.
 
-Units: every task directory or table row. A directory's task_binary is built deterministically
+Units: every task directory or table row. A symlink is never followed (one leading outside the
+input is rejected symlink_outside_input, tracelake.ingest.task_archive.walk_task_dir), except the
+one task directory PATH itself names; a task past the ingest.archive caps is rejected
+archive_too_large as soon as it crosses one. A directory's task_binary is built deterministically
 (sorted entries, mode 0644/0755, owner 0, mtime 0, gzip header without name or time), so the same
 directory gives the same bytes on any machine; a table's task_binary is kept as given. Building,
 reading and safely extracting archives live in tracelake.ingest.task_archive.
@@ -33,10 +36,12 @@ from tracelake.core.hashing import canonical_json
 from tracelake.core.ids import task_id_for
 from tracelake.ingest.common import IngestResult, Reject, Unit, inputs_digest, run_ingest
 from tracelake.ingest.parallel import ordered_map, worker_count
+from tracelake.ingest.params import ArchiveParams
 from tracelake.ingest.tables import TABLE_SUFFIXES, json_kind, required_str, row_object, table_units
 from tracelake.ingest.task_archive import (
     ARCHIVE_FORMAT,
     CHECKSUM_FORMULA,
+    DEFAULT_LIMITS,
     Entry,
     build_archive,
     read_archive,
@@ -55,16 +60,19 @@ def is_task_dir(path: Path) -> bool:
     return os.path.lexists(path / "instruction.md") or os.path.lexists(path / "task.toml")
 
 
-def find_task_dirs(path: Path) -> tuple[Path, list[str]]:
-    """(root, task directory names under root) for one task directory or a directory of them."""
+def find_task_dirs(path: Path) -> list[tuple[str, Path]]:
+    """(task name, its directory) for one task directory or each in a directory of them, by name.
+
+    The one task directory named is followed if it is a link (the user chose it: it keeps the name
+    given); a child of a directory of them is listed as it is, and walk_task_dir refuses a link."""
     path = Path(os.path.abspath(path))
     if is_task_dir(path):
-        return path.parent, [path.name]
+        return [(path.name, Path(os.path.realpath(path)))]
     names = sorted(c.name for c in path.iterdir() if c.is_dir() and not c.name.startswith("."))
     if not names:
         raise BadInput(f"{path} is neither a task directory (instruction.md, task.toml) "
                        f"nor a directory of task directories")
-    return path, names
+    return [(n, path / n) for n in names]
 
 
 # --- one task --------------------------------------------------------------------------------
@@ -116,6 +124,8 @@ def task_row(*, source: str, name: str, entries: list[Entry], checksum: str, bin
 
 def table_task_name(row: dict[str, Any]) -> str:
     path = required_str(row, "path")
+    if "\x00" in path:   # no file system allows one: the task could never be extracted
+        raise Reject("invalid_field", f"path {path!r} has a NUL byte")
     name = PurePosixPath(path).name
     if name in ("", ".", ".."):
         raise Reject("invalid_field", f"path {path!r} does not end in a task name")
@@ -135,17 +145,18 @@ def table_binary(value: Any) -> bytes:
     raise Reject("invalid_field", f"task_binary is a {json_kind(value)}, not bytes or base64 text")
 
 
-def read_task_dirs(task: tuple[str, bool, list[Unit]]) -> list[tuple[dict | Reject, str | None]]:
-    """(source, with_binary, task directory units) -> each one's (row or Reject, task checksum or
-    None when the directory could not be read). Runs in a worker."""
-    source, with_binary, units = task
+def read_task_dirs(task: tuple[str, bool, ArchiveParams, list[Unit]]
+                   ) -> list[tuple[dict | Reject, str | None]]:
+    """(source, with_binary, limits, task directory units) -> each one's (row or Reject, task
+    checksum or None when the directory could not be read). Runs in a worker."""
+    source, with_binary, limits, units = task
     out: list[tuple[dict | Reject, str | None]] = []
     for unit in units:
         checksum = None
         try:
-            entries = walk_task_dir(unit.payload)
+            entries = walk_task_dir(unit.payload, limits)
             checksum = task_checksum(entries)
-            out.append((task_row(source=source, name=unit.payload.name, entries=entries, checksum=checksum,
+            out.append((task_row(source=source, name=unit.path, entries=entries, checksum=checksum,
                                  binary=build_archive(entries) if with_binary else None,
                                  provenance=[{"path": unit.path, "sha256": checksum}]), checksum))
         except Reject as r:
@@ -156,9 +167,10 @@ def read_task_dirs(task: tuple[str, bool, list[Unit]]) -> list[tuple[dict | Reje
 class TaskReader:
     """Turns units into task rows; remembers input hashes and the tasks already produced."""
 
-    def __init__(self, source: str, with_binary: bool):
+    def __init__(self, source: str, with_binary: bool, limits: ArchiveParams = DEFAULT_LIMITS):
         self.source = source
         self.with_binary = with_binary
+        self.limits = limits
         self.hashes: dict[str, str] = {}  # table files: relative path -> sha256
         self.listing: dict[str, str] = {}  # inputs digest: task dir -> checksum, table -> sha256
         self.seen: dict[str, str] = {}  # task_id -> where it was ingested
@@ -172,7 +184,7 @@ class TaskReader:
         outcomes: list[dict | Reject] = []
         for unit, (outcome, checksum) in zip(units, read, strict=True):
             try:
-                self._check_new(unit.payload.name)
+                self._check_new(unit.path)
             except Reject as r:
                 outcomes.append(r)
                 continue
@@ -202,7 +214,7 @@ class TaskReader:
         name = table_task_name(row)
         self._check_new(name)
         binary = table_binary(row.get("task_binary"))
-        entries = read_archive(binary)
+        entries = read_archive(binary, self.limits)
         return task_row(source=self.source, name=name, entries=entries,
                         checksum=task_checksum(entries), binary=binary if self.with_binary else None,
                         provenance=[{"path": unit.path, "sha256": self.hashes[unit.path]}])
@@ -212,19 +224,20 @@ class TaskReader:
 
 def ingest_tasks(path: Path, *, source: str, out_dir: Path, strict: bool = False,
                  metrics_path: Path | None = None, with_binary: bool = True, workers: int = 0,
+                 archive: ArchiveParams = DEFAULT_LIMITS,
                  on_start: Callable[[int], None] | None = None,
                  on_progress: Callable[[int], None] | None = None) -> IngestResult:
     """Ingest task directories or a task table into out_dir (tasks.parquet, rejects, manifest).
 
     Task directories are read and archived in `workers` processes (0: one per core), DIR_BATCH at a
     time; the output is the same whatever the worker count. on_start gets the number of steps (task
-    directories, or 1 for a table file); on_progress(n) follows each n steps.
+    directories, or 1 for a table file); on_progress(n) follows each n steps. archive caps each task
+    (params ingest.archive).
     """
     path = Path(path)
-    reader = TaskReader(source, with_binary)
+    reader = TaskReader(source, with_binary, archive)
     if path.is_dir():
-        root, names = find_task_dirs(path)
-        layout, steps = "task_dirs", [Unit(path=n, payload=root / n) for n in names]
+        layout, steps = "task_dirs", [Unit(path=n, payload=d) for n, d in find_task_dirs(path)]
     elif path.is_file() and path.suffix.lower() in TABLE_SUFFIXES:
         layout, steps = "table", [path]
     elif path.exists():
@@ -244,7 +257,7 @@ def ingest_tasks(path: Path, *, source: str, out_dir: Path, strict: bool = False
                 on_progress(1)
             return
         chunks = [steps[i:i + DIR_BATCH] for i in range(0, len(steps), DIR_BATCH)]
-        work = ((source, with_binary, units) for units in chunks)
+        work = ((source, with_binary, archive, units) for units in chunks)
         for units, read in zip(chunks, ordered_map(read_task_dirs, work, worker_count(workers))):
             outcomes = reader.accept_dirs(units, read)
             yield units, lambda _units, outcomes=outcomes: outcomes
@@ -256,7 +269,8 @@ def ingest_tasks(path: Path, *, source: str, out_dir: Path, strict: bool = False
         batches=batches(), strict=strict,
         inputs=lambda: {"kind": INPUT_KIND, "layout": layout, "steps": len(steps),
                         **inputs_digest(reader.listing.items())},
-        params={"source": source, "input_kind": INPUT_KIND, "with_binary": with_binary},
+        params={"source": source, "input_kind": INPUT_KIND, "with_binary": with_binary,
+                "archive": archive.model_dump()},
         formulas={"task_checksum": CHECKSUM_FORMULA, "task_binary": ARCHIVE_FORMAT},
         metrics_path=metrics_path,
     )

@@ -11,7 +11,8 @@ Input: one row per conversation, as in Harbor's trace exports and the OpenThough
 columns are ignored. Files: `.parquet` (read in record batches), `.jsonl` (one row per line; blank
 lines skipped), `.json` (a list of rows, or {"rows": [...]}, whose items may be wrapped as
 {"row_idx": n, "row": {...}} as the Hugging Face datasets server returns them). A directory
-stands for the sorted *.parquet / *.jsonl / *.json files directly in it.
+stands for the sorted *.parquet / *.jsonl / *.json files directly in it; one that links out of it
+is rejected unread (`symlink_outside_input`, walk.py), as is a name that is not UTF-8.
 
 Units: every row (row_index = 0-based row or line number within its file); a file that cannot be
 read or parsed as a whole is one unit. Every unit ends as a row or a reject.
@@ -23,7 +24,6 @@ import datetime
 import itertools
 import math
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +31,7 @@ from typing import Any
 
 from tracelake.core.background import read_ahead
 from tracelake.core.schema import load_schema
+from tracelake.core.swap import scratch_dir
 from tracelake.ingest.common import (
     ROLES,
     IngestResult,
@@ -50,11 +51,13 @@ from tracelake.ingest.tables import (
     RawBatch,
     expand_inputs,
     json_kind,
+    problem_batch,
     raw_batches,
     relative_paths,
     required_str,
     row_object,
 )
+from tracelake.ingest.walk import display, is_text
 
 INPUT_KIND = "traces"
 RENDERER = "trace-table-v1"
@@ -75,7 +78,8 @@ _KNOWN_ROLES = frozenset(ROLES)
 def messages_of(conversations: Any) -> list[dict[str, str]]:
     """`conversations` -> [{role, content}], mapping ShareGPT {from, value} speaker names."""
     if type(conversations) is list and all(
-            type(m) is dict and m.keys() == _ROLE_CONTENT and m["role"] in _KNOWN_ROLES and type(m["content"]) is str
+            type(m) is dict and m.keys() == _ROLE_CONTENT and type(m["role"]) is str and m["role"] in _KNOWN_ROLES
+            and type(m["content"]) is str
             for m in conversations):
         return conversations   # already {role, content} with known roles: nothing to map or check
     if conversations is None:
@@ -209,18 +213,27 @@ def ingest_traces(files: Sequence[Path], *, source: str, out_dir: Path, strict: 
     `cache` (file_cache.py: same bytes, name and code) is not parsed again, its parts are copied
     back. The output is byte-identical whatever the worker count and whatever the cache holds.
     """
-    paths = expand_inputs(files)
-    rels = relative_paths(paths)
+    inputs = expand_inputs(files)
+    paths = [i.path for i in inputs]
+    raw_rels = relative_paths(paths)
+    rels = [display(rel) for rel in raw_rels]   # a name that is not UTF-8 is a reject naming it so
+    problems = [i.problem or (None if is_text(rel) else ("invalid_path", "the name is not UTF-8"))
+                for i, rel in zip(inputs, raw_rels)]
     if on_start:
         on_start(len(paths))
     hashes: dict[str, str] = {}
     file_cache = FileCache(cache, load_schema("trajectories"), source)
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.parts-", dir=out_dir.parent))
+    scratch = scratch_dir(out_dir)
 
     def items() -> Iterator[tuple[str, dict[str, str], RawBatch, str] | Ready]:
-        for path, rel in zip(paths, rels):
+        for path, rel, problem in zip(paths, rels, problems):
+            if problem is not None:
+                yield Ready(_FileStart(rel, None))
+                yield source, {}, problem_batch(rel, problem), str(scratch)
+                yield Ready(_FileEnd())
+                continue
             raws = raw_batches(path, rel, columns=FIELDS, batch_size=BATCH_ROWS, hashes=hashes)
             first = next(raws, None)   # the file is hashed by now (or is one reject)
             cached = (file_cache.get(rel, hashes[rel], scratch)
