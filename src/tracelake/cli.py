@@ -149,12 +149,18 @@ def tasks_extract_cmd(
     table: Annotated[Path, typer.Argument(help="A Parquet task table with columns path and task_binary.")],
     out_dir: Annotated[Path, typer.Option("--out", "-o", help="Directory to extract into; each task goes to OUT/<path>, which must not exist.")],
     task: Annotated[Optional[list[str]], typer.Option("--task", "-t", metavar="NAME", help="Only this task (its path or its last path component); repeatable.")] = None,
+    max_members: Annotated[Optional[int], typer.Option("--max-members", min=1, help="Refuse a task with more files and directories (default: ingest.archive.max_members's, 100000).")] = None,
+    max_total_bytes: Annotated[Optional[int], typer.Option("--max-total-bytes", min=1, help="Refuse a task whose files hold more bytes uncompressed (default: ingest.archive.max_total_bytes's, 2 GiB).")] = None,
 ) -> None:
     """Extract Harbor task directories from a (path, task_binary) table, e.g.
-    lake/exports/rl/tasks/*.parquet, for SkyRL's Harbor integration."""
+    lake/exports/rl/tasks/*.parquet, for SkyRL's Harbor integration. Nothing is written outside
+    OUT, even through a symlink already under it."""
+    from tracelake.ingest.params import ArchiveParams
     from tracelake.ingest.task_archive import extract_table
 
-    written = extract_table(table, out_dir, names=task or None)
+    caps = {"max_members": max_members, "max_total_bytes": max_total_bytes}
+    limits = ArchiveParams(**{k: v for k, v in caps.items() if v is not None})
+    written = extract_table(table, out_dir, names=task or None, limits=limits)
     out.print(f"tasks extract: {len(written)} task directories -> {out_dir}")
 
 
@@ -220,7 +226,8 @@ def sql(
     """Query every table of the lake with DuckDB SQL, read-only. Views: tasks, trajectories, messages
     (one row per message), scores, rejects, pool, dropped, funnel, selection_<scale>, sft_<scale>
     (and each dataset under its id, e.g. "sft-3.16k-396828c45111"), rl_prompts, harbor_tasks,
-    export_rejects. `.tables` at the prompt lists them."""
+    export_rejects. `.tables` at the prompt lists them. Queries run in DuckDB's sandbox: they read
+    the lake's files and nothing else (no other file, no network, no extension) and write nothing."""
     from contextlib import ExitStack
 
     from tracelake.explore.sql import open_lake, run_query, write_result
@@ -338,7 +345,9 @@ def show(
 def status(
     lake: Annotated[Path, typer.Option("--lake", help="Lake root to describe.")] = Path("lake"),
 ) -> None:
-    """Show what is built: every table directory in the lake with its version, rows and rejects."""
+    """Show what is built: every table directory in the lake with its version, rows and rejects.
+    First, one line for an empty or unreadable dvc.lock or .dvc/tmp/rwlock (left by a `dvc repro`
+    killed while DVC wrote it) saying how to recover."""
     from tracelake.explore.status import render_status
 
     render_status(lake, out)
