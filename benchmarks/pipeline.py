@@ -121,19 +121,20 @@ def synth(work: Path, rows: int, log: Path) -> Path:
 
 
 def first_99(data: Path) -> Path:
-    """A directory of links to every traces file but the last: the input before a 1% append."""
+    """A directory of hard links to every traces file but the last: the input before a 1% append
+    (hard, not symbolic: ingest never follows a symlink out of its input directory)."""
     files = sorted((data / "traces").glob("*.jsonl"))
     before = data / "traces-before-append"
     shutil.rmtree(before, ignore_errors=True)
     before.mkdir()
     for f in files[:-1]:
-        (before / f.name).symlink_to(f)
+        os.link(f, before / f.name)
     return before
 
 
 def append_last(data: Path, before: Path) -> None:
     last = sorted((data / "traces").glob("*.jsonl"))[-1]
-    (before / last.name).symlink_to(last)
+    os.link(last, before / last.name)
 
 
 def tokenizer(work: Path, data: Path, log: Path) -> Path:
