@@ -342,6 +342,34 @@ def show(
 
 
 @app.command()
+def view(
+    rev: Annotated[Optional[str], typer.Option("--rev", help="Serve the lake as it was at this git revision (commit, HEAD~1, branch, tag, `dvc exp` name), read through DVC from its cache.")] = None,
+    port: Annotated[int, typer.Option("--port", "-p", min=0, max=65535, help="Port on 127.0.0.1 (0: any free port).")] = 8765,
+    lake: Annotated[Path, typer.Option("--lake", help="Lake root (with --rev: its path in the repository).")] = Path("lake"),
+) -> None:
+    """Browse the trajectories in a web page served on 127.0.0.1 only (never another interface): find
+    rows by source, task, reward, timeout, subagent, turn and token ranges, the filter rule that dropped
+    them, or a SQL WHERE (read-only, checked like `tracelake sql`), page through them, and read one
+    trajectory: its messages with <think> and long outputs folded, its subagent traces and episodes,
+    its task, its Harbor result and why it is or is not in each dataset. Every page's URL can be
+    shared. Prints the URL; Ctrl-C stops it."""
+    from contextlib import ExitStack
+
+    from tracelake.explore.view.app import serve
+
+    with ExitStack() as stack:
+        root, label = lake, str(lake)
+        if rev is not None:
+            from tracelake.explore.revisions import tree_at
+
+            if lake.is_absolute():
+                raise typer.BadParameter("with --rev, --lake is the lake's path inside the repository")
+            tree = stack.enter_context(tree_at(rev, [str(lake)]))
+            root, label = tree.root / lake, f"{lake} at {rev} ({tree.revision.sha[:10]})"
+        serve(root, port, label=label, announce=lambda line: out.print(line, markup=False, highlight=False))
+
+
+@app.command()
 def status(
     lake: Annotated[Path, typer.Option("--lake", help="Lake root to describe.")] = Path("lake"),
 ) -> None:

@@ -1,0 +1,87 @@
+"""The lake in a notebook: the views of `tracelake sql` as DuckDB relations and Polars LazyFrames,
+read-only, at any revision.
+
+    from tracelake.explore.notebook import open_lake
+    lake = open_lake("lake")                      # or open_lake("lake", rev="HEAD~1")
+    lake.sql("SELECT source, count(*) FROM trajectories GROUP BY ALL").pl()
+    lake.scan("pool").filter(pl.col("n_tokens") > 8000).collect()
+    lake.views                                    # view -> what it reads
+
+Both go through one `open_lake` connection of `tracelake.explore.sql`: the same views, the same
+sandbox (only the lake's files, no network, settings locked) and, for `sql`, the same guard
+(SELECT-like statements, no COPY). `scan` is a Polars LazyFrame over the view's relation: filters
+and projections are pushed into DuckDB's scan of the same Parquet files. With `rev`, the lake is read
+from the DVC cache as `tracelake sql --rev` does; `close()` (or a `with` block) removes the temporary
+tree, as does the end of the process.
+"""
+
+from __future__ import annotations
+
+import atexit
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from tracelake.core.errors import BadInput
+from tracelake.explore.sql import _error, guard_query
+from tracelake.explore.sql import open_lake as _open_views
+
+
+class NotebookLake:
+    """An open lake: `sql(query)` -> duckdb relation, `scan(view)` -> polars LazyFrame, `views`."""
+
+    def __init__(self, path: Path | str = "lake", rev: str | None = None, root: Path | str = "."):
+        self._stack = ExitStack()
+        self.revision = None
+        lake = Path(path)
+        try:
+            if rev is not None:
+                from tracelake.explore.revisions import tree_at
+
+                if lake.is_absolute():
+                    raise BadInput("with rev, path is the lake's path inside the repository (e.g. 'lake')")
+                tree = self._stack.enter_context(tree_at(rev, [str(lake)], root=root))
+                self.revision, lake = tree.revision, tree.root / lake
+            self.con, self.views = _open_views(lake)
+        except BaseException:
+            self._stack.close()
+            raise
+        atexit.register(self.close)
+
+    def sql(self, query: str) -> duckdb.DuckDBPyRelation:
+        """The relation of a read-only query (its last statement; the others are run for their errors)."""
+        statements = guard_query(self.con, query)
+        try:
+            for statement in statements[:-1]:
+                self.con.execute(statement).fetchall()
+            return self.con.sql(statements[-1])
+        except duckdb.Error as e:
+            raise _error(e, query) from None
+
+    def scan(self, view: str) -> Any:
+        """A polars LazyFrame over one view (`pool`, `trajectories`, `selection_1k`, a dataset id, ...)."""
+        if view not in self.views:
+            raise BadInput(f"no view {view!r}; views: {', '.join(sorted(self.views))}")
+        return self.con.sql(f'SELECT * FROM "{view}"').pl(lazy=True)   # a name from self.views, quoted
+
+    def close(self) -> None:
+        """Close the connection and remove a revision's temporary tree."""
+        con = getattr(self, "con", None)
+        if con is not None:
+            con.close()
+            self.con = None
+        self._stack.close()
+
+    def __enter__(self) -> "NotebookLake":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_lake(path: Path | str = "lake", rev: str | None = None, root: Path | str = ".") -> NotebookLake:
+    """The lake at `path` (with `rev`: as it was at that git revision, `path` inside the repository at
+    `root`), read-only: `.sql(query)` gives DuckDB relations, `.scan(view)` Polars LazyFrames."""
+    return NotebookLake(path, rev=rev, root=root)

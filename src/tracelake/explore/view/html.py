@@ -1,0 +1,281 @@
+"""The pages of `tracelake view`, as Python functions returning HTML. A trace holds hostile text:
+every value goes into a page through `esc` (html.escape, quotes included), URLs through `url`.
+No inline script or style: the page's JavaScript and CSS are files of this package (static/)."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from typing import Any, Iterable
+from urllib.parse import quote, urlencode
+
+from tracelake.explore.view.db import Query
+
+FOLD_LINES = 12     # an observation or message longer than this (or FOLD_CHARS) is folded
+FOLD_CHARS = 2000
+_THINK = re.compile(r"(<think>.*?(?:</think>|\Z))", re.DOTALL)
+
+
+def esc(value: Any) -> str:
+    """Text as HTML: &, <, >, " and ' escaped; None is empty."""
+    return "" if value is None else html.escape(str(value), quote=True)
+
+
+def url(path: str, params: dict[str, str] | None = None) -> str:
+    """A URL (escaped for an attribute) for a path and query parameters."""
+    query = urlencode(params or {})
+    return esc(path + ("?" + query if query else ""))
+
+
+def trace_url(trajectory_id: str, query: Query) -> str:
+    return url(f"/t/{quote(trajectory_id, safe='')}", query.params())
+
+
+def page(title: str, body: str, *, label: str) -> str:
+    return (
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<title>{esc(title)}</title>"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+        "<link rel=\"stylesheet\" href=\"/static/view.css\">"
+        "<script src=\"/static/view.js\" defer></script></head>\n"
+        f"<body><header><a class=\"home\" href=\"/\">tracelake view</a> <span class=\"lake\">{esc(label)}</span></header>\n"
+        f"<main>{body}</main></body></html>\n"
+    )
+
+
+def error_line(message: str | None) -> str:
+    """A refusal or error as one visible line."""
+    return f"<p class=\"error\" role=\"alert\">tracelake: {esc(message)}</p>" if message else ""
+
+
+# --- the list ----------------------------------------------------------------------------------
+
+def _options(name: str, values: Iterable[tuple[str, int]], chosen: str | None, any_label: str = "any") -> str:
+    opts = [f"<option value=\"\">{esc(any_label)}</option>"]
+    for value, n in values:
+        sel = " selected" if value == chosen else ""
+        opts.append(f"<option value=\"{esc(value)}\"{sel}>{esc(value)} ({n:,})</option>")
+    return f"<select name=\"{esc(name)}\" id=\"f-{esc(name)}\" class=\"autosubmit\">{''.join(opts)}</select>"
+
+
+def _yes_no(name: str, chosen: bool | None) -> str:
+    vals = {"": "any", "yes": "yes", "no": "no"}
+    current = "" if chosen is None else ("yes" if chosen else "no")
+    opts = "".join(f"<option value=\"{v}\"{' selected' if v == current else ''}>{label}</option>" for v, label in vals.items())
+    return f"<select name=\"{name}\" id=\"f-{name}\" class=\"autosubmit\">{opts}</select>"
+
+
+def _num(name: str, value: Any, placeholder: str) -> str:
+    return (f"<input type=\"text\" inputmode=\"decimal\" size=\"6\" name=\"{name}\" id=\"f-{name}\" "
+            f"placeholder=\"{esc(placeholder)}\" value=\"{esc(value)}\">")
+
+
+def facets_form(q: Query, facet_values: dict[str, list[tuple[str, int]]]) -> str:
+    return f"""<form class="facets" method="get" action="/" id="query">
+<div class="where"><label for="f-where">WHERE</label>
+<input type="text" name="where" id="f-where" value="{esc(q.where)}" spellcheck="false"
+ placeholder="SQL over view_rows, e.g. n_assistant_turns &gt;= 10 AND reward &gt; 0">
+<button type="submit">Find</button> <a href="/">reset</a></div>
+<div class="row">
+<label>source {_options('source', facet_values.get('source', []), q.source)}</label>
+<label>task <input type="text" name="task" id="f-task" size="18" value="{esc(q.task)}"></label>
+<label>filter rule {_options('rule', facet_values.get('rule', []), q.rule)}</label>
+<label>timed out {_yes_no('timed_out', q.timed_out)}</label>
+<label>subagent {_yes_no('subagent', q.subagent)}</label>
+</div><div class="row">
+<label>reward {_num('reward_min', q.reward_min, 'min')}–{_num('reward_max', q.reward_max, 'max')}</label>
+<label>assistant turns {_num('turns_min', q.turns_min, 'min')}–{_num('turns_max', q.turns_max, 'max')}</label>
+<label>tokens {_num('tokens_min', q.tokens_min, 'min')}–{_num('tokens_max', q.tokens_max, 'max')}</label>
+</div></form>"""
+
+
+def _reward(row: dict) -> str:
+    return "" if row.get("reward") is None else f"{row['reward']:g}"
+
+
+def _status(row: dict) -> str:
+    if row.get("kept"):
+        return "<span class=\"kept\">kept</span>"
+    if row.get("rule"):
+        return f"<span class=\"dropped\">{esc(row['rule'])}</span>"
+    return ""
+
+
+def list_page(q: Query, rows: list[dict], total: int, next_after: str | None,
+              facet_values: dict, *, label: str, error: str | None = None, opened: str | None = None,
+              columns: Iterable[str] = ()) -> str:
+    """The list; `opened` (the trajectory the reader came back from) is marked and scrolled to."""
+    head = ("<tr><th>trajectory</th><th>source</th><th>task</th><th>trace</th><th>episode</th>"
+            "<th class=\"n\">turns</th><th class=\"n\">tokens</th><th class=\"n\">reward</th>"
+            "<th>exception</th><th>filter</th></tr>")
+    body = []
+    for r in rows:
+        flags = (" subagent" if r["is_subagent"] else "") + (" opened" if r["trajectory_id"] == opened else "")
+        body.append(
+            f"<tr class=\"traj{flags}\" id=\"r-{esc(r['trajectory_id'])}\" data-id=\"{esc(r['trajectory_id'])}\">"
+            f"<td><a class=\"open\" href=\"{trace_url(r['trajectory_id'], q)}\"><code>{esc(r['trajectory_id'])}</code></a></td>"
+            f"<td><a href=\"{url('/', {**q.params(), 'source': r['source'], 'after': ''})}\">{esc(r['source'])}</a></td>"
+            f"<td><a href=\"{url('/', {**q.params(), 'task': r['task'], 'after': ''})}\">{esc(r['task'])}</a></td>"
+            f"<td>{esc(r['trace_source'])}</td><td>{esc(r['episode'])}</td>"
+            f"<td class=\"n\">{esc(r['n_assistant_turns'])}</td><td class=\"n\">{esc(r['n_tokens'])}</td>"
+            f"<td class=\"n\">{_reward(r)}</td><td>{esc(r['exception_type'])}</td><td>{_status(r)}</td></tr>")
+    first = {k: v for k, v in q.params().items() if k != "after"}
+    nav = []
+    if q.after:
+        nav.append(f"<a class=\"first\" href=\"{url('/', first)}\">« first page</a>")
+    if next_after:
+        nav.append(f"<a class=\"next\" rel=\"next\" href=\"{url('/', {**first, 'after': next_after})}\">next page »</a>")
+    summary = (f"<p class=\"count\"><span id=\"total\">{total:,}</span> trajectories match"
+               f"{' (after ' + esc(q.after) + ')' if q.after else ''}</p>") if error is None else ""
+    table = (f"<table class=\"list\"><thead>{head}</thead><tbody>{''.join(body)}</tbody></table>"
+             if error is None else "")
+    names = ", ".join(f"<code>{esc(c)}</code>" for c in columns)
+    help_line = (f"<details class=\"columns\"><summary>WHERE columns (view <code>view_rows</code>; other views "
+                 f"as in <code>tracelake sql</code>)</summary><p>{names}</p></details>") if names else ""
+    content = (f"{facets_form(q, facet_values)}{help_line}{error_line(error)}{summary}{table}"
+               f"<nav class=\"pages\">{' '.join(nav)}</nav>")
+    return page("tracelake view", content, label=label)
+
+
+# --- one trajectory ----------------------------------------------------------------------------
+
+def _fold(text: str, what: str, *, css: str = "fold") -> str:
+    """Text as a <pre>; a long one inside a closed <details> whose summary is its first line."""
+    lines = text.split("\n")
+    if len(lines) <= FOLD_LINES and len(text) <= FOLD_CHARS:
+        return f"<pre>{esc(text)}</pre>"
+    first = next((line for line in lines if line.strip()), "")[:120]
+    return (f"<details class=\"{css}\"><summary>{esc(what)}: {len(lines):,} lines, {len(text):,} chars "
+            f"<span class=\"first\">{esc(first)}</span></summary><pre>{esc(text)}</pre></details>")
+
+
+def _with_thinking(text: str, fold_rest: bool) -> str:
+    """A message's text, each <think> block in a closed <details>."""
+    out = []
+    for piece in _THINK.split(text):
+        if not piece:
+            continue
+        if piece.startswith("<think>"):
+            inner = piece[len("<think>"):].removesuffix("</think>")
+            out.append(f"<details class=\"think\"><summary>&lt;think&gt; {len(inner.split()):,} words</summary>"
+                       f"<pre>{esc(inner)}</pre></details>")
+        else:
+            out.append(_fold(piece, "message") if fold_rest else f"<pre>{esc(piece)}</pre>")
+    return "".join(out)
+
+
+def tool_calls(text: str) -> list[str]:
+    """The commands an assistant turn issued (terminus-2's JSON `commands[].keystrokes`), else []."""
+    body = _THINK.sub("", text).strip()
+    start = body.find("{")
+    if start < 0:
+        return []
+    try:
+        parsed = json.loads(body[start:body.rfind("}") + 1])
+    except ValueError:
+        return []
+    commands = parsed.get("commands") if isinstance(parsed, dict) else None
+    if not isinstance(commands, list):
+        return []
+    return [str(c.get("keystrokes", "")) for c in commands if isinstance(c, dict)]
+
+
+def _message(position: int, role: str, inner: str, extra: str = "") -> str:
+    return (f"<section class=\"msg {esc(role)}\" id=\"m{position}\"><h3><span class=\"pos\">{position}</span> "
+            f"<span class=\"role\">{esc(role)}</span></h3>{inner}{extra}</section>")
+
+
+def messages_html(messages: list[dict]) -> str:
+    """Every message in order. An assistant turn that called tools is paired with the observation that
+    answers it (the next message: a tool result, or the terminal output the harness sent back as user):
+    its commands, then that output, folded when long."""
+    out, i = [], 0
+    while i < len(messages):
+        m = messages[i]
+        role, content = m.get("role") or "", m.get("content") or ""
+        if role != "assistant":
+            out.append(_message(i, role, _with_thinking(content, fold_rest=True)))
+            i += 1
+            continue
+        calls = tool_calls(content)
+        following = messages[i + 1].get("role") if i + 1 < len(messages) else None
+        obs = messages[i + 1] if following == "tool" or (calls and following == "user") else None
+        pair = ""
+        if calls or obs is not None:
+            call_html = "".join(f"<li><code>{esc(c.rstrip())}</code></li>" for c in calls)
+            obs_html = ""
+            if obs is not None:
+                obs_html = (f"<div class=\"obs\" id=\"m{i + 1}\"><h4><span class=\"pos\">{i + 1}</span> "
+                            f"observation ({esc(obs.get('role'))})</h4>{_with_thinking(obs.get('content') or '', fold_rest=True)}</div>")
+            calls_html = f"<ul class=\"calls\">{call_html}</ul>" if calls else ""
+            pair = f"<div class=\"toolpair\">{calls_html}{obs_html}</div>"
+        out.append(_message(i, role, _with_thinking(content, fold_rest=False), pair))
+        i += 2 if obs is not None else 1
+    return "".join(out)
+
+
+def _kv(pairs: list[tuple[str, Any]]) -> str:
+    return "<dl class=\"kv\">" + "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in pairs) + "</dl>"
+
+
+def _datasets(t: dict) -> str:
+    items = []
+    if t["kept"]:
+        items.append("<li class=\"kept\">in the pool: the filter kept it</li>")
+    elif t["rule"]:
+        items.append(f"<li class=\"dropped\">dropped by the filter: <code>{esc(t['rule'])}</code> — "
+                     f"<span class=\"detail\">{esc(t['detail'])}</span> (so in no dataset)</li>")
+    else:
+        items.append("<li>the filter has not run on this lake</li>")
+    for scale, (dataset_id, copies) in t["copies"].items():
+        ds = f" <code>{esc(dataset_id)}</code>" if dataset_id else ""
+        what = f"{copies} upsampled cop{'y' if copies == 1 else 'ies'}" if copies else "not selected"
+        items.append(f"<li class=\"scale\" data-scale=\"{esc(scale)}\">selection_{esc(scale)}{ds}: {what}</li>")
+    for r in t["export_rejects"]:
+        items.append(f"<li class=\"dropped\">export reject {esc(r['name'])}: <code>{esc(r['reason'])}</code> "
+                     f"{esc(r['detail'])}</li>")
+    return "<ul class=\"datasets\">" + "".join(items) + "</ul>"
+
+
+def _related(t: dict, q: Query) -> str:
+    subs = [r for r in t["related"] if r["subagent"]]
+    conts = [r for r in t["related"] if not r["subagent"]]
+
+    def links(rows: list[dict], css: str) -> str:
+        if not rows:
+            return "<p class=\"none\">none</p>"
+        return f"<ul class=\"{css}\">" + "".join(
+            f"<li><a href=\"{trace_url(r['trajectory_id'], q)}\">{esc(r['trace_source'])} {esc(r['episode'])}</a> "
+            f"<code>{esc(r['trajectory_id'])}</code> ({esc(r['n_assistant_turns'])} turns)</li>" for r in rows) + "</ul>"
+
+    return (f"<h2>Subagent traces (same trial, another trace_source)</h2>{links(subs, 'subagents')}"
+            f"<h2>Continuation episodes (same trial and trace)</h2>{links(conts, 'episodes')}")
+
+
+def trace_page(t: dict, q: Query, *, label: str) -> str:
+    back = url("/", {**q.params(), "open": t["trajectory_id"]}) + f"#r-{esc(t['trajectory_id'])}"
+    outcome = [("result", esc(t["result"])), ("reward", esc(t["reward"])),
+               ("exception_type", esc(t["exception_type"])), ("timed out", "yes" if t["timed_out"] else "no")]
+    facts = [("source", esc(t["source"])), ("task", esc(t["task"])), ("trace_source", esc(t["trace_source"])),
+             ("trial", esc(t["trial_name"])), ("run", esc(t["run_id"])),
+             ("episode", f"{esc(t['episode'])}" + (f" of {esc(t['n_episodes'])}" if t["n_episodes"] else "")),
+             ("agent / model", f"{esc(t['agent'])} / {esc(t['model'])}"), ("date", esc(t["date"])),
+             ("messages", esc(t["n_messages"])), ("assistant turns", esc(t["n_assistant_turns"])),
+             ("tokens", esc(t["n_tokens"])), ("chars", esc(t["n_chars"]))]
+    tasks = "".join(
+        f"<div class=\"task\"><p><code>{esc(task['source'])}/{esc(task['name'])}</code></p>"
+        f"{_fold(task['instruction'] or '', 'instruction')}</div>" for task in t["tasks"]) or "<p class=\"none\">no task row</p>"
+    body = f"""<p class="back"><a href="{back}">« results</a></p>
+<h1><code id="tid">{esc(t['trajectory_id'])}</code> {esc(t['source'])} / {esc(t['task'])}</h1>
+<div class="cols"><div>{_kv(facts)}</div><div><h2>Harbor result</h2>{_kv(outcome)}
+<h2>Datasets</h2>{_datasets(t)}</div></div>
+{_related(t, q)}
+<h2>Task</h2>{tasks}
+<h2>Messages <button type="button" class="expand-all">expand all</button></h2>
+<div class="messages">{messages_html(t['messages'])}</div>"""
+    return page(f"{t['trajectory_id']} · tracelake view", body, label=label)
+
+
+def not_found(message: str, *, label: str) -> str:
+    return page("not found · tracelake view", f"{error_line(message)}<p><a href=\"/\">« results</a></p>", label=label)
