@@ -21,7 +21,8 @@ def sample_project(tmp_path_factory) -> Path:
 
 def pytest_collection_modifyitems(items) -> None:
     """Every test that needs the built sample pipeline (directly or through another fixture) is an
-    end-to-end test: `-m "not e2e"` leaves it out of the fast loop."""
+    end-to-end test: `-m "not e2e"` leaves it out of the fast loop. A `long` test (the long
+    variants of the fuzz, kill and concurrency tests) is skipped unless TRACELAKE_LONG=1."""
     long_skip = pytest.mark.skip(reason="a long variant: set TRACELAKE_LONG=1 to run it")
     for item in items:
         if "sample_project" in getattr(item, "fixturenames", ()):
