@@ -102,6 +102,15 @@ def test_a_leftover_json_temp_file_is_removed(tmp_path):
     assert not leftover.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json"]
 
 
+def test_a_json_file_leaves_other_names_alone(tmp_path):
+    """write_json may write into a directory that is not tracelake's (`--metrics FILE`): it removes
+    only its own file's leftovers, never another name that merely looks like one."""
+    other = tmp_path / f".notes.txt.tmp-{dead_pid()}"
+    other.write_text("someone else's")
+    write_json(tmp_path / "metrics.json", {"a": 1})
+    assert other.read_text() == "someone else's"
+
+
 def test_an_old_version_without_its_output_is_removed_and_rebuilt(tmp_path):
     """Killed between the two renames of the fallback swap: no output, a complete `.old-<pid>`."""
     final = tmp_path / "pool"

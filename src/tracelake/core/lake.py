@@ -366,7 +366,7 @@ def write_json(path: Path, value: Any) -> None:
     file and renamed into place; a temporary file that a killed run left beside it is removed."""
     path = Path(path)
     data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n"
-    remove_stale(path)
+    remove_stale(path, siblings=False)
     tmp = temp_path(path, "tmp")
     tmp.write_bytes(data)
     tmp.replace(path)

@@ -107,16 +107,19 @@ def _unowned_scratch(final: Path, sibling: Path) -> bool:
         return False
 
 
-def remove_stale(final: Path) -> list[Path]:
+def remove_stale(final: Path, siblings: bool = True) -> list[Path]:
     """Remove every temporary name beside `final` (its own `.<name>.tmp-*`, `.old-*`, `.parts-*`
-    and those of the outputs beside it) whose process is gone; names of live processes (this one
-    included) stay. Returns what was removed."""
+    and, with `siblings`, those of the outputs beside it) whose process is gone; names of live
+    processes (this one included) stay. Returns what was removed. A single file (write_json) cleans
+    only its own names: it may be written into a directory that is not tracelake's."""
     final = Path(final)
     removed = []
     if not final.parent.is_dir():
         return removed
     for sibling in final.parent.iterdir():
         owner = owner_pid(sibling.name)
+        if owner and not siblings and owner[0] != final.name:
+            continue
         stale = is_stale(sibling, owner[1]) if owner else _unowned_scratch(final, sibling)
         if not stale:
             continue
