@@ -300,3 +300,16 @@ def test_mutated_archives_end_as_rows_or_rejects():
                          ArchiveParams(max_members=50, max_total_bytes=10_000))
         except Reject:
             pass
+
+
+def test_extract_leaves_the_users_other_files_alone(tmp_path):
+    """OUT is the user's directory: extraction removes nothing there, not even a name that looks like
+    a leftover of a dead tracelake process."""
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    lookalike = out / f".notes.tmp-{proc.pid}"
+    lookalike.write_text("the user's")
+    extract_archive(tgz([("instruction.md", b"say hi\n")]), out / "t1")
+    assert lookalike.read_text() == "the user's" and (out / "t1" / "instruction.md").is_file()

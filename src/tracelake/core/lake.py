@@ -335,15 +335,16 @@ _UNFINISHED: list[Path] = []  # outputs whose build was abandoned in this proces
 
 
 @contextmanager
-def output_dir(final: Path) -> Iterator[Path]:
+def output_dir(final: Path, clean_siblings: bool = True) -> Iterator[Path]:
     """The one way an output directory is built: yield a fresh temporary directory beside `final`;
     on success swap it into place whole, on any failure (Ctrl-C included) remove it. `final` is
     always either the previous complete version or the new complete one, never a mix; the swap is
     one atomic exchange where the system allows (core/swap.py). What a killed run left beside
-    `final` (its temporary, old or scratch directories) is removed first."""
+    `final` (its temporary, old or scratch directories) is removed first, and with `clean_siblings`
+    what it left beside the outputs next to `final` (off where the parent is a user's directory)."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale(final)
+    remove_stale(final, siblings=clean_siblings)
     tmp = temp_path(final, "tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()

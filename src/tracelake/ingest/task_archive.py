@@ -166,7 +166,7 @@ def extract_archive(data: bytes, dest: Path, *, label: str | None = None,
         raise BadInput(f"{what}: {r.detail} — {NOTHING}") from None
     created = _make_parents(dest.parent, what)
     try:
-        with output_dir(dest) as tmp:
+        with output_dir(dest, clean_siblings=False) as tmp:   # dest's parent is the user's
             _write_entries(entries, tmp, what)
     except OSError as e:
         _remove_dirs(created)
