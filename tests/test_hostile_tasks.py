@@ -313,3 +313,20 @@ def test_extract_leaves_the_users_other_files_alone(tmp_path):
     lookalike.write_text("the user's")
     extract_archive(tgz([("instruction.md", b"say hi\n")]), out / "t1")
     assert lookalike.read_text() == "the user's" and (out / "t1" / "instruction.md").is_file()
+
+
+def test_names_that_are_not_utf8_are_rejected_with_escaped_paths(tmp_path):
+    """A task directory, or a file in one, named with bytes that are not UTF-8: one reject each,
+    the path shown as \\xNN; the other tasks are ingested."""
+    tasks = os.fsencode(tmp_path / "tasks")
+    for name in (b"good", b"bad-\xff", b"inner"):
+        os.makedirs(tasks + b"/" + name)
+        with open(tasks + b"/" + name + b"/instruction.md", "w") as f:
+            f.write("say hi\n")
+    with open(tasks + b"/inner/notes-\xfe.txt", "w") as f:
+        f.write("x")
+    result = ingest_tasks(tmp_path / "tasks", source="s", out_dir=tmp_path / "lake" / "tasks" / "s", workers=1)
+    rejects = read_table(tmp_path / "lake" / "tasks" / "s", "rejects").to_pylist()
+    assert (result.inputs, result.rows) == (3, 1)
+    assert sorted((r["path"], r["reason"]) for r in rejects) == [("bad-\\xff", "invalid_path"), ("inner", "invalid_path")]
+    assert "notes-\\xfe.txt" in next(r["detail"] for r in rejects if r["path"] == "inner")

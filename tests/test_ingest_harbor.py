@@ -10,7 +10,7 @@ import pytest
 
 from tracelake.core.errors import BadInput, RejectedInput
 from tracelake.core.lake import read_manifest, read_table
-from tracelake.ingest.harbor import find_trials, ingest_harbor
+from tracelake.ingest.harbor import discover, ingest_harbor
 
 from .helpers import make_trial, result_json, simple_trajectory, tree_bytes
 
@@ -88,7 +88,7 @@ def test_trial_without_trajectory(tmp_path):
     assert only_reject(jobs)["reason"] == "missing_trajectory"
     # a trial whose agent never started: result.json only, no agent/ directory
     shutil.rmtree(jobs / "job-1" / "t__1" / "agent")
-    assert find_trials(jobs) == [jobs / "job-1" / "t__1"]
+    assert discover(jobs)[0] == [jobs / "job-1" / "t__1"]
     assert only_reject(jobs)["reason"] == "missing_trajectory"
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import duckdb
 
 from tracelake.core.errors import BadInput
-from tracelake.explore.sql import _error, guard_query
+from tracelake.explore.sql import guarded_relation
 from tracelake.explore.sql import open_lake as _open_views
 
 
@@ -52,13 +52,7 @@ class NotebookLake:
 
     def sql(self, query: str) -> duckdb.DuckDBPyRelation:
         """The relation of a read-only query (its last statement; the others are run for their errors)."""
-        statements = guard_query(self.con, query)
-        try:
-            for statement in statements[:-1]:
-                self.con.execute(statement).fetchall()
-            return self.con.sql(statements[-1])
-        except duckdb.Error as e:
-            raise _error(e, query) from None
+        return guarded_relation(self.con, query)
 
     def scan(self, view: str) -> Any:
         """A polars LazyFrame over one view (`pool`, `trajectories`, `selection_1k`, a dataset id, ...)."""

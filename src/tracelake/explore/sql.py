@@ -174,7 +174,7 @@ def open_lake(lake: Path | str) -> tuple[duckdb.DuckDBPyConnection, dict[str, st
     try:
         _make_views(v, Lake(lake))
     except duckdb.Error as e:
-        raise _error(e, "") from None
+        raise query_error(e, "") from None
     except FileNotFoundError as e:  # a directory replaced between listing it and reading it
         raise _rebuilding(f"{e.filename} vanished") from None
     if not v.what:
@@ -271,15 +271,25 @@ def _has_copy(tree) -> bool:
     return False
 
 
-def run_query(con: duckdb.DuckDBPyConnection, query: str) -> pa.Table:
-    """Run a read-only query (its last statement's result) as an Arrow table."""
+def guarded_relation(con: duckdb.DuckDBPyConnection, query: str) -> duckdb.DuckDBPyRelation:
+    """The relation of a read-only query's last statement (the statements before it are run: being
+    read-only, only their errors matter); every refusal or DuckDB error a one-line BadInput."""
     statements = guard_query(con, query)
     try:
-        for statement in statements[:-1]:  # read-only: only their errors matter
+        for statement in statements[:-1]:
             con.execute(statement).fetchall()
-        return con.sql(statements[-1]).to_arrow_table()
+        return con.sql(statements[-1])
     except duckdb.Error as e:
-        raise _error(e, query) from None
+        raise query_error(e, query) from None
+
+
+def run_query(con: duckdb.DuckDBPyConnection, query: str) -> pa.Table:
+    """Run a read-only query (its last statement's result) as an Arrow table."""
+    relation = guarded_relation(con, query)
+    try:
+        return relation.to_arrow_table()
+    except duckdb.Error as e:
+        raise query_error(e, query) from None
 
 
 def _first_line(e: Exception) -> str:
@@ -291,7 +301,7 @@ def _rebuilding(what: str) -> BadInput:
     return BadInput(f"the lake is being rebuilt ({what}); run the query again")
 
 
-def _error(e: duckdb.Error, query: str) -> BadInput:
+def query_error(e: duckdb.Error, query: str) -> BadInput:
     """One line for a DuckDB error. A missing file that the query did not name itself is a view's:
     a rebuild removed it after the views were made."""
     line = _first_line(e)

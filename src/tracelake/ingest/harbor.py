@@ -65,11 +65,6 @@ def discover(root: Path) -> tuple[list[Path], list[Problem]]:
     return [d for d, _ in found], problems
 
 
-def find_trials(root: Path) -> list[Path]:
-    """Trial directories under root, sorted (see `discover`)."""
-    return discover(root)[0]
-
-
 def _is_job_result(root: Root, path: Path) -> bool:
     """A job-level result.json carries aggregate "stats" and no trial_name."""
     try:

@@ -45,6 +45,7 @@ from tracelake.ingest.archive_read import (
 )
 from tracelake.ingest.common import Reject
 from tracelake.ingest.params import ArchiveParams
+from tracelake.ingest.walk import Root, display, is_text
 
 __all__ = ["ARCHIVE_FORMAT", "CHECKSUM_FORMULA", "DEFAULT_LIMITS", "Entry", "build_archive",
            "extract_archive", "extract_table", "read_archive", "task_checksum", "walk_task_dir"]
@@ -77,10 +78,8 @@ def walk_task_dir(task_dir: Path, limits: ArchiveParams = DEFAULT_LIMITS) -> lis
                     raise too_many_members(limits)
         for e in sorted(children, key=lambda e: e.name):
             rel = prefix + e.name
-            try:
-                rel.encode("utf-8")
-            except UnicodeEncodeError:
-                raise Reject("invalid_utf8", f"a file name under {prefix or './'} is not UTF-8") from None
+            if not is_text(rel):
+                raise Reject("invalid_path", f"{display(rel)} is not UTF-8")
             if e.is_symlink():
                 _refuse_link(Path(e.path), rel, root, "the task directory")
             if e.is_dir(follow_symlinks=False):
@@ -107,9 +106,7 @@ def walk_task_dir(task_dir: Path, limits: ArchiveParams = DEFAULT_LIMITS) -> lis
 
 def _refuse_link(path: Path, rel: str, inside: str | Path, where: str) -> None:
     """Reject a symlink: symlink_outside_input when it leads outside `inside`, else unsafe_archive."""
-    target = os.path.realpath(path)   # never opened: realpath only reads links (and stops at loops)
-    inside = os.path.realpath(inside)
-    if target != inside and not target.startswith(inside.rstrip("/") + "/"):
+    if not Root(inside).contains(path):   # realpath only reads links (and stops at loops)
         raise Reject("symlink_outside_input", f"{rel} is a symlink leading outside {where} "
                      f"(to {os.readlink(path)!r}); links are never followed: copy the file in instead")
     raise Reject("unsafe_archive", f"{rel} is a symlink (links are never followed)")

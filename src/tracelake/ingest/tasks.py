@@ -48,6 +48,7 @@ from tracelake.ingest.task_archive import (
     task_checksum,
     walk_task_dir,
 )
+from tracelake.ingest.walk import display, is_text
 
 INPUT_KIND = "tasks"
 BATCH_ROWS = 64  # task_binary values can be megabytes each
@@ -154,6 +155,8 @@ def read_task_dirs(task: tuple[str, bool, ArchiveParams, list[Unit]]
     for unit in units:
         checksum = None
         try:
+            if isinstance(unit.payload, Reject):   # a task directory whose name is not UTF-8
+                raise unit.payload
             entries = walk_task_dir(unit.payload, limits)
             checksum = task_checksum(entries)
             out.append((task_row(source=source, name=unit.path, entries=entries, checksum=checksum,
@@ -237,7 +240,9 @@ def ingest_tasks(path: Path, *, source: str, out_dir: Path, strict: bool = False
     path = Path(path)
     reader = TaskReader(source, with_binary, archive)
     if path.is_dir():
-        layout, steps = "task_dirs", [Unit(path=n, payload=d) for n, d in find_task_dirs(path)]
+        layout, steps = "task_dirs", [
+            Unit(path=display(n), payload=d if is_text(n) else Reject("invalid_path", f"{display(n)} is not UTF-8"))
+            for n, d in find_task_dirs(path)]
     elif path.is_file() and path.suffix.lower() in TABLE_SUFFIXES:
         layout, steps = "table", [path]
     elif path.exists():

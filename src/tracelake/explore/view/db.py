@@ -18,7 +18,7 @@ import duckdb
 
 from tracelake.core import assets
 from tracelake.core.errors import BadInput
-from tracelake.explore.sql import _error, guard_query, open_lake
+from tracelake.explore.sql import guard_query, open_lake, query_error
 
 PAGE_ROWS = 50
 QUERY_SECONDS = 30
@@ -111,7 +111,7 @@ class LakeView:
         except duckdb.InterruptException:
             raise
         except duckdb.Error as e:
-            raise _error(e, "") from None
+            raise query_error(e, "") from None
 
     def _rows(self, sql: str, params: dict | None = None) -> list[dict[str, Any]]:
         """The rows as dicts. A query running past QUERY_SECONDS (a WHERE box can ask for anything) is
