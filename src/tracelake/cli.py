@@ -346,10 +346,15 @@ def view(
     rev: Annotated[Optional[str], typer.Option("--rev", help="Serve the lake as it was at this git revision (commit, HEAD~1, branch, tag, `dvc exp` name), read through DVC from its cache.")] = None,
     port: Annotated[int, typer.Option("--port", "-p", min=0, max=65535, help="Port on 127.0.0.1 (0: any free port).")] = 8765,
     lake: Annotated[Path, typer.Option("--lake", help="Lake root (with --rev: its path in the repository).")] = Path("lake"),
+    search_cache: Annotated[Path, typer.Option("--search-cache", help="Where the full-text index of the messages is kept, one directory per content of the lake's trajectories (built on first use, in the background).")] = Path(".tracelake/cache/search"),
+    no_search: Annotated[bool, typer.Option("--no-search", help="Serve without full-text search (no index is read or built).")] = False,
 ) -> None:
     """Browse the trajectories in a web page served on 127.0.0.1 only (never another interface): find
     rows by source, task, reward, timeout, subagent, turn and token ranges, the filter rule that dropped
-    them, or a SQL WHERE (read-only, checked like `tracelake sql`), page through them, and read one
+    them, a dataset they are in, a SQL WHERE (read-only, checked like `tracelake sql`) or words in their
+    messages (full-text search, BM25; the index is built once per content of the lake), page through
+    them, export them (JSONL, Parquet, one HTML file), compare two rollouts or two dataset versions
+    (the page form of `tracelake diff`), and read one
     trajectory: its messages with <think> and long outputs folded, its subagent traces and episodes,
     its task, its Harbor result and why it is or is not in each dataset. Every page's URL can be
     shared. Prints the URL; Ctrl-C stops it."""
@@ -366,7 +371,8 @@ def view(
                 raise typer.BadParameter("with --rev, --lake is the lake's path inside the repository")
             tree = stack.enter_context(tree_at(rev, [str(lake)]))
             root, label = tree.root / lake, f"{lake} at {rev} ({tree.revision.sha[:10]})"
-        serve(root, port, label=label, announce=lambda line: out.print(line, markup=False, highlight=False))
+        serve(root, port, label=label, announce=lambda line: out.print(line, markup=False, highlight=False),
+              search_cache=None if no_search else search_cache, lake_in_repo=str(lake))
 
 
 @app.command()

@@ -47,13 +47,19 @@ def _side(label: str, s: dict[str, Any]) -> str:
 
 
 def render_html(report: dict[str, Any]) -> str:
+    a, b = report["a"], report["b"]
+    return (f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>tracelake diff {escape(a['dataset_id'])} → {escape(b['dataset_id'])}</title>"
+            f"<style>{CSS}</style></head><body><h1>tracelake diff</h1>{render_body(report)}</body></html>\n")
+
+
+def render_body(report: dict[str, Any]) -> str:
+    """The report as HTML without a page around it (no style, no script): the `tracelake view` diff
+    page shows it inside its own page, styled by its own stylesheet."""
     a, b, s = report["a"], report["b"], report["summary"]
     t = s["trajectories"]
-    parts = [f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-             f"<title>tracelake diff {escape(a['dataset_id'])} → {escape(b['dataset_id'])}</title>"
-             f"<style>{CSS}</style></head><body>",
-             "<h1>tracelake diff</h1>", _side("A", a), _side("B", b)]
+    parts = [_side("A", a), _side("B", b)]
     parts += [f'<p class="note">{escape(n)}</p>' for n in report["notes"]]
     if report["identical"]:
         parts.append('<p class="note">Same content id: the two versions are identical.</p>')
@@ -134,5 +140,4 @@ def render_html(report: dict[str, Any]) -> str:
                               escape(" ".join(x for x in (r["stage"], r["rule"]) if x) + (f": {r['detail']}" if r["detail"] else ""))]
                              for r in moved[:SHOW_MOVED]]))
         parts.append("</details>")
-    parts.append("</body></html>\n")
     return "".join(parts)

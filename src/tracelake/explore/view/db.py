@@ -18,12 +18,17 @@ import duckdb
 
 from tracelake.core import assets
 from tracelake.core.errors import BadInput
+from tracelake.core.lake import read_manifest
+from tracelake.core.layout import Lake
 from tracelake.explore.sql import guard_query, open_lake, query_error
+from tracelake.explore.view.search import BATCH_ROWS, MAX_HITS, SearchIndex
 
 PAGE_ROWS = 50
 QUERY_SECONDS = 30
 _SELECTION = re.compile(r"^selection_[A-Za-z0-9_-]+$")
+_DATASET = re.compile(r"^(pool|selection_[A-Za-z0-9_-]+|sft_[A-Za-z0-9_-]+)$")   # views with a trajectory_id per row
 _ID = re.compile(r"^[0-9a-f]{1,64}$")
+NOT_FACETS = ("where", "after", "dataset", "q", "page")   # Query fields that are not facets.sql parameters
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,9 @@ class Query:
     tokens_min: int | None = None
     tokens_max: int | None = None
     rule: str | None = None
+    dataset: str | None = None
+    q: str | None = None
+    page: int | None = None
     after: str = ""
 
     @classmethod
@@ -80,14 +88,14 @@ class Query:
         return out
 
     def facets(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("where", "after")}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in NOT_FACETS}
 
 
 class LakeView:
     """The lake's views and the view's own queries, behind one lock."""
 
-    def __init__(self, lake: Path | str, label: str = ""):
-        self.lake, self.label = Path(lake), label or str(lake)
+    def __init__(self, lake: Path | str, label: str = "", lake_in_repo: str = "lake"):
+        self.lake, self.label, self.lake_in_repo = Path(lake), label or str(lake), lake_in_repo
         self.con, self.views = open_lake(lake)
         if "trajectories" not in self.views:
             raise BadInput(f"{lake} has no trajectories: run `dvc repro` (or `tracelake ingest`)")
@@ -102,6 +110,29 @@ class LakeView:
         rows = self._rows(assets.sql("view/facet_values"))
         self.facet_values = {facet: [(r["value"], r["n"]) for r in rows if r["facet"] == facet]
                              for facet in ("source", "rule")}
+        self.datasets = self._datasets()
+        self.facet_values["dataset"] = [(d["view"], d["rows"]) for d in self.datasets]
+        self.search: SearchIndex | None = None
+        self.tokenizer = _tokenizer(self.lake)
+
+    def _datasets(self) -> list[dict[str, Any]]:
+        """Every dataset of the lake with one trajectory per row (pool, selections, SFT exports): its
+        view, content id, kind, rows, distinct trajectories and manifest."""
+        found = []
+        order = {"pool": 0, "selection": 1, "sft": 2}
+        for view in sorted((v for v in self.views if _DATASET.match(v)),
+                           key=lambda v: (order[v.split("_")[0]], _scale_order(v))):
+            kind = view.split("_")[0]
+            scale = view.split("_", 1)[1] if "_" in view else ""
+            directory = {"pool": Lake(self.lake).pool, "selection": Lake(self.lake).selection(scale),
+                         "sft": Lake(self.lake).sft_export(scale)}[kind]
+            manifest = read_manifest(directory)
+            counts = self._rows(f'SELECT count(*) AS n, count(DISTINCT trajectory_id) AS t FROM "{view}"')[0]
+            found.append({"view": view, "kind": {"sft": "export_sft"}.get(kind, kind), "scale": scale,
+                          "dataset_id": manifest.get("dataset_id") or f"pool-{manifest['version_id']}",
+                          "rows": counts["n"], "trajectories": counts["t"], "manifest": manifest,
+                          "directory": directory})
+        return found
 
     # --- running ---------------------------------------------------------------------------------
 
@@ -143,7 +174,14 @@ class LakeView:
         return statements[0]
 
     def _faceted(self, query: Query, tail: str) -> tuple[str, dict]:
-        sql = (f"WITH matched AS (\n{self.matched(query.where)}\n),\nfaceted AS (\n{assets.sql('view/facets')}\n)\n"
+        matched = self.matched(query.where)
+        if query.dataset is not None:     # a view name from the lake (checked), never a request's text
+            if query.dataset not in {d["view"] for d in self.datasets}:
+                raise BadInput(f"view: no dataset {query.dataset!r}; datasets: "
+                               f"{', '.join(d['view'] for d in self.datasets) or 'none'}")
+            matched = (f"SELECT * FROM (\n{matched}\n) WHERE trajectory_id IN "
+                       f'(SELECT trajectory_id FROM "{query.dataset}")')
+        sql = (f"WITH matched AS (\n{matched}\n),\nfaceted AS (\n{assets.sql('view/facets')}\n)\n"
                f"{assets.sql(tail)}")
         return sql, query.facets()
 
@@ -156,6 +194,48 @@ class LakeView:
         more = len(rows) > n
         rows = rows[:n]
         return rows, total, rows[-1]["trajectory_id"] if more else None
+
+    # --- search ---------------------------------------------------------------------------------
+
+    def start_search(self, cache: Path | str, background: bool = True, announce=lambda line: None) -> SearchIndex:
+        """Open or build the lake's message index (search.py) in `cache`."""
+        self.search = SearchIndex(self.lake, cache)
+        self.search.start(self._messages, background=background, announce=announce)
+        return self.search
+
+    def _messages(self):
+        """(messages in all, RecordBatches of every non-empty message) on a connection of their own, so
+        that building the index never holds the pages' connection."""
+        con, _ = open_lake(self.lake)
+        total = con.execute("SELECT coalesce(sum(n_messages), 0) FROM trajectories").fetchall()[0][0]
+        reader = con.sql(assets.sql("view/search_messages")).to_arrow_reader(BATCH_ROWS)
+
+        def batches():
+            try:
+                yield from reader
+            finally:
+                con.close()
+        return total, batches()
+
+    def search_page(self, query: Query, n: int = PAGE_ROWS) -> tuple[list[dict], int, bool, str]:
+        """Search results: (rows of page `query.page` (1-based), trajectories matched, whether the hits
+        were capped at MAX_HITS messages, the index's state). Each row is a list row with `hits`: its
+        matching messages, best first. Trajectories are ranked by their best message's BM25 score and
+        narrowed by the facets and WHERE box."""
+        index = self.search
+        if index is None or not index.ready:
+            return [], 0, False, index.state() if index else "search is off (started with --no-search)"
+        hits = index.search(query.q or "")
+        best: dict[str, list] = {}
+        for h in hits:
+            best.setdefault(h.trajectory_id, []).append(h)
+        ranked = list(best)
+        sql, params = self._faceted(query, "view/search_rows")
+        rows = {r["trajectory_id"]: r for r in self._rows(sql, {**params, "ids": ranked})}
+        matched = [tid for tid in ranked if tid in rows]
+        start = ((query.page or 1) - 1) * n
+        page = [{**rows[tid], "hits": best[tid]} for tid in matched[start:start + n]]
+        return page, len(matched), len(hits) >= MAX_HITS, "ready"
 
     # --- one trajectory --------------------------------------------------------------------------
 
@@ -178,4 +258,58 @@ class LakeView:
                          for scale, name in self.selections}
         row["export_rejects"] = (self._rows(assets.sql("view/export_rejects"), {"id": trajectory_id})
                                  if "export_rejects" in self.views else [])
+        row["rollouts"] = self._rows(assets.sql("view/rollouts"), {"id": trajectory_id, "task_id": row["task_id"],
+                                                                  "trace_source": row["trace_source"]})
+        row["export"] = self.export_row(trajectory_id)
+        row["turn_tokens"] = self.turn_tokens(row["messages"])
         return row
+
+    def export_row(self, trajectory_id: str) -> dict[str, Any] | None:
+        """Its row in the smallest SFT export holding it (conversations, system, n_tokens) with that
+        export's `scale`, `dataset_id` and `template`; None when no export holds it."""
+        for d in self.datasets:
+            if d["kind"] != "export_sft":
+                continue
+            found = self._rows(f'SELECT conversations, system, n_tokens FROM "{d["view"]}" '
+                               "WHERE trajectory_id = $id LIMIT 1", {"id": trajectory_id})
+            if found:
+                return {**found[0], "scale": d["scale"], "dataset_id": d["dataset_id"],
+                        "template": d["manifest"].get("params", {}).get("template")}
+        return None
+
+    def turn_tokens(self, messages: list[dict]) -> list[int] | None:
+        """Each message's ChatML tokens (`<|im_start|>role\\n…<|im_end|>\\n`, the pool's rule: they sum to
+        its n_tokens) with the pool's tokenizer; None when that tokenizer is not here."""
+        if self.tokenizer is None or not messages:
+            return None
+        from tracelake.core.tokens import render_chatml
+
+        encoded = self.tokenizer[1].encode_batch([render_chatml([m]) for m in messages], add_special_tokens=False)
+        return [len(e.ids) for e in encoded]
+
+
+def _scale_order(view: str) -> tuple[float, str]:
+    """Scales in size order (316 < 1k < 3k < 10k), by their number and suffix."""
+    scale = view.split("_", 1)[1] if "_" in view else ""
+    m = re.match(r"^([0-9.]+)([kKmM]?)", scale)
+    if not m:
+        return (float("inf"), scale)
+    return (float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6}[m.group(2).lower()], scale)
+
+
+def _tokenizer(lake: Path):
+    """The tokenizer the pool counted with (its manifest's params, a path relative to the project), as
+    (path, Tokenizer), or None when the lake has no pool or the path is not here."""
+    pool = Lake(lake).pool
+    try:
+        path = read_manifest(pool).get("params", {}).get("tokenizer")
+    except (BadInput, OSError):
+        return None
+    if not path or not Path(path).exists():
+        return None
+    from tracelake.core.tokens import load_tokenizer
+
+    try:
+        return path, load_tokenizer(path)
+    except Exception:
+        return None

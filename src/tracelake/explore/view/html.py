@@ -10,6 +10,7 @@ import re
 from typing import Any, Iterable
 from urllib.parse import quote, urlencode
 
+from tracelake.explore.view.ansi import ansi_html, has_ansi, strip_ansi
 from tracelake.explore.view.db import Query
 
 FOLD_LINES = 12     # an observation or message longer than this (or FOLD_CHARS) is folded
@@ -37,9 +38,10 @@ def page(title: str, body: str, *, label: str) -> str:
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<title>{esc(title)}</title>"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-        "<link rel=\"stylesheet\" href=\"/static/view.css\">"
+        "<link rel=\"stylesheet\" href=\"/static/view.css\"><link rel=\"stylesheet\" href=\"/static/ansi.css\">"
         "<script src=\"/static/view.js\" defer></script></head>\n"
-        f"<body><header><a class=\"home\" href=\"/\">tracelake view</a> <span class=\"lake\">{esc(label)}</span></header>\n"
+        f"<body><header><a class=\"home\" href=\"/\">tracelake view</a> <nav class=\"top\"><a href=\"/\">trajectories</a> "
+        f"<a href=\"/datasets\">datasets</a> <a href=\"/diff\">diff</a></nav> <span class=\"lake\">{esc(label)}</span></header>\n"
         f"<main>{body}</main></body></html>\n"
     )
 
@@ -73,6 +75,10 @@ def _num(name: str, value: Any, placeholder: str) -> str:
 
 def facets_form(q: Query, facet_values: dict[str, list[tuple[str, int]]]) -> str:
     return f"""<form class="facets" method="get" action="/" id="query">
+<div class="where"><label for="f-q">search</label>
+<input type="search" name="q" id="f-q" value="{esc(q.q)}" spellcheck="false"
+ placeholder="words in any message (BM25), e.g. permission denied">
+<label>in {_options('dataset', facet_values.get('dataset', []), q.dataset, 'every trajectory')}</label></div>
 <div class="where"><label for="f-where">WHERE</label>
 <input type="text" name="where" id="f-where" value="{esc(q.where)}" spellcheck="false"
  placeholder="SQL over view_rows, e.g. n_assistant_turns &gt;= 10 AND reward &gt; 0">
@@ -102,13 +108,59 @@ def _status(row: dict) -> str:
     return ""
 
 
+_WORD = re.compile(r"\w+")
+SNIPPET = 90
+
+
+def snippet(content: str, text: str) -> str:
+    """The part of a message around the first of the search's words it holds (case-insensitive, whole
+    words), escaped, the words marked."""
+    words = {w.lower() for w in _WORD.findall(text)}
+    if not words:
+        return esc(content[:2 * SNIPPET])
+    pattern = re.compile(r"(?<!\w)(" + "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)) + r")(?!\w)",
+                         re.IGNORECASE)
+    first = pattern.search(content)
+    start = max(0, first.start() - SNIPPET) if first else 0
+    piece = content[start:start + 2 * SNIPPET + (len(first.group(0)) if first else 0)]
+    out, last = [], 0
+    for m in pattern.finditer(piece):
+        out.append(esc(piece[last:m.start()]) + f"<mark>{esc(m.group(0))}</mark>")
+        last = m.end()
+    out.append(esc(piece[last:]))
+    return ("…" if start else "") + "".join(out) + ("…" if start + len(piece) < len(content) else "")
+
+
+def _hits_cell(r: dict, q: Query) -> str:
+    """A search row's matching messages: the best one's snippet and links to each matching turn."""
+    hits = r["hits"]
+    best = hits[0]
+    turns = " ".join(f"<a class=\"turn\" href=\"{trace_url(r['trajectory_id'], q)}#m{h.position}\">#{h.position}</a>"
+                     for h in sorted(hits[:12], key=lambda h: h.position))
+    more = f" +{len(hits) - 12}" if len(hits) > 12 else ""
+    return (f"<td class=\"hit\"><a class=\"best\" href=\"{trace_url(r['trajectory_id'], q)}#m{best.position}\">"
+            f"#{best.position} {esc(best.role)}</a> <span class=\"snippet\">{snippet(best.content, q.q or '')}</span>"
+            f"<div class=\"turns\">{turns}{more}</div></td>")
+
+
+def exports_links(q: Query) -> str:
+    """Links that download the current selection."""
+    params = {k: v for k, v in q.params().items() if k not in ("after", "page")}
+    return ("<p class=\"exports\">export this selection: "
+            + " · ".join(f"<a class=\"export-{fmt}\" href=\"{url('/export', {**params, 'format': fmt})}\">{label}</a>"
+                         for fmt, label in (("jsonl", "JSONL"), ("parquet", "Parquet"), ("html", "HTML page")))
+            + "</p>")
+
+
 def list_page(q: Query, rows: list[dict], total: int, next_after: str | None,
               facet_values: dict, *, label: str, error: str | None = None, opened: str | None = None,
-              columns: Iterable[str] = ()) -> str:
-    """The list; `opened` (the trajectory the reader came back from) is marked and scrolled to."""
+              columns: Iterable[str] = (), search_state: str | None = None, capped: bool = False) -> str:
+    """The list; `opened` (the trajectory the reader came back from) is marked and scrolled to. With a
+    search (`q.q`), rows are ranked by their best message and carry `hits`; pages are numbered."""
+    searching = bool(q.q and q.q.strip())
     head = ("<tr><th>trajectory</th><th>source</th><th>task</th><th>trace</th><th>episode</th>"
             "<th class=\"n\">turns</th><th class=\"n\">tokens</th><th class=\"n\">reward</th>"
-            "<th>exception</th><th>filter</th></tr>")
+            "<th>exception</th><th>filter</th>" + ("<th>best match</th>" if searching else "") + "</tr>")
     body = []
     for r in rows:
         flags = (" subagent" if r["is_subagent"] else "") + (" opened" if r["trajectory_id"] == opened else "")
@@ -119,15 +171,33 @@ def list_page(q: Query, rows: list[dict], total: int, next_after: str | None,
             f"<td><a href=\"{url('/', {**q.params(), 'task': r['task'], 'after': ''})}\">{esc(r['task'])}</a></td>"
             f"<td>{esc(r['trace_source'])}</td><td>{esc(r['episode'])}</td>"
             f"<td class=\"n\">{esc(r['n_assistant_turns'])}</td><td class=\"n\">{esc(r['n_tokens'])}</td>"
-            f"<td class=\"n\">{_reward(r)}</td><td>{esc(r['exception_type'])}</td><td>{_status(r)}</td></tr>")
-    first = {k: v for k, v in q.params().items() if k != "after"}
+            f"<td class=\"n\">{_reward(r)}</td><td>{esc(r['exception_type'])}</td><td>{_status(r)}</td>"
+            + (_hits_cell(r, q) if searching else "") + "</tr>")
+    first = {k: v for k, v in q.params().items() if k not in ("after", "page")}
     nav = []
-    if q.after:
-        nav.append(f"<a class=\"first\" href=\"{url('/', first)}\">« first page</a>")
-    if next_after:
-        nav.append(f"<a class=\"next\" rel=\"next\" href=\"{url('/', {**first, 'after': next_after})}\">next page »</a>")
-    summary = (f"<p class=\"count\"><span id=\"total\">{total:,}</span> trajectories match"
-               f"{' (after ' + esc(q.after) + ')' if q.after else ''}</p>") if error is None else ""
+    if searching:
+        number = q.page or 1
+        if number > 1:
+            nav.append(f"<a class=\"prev\" href=\"{url('/', {**first, 'page': str(number - 1)})}\">« page {number - 1}</a>")
+        if next_after:
+            nav.append(f"<a class=\"next\" rel=\"next\" href=\"{url('/', {**first, 'page': next_after})}\">page {next_after} »</a>")
+    else:
+        if q.after:
+            nav.append(f"<a class=\"first\" href=\"{url('/', first)}\">« first page</a>")
+        if next_after:
+            nav.append(f"<a class=\"next\" rel=\"next\" href=\"{url('/', {**first, 'after': next_after})}\">next page »</a>")
+    if error is not None:
+        summary = ""
+    elif searching and search_state != "ready":
+        summary = f"<p class=\"searching\" role=\"status\">{esc(search_state)}</p>"
+    elif searching:
+        summary = (f"<p class=\"count\"><span id=\"total\">{total:,}</span> trajectories match the search "
+                   f"<q>{esc(q.q)}</q>" + (" among its best-ranked messages (the first 2,000; narrow it with words or facets)"
+                                            if capped else "") + ", best first</p>")
+    else:
+        summary = (f"<p class=\"count\"><span id=\"total\">{total:,}</span> trajectories match"
+                   f"{' (after ' + esc(q.after) + ')' if q.after else ''}</p>")
+    summary += exports_links(q) if error is None and total else ""
     table = (f"<table class=\"list\"><thead>{head}</thead><tbody>{''.join(body)}</tbody></table>"
              if error is None else "")
     names = ", ".join(f"<code>{esc(c)}</code>" for c in columns)
@@ -140,14 +210,19 @@ def list_page(q: Query, rows: list[dict], total: int, next_after: str | None,
 
 # --- one trajectory ----------------------------------------------------------------------------
 
+def text_html(text: str) -> str:
+    """Text for a <pre>: escaped, its ANSI colours (terminal output) as classes of ansi.css."""
+    return ansi_html(text) if has_ansi(text) else esc(text)
+
+
 def _fold(text: str, what: str, *, css: str = "fold") -> str:
     """Text as a <pre>; a long one inside a closed <details> whose summary is its first line."""
     lines = text.split("\n")
     if len(lines) <= FOLD_LINES and len(text) <= FOLD_CHARS:
-        return f"<pre>{esc(text)}</pre>"
-    first = next((line for line in lines if line.strip()), "")[:120]
+        return f"<pre>{text_html(text)}</pre>"
+    first = next((line for line in strip_ansi(text).split("\n") if line.strip()), "")[:120]
     return (f"<details class=\"{css}\"><summary>{esc(what)}: {len(lines):,} lines, {len(text):,} chars "
-            f"<span class=\"first\">{esc(first)}</span></summary><pre>{esc(text)}</pre></details>")
+            f"<span class=\"first\">{esc(first)}</span></summary><pre>{text_html(text)}</pre></details>")
 
 
 def _with_thinking(text: str, fold_rest: bool) -> str:
@@ -161,7 +236,7 @@ def _with_thinking(text: str, fold_rest: bool) -> str:
             out.append(f"<details class=\"think\"><summary>&lt;think&gt; {len(inner.split()):,} words</summary>"
                        f"<pre>{esc(inner)}</pre></details>")
         else:
-            out.append(_fold(piece, "message") if fold_rest else f"<pre>{esc(piece)}</pre>")
+            out.append(_fold(piece, "message") if fold_rest else f"<pre>{text_html(piece)}</pre>")
     return "".join(out)
 
 
@@ -181,21 +256,25 @@ def tool_calls(text: str) -> list[str]:
     return [str(c.get("keystrokes", "")) for c in commands if isinstance(c, dict)]
 
 
-def _message(position: int, role: str, inner: str, extra: str = "") -> str:
+def _tokens(tokens: list[int] | None, position: int) -> str:
+    return f" <span class=\"tok\">{tokens[position]:,} tokens</span>" if tokens else ""
+
+
+def _message(position: int, role: str, inner: str, extra: str = "", tokens: list[int] | None = None) -> str:
     return (f"<section class=\"msg {esc(role)}\" id=\"m{position}\"><h3><span class=\"pos\">{position}</span> "
-            f"<span class=\"role\">{esc(role)}</span></h3>{inner}{extra}</section>")
+            f"<span class=\"role\">{esc(role)}</span>{_tokens(tokens, position)}</h3>{inner}{extra}</section>")
 
 
-def messages_html(messages: list[dict]) -> str:
-    """Every message in order. An assistant turn that called tools is paired with the observation that
-    answers it (the next message: a tool result, or the terminal output the harness sent back as user):
-    its commands, then that output, folded when long."""
+def messages_html(messages: list[dict], tokens: list[int] | None = None) -> str:
+    """Every message in order (with its tokens when `tokens` gives them). An assistant turn that called
+    tools is paired with the observation that answers it (the next message: a tool result, or the
+    terminal output the harness sent back as user): its commands, then that output, folded when long."""
     out, i = [], 0
     while i < len(messages):
         m = messages[i]
         role, content = m.get("role") or "", m.get("content") or ""
         if role != "assistant":
-            out.append(_message(i, role, _with_thinking(content, fold_rest=True)))
+            out.append(_message(i, role, _with_thinking(content, fold_rest=True), tokens=tokens))
             i += 1
             continue
         calls = tool_calls(content)
@@ -207,10 +286,11 @@ def messages_html(messages: list[dict]) -> str:
             obs_html = ""
             if obs is not None:
                 obs_html = (f"<div class=\"obs\" id=\"m{i + 1}\"><h4><span class=\"pos\">{i + 1}</span> "
-                            f"observation ({esc(obs.get('role'))})</h4>{_with_thinking(obs.get('content') or '', fold_rest=True)}</div>")
+                            f"observation ({esc(obs.get('role'))}){_tokens(tokens, i + 1)}</h4>"
+                            f"{_with_thinking(obs.get('content') or '', fold_rest=True)}</div>")
             calls_html = f"<ul class=\"calls\">{call_html}</ul>" if calls else ""
             pair = f"<div class=\"toolpair\">{calls_html}{obs_html}</div>"
-        out.append(_message(i, role, _with_thinking(content, fold_rest=False), pair))
+        out.append(_message(i, role, _with_thinking(content, fold_rest=False), pair, tokens=tokens))
         i += 2 if obs is not None else 1
     return "".join(out)
 
@@ -238,7 +318,7 @@ def _datasets(t: dict) -> str:
     return "<ul class=\"datasets\">" + "".join(items) + "</ul>"
 
 
-def _related(t: dict, q: Query) -> str:
+def _related(t: dict, link) -> str:
     subs = [r for r in t["related"] if r["subagent"]]
     conts = [r for r in t["related"] if not r["subagent"]]
 
@@ -246,14 +326,71 @@ def _related(t: dict, q: Query) -> str:
         if not rows:
             return "<p class=\"none\">none</p>"
         return f"<ul class=\"{css}\">" + "".join(
-            f"<li><a href=\"{trace_url(r['trajectory_id'], q)}\">{esc(r['trace_source'])} {esc(r['episode'])}</a> "
+            f"<li><a href=\"{link(r['trajectory_id'])}\">{esc(r['trace_source'])} {esc(r['episode'])}</a> "
             f"<code>{esc(r['trajectory_id'])}</code> ({esc(r['n_assistant_turns'])} turns)</li>" for r in rows) + "</ul>"
 
     return (f"<h2>Subagent traces (same trial, another trace_source)</h2>{links(subs, 'subagents')}"
             f"<h2>Continuation episodes (same trial and trace)</h2>{links(conts, 'episodes')}")
 
 
-def trace_page(t: dict, q: Query, *, label: str) -> str:
+def compare_url(a: str, b: str, q: Query) -> str:
+    return url("/compare", {**q.params(), "a": a, "b": b})
+
+
+def _rollouts(t: dict, q: Query, link, standalone: bool) -> str:
+    rows = t.get("rollouts") or []
+    if not rows:
+        return "<p class=\"none\">none</p>"
+    return "<table class=\"rollouts list\"><thead><tr><th>trajectory</th><th>trial</th><th class=\"n\">turns</th>" \
+           "<th class=\"n\">reward</th><th>exception</th><th>filter</th><th></th></tr></thead><tbody>" + "".join(
+        f"<tr><td><a href=\"{link(r['trajectory_id'])}\"><code>{esc(r['trajectory_id'])}</code></a></td>"
+        f"<td>{esc(r['trial_name'])}</td><td class=\"n\">{esc(r['n_assistant_turns'])}</td><td class=\"n\">{_reward(r)}</td>"
+        f"<td>{esc(r['exception_type'])}</td><td>{_status(r)}</td>"
+        + ("<td></td></tr>" if standalone else
+           f"<td><a class=\"compare\" href=\"{compare_url(t['trajectory_id'], r['trajectory_id'], q)}\">compare side by side</a></td></tr>")
+        for r in rows) + "</tbody></table>"
+
+
+def training_html(export: dict | None, tokenizer) -> str:
+    """The trajectory's SFT export row as LLaMA-Factory renders it (its template's text, piece by piece),
+    the trained (label) pieces marked, with their tokens when the tokenizer is here."""
+    if export is None:
+        return "<p class=\"none\">in no SFT export</p>"
+    from tracelake.export.sharegpt import SharegptRow
+    from tracelake.export.templates import TEMPLATES, render_segments
+
+    template = export.get("template")
+    if template not in TEMPLATES:
+        return f"<p class=\"none\">template {esc(template)} is not one tracelake renders</p>"
+    row = SharegptRow(system=export["system"] or "", conversations=list(export["conversations"]), merged=0, trimmed=0)
+    segments = render_segments(row, TEMPLATES[template])
+    counts = ([len(e.ids) for e in tokenizer[1].encode_batch([seg.text for seg in segments], add_special_tokens=False)]
+              if tokenizer else None)
+    trained = sum(n for n, seg in zip(counts or [], segments) if seg.trained)
+    parts = []
+    for k, seg in enumerate(segments):
+        tok = f"{counts[k]:,} tokens" if counts else ""
+        what = "trained" if seg.trained else "prompt (not trained)"
+        parts.append(f"<span class=\"seg {'label' if seg.trained else 'prompt'}\" title=\"{esc(seg.role)}: {what} {tok}\">"
+                     f"{text_html(seg.text)}</span>")
+    total = f"{export['n_tokens']:,} tokens, of which {trained:,} trained" if counts else f"{export['n_tokens']:,} tokens"
+    return (f"<p>Row of <code>{esc(export['dataset_id'])}</code> (sft_{esc(export['scale'])}), template "
+            f"<code>{esc(template)}</code>, LLaMA-Factory's default supervised mode: {total}. "
+            "<span class=\"seg label\">highlighted</span> text is in the labels.</p>"
+            f"<details class=\"training\"><summary>the rendering, {len(segments):,} pieces</summary>"
+            f"<pre class=\"training\">{''.join(parts)}</pre></details>")
+
+
+def trace_page(t: dict, q: Query, *, label: str, tokenizer=None) -> str:
+    return page(f"{t['trajectory_id']} · tracelake view", trace_body(t, q, tokenizer=tokenizer), label=label)
+
+
+def trace_body(t: dict, q: Query, *, tokenizer=None, standalone: bool = False) -> str:
+    """A trajectory's page content. `standalone` (an exported file): links to other trajectories are
+    anchors in the same file, and nothing links back to the server."""
+    def link(trajectory_id: str) -> str:
+        return f"#t-{esc(trajectory_id)}" if standalone else trace_url(trajectory_id, q)
+
     back = url("/", {**q.params(), "open": t["trajectory_id"]}) + f"#r-{esc(t['trajectory_id'])}"
     outcome = [("result", esc(t["result"])), ("reward", esc(t["reward"])),
                ("exception_type", esc(t["exception_type"])), ("timed out", "yes" if t["timed_out"] else "no")]
@@ -266,15 +403,36 @@ def trace_page(t: dict, q: Query, *, label: str) -> str:
     tasks = "".join(
         f"<div class=\"task\"><p><code>{esc(task['source'])}/{esc(task['name'])}</code></p>"
         f"{_fold(task['instruction'] or '', 'instruction')}</div>" for task in t["tasks"]) or "<p class=\"none\">no task row</p>"
-    body = f"""<p class="back"><a href="{back}">« results</a></p>
-<h1><code id="tid">{esc(t['trajectory_id'])}</code> {esc(t['source'])} / {esc(t['task'])}</h1>
+    back = "" if standalone else f"<p class=\"back\"><a href=\"{back}\">« results</a></p>"
+    return f"""{back}
+<h1><code{'' if standalone else ' id="tid"'}>{esc(t['trajectory_id'])}</code> {esc(t['source'])} / {esc(t['task'])}</h1>
 <div class="cols"><div>{_kv(facts)}</div><div><h2>Harbor result</h2>{_kv(outcome)}
 <h2>Datasets</h2>{_datasets(t)}</div></div>
-{_related(t, q)}
+{_related(t, link)}
+<h2>Other rollouts of this task</h2>{_rollouts(t, q, link, standalone)}
 <h2>Task</h2>{tasks}
 <h2>Messages <button type="button" class="expand-all">expand all</button></h2>
-<div class="messages">{messages_html(t['messages'])}</div>"""
-    return page(f"{t['trajectory_id']} · tracelake view", body, label=label)
+<div class="messages">{messages_html(t['messages'], t.get('turn_tokens'))}</div>
+<h2>What the model learns (LLaMA-Factory)</h2>{training_html(t.get('export'), tokenizer)}"""
+
+
+def compare_page(a: dict, b: dict, q: Query, *, label: str) -> str:
+    """Two rollouts side by side: their facts, outcome and messages in two columns."""
+    def side(t: dict, name: str) -> str:
+        facts = [("trajectory", f"<a href=\"{trace_url(t['trajectory_id'], q)}\"><code>{esc(t['trajectory_id'])}</code></a>"),
+                 ("trial", esc(t["trial_name"])), ("assistant turns", esc(t["n_assistant_turns"])),
+                 ("tokens", esc(t["n_tokens"])), ("reward", esc(t["reward"])),
+                 ("exception_type", esc(t["exception_type"])), ("filter", _status(t) or "not filtered")]
+        return (f"<div class=\"side side-{name}\"><h2>{name.upper()}</h2>{_kv(facts)}"
+                f"<div class=\"messages\">{messages_html(t['messages'], t.get('turn_tokens'))}</div></div>")
+
+    same = a["task_id"] == b["task_id"]
+    head = (f"<p class=\"back\"><a href=\"{trace_url(a['trajectory_id'], q)}\">« {esc(a['trajectory_id'])}</a></p>"
+            f"<h1>Compare: {esc(a['source'])} / {esc(a['task'])}"
+            + ("" if same else f" and {esc(b['source'])} / {esc(b['task'])} (another task)") + "</h1>"
+            "<p><button type=\"button\" class=\"expand-all\">expand all</button></p>")
+    return page(f"compare {a['trajectory_id']} {b['trajectory_id']} · tracelake view",
+                f"{head}<div class=\"compare\">{side(a, 'a')}{side(b, 'b')}</div>", label=label)
 
 
 def not_found(message: str, *, label: str) -> str:

@@ -1,0 +1,97 @@
+"""Export the list's current selection from `tracelake view`: its trajectories, whole, as JSONL or
+Parquet (every column of the trajectories table, in the lake's order), or as one self-contained HTML
+file (the trajectory pages with their stylesheet inlined, no script, nothing fetched: it opens
+anywhere, offline).
+
+Rows are streamed on a connection of their own (the pages keep theirs), a batch at a time, so an
+export of 100K trajectories holds one batch in memory, not the selection.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from importlib import resources
+from typing import Iterator
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tracelake.core import assets
+from tracelake.explore.sql import open_lake
+from tracelake.explore.view.db import LakeView, Query
+
+BATCH = 256
+HTML_MAX = 200          # trajectories in one HTML file (each can be megabytes)
+FORMATS = {"jsonl": "application/x-ndjson", "parquet": "application/vnd.apache.parquet",
+           "html": "text/html; charset=utf-8"}
+
+
+def selected_ids(db: LakeView, query: Query) -> list[str]:
+    """The ids the list shows for `query` over all its pages: ranked for a search, else by id."""
+    if query.q and query.q.strip():
+        ids, total = [], None
+        page = 1
+        while total is None or len(ids) < total:
+            rows, total, _, state = db.search_page(Query(**{**query.__dict__, "page": page}), n=1000)
+            if state != "ready" or not rows:
+                break
+            ids += [r["trajectory_id"] for r in rows]
+            page += 1
+        return ids
+    sql, params = db._faceted(query, "view/export_ids")
+    return [r["trajectory_id"] for r in db._rows(sql, params)]
+
+
+def batches(db: LakeView, ids: list[str]) -> Iterator[pa.RecordBatch]:
+    con, _ = open_lake(db.lake)
+    try:
+        yield from con.sql(assets.sql("view/export_rows"), params={"ids": ids}).to_arrow_reader(BATCH)
+    finally:
+        con.close()
+
+
+def jsonl(db: LakeView, ids: list[str]) -> Iterator[bytes]:
+    for batch in batches(db, ids):
+        yield b"".join(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE) for row in batch.to_pylist())
+
+
+def parquet(db: LakeView, ids: list[str]) -> Iterator[bytes]:
+    """One Parquet file (row groups of BATCH rows), spooled to a temporary file and streamed from it."""
+    with tempfile.TemporaryFile() as f:
+        writer = None
+        for batch in batches(db, ids):
+            if writer is None:
+                writer = pq.ParquetWriter(f, batch.schema, compression="zstd")
+            writer.write_batch(batch, row_group_size=BATCH)
+        if writer is None:
+            return
+        writer.close()
+        f.seek(0)
+        while chunk := f.read(1 << 20):
+            yield chunk
+
+
+def html_file(db: LakeView, ids: list[str], query: Query) -> Iterator[bytes]:
+    """One HTML file: a contents list, then each trajectory's page body (the first HTML_MAX)."""
+    from tracelake.explore.view import html
+
+    css = "".join((resources.files("tracelake.explore.view") / "static" / name).read_text()
+                  for name in ("view.css", "ansi.css"))
+    shown = ids[:HTML_MAX]
+    described = ", ".join(f"{k}={v}" for k, v in query.params().items() if k not in ("after", "page", "format"))
+    yield (f"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>tracelake export "
+           f"({len(shown):,} trajectories)</title><style>{css}</style></head><body><header>tracelake view export "
+           f"<span class=\"lake\">{html.esc(db.label)}</span></header><main><h1>{len(shown):,} trajectories</h1>"
+           f"<p>Selection: {html.esc(described) or 'every trajectory'}"
+           + (f" — the first {HTML_MAX:,} of {len(ids):,}; export JSONL or Parquet for all of them" if len(ids) > HTML_MAX else "")
+           + "</p><ol class=\"contents\">"
+           + "".join(f"<li><a href=\"#t-{html.esc(i)}\"><code>{html.esc(i)}</code></a></li>" for i in shown)
+           + "</ol>").encode()
+    for tid in shown:
+        t = db.trajectory(tid)
+        if t is None:
+            continue
+        yield (f"<article class=\"trajectory\" id=\"t-{html.esc(tid)}\">"
+               f"{html.trace_body(t, query, tokenizer=db.tokenizer, standalone=True)}</article>").encode()
+    yield b"</main></body></html>\n"
