@@ -110,7 +110,15 @@ def test_no_import_cycles():
 
 
 def test_package_root_imports_nothing():
-    assert imports_of(PACKAGE / "__init__.py") == set()
+    """`import tracelake` loads nothing of its own and no engine: the root's one function, open_lake,
+    imports the notebook module when it is called."""
+    root = PACKAGE / "__init__.py"
+    assert imports_of(root) == {"tracelake.explore.notebook"}
+    assert not [n for n in ast.parse(root.read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    code = ("import sys, tracelake; print(sorted(m for m in sys.modules if m.startswith('tracelake.') "
+            "or m in ('duckdb', 'polars', 'pyarrow')))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("engine", ["duckdb", "pyarrow", "tokenizers", "polars"])

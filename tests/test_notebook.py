@@ -11,7 +11,7 @@ import tempfile
 import pytest
 
 from tracelake.core.errors import BadInput
-from tracelake.explore.notebook import open_lake
+from tracelake import open_lake   # the package root's one function (tracelake.explore.notebook)
 
 from .helpers import tree_bytes
 

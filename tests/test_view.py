@@ -117,19 +117,50 @@ def _listening(port: int) -> list[str]:
     return found
 
 
-def _with_hostile_message(lake: Path) -> str:
-    """Put HOSTILE into one message of one trajectory of the copy (its part file rewritten, same rows);
-    its id."""
+def _rewrite(lake: Path, trajectory_id: str | None, change) -> str:
+    """Rewrite one trajectory of the copy (the first one when `trajectory_id` is None) with `change`
+    (row -> None), its part file written again with the same rows otherwise; its id."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    part = sorted(lake.glob("trajectories/*/trajectories/part-*.parquet"))[0]
-    table = pq.read_table(part)
-    rows = table.to_pylist()
-    rows[0]["messages"][0]["content"] = f"look: {HOSTILE} and <img src=x onerror=alert(2)>"
-    import pyarrow as pa
+    for part in sorted(lake.glob("trajectories/*/trajectories/part-*.parquet")):
+        table = pq.read_table(part)
+        rows = table.to_pylist()
+        for row in rows:
+            if trajectory_id is None or row["trajectory_id"] == trajectory_id:
+                change(row)
+                pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), part)
+                return row["trajectory_id"]
+    raise LookupError(trajectory_id)
 
-    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), part)
-    return rows[0]["trajectory_id"]
+
+def _with_hostile_message(lake: Path) -> str:
+    """Put HOSTILE into one message of one trajectory of the copy; its id."""
+    def change(row):
+        row["messages"][0]["content"] = f"look: {HOSTILE} and <img src=x onerror=alert(2)>"
+    return _rewrite(lake, None, change)
+
+
+UNIQUE = "xylophonequartz"   # a word in one message of the served lake, planted in a folded output
+
+
+def _with_unique_word(lake: Path, trajectory_id: str) -> int:
+    """Append UNIQUE to the last line of the trajectory's first folded observation; its position."""
+    folded = [i for i, m in enumerate(_messages(lake, trajectory_id))
+              if m["role"] != "assistant" and i > 1 and (m["content"].count("\n") >= 12 or len(m["content"]) > 2000)]
+    position = folded[0]
+
+    def change(row):
+        row["messages"][position]["content"] += f"\nerror: {UNIQUE} not found"
+    _rewrite(lake, trajectory_id, change)
+    return position
+
+
+def _messages(lake: Path, trajectory_id: str) -> list[dict]:
+    import duckdb
+
+    return duckdb.connect().execute(f"SELECT messages FROM read_parquet('{lake}/trajectories/*/trajectories/*.parquet') "
+                                    "WHERE trajectory_id = $id", {"id": trajectory_id}).fetchall()[0][0]
 
 
 def _target(lake: Path) -> tuple[str, str, int]:
@@ -163,11 +194,14 @@ def served(sample_project, tmp_path):
     lake = tmp_path / "lake"
     shutil.copytree(sample_project / "lake", lake)
     hostile = _with_hostile_message(lake)
+    target = _target(lake)
+    planted = _with_unique_word(lake, target[0])
     port = _free_port()
     log = tmp_path / "view.log"
     exe = Path(sys.executable).parent / "tracelake"
     with open(log, "w") as out:
-        proc = subprocess.Popen([str(exe), "view", "--lake", str(lake), "--port", str(port)], cwd=tmp_path,
+        proc = subprocess.Popen([str(exe), "view", "--lake", str(lake), "--port", str(port),
+                                 "--search-cache", str(tmp_path / "search")], cwd=sample_project,
                                 stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60
@@ -179,7 +213,7 @@ def served(sample_project, tmp_path):
                 if proc.poll() is not None or time.monotonic() > deadline:
                     pytest.fail(f"tracelake view did not start:\n{log.read_text()}")
                 time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}", lake, hostile, log, port, proc
+        yield f"http://127.0.0.1:{port}", lake, hostile, log, port, proc, target, planted
     finally:
         if proc.poll() is None:
             proc.terminate()
@@ -198,9 +232,8 @@ def test_view_in_headless_chromium(served, tmp_path):
     from playwright.sync_api import sync_playwright
 
     browser_path = chromium()
-    base, lake, hostile, log, port, proc = served
+    base, lake, hostile, log, port, proc, (target, source, n_source_10), planted = served
     before = tree_bytes(lake)
-    target, source, n_source_10 = _target(lake)
 
     # 127.0.0.1 only: one listening socket on this port, on the loopback address
     assert _listening(port) == [f"0100007F:{port:04X}"], _listening(port)
@@ -302,6 +335,62 @@ def test_view_in_headless_chromium(served, tmp_path):
             assert parse_qs(urlsplit(page.url).query)["where"] == ["n_assistant_turns >= 10"]
             assert page.locator("tr.opened").get_attribute("data-id") == target
 
+            # full-text search: a word in one message finds that trajectory, and its link opens the
+            # trajectory at that turn, the folded output around it opened and the word marked
+            deadline = time.monotonic() + 120
+            page.goto(f"{base}/?q={UNIQUE}", wait_until="load")
+            while page.locator("p.searching").count():        # the index is built in the background
+                assert "being built" in page.inner_text("p.searching") and time.monotonic() < deadline
+                time.sleep(0.5)
+                page.reload(wait_until="load")
+            page.goto(base + "/", wait_until="load")
+            page.fill("#f-q", UNIQUE.upper())                  # words match whatever their case
+            page.press("#f-q", "Enter")
+            page.wait_for_url(f"**q={UNIQUE.upper()}*")
+            assert page.inner_text("#total") == "1"
+            assert page.locator("table.list tbody tr").get_attribute("data-id") == target
+            assert UNIQUE in page.inner_text("td.hit .snippet mark")
+            shot("search")
+            page.click("td.hit a.best")
+            page.wait_for_url(f"**/t/{target}?*#m{planted}")
+            mark = page.locator(f"#m{planted} mark.hit")
+            assert mark.count() == 1 and mark.is_visible() and mark.inner_text().lower() == UNIQUE
+            assert page.locator(f"#m{planted}.turn-target").count() == 1
+            # tokens per turn (their sum is checked in test_turn_tokens_sum_to_the_pools_count)
+            turn_tokens = [int(t.split()[0].replace(",", "")) for t in page.locator(".messages .tok").all_inner_texts()]
+            assert len(turn_tokens) == len(_messages(lake, target))
+            # what LLaMA-Factory trains on: its export row, label spans marked
+            if page.locator("details.training").count():
+                page.locator("details.training summary").click()
+                assert page.locator("pre.training span.seg.label").count() >= 1
+                assert page.locator("pre.training span.seg.prompt").count() >= 1
+
+            # another rollout of the same task, side by side
+            page.goto(f"{base}/t/{target}", wait_until="load")
+            other = page.locator("table.rollouts a.compare").first
+            other.click()
+            page.wait_for_url("**/compare?*")
+            assert page.locator(".compare .side").count() == 2
+            assert page.locator(".side-a .messages [id^='m']").count() == len(_messages(lake, target))   # messages and observations
+            shot("compare")
+
+            # the datasets, and a diff of two versions from there
+            page.goto(base + "/datasets", wait_until="load")
+            views = page.locator("tr.dataset").evaluate_all("rows => rows.map(r => r.dataset.view)")
+            assert views[0] == "pool" and any(v.startswith("selection_") for v in views)
+            shot("datasets")
+            page.locator("tr.dataset a.rows").nth(1).click()
+            page.wait_for_url(f"**/?dataset={views[1]}")
+            in_dataset = int(page.inner_text("#total").replace(",", ""))
+            assert in_dataset == _distinct(lake, views[1])
+            page.go_back()
+            link = page.locator("a.diff").first
+            link.click()
+            page.wait_for_url("**/diff?a=*&b=*")
+            assert page.locator("#diff .cards").count() == 1
+            assert "Why rows moved" in page.inner_text("#diff") and "Moved trajectories" in page.inner_text("#diff")
+            shot("diff")
+
             # hostile text is shown as text
             page.goto(f"{base}/t/{hostile}", wait_until="load")
             assert HOSTILE in page.inner_text("body")
@@ -335,6 +424,11 @@ def test_view_in_headless_chromium(served, tmp_path):
             assert response.status == 200 and page.inner_text("#total") == "0"   # a bound value, no SQL
             response = page.goto(f"{base}/t/{quote('x; COPY trajectories TO pwn')}", wait_until="load")
             assert response.status == 404 and "no trajectory" in page.inner_text("p.error")
+            response = page.goto(f"{base}/diff?a=/etc&b=pool", wait_until="load")   # versions only, no paths
+            assert response.status == 400 and "no paths" in page.inner_text("p.error")
+            injected = quote('pool" UNION SELECT 1 --')
+            response = page.goto(f"{base}/?dataset={injected}", wait_until="load")
+            assert response.status == 400 and "no dataset" in page.inner_text("p.error")
         finally:
             browser.close()
     assert failures == [] and dialogs == []
@@ -348,6 +442,8 @@ def test_view_in_headless_chromium(served, tmp_path):
         keep.mkdir(parents=True, exist_ok=True)
         for name, path in shots.items():
             shutil.copy(path, keep / f"view-{name}.png")
+    # the selection exported: every matched trajectory, whole, as JSONL, Parquet or one HTML file
+    _check_exports(base, lake, source)
     # plain HTTP, no browser: the static files are the package's, served with a strict CSP
     with urlopen(f"{base}/static/view.js") as r:
         assert "script-src 'self'" in r.headers["Content-Security-Policy"] and b"autosubmit" in r.read()
@@ -358,10 +454,53 @@ def test_view_in_headless_chromium(served, tmp_path):
     assert _listening(port) == []
 
 
+def _check_exports(base: str, lake: Path, source: str) -> None:
+    import io
+    import json
+
+    import duckdb
+    import pyarrow.parquet as pq
+
+    where = "n_assistant_turns >= 10"
+    query = f"source={quote(source)}&where={quote(where)}"
+    expected = sorted(r[0] for r in duckdb.connect().execute(
+        f"SELECT trajectory_id FROM read_parquet('{lake}/trajectories/*/trajectories/*.parquet', union_by_name := true) "
+        f"WHERE source = $s AND {where}", {"s": source}).fetchall())
+    with urlopen(f"{base}/export?format=jsonl&{query}") as r:
+        assert r.headers["Content-Disposition"] == f'attachment; filename="tracelake-{len(expected)}.jsonl"'
+        rows = [json.loads(line) for line in r.read().decode().splitlines()]
+    assert sorted(row["trajectory_id"] for row in rows) == expected
+    assert all(row["messages"] and row["source"] == source for row in rows)
+    with urlopen(f"{base}/export?format=parquet&{query}") as r:
+        table = pq.read_table(io.BytesIO(r.read()))
+    assert sorted(table.column("trajectory_id").to_pylist()) == expected
+    assert table.to_pylist() == rows          # the same rows, every column, in the same order
+    with urlopen(f"{base}/export?format=html&{query}") as r:
+        page = r.read().decode()
+    assert page.count('<article class="trajectory"') == min(len(expected), 200)
+    assert "<script" not in page and "src=" not in page and 'href="/' not in page   # nothing fetched, no server link
+    assert "<style>" in page and page.count('class="msg ') >= len(expected)
+    try:
+        urlopen(f"{base}/export?format=csv")
+        raise AssertionError("an unknown export format was served")
+    except Exception as e:
+        assert getattr(e, "code", None) == 400
+
+
 def _ids(lake: Path):
     import duckdb
 
     yield from duckdb.connect().execute(f"SELECT trajectory_id FROM read_parquet('{lake}/trajectories/*/trajectories/*.parquet')").fetchall()
+
+
+def _distinct(lake: Path, view: str) -> int:
+    """Distinct trajectories of a dataset view (selection_<scale>, sft_<scale>, pool) of the copy."""
+    import duckdb
+
+    kind, _, scale = view.partition("_")
+    files = {"pool": f"{lake}/pool/pool.parquet", "selection": f"{lake}/selections/{scale}/*.parquet",
+             "sft": f"{lake}/exports/sft/{scale}/*/*.parquet"}[kind]
+    return duckdb.connect().execute(f"SELECT count(DISTINCT trajectory_id) FROM read_parquet('{files}')").fetchall()[0][0]
 
 
 def _dropped(lake: Path, trajectory_id: str) -> tuple[str, str]:
@@ -398,3 +537,77 @@ def test_view_serves_the_lake_at_a_revision(sample_project, tmp_path):
         rc = proc.wait(timeout=30)
     assert rc == 0
     assert set(glob.glob(trees)) == before
+
+
+# --- the lake's views, in process ------------------------------------------------------------------
+
+def test_turn_tokens_sum_to_the_pools_count(sample_project, monkeypatch):
+    """Tokens per turn are each message's ChatML tokens with the pool's tokenizer: for every kept
+    trajectory they add up to the n_tokens the filter counted."""
+    from tracelake.explore.view.db import LakeView
+
+    monkeypatch.chdir(sample_project)                 # the pool's tokenizer path is the project's
+    db = LakeView(sample_project / "lake")
+    assert db.tokenizer is not None
+    kept = db._rows("SELECT trajectory_id, n_tokens FROM pool ORDER BY trajectory_id LIMIT 40")
+    for row in kept:
+        t = db.trajectory(row["trajectory_id"])
+        assert len(t["turn_tokens"]) == len(t["messages"])
+        assert sum(t["turn_tokens"]) == row["n_tokens"], row["trajectory_id"]
+
+
+def test_search_index_is_cached_by_the_trajectories_content(sample_project, tmp_path):
+    from tracelake.explore.view.db import LakeView
+    from tracelake.explore.view.search import index_key
+
+    cache = tmp_path / "search"
+    (cache / f".{index_key(sample_project / 'lake')}.tmp-999999999").mkdir(parents=True)   # a killed build
+    db = LakeView(sample_project / "lake")
+    index = db.start_search(cache, background=False)
+    assert index.ready and index.path.parent == cache and (index.path / "complete").is_file()
+    assert [p.name for p in cache.iterdir()] == [index.key]          # the dead build's leftover is gone
+    n = db._rows("SELECT count(*) AS n FROM messages WHERE content <> ''")[0]["n"]
+    assert index._written == n
+    # a word of one message: the message, at its position
+    word = db._rows("SELECT trajectory_id, position, content FROM messages WHERE content LIKE '%systemctl%' "
+                    "ORDER BY trajectory_id, position LIMIT 1")[0]
+    hits = index.search("SYSTEMCTL")
+    assert hits and all("systemctl" in h.content.lower() for h in hits)
+    assert any((h.trajectory_id, h.position) == (word["trajectory_id"], word["position"]) for h in hits) or len(hits) == 2000
+    # a copy of the lake (same trajectories) reuses it; hostile or empty queries find nothing, raise nothing
+    copy = tmp_path / "copy"
+    shutil.copytree(sample_project / "lake", copy)
+    again = LakeView(copy).start_search(cache, background=False)
+    assert again.path == index.path and again.seconds == 0.0 and again.ready
+    for text in ("", "   ", "(", '"', "AND OR NOT", "*", HOSTILE, "a" * 500):
+        assert isinstance(index.search(text), list)
+    rows, total, capped, state = db.search_page(Query(q="systemctl", source="tezos"))
+    assert state == "ready" and {r["source"] for r in rows} <= {"tezos"} and total == len({
+        h.trajectory_id for h in hits if db._rows("SELECT source FROM view_rows WHERE trajectory_id = $id",
+                                                  {"id": h.trajectory_id})[0]["source"] == "tezos"})
+
+
+def test_diff_sides_from_a_request_are_versions_never_paths():
+    from tracelake.core.errors import BadInput
+    from tracelake.explore.view.datasets import check_spec
+
+    for ok in ("pool", "1k", "sft-3k", "sft-3.16k-2e9abe4fdb3d", "HEAD~1:1k", "main:pool", "v1.0^:sft-1k"):
+        assert check_spec(ok) == ok
+    for bad in ("/etc", "../lake/pool", "lake/pool", "--output=x:1k", "HEAD:../x", ":1k", "-x:pool", ""):
+        with pytest.raises(BadInput, match="no paths"):
+            check_spec(bad)
+
+
+def test_dataset_facet_takes_only_the_lakes_datasets(sample_project):
+    from tracelake.core.errors import BadInput
+    from tracelake.explore.view.db import LakeView
+
+    db = LakeView(sample_project / "lake")
+    views = [d["view"] for d in db.datasets]
+    assert views[0] == "pool" and "selection_1k" in views and "sft_1k" in views
+    rows, total, _ = db.page(Query(dataset="selection_1k"))
+    assert total == db._rows("SELECT count(DISTINCT trajectory_id) AS n FROM selection_1k")[0]["n"]
+    with pytest.raises(BadInput, match="no dataset 'trajectories'"):
+        db.page(Query(dataset="trajectories"))
+    with pytest.raises(BadInput, match="no dataset"):
+        db.page(Query(dataset='pool" UNION SELECT 1 --'))

@@ -1,7 +1,7 @@
--- `tracelake view`: one trajectory, whole (messages included), with its list columns.
-SELECT t.trajectory_id, t.task_id, t.source, t.task, t.run_id, t.trial_name, t.episode, t.n_episodes,
-       t.trace_source, t.agent, t.model, t.date, t.messages, t.n_messages, t.n_assistant_turns,
-       t.n_chars, t.result, t.reward, t.exception_type, t.timed_out, t.is_subagent,
-       v.n_tokens, v.kept, v.rule, v.detail
-FROM trajectories t JOIN view_rows v ON v.trajectory_id = t.trajectory_id
-WHERE t.trajectory_id = $id
+-- `tracelake view`: one trajectory, whole (messages included), read from the one file that holds it
+-- ($file, from view_index).
+SELECT trajectory_id, task_id, source, task, run_id, trial_name, episode, n_episodes,
+       trace_source, agent, model, date, messages, n_messages, n_assistant_turns,
+       n_chars, result, reward, exception_type, timed_out, is_subagent
+FROM read_parquet($file)
+WHERE trajectory_id = $id

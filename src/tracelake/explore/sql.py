@@ -61,11 +61,12 @@ class _Views:
     """The views made on one connection (name -> what it reads) and every file they read."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection):
-        self.con, self.what, self.files = con, {}, []
+        self.con, self.what, self.files, self.parts = con, {}, [], {}
 
     def add(self, name: str, files: list[str]) -> None:
         if files:
             self.con.read_parquet(files, union_by_name=True).create_view(name)
+            self.parts[name] = list(files)
             self.what[name] = f"{len(files)} file(s)"
             self.files += files
 
@@ -164,9 +165,9 @@ def _make_views(v: _Views, layout: Lake) -> None:
     v.add("export_rejects", export_rejects)
 
 
-def open_lake(lake: Path | str) -> tuple[duckdb.DuckDBPyConnection, dict[str, str]]:
+def open_lake(lake: Path | str, files: dict[str, list[str]] | None = None) -> tuple[duckdb.DuckDBPyConnection, dict[str, str]]:
     """A sandboxed, read-only connection with every view the lake supports; (connection, view -> what
-    it reads)."""
+    it reads). `files`, when given, receives each Parquet view's files (view -> paths)."""
     lake = Path(lake)
     if not lake.is_dir():
         raise BadInput(f"{lake} is not a lake directory (run `dvc repro`, or pass --lake)")
@@ -180,6 +181,8 @@ def open_lake(lake: Path | str) -> tuple[duckdb.DuckDBPyConnection, dict[str, st
     if not v.what:
         raise BadInput(f"{lake} holds no tables yet: run `dvc repro`")
     sandbox(v.con, lake, v.files)
+    if files is not None:
+        files.update(v.parts)
     return v.con, v.what
 
 

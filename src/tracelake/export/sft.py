@@ -53,7 +53,7 @@ from tracelake.export.sharegpt import (
     sharegpt_batch,
     to_sharegpt,
 )
-from tracelake.export.templates import TemplateSlots, template_slots
+from tracelake.export.templates import TemplateSlots, render_pieces, template_slots
 
 TOKEN_RULE = "lf_template_tokens_v1"
 
@@ -63,9 +63,10 @@ def count_template_tokens(tokenizer: Tokenizer | TokenCounter, rows: list[Shareg
     """Tokens LLaMA-Factory 0.9.5's supervised processor gives each row (rule lf_template_tokens_v1).
 
     It encodes every message's formatted text on its own (the system block separately from the first
-    turn) and prepends an empty thought to each gpt turn without one (qwen3). Summing encodings of
-    the same pieces gives its exact length, so `n_tokens <= cutoff_len` means nothing is cut. A
-    TokenCounter encodes each distinct segment once (and remembers it across runs in its cache).
+    turn) and prepends an empty thought to each gpt turn without one (qwen3): the pieces of
+    templates.render_pieces (render_segments). Summing encodings of the same pieces gives its exact
+    length, so `n_tokens <= cutoff_len` means nothing is cut. A TokenCounter encodes each distinct segment once
+    (and remembers it across runs in its cache); the empty thought, one text, is counted once.
     """
     counter = TokenCounter.of(tokenizer)
     pieces: list[str] = []
@@ -73,15 +74,12 @@ def count_template_tokens(tokenizer: Tokenizer | TokenCounter, rows: list[Shareg
     extra = [0] * len(rows)
     thought = counter.count([template.empty_thought])[0] if template.empty_thought else 0
     for k, row in enumerate(rows):
-        if row.system:
-            pieces.append(template.system.format(row.system))
-            owner.append(k)
-        for turn in row.conversations:
-            slot = getattr(template, turn["from"])
-            pieces.append(slot.format(turn["value"]))
-            owner.append(k)
-            if turn["from"] == "gpt" and thought and "<think>" not in turn["value"] and "</think>" not in turn["value"]:
+        for text, role, _ in render_pieces(row, template):
+            if role == "empty_thought":   # one text: counted once above
                 extra[k] += thought
+            else:
+                pieces.append(text)
+                owner.append(k)
     counts = list(extra)
     for k, n in zip(owner, counter.count(pieces)):
         counts[k] += n

@@ -157,14 +157,14 @@ def serve(lake: Path | str, port: int, *, label: str = "", announce=print, searc
 
     db = LakeView(lake, label=label, lake_in_repo=lake_in_repo)
     sock = bind(port)
-    if search_cache is not None:
-        index = db.start_search(search_cache, announce=announce)
-        if not index.ready and index.key:
-            announce(f"tracelake view: building the search index in {index.path} (pages work meanwhile)")
     config = uvicorn.Config(create_app(db), log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)
     host, bound = sock.getsockname()[:2]
     announce(f"tracelake view: http://{host}:{bound}/  ({label or lake}; Ctrl-C stops it)")
+    if search_cache is not None:
+        index = db.start_search(search_cache, announce=announce)
+        if not index.ready and index.key:
+            announce(f"tracelake view: building the search index in {index.path} (pages work meanwhile)")
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn shuts down on Ctrl-C, then raises the signal again

@@ -1,6 +1,12 @@
 """The queries behind `tracelake view`, on one `open_lake` connection (the same sandboxed, read-only
 views as `tracelake sql`), one request at a time (a DuckDB connection is not thread-safe).
 
+The list is `view_index`, built in memory once when the viewer opens the lake (sql/view/rows.sql:
+the trajectories' slim columns with the filter's outcome, sorted by id, and where each row lives), so
+a page, a facet count or a search's rows never scan the lake's files; a trajectory's messages are read
+from the one file that holds it. A lake rebuilt while the viewer runs is seen after a restart (a
+trajectory whose file changed says so in one line).
+
 Every query is a file in sql/view/ with its values bound as $parameters. The WHERE box's text is the
 only SQL a request brings: `SELECT * FROM view_rows WHERE <text>` must be one statement that
 `guard_query` accepts, and then runs as the CTE `matched` that the facets narrow.
@@ -96,12 +102,20 @@ class LakeView:
 
     def __init__(self, lake: Path | str, label: str = "", lake_in_repo: str = "lake"):
         self.lake, self.label, self.lake_in_repo = Path(lake), label or str(lake), lake_in_repo
-        self.con, self.views = open_lake(lake)
+        files: dict[str, list[str]] = {}
+        self.con, self.views = open_lake(lake, files=files)
         if "trajectories" not in self.views:
             raise BadInput(f"{lake} has no trajectories: run `dvc repro` (or `tracelake ingest`)")
         self.filtered = "pool" in self.views and "dropped" in self.views
         self.lock = threading.Lock()
-        self._execute(assets.sql("view/rows" if self.filtered else "view/rows_unfiltered"))
+        none = "(SELECT NULL::VARCHAR AS trajectory_id, NULL::BIGINT AS n_tokens, NULL::VARCHAR AS rule, " \
+               "NULL::VARCHAR AS detail WHERE false)"
+        rows = assets.sql("view/rows").format(filtered=str(self.filtered).lower(),
+                                              pool_rows="pool" if self.filtered else none,
+                                              dropped_rows="dropped" if self.filtered else none)
+        for statement in rows.split(";\n"):
+            if statement.strip():
+                self._execute(statement, {"files": files["trajectories"]} if "$files" in statement else None)
         self.selections = sorted((name[len("selection_"):], name) for name in self.views
                                  if _SELECTION.match(name))
         names = {name for _, name in self.selections}
@@ -244,10 +258,14 @@ class LakeView:
         (dataset id, copies)) and `export_rejects`; None when no trajectory has this id."""
         if not _ID.match(trajectory_id):
             return None
-        found = self._rows(assets.sql("view/trajectory"), {"id": trajectory_id})
+        found = self._rows("SELECT * FROM view_index WHERE trajectory_id = $id", {"id": trajectory_id})
         if not found:
             return None
-        row = found[0]
+        listed = found[0]
+        whole = self._rows(assets.sql("view/trajectory"), {"file": listed["file"], "id": trajectory_id})
+        if not whole:
+            raise BadInput(f"the lake is being rebuilt ({listed['file']} changed); restart tracelake view")
+        row = {**whole[0], **{k: listed[k] for k in ("n_tokens", "kept", "rule", "detail")}}
         row["related"] = [] if row["trial_name"] is None else self._rows(assets.sql("view/related"), {
             "id": trajectory_id, "source": row["source"], "trial_name": row["trial_name"],
             "run_id": row["run_id"], "trace_source": row["trace_source"]})
@@ -298,15 +316,20 @@ def _scale_order(view: str) -> tuple[float, str]:
 
 
 def _tokenizer(lake: Path):
-    """The tokenizer the pool counted with (its manifest's params, a path relative to the project), as
-    (path, Tokenizer), or None when the lake has no pool or the path is not here."""
+    """The tokenizer the pool counted with (its manifest's params: a path relative to the project, the
+    working directory or the lake's parent), as (path, Tokenizer); None when the lake has no pool or
+    the path is in neither."""
     pool = Lake(lake).pool
     try:
         path = read_manifest(pool).get("params", {}).get("tokenizer")
     except (BadInput, OSError):
         return None
-    if not path or not Path(path).exists():
+    if not path:
         return None
+    found = next((p for p in (Path(path), lake.parent / path) if p.exists()), None)   # the project: here, or the lake's parent
+    if found is None:
+        return None
+    path = str(found)
     from tracelake.core.tokens import load_tokenizer
 
     try:

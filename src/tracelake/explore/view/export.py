@@ -3,8 +3,10 @@ Parquet (every column of the trajectories table, in the lake's order), or as one
 file (the trajectory pages with their stylesheet inlined, no script, nothing fetched: it opens
 anywhere, offline).
 
-Rows are streamed on a connection of their own (the pages keep theirs), a batch at a time, so an
-export of 100K trajectories holds one batch in memory, not the selection.
+The matching ids come from the list's own query; the rows are then read from the trajectories' Parquet
+parts directly, in the lake's order, one row group at a time (only groups holding a selected id are
+read whole), so an export of 100K trajectories holds one row group in memory, not the selection, and
+the same selection always gives the same bytes.
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ from typing import Iterator
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tracelake.core import assets
-from tracelake.explore.sql import open_lake
+from tracelake.core.layout import Lake
 from tracelake.explore.view.db import LakeView, Query
 
 BATCH = 256
@@ -44,11 +46,21 @@ def selected_ids(db: LakeView, query: Query) -> list[str]:
 
 
 def batches(db: LakeView, ids: list[str]) -> Iterator[pa.RecordBatch]:
-    con, _ = open_lake(db.lake)
-    try:
-        yield from con.sql(assets.sql("view/export_rows"), params={"ids": ids}).to_arrow_reader(BATCH)
-    finally:
-        con.close()
+    """The trajectories with these ids, every column, in the lake's order (source, part, row): only
+    the row groups holding one of them are read whole."""
+    wanted = pa.array(sorted(set(ids)), pa.string())
+    lake = Lake(db.lake)
+    sources = [source for table, source, _ in lake.ingested() if table == "trajectories"]
+    schema = None
+    for path in lake.table_files("trajectories", sources):
+        f = pq.ParquetFile(path)
+        for group in range(f.num_row_groups):
+            mask = pc.is_in(f.read_row_group(group, columns=["trajectory_id"]).column(0), value_set=wanted)
+            if not pc.any(mask).as_py():
+                continue
+            rows = f.read_row_group(group).filter(mask)
+            schema = schema or rows.schema
+            yield from rows.cast(schema).to_batches(BATCH)
 
 
 def jsonl(db: LakeView, ids: list[str]) -> Iterator[bytes]:

@@ -333,6 +333,61 @@ def _related(t: dict, link) -> str:
             f"<h2>Continuation episodes (same trial and trace)</h2>{links(conts, 'episodes')}")
 
 
+TASK_FILE_BYTES = 20_000       # a task file shown inline: text, at most this long
+TASK_FILES_BYTES = 400_000     # and at most this much of them a task
+TASK_MEMBERS = 2_000           # members looked at (a task page never walks a huge archive)
+
+
+def task_files(binary: bytes | None) -> list[tuple[str, int, str | None]]:
+    """The files of a task's gzipped tar, read in memory, never extracted: (path, bytes, text), text
+    only for a small UTF-8 file within the page's budget (TASK_FILE_BYTES each, TASK_FILES_BYTES in
+    all); at most TASK_MEMBERS members are looked at."""
+    import io
+    import tarfile
+
+    out: list[tuple[str, int, str | None]] = []
+    if not binary:
+        return out
+    budget = TASK_FILES_BYTES
+    try:
+        with tarfile.open(fileobj=io.BytesIO(binary), mode="r:gz") as tar:
+            for k, member in enumerate(tar):
+                if k >= TASK_MEMBERS:
+                    break
+                if not member.isfile():
+                    continue
+                text = None
+                if member.size <= min(TASK_FILE_BYTES, budget):
+                    try:
+                        text = tar.extractfile(member).read().decode("utf-8")
+                        budget -= member.size
+                    except UnicodeDecodeError:
+                        text = None
+                out.append((member.name, member.size, text))
+    except (tarfile.TarError, OSError, EOFError):
+        pass
+    return out
+
+
+def _task(task: dict) -> str:
+    """A task: its instruction, task.toml (as its JSON), its files listed, the small text ones readable."""
+    files = []
+    for path, size, text in task_files(task.get("task_binary")):
+        if text is None:
+            files.append(f"<li><code>{esc(path)}</code> <span class=\"none\">{size:,} bytes</span></li>")
+        else:
+            files.append(f"<li><details class=\"file\"><summary><code>{esc(path)}</code> "
+                         f"<span class=\"none\">{size:,} bytes</span></summary><pre>{text_html(text)}</pre></details></li>")
+    meta = (f"<details class=\"meta\"><summary>task.toml</summary><pre>{esc(task['metadata_json'])}</pre></details>"
+            if task.get("metadata_json") else "")
+    listing = (f"<details class=\"files\"><summary>{task.get('n_files') or len(files):,} files</summary>"
+               f"<ul class=\"files\">{''.join(files)}</ul></details>") if files else ""
+    derived = (f"<p class=\"none\">derived from the first user message of <code>{esc(task['derived_from'])}</code></p>"
+               if task.get("derived_from") else "")
+    return (f"<div class=\"task\"><p><code>{esc(task['source'])}/{esc(task['name'])}</code></p>{derived}"
+            f"{_fold(task['instruction'] or '', 'instruction')}{meta}{listing}</div>")
+
+
 def compare_url(a: str, b: str, q: Query) -> str:
     return url("/compare", {**q.params(), "a": a, "b": b})
 
@@ -400,9 +455,7 @@ def trace_body(t: dict, q: Query, *, tokenizer=None, standalone: bool = False) -
              ("agent / model", f"{esc(t['agent'])} / {esc(t['model'])}"), ("date", esc(t["date"])),
              ("messages", esc(t["n_messages"])), ("assistant turns", esc(t["n_assistant_turns"])),
              ("tokens", esc(t["n_tokens"])), ("chars", esc(t["n_chars"]))]
-    tasks = "".join(
-        f"<div class=\"task\"><p><code>{esc(task['source'])}/{esc(task['name'])}</code></p>"
-        f"{_fold(task['instruction'] or '', 'instruction')}</div>" for task in t["tasks"]) or "<p class=\"none\">no task row</p>"
+    tasks = "".join(_task(task) for task in t["tasks"]) or "<p class=\"none\">no task row</p>"
     back = "" if standalone else f"<p class=\"back\"><a href=\"{back}\">« results</a></p>"
     return f"""{back}
 <h1><code{'' if standalone else ' id="tid"'}>{esc(t['trajectory_id'])}</code> {esc(t['source'])} / {esc(t['task'])}</h1>

@@ -1,0 +1,146 @@
+"""render_segments is LLaMA-Factory 0.9.5's own rendering (in the training environment).
+
+For every row of the sample project's SFT export (scale 316, in order), and for hand-made rows with
+what the sample lacks (a system prompt, tool observations, thoughts, braces, an empty answer) under
+both templates, LLaMA-Factory's own data pipeline (get_dataset: converter + supervised processor,
+default mode) gives input_ids and labels; the project's tokenizer encoding each of render_segments'
+pieces on its own, concatenated, gives the same input_ids, and the trained pieces' tokens are
+exactly the positions whose label is not -100 (and there the label is the input id).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from tokenizers import Tokenizer
+
+from tracelake.core.lake import ShardWriter, read_manifest, write_json
+from tracelake.core.schema import load_schema
+from tracelake.core.tokens import load_tokenizer
+from tracelake.export.sft import SftStats, convert_batch, dataset_info
+from tracelake.export.sharegpt import SharegptRow
+from tracelake.export.templates import TemplateSlots, render_segments, template_slots
+
+from .helpers import ROOT, run_ok, slot_batch, train_python
+
+pytestmark = pytest.mark.train_env
+TINY = ROOT / "tests" / "train_env" / "tiny_qwen3.py"
+IGNORE_INDEX = -100
+
+# Runs in the training environment: load CONFIG's dataset as `llamafactory-cli train CONFIG` would and
+# write every example's input_ids and labels to OUT as JSON.
+LF_DUMP = '''
+import json, sys
+import yaml
+from llamafactory.data import get_dataset, get_template_and_fix_tokenizer
+from llamafactory.hparams import get_train_args
+from llamafactory.model import load_tokenizer
+
+config, out, overrides = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+args = {**yaml.safe_load(open(config)), **overrides}
+model_args, data_args, training_args, _, _ = get_train_args(args)
+assert not data_args.train_on_prompt and not data_args.mask_history and data_args.enable_thinking
+tokenizer_module = load_tokenizer(model_args)
+template = get_template_and_fix_tokenizer(tokenizer_module["tokenizer"], data_args)
+ds = get_dataset(template, model_args, data_args, training_args, stage="sft", **tokenizer_module)["train_dataset"]
+json.dump({"input_ids": [list(x) for x in ds["input_ids"]], "labels": [list(x) for x in ds["labels"]]},
+          open(out, "w"))
+'''
+
+
+@pytest.fixture(scope="module")
+def tiny_model(sample_project, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("tiny-qwen3")
+    run_ok([str(train_python()), str(TINY), str(sample_project / "data" / "tokenizer"), str(out)], sample_project)
+    return out
+
+
+def lf_examples(config: Path, cwd: Path, tmp: Path, **overrides) -> dict[str, list[list[int]]]:
+    script, out = tmp / "lf_dump.py", tmp / "examples.json"
+    script.write_text(LF_DUMP)
+    overrides = {"deepspeed": None, "bf16": False, "preprocessing_num_workers": 1, "output_dir": str(tmp / "out"),
+                 **overrides}
+    env = {"HF_DATASETS_CACHE": str(tmp / "hf-datasets"), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "TRACELAKE_TRAIN_ENV": str(train_python().parent.parent)}
+    run_ok([str(train_python()), str(script), str(config), str(out), json.dumps(overrides)], cwd, env=env)
+    return json.loads(out.read_text())
+
+
+def exported_rows(export: Path) -> list[SharegptRow]:
+    files = read_manifest(export)["counts"]["files"]
+    return [SharegptRow(r["system"] or "", r["conversations"], 0, 0)
+            for f in files for r in pq.read_table(export / f, columns=["system", "conversations"]).to_pylist()]
+
+
+def assert_same_rendering(rows: list[SharegptRow], got: dict[str, list[list[int]]], tokenizer: Tokenizer,
+                          template: TemplateSlots) -> set[str]:
+    """Each row's segments, encoded one by one, are LF's input_ids, the trained ones its labels; the
+    roles seen."""
+    assert len(got["input_ids"]) == len(got["labels"]) == len(rows)
+    roles: set[str] = set()
+    for k, (row, input_ids, labels) in enumerate(zip(rows, got["input_ids"], got["labels"])):
+        ids: list[int] = []
+        trained: list[bool] = []
+        for segment in render_segments(row, template):
+            encoded = tokenizer.encode(segment.text, add_special_tokens=False).ids
+            ids += encoded
+            trained += [segment.trained] * len(encoded)
+            roles.add(segment.role)
+        assert ids == input_ids, f"row {k}: input_ids differ"
+        assert trained == [label != IGNORE_INDEX for label in labels], f"row {k}: trained positions differ"
+        assert all(label == i for label, i in zip(labels, input_ids) if label != IGNORE_INDEX), f"row {k}"
+    return roles
+
+
+def test_render_segments_is_llamafactorys_rendering(sample_project, tiny_model, tmp_path):
+    scale = "316"
+    config = sample_project / "training" / "configs" / f"sft-{scale}.yaml"
+    template = template_slots(yaml.safe_load(config.read_text())["template"])
+    rows = exported_rows(sample_project / "lake" / "exports" / "sft" / scale)
+    assert len(rows) >= 50
+    got = lf_examples(config, sample_project, tmp_path, model_name_or_path=str(tiny_model))
+    roles = assert_same_rendering(rows, got, load_tokenizer(sample_project / "data" / "tokenizer"), template)
+    assert {"human", "gpt"} <= roles
+
+
+def m(role: str, content: str) -> dict[str, str]:
+    return {"role": role, "content": content}
+
+
+SLOTS = [  # the paths the sample does not exercise
+    [m("system", "You are {terse}."), m("user", "list files"), m("assistant", "<think>ls</think>ls -la"),
+     m("tool", "a.txt {b}"), m("assistant", "done")],
+    [m("user", "hi"), m("assistant", "no thought here"), m("tool", "x"), m("tool", "y"),
+     m("assistant", "<think>\nlong\n</think>\n\nok")],
+    [m("system", "a"), m("system", "b"), m("user", "q"), m("assistant", "")],
+    [m("user", "only a closing tag"), m("assistant", "x\n</think>\n\ny"), m("user", "again"), m("assistant", "z")],
+]
+
+
+@pytest.mark.parametrize("name", ["qwen3", "qwen3_nothink"])
+def test_render_segments_for_system_tool_and_think_turns(tiny_model, tmp_path, name):
+    template = template_slots(name)
+    slots = [{"slot_id": f"s{i}", "trajectory_id": f"t{i}", "task_id": f"k{i}", "source": "src", "task": f"task{i}",
+              "copy": 0, "name": f"task{i}", "messages": messages} for i, messages in enumerate(SLOTS)]
+    table, rejects = convert_batch(*slot_batch(slots), same_role="merge", cutoff_len=None,
+                                   tokenizer=load_tokenizer(tiny_model), template=template, stats=SftStats())
+    assert not rejects and table.num_rows == len(SLOTS)
+    dataset = tmp_path / "data"
+    writer = ShardWriter(dataset / "d", load_schema("sft_rows"), rows_per_shard=len(SLOTS))
+    writer.write_batch(table)
+    writer.close()
+    write_json(dataset / "dataset_info.json", dataset_info("d", writer.files))
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({
+        "model_name_or_path": str(tiny_model), "stage": "sft", "do_train": True, "finetuning_type": "full",
+        "dataset": "d", "dataset_dir": str(dataset), "template": name, "cutoff_len": 1_000_000,
+        "overwrite_cache": True, "report_to": "none"}))
+    rows = [SharegptRow(r["system"] or "", r["conversations"], 0, 0) for r in table.to_pylist()]
+    roles = assert_same_rendering(rows, lf_examples(config, tmp_path, tmp_path), load_tokenizer(tiny_model), template)
+    assert {"system", "human", "observation", "gpt"} <= roles
+    assert ("empty_thought" in roles) == (name == "qwen3")
