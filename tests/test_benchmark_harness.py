@@ -67,3 +67,20 @@ def test_copies_run_the_same_input_as_several_sources(tmp_path):
     encoded = int(proc.stdout.split(" encoded (")[0].rsplit(" ", 1)[1].replace(",", ""))
     assert encoded > 0
     assert sorted((p.name, p.read_bytes()) for p in (project / "lake" / "pool").iterdir()) == pool_before
+
+
+def test_view_benchmark_runs_at_a_small_size(tmp_path):
+    """benchmarks/bench_view.py: a lake of 200 rows, every list, trajectory and search measurement."""
+    out = tmp_path / "view.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_view.py"), "--rows", "200", "--repeats", "2",
+                           "--work", str(tmp_path / "work"), "--json", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["meta"]["rows"] == 200 and result["search"]["build_s"] > 0
+    variants = {r["variant"] for r in result["results"]}
+    assert {"no filter", "trajectory", "search"} <= variants and len(variants) == 6
+    assert all(r["server"]["median_ms"] > 0 for r in result["results"])
+    assert all(r["in_process"]["median_ms"] > 0 for r in result["results"] if r["variant"] not in ("search",)
+               and not r["what"].startswith("walk"))
+    assert "Every page under 300 ms" in proc.stdout
