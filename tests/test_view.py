@@ -611,3 +611,28 @@ def test_dataset_facet_takes_only_the_lakes_datasets(sample_project):
         db.page(Query(dataset="trajectories"))
     with pytest.raises(BadInput, match="no dataset"):
         db.page(Query(dataset='pool" UNION SELECT 1 --'))
+
+
+def test_stopping_the_viewer_stops_an_index_build_and_leaves_nothing(sample_project, tmp_path):
+    """Ctrl-C while the index is built: the build stops between batches, its temporary directory goes."""
+    import threading
+
+    from tracelake.explore.view.db import LakeView
+    from tracelake.explore.view.search import SearchIndex
+
+    db = LakeView(sample_project / "lake")
+    total, batches = db._messages()
+    first = threading.Event()
+
+    def slow():
+        for batch in batches:
+            first.set()
+            time.sleep(0.2)
+            yield batch.slice(0, 10)
+    index = SearchIndex(sample_project / "lake", tmp_path / "search")
+    index.start(lambda: (total, slow()))
+    assert first.wait(30)
+    assert "being built" in index.state()
+    index.stop()
+    assert not index.ready and "stopped before the index was built" in index.state()
+    assert list((tmp_path / "search").iterdir()) == []

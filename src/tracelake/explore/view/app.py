@@ -171,4 +171,6 @@ def serve(lake: Path | str, port: int, *, label: str = "", announce=print, searc
         pass
     finally:
         sock.close()
+        if db.search is not None:
+            db.search.stop()
     announce("tracelake view: stopped")

@@ -73,6 +73,8 @@ class SearchIndex:
         self._total = 0
         self._phase = "not started"
         self._error: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
         self.seconds = 0.0
 
     # --- state -----------------------------------------------------------------------------------
@@ -108,18 +110,28 @@ class SearchIndex:
         def run() -> None:
             try:
                 self._build(messages, announce)
+            except _Stopped:
+                self._error = "the viewer stopped before the index was built"
             except Exception as e:      # the viewer keeps serving pages; search says why it is off
                 self._error = f"building the index failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 announce(f"tracelake view: {self._error}")
 
         if background:
-            threading.Thread(target=run, name="search-index", daemon=True).start()
+            self._thread = threading.Thread(target=run, name="search-index", daemon=True)
+            self._thread.start()
         else:
             run()
             if self._error:
                 from tracelake.core.errors import BadInput
 
                 raise BadInput(f"view: {self._error}")
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Stop a build under way (between batches; its temporary directory is removed) and wait for
+        it, at most `timeout` seconds (the index step itself cannot be interrupted)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
 
     def _open(self) -> None:
         import lancedb
@@ -147,13 +159,25 @@ class SearchIndex:
 
         def counted():
             for batch in batches:
+                if self._stop.is_set():
+                    raise _Stopped
                 batch = pa.RecordBatch.from_arrays([batch.column(c).cast(schema.field(c).type) for c in COLUMNS],
                                                    schema=schema)
                 self._written += batch.num_rows
                 yield batch
 
         db = lancedb.connect(str(tmp))
-        table = db.create_table(TABLE, data=pa.RecordBatchReader.from_batches(schema, counted()), schema=schema)
+        try:
+            table = db.create_table(TABLE, data=pa.RecordBatchReader.from_batches(schema, counted()), schema=schema)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if self._stop.is_set():
+                raise _Stopped from None
+            raise
+        finally:
+            close = getattr(batches, "close", None)
+            if close:
+                close()            # the messages' connection
         self._phase = f"indexing {self._written:,} messages"
         table.create_index("content", config=FTS(with_position=False, base_tokenizer="simple", lower_case=True,
                                                  stem=False, remove_stop_words=False, ascii_folding=True,
@@ -179,6 +203,10 @@ class SearchIndex:
         hits = [Hit(r["trajectory_id"], r["position"], r["role"], r["_score"], r["content"]) for r in found]
         hits.sort(key=lambda h: (-h.score, h.trajectory_id, h.position))   # ties in a stable order
         return hits
+
+
+class _Stopped(Exception):
+    """The viewer stopped while the index was being built."""
 
 
 def _alive(pid: int) -> bool:
