@@ -7,6 +7,7 @@ imports no engine (duckdb, pyarrow, tokenizers, polars).
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -122,6 +123,15 @@ def test_package_root_imports_nothing():
             "or m in ('duckdb', 'polars', 'pyarrow')))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
+def test_nothing_in_the_project_calls_the_roots_open_lake():
+    """The root's open_lake is for notebooks: the dependency check of dvc.yaml (tests/depcheck.py)
+    does not follow its lazy import, which holds only while no module or stage calls it."""
+    files = [*sorted(PACKAGE.rglob("*.py")), *sorted((ROOT / "stages").glob("*.py"))]
+    callers = [str(p.relative_to(ROOT)) for p in files if p != PACKAGE / "__init__.py"
+               and re.search(r"\btracelake\.open_lake\b|from tracelake import [^\n]*\bopen_lake\b", p.read_text())]
+    assert callers == []
 
 
 @pytest.mark.parametrize("engine", ["duckdb", "pyarrow", "tokenizers", "polars"])

@@ -317,8 +317,9 @@ def _scale_order(view: str) -> tuple[float, str]:
 
 def _tokenizer(lake: Path):
     """The tokenizer the pool counted with (its manifest's params: a path relative to the project, the
-    working directory or the lake's parent), as (path, Tokenizer); None when the lake has no pool or
-    the path is in neither."""
+    working directory or the lake's parent), as (path, Tokenizer); None when the lake has no pool, the
+    path is in neither place, or the file there is not the one the lake's SFT exports record (e.g. a
+    lake served at an older revision): no token counts then, rather than wrong ones."""
     pool = Lake(lake).pool
     try:
         path = read_manifest(pool).get("params", {}).get("tokenizer")
@@ -330,9 +331,13 @@ def _tokenizer(lake: Path):
     if found is None:
         return None
     path = str(found)
-    from tracelake.core.tokens import load_tokenizer
+    from tracelake.core.tokens import load_tokenizer, tokenizer_fingerprint
 
+    recorded = {read_manifest(d).get("inputs", {}).get("tokenizer") for d in Lake(lake).built_sft_exports().values()}
+    recorded.discard(None)
     try:
+        if recorded and tokenizer_fingerprint(path) not in recorded:   # not the one the lake was built with
+            return None
         return path, load_tokenizer(path)
     except Exception:
         return None
