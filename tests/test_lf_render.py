@@ -1,11 +1,14 @@
-"""render_segments is LLaMA-Factory 0.9.5's own rendering (in the training environment).
+"""render_segments is LLaMA-Factory 0.9.5's own rendering (in the training environment), in every
+training mode (templates.MODES, and mask_history with enable_thinking false).
 
 For every row of the sample project's SFT export (scale 316, in order), and for hand-made rows with
-what the sample lacks (a system prompt, tool observations, thoughts, braces, an empty answer) under
-both templates, LLaMA-Factory's own data pipeline (get_dataset: converter + supervised processor,
-default mode) gives input_ids and labels; the project's tokenizer encoding each of render_segments'
-pieces on its own, concatenated, gives the same input_ids, and the trained pieces' tokens are
-exactly the positions whose label is not -100 (and there the label is the input id).
+what the sample lacks (a system prompt, tool observations, thoughts of every shape, braces, an empty
+answer) under both templates, LLaMA-Factory's own data pipeline (get_dataset: converter +
+supervised processor, with the mode's mask_history / enable_thinking / train_on_prompt /
+preserve_thinking) gives input_ids and labels; the project's tokenizer encoding each of
+render_segments' pieces on its own, concatenated, gives the same input_ids, and the trained pieces'
+tokens are exactly the positions whose label is not -100 (and there the label is the input id);
+trained_tokens is their number.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from tracelake.core.schema import load_schema
 from tracelake.core.tokens import load_tokenizer
 from tracelake.export.sft import SftStats, convert_batch, dataset_info
 from tracelake.export.sharegpt import SharegptRow
-from tracelake.export.templates import TemplateSlots, render_segments, template_slots
+from tracelake.export.templates import (MODES, LfMode, TemplateSlots, render_segments, template_slots,
+                                        trained_tokens)
 
 from .helpers import ROOT, run_ok, slot_batch, train_python
 
@@ -32,8 +36,12 @@ pytestmark = pytest.mark.train_env
 TINY = ROOT / "tests" / "train_env" / "tiny_qwen3.py"
 IGNORE_INDEX = -100
 
-# Runs in the training environment: load CONFIG's dataset as `llamafactory-cli train CONFIG` would and
-# write every example's input_ids and labels to OUT as JSON.
+# Every mode checked: MODES and one combination LF allows (mask_history with enable_thinking false).
+CHECKED = [*MODES.values(), LfMode("mask_history_no_thinking", mask_history=True, enable_thinking=False)]
+
+# Runs in the training environment: for each mode, load CONFIG's dataset as `llamafactory-cli train
+# CONFIG` with the mode's arguments would, and write every example's input_ids and labels to OUT as
+# JSON, by mode name.
 LF_DUMP = '''
 import json, sys
 import yaml
@@ -41,15 +49,17 @@ from llamafactory.data import get_dataset, get_template_and_fix_tokenizer
 from llamafactory.hparams import get_train_args
 from llamafactory.model import load_tokenizer
 
-config, out, overrides = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-args = {**yaml.safe_load(open(config)), **overrides}
-model_args, data_args, training_args, _, _ = get_train_args(args)
-assert not data_args.train_on_prompt and not data_args.mask_history and data_args.enable_thinking
-tokenizer_module = load_tokenizer(model_args)
-template = get_template_and_fix_tokenizer(tokenizer_module["tokenizer"], data_args)
-ds = get_dataset(template, model_args, data_args, training_args, stage="sft", **tokenizer_module)["train_dataset"]
-json.dump({"input_ids": [list(x) for x in ds["input_ids"]], "labels": [list(x) for x in ds["labels"]]},
-          open(out, "w"))
+config, out, overrides, modes = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
+result = {}
+for name, mode_args in modes.items():
+    args = {**yaml.safe_load(open(config)), **overrides, **mode_args, "overwrite_cache": True}
+    model_args, data_args, training_args, _, _ = get_train_args(args)
+    assert {k: getattr(data_args, k) for k in mode_args} == mode_args, name
+    tokenizer_module = load_tokenizer(model_args)
+    template = get_template_and_fix_tokenizer(tokenizer_module["tokenizer"], data_args)
+    ds = get_dataset(template, model_args, data_args, training_args, stage="sft", **tokenizer_module)["train_dataset"]
+    result[name] = {"input_ids": [list(x) for x in ds["input_ids"]], "labels": [list(x) for x in ds["labels"]]}
+json.dump(result, open(out, "w"))
 '''
 
 
@@ -60,14 +70,17 @@ def tiny_model(sample_project, tmp_path_factory) -> Path:
     return out
 
 
-def lf_examples(config: Path, cwd: Path, tmp: Path, **overrides) -> dict[str, list[list[int]]]:
+def lf_examples(config: Path, cwd: Path, tmp: Path, **overrides) -> dict[str, dict[str, list[list[int]]]]:
+    """LF's input_ids and labels for CONFIG's dataset in each CHECKED mode, by mode name."""
     script, out = tmp / "lf_dump.py", tmp / "examples.json"
     script.write_text(LF_DUMP)
     overrides = {"deepspeed": None, "bf16": False, "preprocessing_num_workers": 1, "output_dir": str(tmp / "out"),
                  **overrides}
     env = {"HF_DATASETS_CACHE": str(tmp / "hf-datasets"), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "TRACELAKE_TRAIN_ENV": str(train_python().parent.parent)}
-    run_ok([str(train_python()), str(script), str(config), str(out), json.dumps(overrides)], cwd, env=env)
+    modes = {mode.name: mode.lf_args() for mode in CHECKED}
+    run_ok([str(train_python()), str(script), str(config), str(out), json.dumps(overrides), json.dumps(modes)], cwd,
+           env=env)
     return json.loads(out.read_text())
 
 
@@ -78,23 +91,30 @@ def exported_rows(export: Path) -> list[SharegptRow]:
 
 
 def assert_same_rendering(rows: list[SharegptRow], got: dict[str, list[list[int]]], tokenizer: Tokenizer,
-                          template: TemplateSlots) -> set[str]:
-    """Each row's segments, encoded one by one, are LF's input_ids, the trained ones its labels; the
-    roles seen."""
+                          template: TemplateSlots, mode: LfMode) -> tuple[set[tuple[str, bool]], int]:
+    """Each row's segments in `mode`, encoded one by one, are LF's input_ids, the trained ones its
+    labels, and trained_tokens counts them; the (role, trained) pairs seen and the trained tokens."""
     assert len(got["input_ids"]) == len(got["labels"]) == len(rows)
-    roles: set[str] = set()
+    roles: set[tuple[str, bool]] = set()
+    total = 0
+
+    def count(text: str) -> int:
+        return len(tokenizer.encode(text, add_special_tokens=False).ids)
+
     for k, (row, input_ids, labels) in enumerate(zip(rows, got["input_ids"], got["labels"])):
         ids: list[int] = []
         trained: list[bool] = []
-        for segment in render_segments(row, template):
+        for segment in render_segments(row, template, mode):
             encoded = tokenizer.encode(segment.text, add_special_tokens=False).ids
             ids += encoded
             trained += [segment.trained] * len(encoded)
-            roles.add(segment.role)
-        assert ids == input_ids, f"row {k}: input_ids differ"
-        assert trained == [label != IGNORE_INDEX for label in labels], f"row {k}: trained positions differ"
-        assert all(label == i for label, i in zip(labels, input_ids) if label != IGNORE_INDEX), f"row {k}"
-    return roles
+            roles.add((segment.role, segment.trained))
+        assert ids == input_ids, f"{mode.name}, row {k}: input_ids differ"
+        assert trained == [label != IGNORE_INDEX for label in labels], f"{mode.name}, row {k}: trained positions differ"
+        assert all(label == i for label, i in zip(labels, input_ids) if label != IGNORE_INDEX), f"{mode.name}, row {k}"
+        assert trained_tokens(row, template, mode, count) == sum(trained)
+        total += sum(trained)
+    return roles, total
 
 
 def test_render_segments_is_llamafactorys_rendering(sample_project, tiny_model, tmp_path):
@@ -104,8 +124,13 @@ def test_render_segments_is_llamafactorys_rendering(sample_project, tiny_model, 
     rows = exported_rows(sample_project / "lake" / "exports" / "sft" / scale)
     assert len(rows) >= 50
     got = lf_examples(config, sample_project, tmp_path, model_name_or_path=str(tiny_model))
-    roles = assert_same_rendering(rows, got, load_tokenizer(sample_project / "data" / "tokenizer"), template)
-    assert {"human", "gpt"} <= roles
+    tokenizer = load_tokenizer(sample_project / "data" / "tokenizer")
+    totals = {}
+    for mode in CHECKED:
+        roles, totals[mode.name] = assert_same_rendering(rows, got[mode.name], tokenizer, template, mode)
+        assert {"human", "gpt"} <= {role for role, _ in roles}
+    print("trained tokens by mode:", json.dumps(totals))
+    assert totals["mask_history"] <= totals["mask_history_preserve_thinking"] <= totals["default"] < totals["train_on_prompt"]
 
 
 def m(role: str, content: str) -> dict[str, str]:
@@ -119,6 +144,14 @@ SLOTS = [  # the paths the sample does not exercise
      m("assistant", "<think>\nlong\n</think>\n\nok")],
     [m("system", "a"), m("system", "b"), m("user", "q"), m("assistant", "")],
     [m("user", "only a closing tag"), m("assistant", "x\n</think>\n\ny"), m("user", "again"), m("assistant", "z")],
+    # thoughts of every shape in history turns and in the last one (what no_thinking / mask_history remove)
+    [m("user", "a"), m("assistant", "<think>\nfirst\n</think>\n\n<think>\nsecond\n</think>\n\nboth gone"),
+     m("user", "b"), m("assistant", "\n\nleading newlines, no thought"),
+     m("user", "c"), m("assistant", "before <think>\nmid\n</think>\n\nafter"),
+     m("user", "d"), m("assistant", "<think>\n\n</think>\n\nan empty thought written out"),
+     m("user", "e"), m("assistant", "<think>\nkept only\nin some modes\n</think>\n\nlast")],
+    [m("system", "s"), m("user", "one turn"), m("assistant", "<think>\nx\n</think>\n\ny")],
+    [m("user", "unclosed"), m("assistant", "<think>\nnever closed"), m("user", "next"), m("assistant", "\nend")],
 ]
 
 
@@ -141,6 +174,12 @@ def test_render_segments_for_system_tool_and_think_turns(tiny_model, tmp_path, n
         "dataset": "d", "dataset_dir": str(dataset), "template": name, "cutoff_len": 1_000_000,
         "overwrite_cache": True, "report_to": "none"}))
     rows = [SharegptRow(r["system"] or "", r["conversations"], 0, 0) for r in table.to_pylist()]
-    roles = assert_same_rendering(rows, lf_examples(config, tmp_path, tmp_path), load_tokenizer(tiny_model), template)
-    assert {"system", "human", "observation", "gpt"} <= roles
-    assert ("empty_thought" in roles) == (name == "qwen3")
+    got = lf_examples(config, tmp_path, tmp_path)
+    for mode in CHECKED:
+        roles, _ = assert_same_rendering(rows, got[mode.name], load_tokenizer(tiny_model), template, mode)
+        assert {"system", "human", "observation", "gpt"} <= {role for role, _ in roles}
+        assert any(role == "empty_thought" for role, _ in roles) == (name == "qwen3")
+        assert (("gpt", False) in roles) == mode.mask_history
+        assert (("human", True) in roles) == mode.train_on_prompt
+        if name == "qwen3":
+            assert ("empty_thought", False) in roles or mode.enable_thinking

@@ -1,13 +1,67 @@
 """LLaMA-Factory 0.9.5 chat templates as the pieces it encodes one by one (rule
 lf_template_tokens_v1 in sft.py counts tokens with them), without any engine: params.yaml checks
-train.sft.template against TEMPLATES."""
+train.sft.template against TEMPLATES. render_segments gives those pieces, and which are trained, in
+each LF training mode (LfMode, MODES); tests/test_lf_render.py checks every mode against LF's own
+get_dataset.
+
+How LF 0.9.5 renders a sharegpt row (paths under llamafactory/, line numbers of the installed 0.9.5):
+
+- data/template.py:132-170 `Template._encode`: each message becomes a list of elements and
+  `_convert_elements_to_ids` (:113-130) encodes every string element on its own. The first
+  message's elements are format_prefix (empty for qwen3), format_system (only when the system is
+  non-empty; qwen3 has no default system), then format_user: the system block is encoded apart from
+  the first human turn. A slot is one string per message (StringFormatter), the content put in
+  with str.replace, so braces in content are kept verbatim.
+- data/processor/supervised.py:52-106 `_encode_data_example`: per (prompt, response) pair from
+  `template.encode_multiturn` (:67), the prompt ids get labels IGNORE_INDEX unless train_on_prompt
+  (:83-88; qwen3 has no efficient_eos), the response ids are their own labels unless mask_history
+  and not the last pair (:90-93). Each human/observation slot ends with the `<|im_start|>assistant\n`
+  generation prompt and is a prompt; each gpt slot (content + `<|im_end|>\n`) is a response.
+- data/template.py:439-472 `ReasoningTemplate.encode_multiturn` (qwen3; qwen3_nothink, :1979-1991,
+  is a plain Template whose encode_multiturn, :76-87, ignores every thinking argument): the thought
+  words are ("<think>\n", "\n</think>\n\n") (:554), `add_thought()` their concatenation, the
+  empty thought "<think>\n\n</think>\n\n" (:100-102), encoded on its own (:109-111).
+  `remove_thought` (:104-106) cuts every `<think>\n...\n</think>\n\n` and then strips leading
+  newlines (also when nothing was cut; a `<think>x</think>` without those newlines stays).
+  get_template_and_fix_tokenizer copies enable_thinking and preserve_thinking onto a reasoning
+  template only (:656-663).
+
+The modes (MODES; the DataArguments in hparams/data_args.py):
+
+- `default` (train_on_prompt, mask_history false; enable_thinking true): thoughts are kept as
+  written; a gpt turn with neither `<think>` nor `</think>` gets the empty thought prepended to its
+  response, trained (template.py:460-470). Prompts untrained, every response trained.
+- `mask_history` (data_args.py:54-57; preserve_thinking false, data_args.py:128-131):
+  supervised.py:66 passes discarding_history_cot, so every gpt turn but the last has its thoughts
+  removed (template.py:452-454) and gets no empty thought (only the last turn is considered,
+  :457-458); only the last response is trained (supervised.py:90-93). LF encodes the pairs in reverse
+  (supervised.py:69-70) but prepends each (:95-97): the ids come out in the original order, and the
+  reversal only matters for truncation (it keeps the last turns), which export_sft rules out.
+- `mask_history_preserve_thinking` (also preserve_thinking=true): no thought removed and every gpt
+  turn without tags gets the empty thought as in default, but only the last response is trained.
+- `no_thinking` (enable_thinking=false, data_args.py:124-127): every gpt turn has its thoughts
+  removed (template.py:448-450); one left with no tags gets the empty thought appended to its
+  PROMPT (:467-468), so it is not trained. With mask_history as well only the last turn gets it.
+- `train_on_prompt` (data_args.py:50-53): every token is trained (supervised.py:83-84), the system
+  block and the human/observation slots included; the rendering is default's.
+  mask_history with train_on_prompt is refused by LF (data_args.py:182-183) and by LfMode.
+
+Truncation is ignored: LF cuts an example longer than cutoff_len (supervised.py:72-81,
+infer_seqlen), but export_sft keeps only rows whose default-mode count fits cutoff_len, so an exported
+row is never cut in default mode. The other modes render the same pieces or fewer and shorter ones
+(thoughts and leading newlines removed, empty thoughts dropped or moved, never added), so in
+practice they fit too; the train_env test runs LF with the export's own cutoff_len in every mode.
+Under mask_history a cut would keep the last turns, not the first (supervised.py:69-70).
+"""
 
 from __future__ import annotations
 
+import functools
+import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
-from tracelake.core.errors import BadParams
+from tracelake.core.errors import BadParams, check
 
 if TYPE_CHECKING:
     from tracelake.export.sharegpt import SharegptRow
@@ -21,6 +75,20 @@ class TemplateSlots:
     observation: str
     gpt: str
     empty_thought: str | None   # prepended to a gpt turn with no <think> (ReasoningTemplate)
+    # (open, close) thought words of a ReasoningTemplate; None for a plain Template (qwen3_nothink)
+    thought_words: tuple[str, str] | None = None
+
+    def remove_thought(self, content: str) -> str:
+        """LF template.py:104-106 `Template.remove_thought`: every `<think>\n...\n</think>\n\n` (the
+        thought words around anything, newlines included) cut out, then leading newlines stripped, even
+        when nothing was cut. A reasoning template only."""
+        check(self.thought_words is not None, "remove_thought on a template without thought words")
+        return _thought_pattern(self.thought_words).sub("", content).lstrip("\n")
+
+
+@functools.cache
+def _thought_pattern(words: tuple[str, str]) -> re.Pattern[str]:
+    return re.compile(f"{re.escape(words[0])}(.*?){re.escape(words[1])}", re.DOTALL)
 
 
 _CHATML = dict(system="<|im_start|>system\n{}<|im_end|>\n",
@@ -28,7 +96,9 @@ _CHATML = dict(system="<|im_start|>system\n{}<|im_end|>\n",
                observation="<|im_start|>user\n<tool_response>\n{}\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
                gpt="{}<|im_end|>\n")
 TEMPLATES = {
-    "qwen3": TemplateSlots(**_CHATML, empty_thought="<think>\n\n</think>\n\n"),
+    # register_template's default thought_words (template.py:554); add_thought() is their concatenation
+    "qwen3": TemplateSlots(**_CHATML, empty_thought="<think>\n\n</think>\n\n",
+                           thought_words=("<think>\n", "\n</think>\n\n")),
     "qwen3_nothink": TemplateSlots(**_CHATML, empty_thought=None),
 }
 
@@ -48,49 +118,78 @@ class Segment:
     trained: bool
 
 
-def render_segments(row: SharegptRow, template: TemplateSlots) -> list[Segment]:
+@dataclass(frozen=True)
+class LfMode:
+    """A LLaMA-Factory 0.9.5 training mode: the DataArguments (hparams/data_args.py) that change what
+    its supervised processor encodes and trains. `lf_args()` are the yaml keys that select it."""
+    name: str
+    mask_history: bool = False       # data_args.py:54-57: train on the last turn only
+    enable_thinking: bool = True     # data_args.py:124-127 (LF's type allows None; not modelled here)
+    train_on_prompt: bool = False    # data_args.py:50-53: prompt tokens get labels too
+    preserve_thinking: bool = False  # data_args.py:128-131: keep history thoughts under mask_history
+
+    def __post_init__(self) -> None:
+        if self.mask_history and self.train_on_prompt:   # data_args.py:182-183 refuses it too
+            raise BadParams(f"LF mode {self.name!r}: mask_history is incompatible with train_on_prompt")
+
+    def lf_args(self) -> dict[str, bool]:
+        return {"mask_history": self.mask_history, "enable_thinking": self.enable_thinking,
+                "train_on_prompt": self.train_on_prompt, "preserve_thinking": self.preserve_thinking}
+
+
+DEFAULT = LfMode("default")
+MODES = {m.name: m for m in [
+    DEFAULT,
+    LfMode("mask_history", mask_history=True),
+    LfMode("mask_history_preserve_thinking", mask_history=True, preserve_thinking=True),
+    LfMode("no_thinking", enable_thinking=False),
+    LfMode("train_on_prompt", train_on_prompt=True),
+]}
+
+
+def lf_mode(name: str) -> LfMode:
+    if name not in MODES:
+        raise BadParams(f"LF mode {name!r}: one of {', '.join(MODES)}")
+    return MODES[name]
+
+
+def render_segments(row: SharegptRow, template: TemplateSlots, mode: LfMode = DEFAULT) -> list[Segment]:
     """The exact text LLaMA-Factory 0.9.5's supervised processor encodes for a sharegpt row, piece by
-    piece, in its default mode (train_on_prompt false, mask_history false, enable_thinking true).
+    piece, in `mode` (see the module docstring for what each mode does and where LF does it).
 
     `tokenizer.encode(s.text, add_special_tokens=False)` of each segment, concatenated, is LF's
     `input_ids`; the tokens of the `trained` segments are exactly the positions where its `labels`
-    are not -100. What LF 0.9.5's source does (llamafactory/data/...):
-
-    - template.py `Template._encode`: each message becomes a list of elements, and
-      `_convert_elements_to_ids` encodes every string element on its own. The first message's
-      elements are format_prefix (empty for qwen3), then format_system (only when the system is
-      non-empty; qwen3 has no default system), then format_user: the system block is encoded
-      separately from the first human turn. A slot is one string per message (StringFormatter),
-      the content put in with str.replace, so braces in content are kept verbatim.
-    - template.py `ReasoningTemplate.encode_multiturn`: with enable_thinking true (the DataArguments
-      default) and mask_history false, for every gpt turn whose content holds neither `<think>` nor
-      `</think>` it prepends `get_thought_word_ids` (the encoding of "<think>\n\n</think>\n\n",
-      on its own) to that turn's response ids ("do compute loss"): the empty thought is trained.
-      Thoughts already in the content are kept as they are (nothing removed in this mode).
-      qwen3_nothink is a plain Template: no empty thought.
-    - processor/supervised.py `SupervisedDatasetProcessor._encode_data_example`: per (prompt,
-      response) pair, the prompt ids get IGNORE_INDEX labels (train_on_prompt false; qwen3 has no
-      efficient_eos) and the response ids are their own labels. So the system block and every
-      human/observation slot (which ends with the `<|im_start|>assistant\n` generation prompt) are
-      not trained; each gpt slot (content + `<|im_end|>\n`) is.
-
-    Truncation is ignored: LF cuts an example longer than cutoff_len (infer_seqlen), but export_sft
-    keeps only rows whose count fits cutoff_len, so an exported row is never cut.
+    are not -100 (and there equal the input ids).
     """
-    return [Segment(text, role, trained) for text, role, trained in render_pieces(row, template)]
+    return [Segment(text, role, trained) for text, role, trained in render_pieces(row, template, mode)]
 
 
-def render_pieces(row: SharegptRow, template: TemplateSlots) -> Iterator[tuple[str, str, bool]]:
+def render_pieces(row: SharegptRow, template: TemplateSlots,
+                  mode: LfMode = DEFAULT) -> Iterator[tuple[str, str, bool]]:
     """render_segments as plain (text, role, trained) tuples: the one home of the rendering, without
     building a dataclass per piece (count_template_tokens renders every exported turn)."""
-    if row.system:
-        yield template.system.format(row.system), "system", False
+    reasoning = template.thought_words is not None    # ReasoningTemplate: only it reads the thinking args
+    no_thinking = reasoning and not mode.enable_thinking
+    discard_history_cot = reasoning and mode.mask_history and not mode.preserve_thinking
+    prompt_trained = mode.train_on_prompt
     thought = template.empty_thought
-    for turn in row.conversations:
+    last = max((k for k, t in enumerate(row.conversations) if t["from"] == "gpt"), default=-1)
+    if row.system:
+        yield template.system.format(row.system), "system", prompt_trained
+    for k, turn in enumerate(row.conversations):
         role, value = turn["from"], turn["value"]
-        if role == "gpt":
-            if thought and "<think>" not in value and "</think>" not in value:
-                yield thought, "empty_thought", True
-            yield template.gpt.format(value), "gpt", True
-        else:
-            yield getattr(template, role).format(value), role, False
+        if role != "gpt":
+            yield getattr(template, role).format(value), role, prompt_trained
+            continue
+        response_trained = not mode.mask_history or k == last
+        if no_thinking or (discard_history_cot and k != last):
+            value = template.remove_thought(value)
+        if thought and (k == last or not discard_history_cot) and "<think>" not in value and "</think>" not in value:
+            yield thought, "empty_thought", response_trained if mode.enable_thinking else prompt_trained
+        yield template.gpt.format(value), "gpt", response_trained
+
+
+def trained_tokens(row: SharegptRow, template: TemplateSlots, mode: LfMode, count: Callable[[str], int]) -> int:
+    """Tokens of `row` LLaMA-Factory trains on (labels != -100) in `mode`; `count(text)` is the number
+    of ids the tokenizer gives a text encoded on its own (no special tokens added)."""
+    return sum(count(text) for text, _, trained in render_pieces(row, template, mode) if trained)
