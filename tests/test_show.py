@@ -81,3 +81,39 @@ def test_bad_references(sample_project, ids):
         find_trajectory(lake, "ffffffffffffffff0")
     proc = tracelake(sample_project, "show", "abc")
     assert proc.returncode == 2 and proc.stderr.startswith("tracelake: show: ") and proc.stderr.count("\n") == 1
+
+
+def test_trained_shows_what_each_llamafactory_mode_trains_on(sample_project):
+    """--trained: the export row's tokens per LF mode (the modes themselves are proven against LF's own
+    get_dataset in test_lf_render.py): train_on_prompt trains every token of the row, default
+    trains the responses only, mask_history the last one only."""
+    import duckdb
+
+    from tracelake.explore.trained import _encoder, export_row, trained_counts
+
+    lake = sample_project / "lake"
+    rows = duckdb.connect().execute(f"SELECT trajectory_id, n_tokens FROM read_parquet('{lake}/exports/sft/316/*/*.parquet') "
+                                    "ORDER BY trajectory_id LIMIT 8").fetchall()
+    cwd = os.getcwd()
+    os.chdir(sample_project)            # the export's tokenizer path is the project's
+    try:
+        for trajectory_id, n_tokens in rows:
+            row = export_row(lake, trajectory_id)
+            assert row["scale"] == "316" and row["n_tokens"] == n_tokens
+            counts = trained_counts(row, _encoder(row))
+            assert counts["train_on_prompt"] == n_tokens
+            assert 0 < counts["mask_history"] <= counts["default"] < n_tokens
+            assert counts["no_thinking"] <= counts["default"]
+    finally:
+        os.chdir(cwd)
+    proc = tracelake(sample_project, "show", rows[0][0], "--trained", "--mode", "mask_history")
+    assert proc.returncode == 0, proc.stderr
+    assert "in sft-316-" in proc.stdout and "trained tokens by LLaMA-Factory mode: default" in proc.stdout
+    assert "mode mask_history:" in proc.stdout and "<|im_start|>assistant" in proc.stdout
+    proc = tracelake(sample_project, "show", rows[0][0], "--trained", "--mode", "bogus")
+    assert proc.returncode != 0 and "LF mode 'bogus': one of default" in proc.stderr
+    dropped = duckdb.connect().execute(f"SELECT trajectory_id FROM read_parquet('{lake}/pool/dropped.parquet') "
+                                       "ORDER BY trajectory_id LIMIT 1").fetchall()[0][0]
+    proc = tracelake(sample_project, "show", dropped, "--trained")
+    assert proc.returncode != 0 and f"{dropped} is in no SFT export" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

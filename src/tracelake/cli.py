@@ -327,13 +327,21 @@ def show(
     trajectory: Annotated[str, typer.Argument(metavar="ID", help="A trajectory id or a unique prefix of it (6+ hex digits).")],
     json_out: Annotated[bool, typer.Option("--json", help="Print the whole row as JSON instead.")] = False,
     full: Annotated[bool, typer.Option("--full", help="Do not fold long messages and thoughts.")] = False,
+    trained: Annotated[bool, typer.Option("--trained", help="Show its SFT export row as LLaMA-Factory renders it, the tokens it trains on highlighted, and the trained tokens of every LLaMA-Factory mode.")] = False,
+    mode: Annotated[str, typer.Option("--mode", help="With --trained: the LLaMA-Factory mode to render (default, mask_history, mask_history_preserve_thinking, no_thinking, train_on_prompt).")] = "default",
     lake: Annotated[Path, typer.Option("--lake", help="Lake root.")] = Path("lake"),
 ) -> None:
     """Show one trajectory: every message with its role, <think> blocks dimmed, long terminal
-    output folded (--full shows everything), or the whole row as JSON."""
+    output folded (--full shows everything), or the whole row as JSON; with --trained, what
+    LLaMA-Factory trains on in its SFT export row."""
     from tracelake.explore.show import find_trajectory, render, to_json
 
     row = find_trajectory(lake, trajectory)
+    if trained:
+        from tracelake.explore.trained import render_trained
+
+        render_trained(lake, row["trajectory_id"], out, mode=mode, full=full)
+        return
     if json_out:
         sys.stdout.buffer.write(to_json(row))
         sys.stdout.flush()
