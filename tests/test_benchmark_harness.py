@@ -63,7 +63,7 @@ def test_copies_run_the_same_input_as_several_sources(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "filter_memory.py"),
                            "--params", str(project / "params-exact.yaml")], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "high-water mark" in proc.stdout and "0 conversations counted before" in proc.stdout
+    assert "high-water mark" in proc.stdout and "0 renderings counted before" in proc.stdout
     encoded = int(proc.stdout.split(" encoded (")[0].rsplit(" ", 1)[1].replace(",", ""))
     assert encoded > 0
     assert sorted((p.name, p.read_bytes()) for p in (project / "lake" / "pool").iterdir()) == pool_before

@@ -131,6 +131,9 @@ def test_render_segments_is_llamafactorys_rendering(sample_project, tiny_model, 
         assert {"human", "gpt"} <= {role for role, _ in roles}
     print("trained tokens by mode:", json.dumps(totals))
     assert totals["mask_history"] <= totals["mask_history_preserve_thinking"] <= totals["default"] < totals["train_on_prompt"]
+    # the export's manifest sums each mode's trained tokens over its rows: LF's own labels, summed
+    manifest = json.loads((sample_project / "lake" / "exports" / "sft" / scale / "manifest.json").read_text())
+    assert manifest["counts"]["trained_tokens"] == {name: totals[name] for name in MODES}
 
 
 def m(role: str, content: str) -> dict[str, str]:

@@ -137,7 +137,7 @@ def test_export_recalls_counts_of_conversations_counted_before(tmp_path):
     from tracelake.core.token_count import TokenCounter
     from tracelake.core.tokens import build_tokenizer
     from tracelake.export.sft import SftStats, convert_batch
-    from tracelake.export.templates import template_slots
+    from tracelake.export.templates import MODES, template_slots
 
     def conv(word, n):
         return [{"role": "user", "content": f"{word} " * n}, {"role": "assistant", "content": f"{word}!"},
@@ -152,12 +152,13 @@ def test_export_recalls_counts_of_conversations_counted_before(tmp_path):
                                    template=template_slots(template), stats=SftStats())
         return out.column("n_tokens").to_pylist(), counter.stats
 
+    rules = 1 + len(MODES)    # the row's tokens, and the tokens each LLaMA-Factory mode trains on
     first, s1 = export(rows)
     again, s2 = export(rows)
-    assert (s1.recalled, s2.recalled, s2.texts) == (0, 2, 0) and again == first
+    assert (s1.recalled, s2.recalled, s2.texts) == (0, 2 * rules, 0) and again == first
     plus = rows + [{**rows[0], "slot_id": "s9", "trajectory_id": "t9", "messages": conv("c", 3)}]
     appended, s3 = export(plus)
-    assert s3.recalled == 2 and appended[:2] == first
+    assert s3.recalled == 2 * rules and appended[:2] == first
     for other in ({"same_role": "reject"}, {"template": "qwen3_nothink"}):
         assert export(rows, **other)[1].recalled == 0, other
     nothink_fresh = convert_batch(*slot_batch(rows), same_role="merge", cutoff_len=None,

@@ -163,7 +163,7 @@ class CountStats:
         return dict(vars(self))
 
     def summary(self) -> str:
-        return (f"{self.recalled:,} conversations counted before; {self.texts:,} texts, "
+        return (f"{self.recalled:,} renderings counted before (whole conversations, per counting rule); {self.texts:,} texts, "
                 f"{self.segments:,} segments: {self.encoded:,} encoded "
                 f"({self.encoded_chars / 1e6:,.1f} M characters), {self.cached:,} from the token cache")
 

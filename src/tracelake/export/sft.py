@@ -53,9 +53,10 @@ from tracelake.export.sharegpt import (
     sharegpt_batch,
     to_sharegpt,
 )
-from tracelake.export.templates import TemplateSlots, render_pieces, template_slots
+from tracelake.export.templates import MODES, LfMode, TemplateSlots, render_pieces, template_slots
 
 TOKEN_RULE = "lf_template_tokens_v1"
+TRAINED_RULE = "lf_trained_tokens_v1"    # tokens each LLaMA-Factory mode trains on (templates.MODES)
 
 
 def count_template_tokens(tokenizer: Tokenizer | TokenCounter, rows: list[SharegptRow],
@@ -86,6 +87,24 @@ def count_template_tokens(tokenizer: Tokenizer | TokenCounter, rows: list[Shareg
     return counts
 
 
+def count_trained_tokens(tokenizer: Tokenizer | TokenCounter, rows: list[SharegptRow], template: TemplateSlots,
+                         mode: LfMode) -> list[int]:
+    """Tokens LLaMA-Factory 0.9.5 trains on (labels != -100) in each row in `mode` (rule
+    lf_trained_tokens_v1): the trained pieces of templates.render_pieces, each encoded on its own."""
+    counter = TokenCounter.of(tokenizer)
+    pieces: list[str] = []
+    owner: list[int] = []
+    for k, row in enumerate(rows):
+        for text, _, trained in render_pieces(row, template, mode):
+            if trained:
+                pieces.append(text)
+                owner.append(k)
+    counts = [0] * len(rows)
+    for k, n in zip(owner, counter.count(pieces)):
+        counts[k] += n
+    return counts
+
+
 @dataclass
 class SftStats:
     rows_in: int = 0
@@ -97,13 +116,15 @@ class SftStats:
     messages_trimmed: int = 0
     max_tokens: int = 0
     length_checked: bool = True   # False: tokens not counted, rows over cutoff_len not rejected
+    trained_tokens: Counter = field(default_factory=Counter)   # LF mode -> tokens trained over every row
     token_counts: str = ""        # what counting encoded (printed, not in metrics: it depends on the cache)
 
     def as_json(self) -> dict[str, Any]:
         return {"rows_in": self.rows_in, "rows_out": self.rows_out, "length_checked": self.length_checked,
                 "rejected": dict(sorted(self.rejected.items())), "rows_merged": self.rows_merged,
                 "messages_merged": self.messages_merged, "rows_trimmed": self.rows_trimmed,
-                "messages_trimmed": self.messages_trimmed, "max_tokens": self.max_tokens}
+                "messages_trimmed": self.messages_trimmed, "max_tokens": self.max_tokens,
+                **({"trained_tokens": {m: self.trained_tokens[m] for m in MODES}} if self.length_checked else {})}
 
 
 COLUMNS = ["trajectory_id", "conversation_sha256", "messages"]
@@ -160,12 +181,15 @@ def convert_batch(trajectories: pa.Table, slots: dict[str, list[dict[str, Any]]]
             rejects.extend(_reject(slot, e.reason, e.detail) for slot in slots[ids[i]])
         else:
             check(False, f"trajectory {ids[i]}: sharegpt_batch refused a row that to_sharegpt converts")
+    trained: dict[str, list[int]] = {}
     if tokenizer is None:
         stats.length_checked = False
         tokens: list[int | None] = [None] * len(kept)
     else:
-        tokens = _template_tokens(TokenCounter.of(tokenizer), batch, trajectories.column("conversation_sha256"),
-                                  kept, template, same_role)
+        counter, hashes = TokenCounter.of(tokenizer), trajectories.column("conversation_sha256")
+        tokens = _template_tokens(counter, batch, hashes, kept, template, same_role)
+        trained = {name: _trained_tokens(counter, batch, hashes, kept, template, same_role, mode)
+                   for name, mode in MODES.items()}
     take: list[int] = []
     columns: dict[str, list] = {name: [] for name in ("id", "slot_id", "trajectory_id", "task_id", "source",
                                                       "task", "copy", "n_tokens")}
@@ -182,6 +206,8 @@ def convert_batch(trajectories: pa.Table, slots: dict[str, list[dict[str, Any]]]
             stats.rows_trimmed += batch.trimmed[k] > 0
             stats.messages_trimmed += batch.trimmed[k]
             stats.max_tokens = max(stats.max_tokens, n_tokens or 0)
+            for name, counts in trained.items():      # each upsampled copy is trained on again
+                stats.trained_tokens[name] += counts[k]
             take.append(k)
             columns["id"].append(f"{slot['source']}/{slot['name']}")
             for name in ("slot_id", "trajectory_id", "task_id", "source", "task", "copy"):
@@ -212,6 +238,24 @@ def _template_tokens(counter: TokenCounter, batch: SharegptBatch, hashes: pa.Chu
         rows = [SharegptRow(system, conv, 0, 0) for system, conv in
                 zip(batch.system.take(at).to_pylist(), batch.conversations.take(at).to_pylist())]
         fresh = count_template_tokens(counter, rows, template)
+        counter.remember([keys[k] for k in todo], fresh)
+        for k, n in zip(todo, fresh):
+            tokens[k] = n
+    return tokens
+
+
+def _trained_tokens(counter: TokenCounter, batch: SharegptBatch, hashes: pa.ChunkedArray, kept: list[int],
+                    template: TemplateSlots, same_role: str, mode: LfMode) -> list[int]:
+    """count_trained_tokens of each kept row in `mode`, recalled by content hash as _template_tokens is."""
+    rule = f"{TRAINED_RULE}\0{mode!r}\0{SHAREGPT_RULE}\0{same_role}\0{template!r}"
+    keys = [rendering_key(rule, h) for h in hashes.take(pa.array(kept, pa.int64())).to_pylist()]
+    tokens = counter.recall(keys)
+    todo = [k for k, n in enumerate(tokens) if n is None]
+    if todo:
+        at = pa.array(todo, pa.int64())
+        rows = [SharegptRow(system, conv, 0, 0) for system, conv in
+                zip(batch.system.take(at).to_pylist(), batch.conversations.take(at).to_pylist())]
+        fresh = count_trained_tokens(counter, rows, template, mode)
         counter.remember([keys[k] for k in todo], fresh)
         for k, n in zip(todo, fresh):
             tokens[k] = n
