@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tracelake.core.errors import BadInput
 from tracelake.core.layout import Lake
 from tracelake.explore.view.db import LakeView, Query
 
@@ -36,7 +37,9 @@ def selected_ids(db: LakeView, query: Query) -> list[str]:
         page = 1
         while total is None or len(ids) < total:
             rows, total, _, state = db.search_page(Query(**{**query.__dict__, "page": page}), n=1000)
-            if state != "ready" or not rows:
+            if state != "ready":     # never an empty file for a search that could not run
+                raise BadInput(f"view: cannot export the search: {state}")
+            if not rows:
                 break
             ids += [r["trajectory_id"] for r in rows]
             page += 1
