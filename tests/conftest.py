@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import copy_project, run_ok
+from .helpers import ROOT, copy_project, run_ok, train_python
 
 
 @pytest.fixture(scope="session")
@@ -17,6 +17,16 @@ def sample_project(tmp_path_factory) -> Path:
     repo = copy_project(tmp_path_factory.mktemp("project"))
     run_ok(["dvc", "repro"], repo)
     return repo
+
+
+@pytest.fixture(scope="session")
+def tiny_model(sample_project, tmp_path_factory) -> Path:
+    """A tiny random Qwen3 with the sample project's tokenizer, built in the training environment
+    (tests/train_env/tiny_qwen3.py)."""
+    out = tmp_path_factory.mktemp("tiny-qwen3")
+    run_ok([str(train_python()), str(ROOT / "tests" / "train_env" / "tiny_qwen3.py"),
+            str(sample_project / "data" / "tokenizer"), str(out)], sample_project)
+    return out
 
 
 def pytest_collection_modifyitems(items) -> None:

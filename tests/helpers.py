@@ -174,3 +174,25 @@ def chromium() -> Path:
 # connections that a closed network refuses.
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--disable-default-apps"]
+
+
+def lf_config(table, tiny_model: Path, tmp_path: Path, template: str, rows_per_shard: int = 3) -> Path:
+    """Export_sft rows (an Arrow table) written as export_sft writes them (shards + dataset_info.json)
+    under tmp_path/data, and a LLaMA-Factory SFT config over every shard, in order, with no cutoff."""
+    import yaml
+
+    from tracelake.core.lake import ShardWriter, write_json
+    from tracelake.core.schema import load_schema
+    from tracelake.export.sft import dataset_info
+
+    dataset = tmp_path / "data"
+    writer = ShardWriter(dataset / "d", load_schema("sft_rows"), rows_per_shard=rows_per_shard)
+    writer.write_batch(table)
+    writer.close()
+    write_json(dataset / "dataset_info.json", dataset_info("d", writer.files))
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({
+        "model_name_or_path": str(tiny_model), "stage": "sft", "do_train": True, "finetuning_type": "full",
+        "dataset": ",".join(f"d.{i:05d}" for i in range(len(writer.files))), "dataset_dir": str(dataset),
+        "template": template, "cutoff_len": 1_000_000, "overwrite_cache": True, "report_to": "none"}))
+    return config

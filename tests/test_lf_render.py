@@ -22,18 +22,16 @@ import yaml
 
 from tokenizers import Tokenizer
 
-from tracelake.core.lake import ShardWriter, read_manifest, write_json
-from tracelake.core.schema import load_schema
+from tracelake.core.lake import read_manifest
 from tracelake.core.tokens import load_tokenizer
-from tracelake.export.sft import SftStats, convert_batch, dataset_info
+from tracelake.export.sft import SftStats, convert_batch
 from tracelake.export.sharegpt import SharegptRow
 from tracelake.export.templates import (MODES, LfMode, TemplateSlots, render_segments, template_slots,
                                         trained_tokens)
 
-from .helpers import ROOT, run_ok, slot_batch, train_python
+from .helpers import lf_config, run_ok, slot_batch, train_python
 
 pytestmark = pytest.mark.train_env
-TINY = ROOT / "tests" / "train_env" / "tiny_qwen3.py"
 IGNORE_INDEX = -100
 
 # Every mode checked: MODES and one combination LF allows (mask_history with enable_thinking false).
@@ -62,12 +60,6 @@ for name, mode_args in modes.items():
 json.dump(result, open(out, "w"))
 '''
 
-
-@pytest.fixture(scope="module")
-def tiny_model(sample_project, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("tiny-qwen3")
-    run_ok([str(train_python()), str(TINY), str(sample_project / "data" / "tokenizer"), str(out)], sample_project)
-    return out
 
 
 def lf_examples(config: Path, cwd: Path, tmp: Path, **overrides) -> dict[str, dict[str, list[list[int]]]]:
@@ -166,16 +158,7 @@ def test_render_segments_for_system_tool_and_think_turns(tiny_model, tmp_path, n
     table, rejects = convert_batch(*slot_batch(slots), same_role="merge", cutoff_len=None,
                                    tokenizer=load_tokenizer(tiny_model), template=template, stats=SftStats())
     assert not rejects and table.num_rows == len(SLOTS)
-    dataset = tmp_path / "data"
-    writer = ShardWriter(dataset / "d", load_schema("sft_rows"), rows_per_shard=len(SLOTS))
-    writer.write_batch(table)
-    writer.close()
-    write_json(dataset / "dataset_info.json", dataset_info("d", writer.files))
-    config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump({
-        "model_name_or_path": str(tiny_model), "stage": "sft", "do_train": True, "finetuning_type": "full",
-        "dataset": "d", "dataset_dir": str(dataset), "template": name, "cutoff_len": 1_000_000,
-        "overwrite_cache": True, "report_to": "none"}))
+    config = lf_config(table, tiny_model, tmp_path, name, rows_per_shard=len(SLOTS))
     rows = [SharegptRow(r["system"] or "", r["conversations"], 0, 0) for r in table.to_pylist()]
     got = lf_examples(config, tmp_path, tmp_path)
     for mode in CHECKED:

@@ -21,17 +21,15 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tracelake.core.lake import ShardWriter, read_manifest, read_table, write_json
-from tracelake.core.schema import load_schema
+from tracelake.core.lake import read_manifest, read_table
 from tracelake.core.tokens import load_tokenizer
-from tracelake.export.sft import SftStats, convert_batch, dataset_info
+from tracelake.export.sft import SftStats, convert_batch
 from tracelake.export.templates import template_slots
 
-from .helpers import FIXTURES, ROOT, need, run_ok, slot_batch, train_python
+from .helpers import FIXTURES, ROOT, lf_config, need, run_ok, slot_batch, train_python
 
 pytestmark = pytest.mark.train_env
 LF_LOAD = ROOT / "tests" / "train_env" / "lf_load.py"
-TINY = ROOT / "tests" / "train_env" / "tiny_qwen3.py"
 CPU = {"deepspeed": None, "bf16": False, "preprocessing_num_workers": 1}
 
 
@@ -39,12 +37,6 @@ def train_env(tmp: Path) -> dict[str, str]:
     return {"HF_DATASETS_CACHE": str(tmp / "hf-datasets"), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
             "TRACELAKE_TRAIN_ENV": str(train_python().parent.parent)}
 
-
-@pytest.fixture(scope="module")
-def tiny_model(sample_project, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("tiny-qwen3")
-    run_ok([str(train_python()), str(TINY), str(sample_project / "data" / "tokenizer"), str(out)], sample_project)
-    return out
 
 
 def lf_load(config: Path, cwd: Path, tmp: Path, **overrides) -> dict:
@@ -102,16 +94,7 @@ def load_rows(rows: list[dict], tiny_model: Path, tmp_path: Path, *, same_role: 
     table, rejects = convert_batch(*slot_batch(rows), same_role=same_role, cutoff_len=None, tokenizer=load_tokenizer(tiny_model),
                                    template=template_slots(template), stats=SftStats())
     out = table.to_pylist()
-    dataset = tmp_path / "data"
-    writer = ShardWriter(dataset / "d", load_schema("sft_rows"), rows_per_shard=3)
-    writer.write_batch(table)
-    writer.close()
-    write_json(dataset / "dataset_info.json", dataset_info("d", writer.files))
-    config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump({
-        "model_name_or_path": str(tiny_model), "stage": "sft", "do_train": True, "finetuning_type": "full",
-        "dataset": ",".join(f"d.{i:05d}" for i in range(len(writer.files))), "dataset_dir": str(dataset),
-        "template": template, "cutoff_len": 1_000_000, "overwrite_cache": True, "report_to": "none"}))
+    config = lf_config(table, tiny_model, tmp_path, template)
     return lf_load(config, tmp_path, tmp_path), out, rejects
 
 

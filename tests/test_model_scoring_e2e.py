@@ -19,19 +19,12 @@ import yaml
 from tracelake.core.lake import read_manifest, read_table
 from tracelake.core.layout import Lake
 
-from .helpers import ROOT, run_ok, train_python
+from .helpers import run_ok, train_python
 
 pytestmark = pytest.mark.train_env
-TINY = ROOT / "tests" / "train_env" / "tiny_qwen3.py"
 LLM = "llm_response_length_v1"
 PROXY = "response_length_proxy_v1"
 
-
-@pytest.fixture(scope="module")
-def tiny_model(sample_project, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("tiny-qwen3")
-    run_ok([str(train_python()), str(TINY), str(sample_project / "data" / "tokenizer"), str(out)], sample_project)
-    return out
 
 
 def set_params(repo: Path, **sections) -> None:

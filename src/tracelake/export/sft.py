@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -227,27 +227,24 @@ def convert_batch(trajectories: pa.Table, slots: dict[str, list[dict[str, Any]]]
 
 def _template_tokens(counter: TokenCounter, batch: SharegptBatch, hashes: pa.ChunkedArray, kept: list[int],
                      template: TemplateSlots, same_role: str) -> list[int]:
-    """count_template_tokens of each kept row; a conversation counted by an earlier run (same
-    tokenizer, template, same_role and content hash) is recalled, not rendered again."""
-    rule = f"{TOKEN_RULE}\0{SHAREGPT_RULE}\0{same_role}\0{template!r}"
-    keys = [rendering_key(rule, h) for h in hashes.take(pa.array(kept, pa.int64())).to_pylist()]
-    tokens = counter.recall(keys)
-    todo = [k for k, n in enumerate(tokens) if n is None]
-    if todo:
-        at = pa.array(todo, pa.int64())
-        rows = [SharegptRow(system, conv, 0, 0) for system, conv in
-                zip(batch.system.take(at).to_pylist(), batch.conversations.take(at).to_pylist())]
-        fresh = count_template_tokens(counter, rows, template)
-        counter.remember([keys[k] for k in todo], fresh)
-        for k, n in zip(todo, fresh):
-            tokens[k] = n
-    return tokens
+    """count_template_tokens of each kept row, recalled by content hash (_recalled)."""
+    return _recalled(counter, batch, hashes, kept, f"{TOKEN_RULE}\0{SHAREGPT_RULE}\0{same_role}\0{template!r}",
+                     lambda rows: count_template_tokens(counter, rows, template))
 
 
 def _trained_tokens(counter: TokenCounter, batch: SharegptBatch, hashes: pa.ChunkedArray, kept: list[int],
                     template: TemplateSlots, same_role: str, mode: LfMode) -> list[int]:
-    """count_trained_tokens of each kept row in `mode`, recalled by content hash as _template_tokens is."""
-    rule = f"{TRAINED_RULE}\0{mode!r}\0{SHAREGPT_RULE}\0{same_role}\0{template!r}"
+    """count_trained_tokens of each kept row in `mode`, recalled by content hash (_recalled)."""
+    return _recalled(counter, batch, hashes, kept,
+                     f"{TRAINED_RULE}\0{mode!r}\0{SHAREGPT_RULE}\0{same_role}\0{template!r}",
+                     lambda rows: count_trained_tokens(counter, rows, template, mode))
+
+
+def _recalled(counter: TokenCounter, batch: SharegptBatch, hashes: pa.ChunkedArray, kept: list[int], rule: str,
+              count: Callable[[list[SharegptRow]], list[int]]) -> list[int]:
+    """`count` of each kept row; a conversation counted by an earlier run under the same `rule` (which
+    names the tokenizer's use: counting rule, template, same_role, mode) and content hash is recalled,
+    not rendered again."""
     keys = [rendering_key(rule, h) for h in hashes.take(pa.array(kept, pa.int64())).to_pylist()]
     tokens = counter.recall(keys)
     todo = [k for k, n in enumerate(tokens) if n is None]
@@ -255,7 +252,7 @@ def _trained_tokens(counter: TokenCounter, batch: SharegptBatch, hashes: pa.Chun
         at = pa.array(todo, pa.int64())
         rows = [SharegptRow(system, conv, 0, 0) for system, conv in
                 zip(batch.system.take(at).to_pylist(), batch.conversations.take(at).to_pylist())]
-        fresh = count_trained_tokens(counter, rows, template, mode)
+        fresh = count(rows)
         counter.remember([keys[k] for k in todo], fresh)
         for k, n in zip(todo, fresh):
             tokens[k] = n

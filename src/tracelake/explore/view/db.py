@@ -231,25 +231,29 @@ class LakeView:
                 con.close()
         return total, batches()
 
-    def search_page(self, query: Query, n: int = PAGE_ROWS) -> tuple[list[dict], int, bool, str]:
-        """Search results: (rows of page `query.page` (1-based), trajectories matched, whether the hits
-        were capped at MAX_HITS messages, the index's state). Each row is a list row with `hits`: its
-        matching messages, best first. Trajectories are ranked by their best message's BM25 score and
-        narrowed by the facets and WHERE box."""
+    def searched(self, query: Query) -> tuple[list[dict], dict[str, list], bool, str]:
+        """Every trajectory the search matches, best first: (their list rows, each one's matching
+        messages best first, whether the hits were capped at MAX_HITS messages, the index's state).
+        Trajectories are ranked by their best message's BM25 score and narrowed by the facets and the
+        WHERE box."""
         index = self.search
         if index is None or not index.ready:
-            return [], 0, False, index.state() if index else "search is off (started with --no-search)"
+            return [], {}, False, index.state() if index else "search is off (started with --no-search)"
         hits = index.search(query.q or "")
         best: dict[str, list] = {}
         for h in hits:
             best.setdefault(h.trajectory_id, []).append(h)
-        ranked = list(best)
         sql, params = self._faceted(query, "view/search_rows")
-        rows = {r["trajectory_id"]: r for r in self._rows(sql, {**params, "ids": ranked})}
-        matched = [tid for tid in ranked if tid in rows]
+        rows = {r["trajectory_id"]: r for r in self._rows(sql, {**params, "ids": list(best)})}
+        return [rows[tid] for tid in best if tid in rows], best, len(hits) >= MAX_HITS, "ready"
+
+    def search_page(self, query: Query, n: int = PAGE_ROWS) -> tuple[list[dict], int, bool, str]:
+        """Page `query.page` (1-based) of `searched`: (its rows, each with `hits`, trajectories matched,
+        capped, the index's state)."""
+        rows, best, capped, state = self.searched(query)
         start = ((query.page or 1) - 1) * n
-        page = [{**rows[tid], "hits": best[tid]} for tid in matched[start:start + n]]
-        return page, len(matched), len(hits) >= MAX_HITS, "ready"
+        page = [{**r, "hits": best[r["trajectory_id"]]} for r in rows[start:start + n]]
+        return page, len(rows), capped, state
 
     # --- one trajectory --------------------------------------------------------------------------
 

@@ -33,17 +33,10 @@ FORMATS = {"jsonl": "application/x-ndjson", "parquet": "application/vnd.apache.p
 def selected_ids(db: LakeView, query: Query) -> list[str]:
     """The ids the list shows for `query` over all its pages: ranked for a search, else by id."""
     if query.q and query.q.strip():
-        ids, total = [], None
-        page = 1
-        while total is None or len(ids) < total:
-            rows, total, _, state = db.search_page(Query(**{**query.__dict__, "page": page}), n=1000)
-            if state != "ready":     # never an empty file for a search that could not run
-                raise BadInput(f"view: cannot export the search: {state}")
-            if not rows:
-                break
-            ids += [r["trajectory_id"] for r in rows]
-            page += 1
-        return ids
+        rows, _, _, state = db.searched(query)
+        if state != "ready":     # never an empty file for a search that could not run
+            raise BadInput(f"view: cannot export the search: {state}")
+        return [r["trajectory_id"] for r in rows]
     sql, params = db._faceted(query, "view/export_ids")
     return [r["trajectory_id"] for r in db._rows(sql, params)]
 

@@ -29,6 +29,7 @@ import orjson
 
 from tracelake.core.lake import read_manifest
 from tracelake.core.layout import Lake
+from tracelake.core.swap import remove_stale, temp_path
 
 SEARCH_FORMAT = "tracelake_search_v1"
 DEFAULT_CACHE = Path(".tracelake/cache/search")
@@ -146,11 +147,8 @@ class SearchIndex:
 
         started = time.monotonic()
         self.cache.mkdir(parents=True, exist_ok=True)
-        for stale in self.cache.glob(f".{self.key}.tmp-*"):     # a build killed before it finished
-            pid = stale.name.rsplit("-", 1)[-1]
-            if not pid.isdigit() or not _alive(int(pid)):
-                shutil.rmtree(stale, ignore_errors=True)
-        tmp = self.cache / f".{self.key}.tmp-{os.getpid()}"
+        remove_stale(self.path)             # builds killed before they finished (their process is gone)
+        tmp = temp_path(self.path, "tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         self._phase = "writing"
         self._total, batches = messages()
@@ -207,13 +205,3 @@ class SearchIndex:
 
 class _Stopped(Exception):
     """The viewer stopped while the index was being built."""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
