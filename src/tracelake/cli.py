@@ -169,18 +169,23 @@ def train(
     kind: Annotated[str, typer.Argument(metavar="sft|rl", help="sft: LLaMA-Factory full SFT; rl: SkyRL GRPO.")],
     dataset: Annotated[str, typer.Option("--dataset", "-d", help="A scale name (3k), a dataset id (sft-3.16k-396828c45111) or a unique prefix of one; `rl` for the RL export.")],
     backend: Annotated[str, typer.Option("--backend", "-b", help="local: run the trainer here; modal: upload the dataset once and run on Modal GPUs.")] = "local",
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the dataset, config, GPU, volumes and exact command; run nothing (works offline).")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the dataset, config, GPU, volumes and exact command (rl: and check the overrides against the installed SkyRL's config); run nothing (works offline).")] = False,
     set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="Override one trainer config key for this run, e.g. --set max_steps=3; repeatable.")] = None,
     gpus: Annotated[Optional[int], typer.Option("--gpus", help="Local SFT: processes (GPUs) for this run instead of train.sft.gpus; 1 runs without torchrun.")] = None,
     params: Annotated[Path, typer.Option("--params", help="The params file that generated the configs.")] = Path("params.yaml"),
 ) -> None:
     """Train on an exported dataset with the config generated from params.yaml (training/configs/):
     locally with llamafactory-cli / SkyRL, or on Modal. Credentials come only from the environment."""
-    from tracelake.export.launch import describe, make_plan, run
+    from tracelake.export.launch import check_rl, describe, make_plan, run
     from tracelake.params import load_params
 
     plan = make_plan(load_params(params), kind, dataset, backend, set_ or [], gpus)
     out.print(describe(plan), markup=False, highlight=False, soft_wrap=True)
+    if plan.rl_overrides is not None:
+        check = check_rl(plan)
+        if check.ok is False:
+            raise BadParams(f"train rl: {check.line.removeprefix('error: ')}")
+        out.print(f"check:    {check.line}", markup=False, highlight=False, soft_wrap=True)
     if dry_run:
         return
     rc = run(plan)

@@ -1,12 +1,13 @@
-"""Load exported RL prompt shards with SkyRL's own PromptDataset (run with the TRAINING environment's python).
+"""Load exported RL prompt shards with SkyRL's own PromptDataset (run with the python of the environment
+holding skyrl 0.4 or skyrl-train 0.3.x).
 
     python tests/train_env/skyrl_load.py --tokenizer DIR --max-prompt-length N --out RESULT.json SHARD.parquet ...
 
-Writes RESULT.json: {"len": len(dataset), "items": [{"uid", "env_class", "extra", "messages", "n_tokens"}, ...]}
+Writes RESULT.json: {"len": len(dataset), "package": PromptDataset's module, "items": [{"uid", "env_class", "extra", "messages", "n_tokens"}, ...]}
 where (messages, env_class, extra, uid) = dataset[i] and n_tokens is the prompt length exactly as
 PromptDataset measures it when filtering (the chat template with the generation prompt). The tokenizer
 is loaded from a local directory (no hub); set HF_HUB_OFFLINE=1 and HF_DATASETS_CACHE to a scratch dir.
-This file imports nothing from tracelake: the training environment does not have it.
+This file imports nothing from tracelake: the trainers' environments do not have it.
 """
 
 from __future__ import annotations
@@ -15,8 +16,12 @@ import argparse
 import json
 from pathlib import Path
 
-from skyrl_train.dataset import PromptDataset
 from transformers import AutoTokenizer
+
+try:   # skyrl 0.4+ (the unified package), else skyrl-train 0.3.x
+    from skyrl.train.dataset import PromptDataset
+except ImportError:
+    from skyrl_train.dataset import PromptDataset
 
 
 def main() -> None:
@@ -34,8 +39,10 @@ def main() -> None:
     for i in range(len(ds)):
         messages, env_class, extra, uid = ds[i]
         items.append({"uid": uid, "env_class": env_class, "extra": extra, "messages": messages,
-                      "n_tokens": len(tok.apply_chat_template(messages, add_generation_prompt=True))})
-    result = {"len": len(ds), "tokenizer_class": type(tok).__name__, "items": items}
+                      "n_tokens": len(tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                              return_dict=False))})
+    result = {"len": len(ds), "tokenizer_class": type(tok).__name__, "package": PromptDataset.__module__,
+              "items": items}
     Path(args.out).write_text(json.dumps(result, sort_keys=True, default=repr))
 
 

@@ -2,6 +2,7 @@
 virtual environment named by a variable, else a default directory in the working directory.
 
     training   $TRACELAKE_TRAIN_ENV, else .venv-train   (bash training/setup-env.sh)
+    skyrl      $TRACELAKE_SKYRL_ENV, else .venv-skyrl   (bash training/setup-skyrl-env.sh; Python 3.12)
     vllm       $TRACELAKE_VLLM_ENV, else .venv-vllm     (bash scoring/setup-vllm-env.sh)
 """
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 ENVIRONMENTS: dict[str, tuple[str, str, str]] = {   # kind -> (variable, default directory, setup command)
     "training": ("TRACELAKE_TRAIN_ENV", ".venv-train", "bash training/setup-env.sh"),
+    "skyrl": ("TRACELAKE_SKYRL_ENV", ".venv-skyrl", "bash training/setup-skyrl-env.sh"),
     "vllm": ("TRACELAKE_VLLM_ENV", ".venv-vllm", "bash scoring/setup-vllm-env.sh"),
 }
 

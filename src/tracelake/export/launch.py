@@ -1,11 +1,16 @@
 """`tracelake train sft|rl`: resolve a dataset, plan the run, print it (--dry-run) or start it.
 
-- local: `llamafactory-cli train training/configs/sft-<scale>.yaml [key=value ...]` or
-  `python -m <SkyRL entrypoint> key=value ...`, from the training environment (TRACELAKE_TRAIN_ENV,
-  else .venv-train, else PATH; `bash training/setup-env.sh` makes it).
+- local: `llamafactory-cli train training/configs/sft-<scale>.yaml [key=value ...]` from the training
+  environment (TRACELAKE_TRAIN_ENV, else .venv-train, else PATH; `bash training/setup-env.sh`), or
+  `python -m <SkyRL entrypoint> key=value ...` from the environment of rl.yaml's trainer: skyrl 0.4
+  in the SkyRL environment (.venv-skyrl; `bash training/setup-skyrl-env.sh`), skyrl-train 0.3.x in
+  the training environment (core/envs.py).
 - modal: `modal run training/modal_app.py::sft|rl`: the export directory goes to a Modal volume
   under its content id (skipped when the id is already there, so an unchanged dataset is never
   uploaded twice), and a GPU function runs the same trainer with paths rewritten to the volumes.
+
+Before an RL run starts (and in --dry-run), training/check_rl_config.py checks every override against
+the installed SkyRL's own config, in that trainer's environment (`check_rl`).
 
 A plan holds no credentials: Modal reads its token from the environment (MODAL_TOKEN_ID/SECRET) or
 its own config, and the names in FORWARDED_ENV travel as a Modal secret built from the local
@@ -25,12 +30,12 @@ from typing import Any, Protocol
 import orjson
 import yaml
 
-from tracelake.core.envs import env_command
+from tracelake.core.envs import ENVIRONMENTS, env_command, env_program
 from tracelake.core.errors import BadInput, BadParams
 from tracelake.core.lake import read_manifest
 from tracelake.core.layout import Lake, is_built, pick_dataset
 from tracelake.curate.params import SelectParams
-from tracelake.export.params import TrainParams
+from tracelake.export.params import RL_TRAINERS, TrainParams
 from tracelake.export.train_config import RL_FILE, hydra_overrides, override_value, sft_config_name
 
 KINDS = ("sft", "rl")
@@ -41,6 +46,8 @@ RUNS_MOUNT = "/runs"
 REMOTE_DEEPSPEED_DIR = "/opt/tracelake/deepspeed"
 REMOTE_SFT_CONFIG = "/tmp/tracelake-sft.yaml"
 MODAL_APP_FILE = "training/modal_app.py"
+CHECK_RL_FILE = "training/check_rl_config.py"
+LEGACY_RL_TRAINER = "skyrl-train"   # rl.yaml files written before train.rl.trainer existed
 
 
 class Params(Protocol):
@@ -76,6 +83,8 @@ class Plan:
     upload: tuple[str, str, str] | None = None               # (local dir, volume, remote dir)
     remote_config: dict[str, Any] | None = None
     remote_command: list[str] | None = None
+    environment: str = "training"          # core/envs.py kind holding the trainer
+    rl_overrides: list[str] | None = None  # what SkyRL parses (checked by check_rl)
 
 
 # --- datasets ----------------------------------------------------------------------------------
@@ -166,9 +175,18 @@ def plan_local(params: Params, ds: Dataset, sets: dict[str, Any], gpus: int | No
         env = {"FORCE_TORCHRUN": "1", "NNODES": "1", "NPROC_PER_NODE": str(gpus)} if gpus > 1 else {}
         return Plan(ds, "local", command, env=env)
     config = yaml.safe_load(ds.config_path.read_text())
-    command = [train_env_bin("python"), "-m", config["entrypoint"],
-               *hydra_overrides({**config["overrides"], **sets})]
-    return Plan(ds, "local", command)
+    environment = rl_environment(config)
+    overrides = hydra_overrides({**config["overrides"], **sets})
+    command = [env_command(environment, "python"), "-m", config["entrypoint"], *overrides]
+    return Plan(ds, "local", command, environment=environment, rl_overrides=overrides)
+
+
+def rl_environment(config: dict[str, Any]) -> str:
+    """The environment (core/envs.py) of the SkyRL package an rl.yaml was written for."""
+    trainer = config.get("trainer", LEGACY_RL_TRAINER)
+    if trainer not in RL_TRAINERS:
+        raise BadInput(f"rl.yaml names trainer {trainer!r}; tracelake knows {', '.join(RL_TRAINERS)}")
+    return RL_TRAINERS[trainer][1]
 
 
 def plan_modal(params: Params, ds: Dataset, sets: dict[str, Any]) -> Plan:
@@ -192,22 +210,29 @@ def plan_modal(params: Params, ds: Dataset, sets: dict[str, Any]) -> Plan:
                       for f in o.get(key) or []]
         o["trainer.ckpt_path"], o["trainer.export_path"] = f"{out_dir}/ckpts", f"{out_dir}/exports"
         o.update(sets)
-        remote_command = ["python", "-m", config["entrypoint"], *hydra_overrides(o)]
+        rl_overrides = hydra_overrides(o)
+        remote_command = ["python", "-m", config["entrypoint"], *rl_overrides]
         remote_env = {}
         gpu = m.rl_gpu
     job = {"command": remote_command, "env": remote_env,
            "config": config if ds.kind == "sft" else None, "config_path": REMOTE_SFT_CONFIG}
+    if ds.kind == "rl":
+        command_env = {"TRACELAKE_MODAL_RL_TRAINER": config.get("trainer", LEGACY_RL_TRAINER)}
+        environment = rl_environment(config)
+    else:
+        command_env, rl_overrides, environment = {}, None, "training"
     command = [train_env_bin("modal"), "run", MODAL_APP_FILE + f"::{ds.kind}",
                "--dataset-id", ds.dataset_id, "--dataset-dir", ds.export_dir.as_posix(),
                "--job-json", orjson.dumps(job, option=orjson.OPT_SORT_KEYS).decode()]
     env = {"TRACELAKE_MODAL_APP": m.app, "TRACELAKE_MODAL_GPU": gpu,
            "TRACELAKE_MODAL_TIMEOUT_HOURS": str(m.timeout_hours),
            "TRACELAKE_MODAL_DATASETS_VOLUME": m.datasets_volume, "TRACELAKE_MODAL_RUNS_VOLUME": m.runs_volume,
-           "TRACELAKE_MODAL_PYTHON": m.image_python}
+           "TRACELAKE_MODAL_PYTHON": m.image_python, **command_env}
     return Plan(ds, "modal", command, env=env, gpu=gpu,
                 volumes={DATASETS_MOUNT: m.datasets_volume, RUNS_MOUNT: m.runs_volume},
                 upload=(ds.export_dir.as_posix(), m.datasets_volume, f"/{ds.dataset_id}"),
-                remote_config=config, remote_command=remote_command)
+                remote_config=config, remote_command=remote_command, environment=environment,
+                rl_overrides=rl_overrides)
 
 
 def make_plan(params: Params, kind: str, ref: str, backend: str, sets: list[str], gpus: int | None = None) -> Plan:
@@ -219,6 +244,32 @@ def make_plan(params: Params, kind: str, ref: str, backend: str, sets: list[str]
     ds = resolve_dataset(params, kind, ref)
     parsed = parse_sets(sets)
     return plan_local(params, ds, parsed, gpus) if backend == "local" else plan_modal(params, ds, parsed)
+
+
+# --- checking an RL config against the installed SkyRL -------------------------------------------
+
+@dataclass
+class Check:
+    ok: bool | None   # None: not checked (the trainer's environment is not installed here)
+    line: str
+
+
+def check_rl(plan: Plan) -> Check:
+    """Run training/check_rl_config.py with the plan's overrides in its trainer's environment: the
+    installed SkyRL's own config parse refuses unknown keys and inconsistent GPU placement."""
+    if plan.rl_overrides is None:
+        raise ValueError("check_rl: not an RL plan")
+    python = env_program(plan.environment, "python")
+    if python is None:
+        _, _, setup = ENVIRONMENTS[plan.environment]
+        return Check(None, f"not checked: the {plan.environment} environment is not installed ({setup})")
+    proc = subprocess.run([str(python), CHECK_RL_FILE, *plan.rl_overrides], capture_output=True, text=True,
+                          env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(("ok: ", "error: "))]
+    if not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return Check(False, f"error: {CHECK_RL_FILE} failed (exit {proc.returncode}): {tail}")
+    return Check(proc.returncode == 0 and lines[-1].startswith("ok: "), lines[-1])
 
 
 # --- output and running -------------------------------------------------------------------------
@@ -256,6 +307,8 @@ def run(plan: Plan) -> int:
     """Start the plan; returns the trainer's exit code."""
     program = plan.command[0]
     if not (Path(program).exists() or shutil.which(program)):
-        raise BadInput(f"{Path(program).name} not found: install the training environment with "
-                       f"`bash training/setup-env.sh` (or set TRACELAKE_TRAIN_ENV to one)")
+        environment = "training" if plan.backend == "modal" else plan.environment
+        variable, _, setup = ENVIRONMENTS[environment]
+        raise BadInput(f"{Path(program).name} not found: install the {environment} environment with "
+                       f"`{setup}` (or set {variable} to one)")
     return subprocess.run(plan.command, env={**os.environ, **plan.env}).returncode

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, model_validator
 
 from tracelake.core.params import Count, Invalid, Number, Section, one_of
 from tracelake.export.sharegpt import SAME_ROLE_POLICIES
@@ -66,17 +66,46 @@ class SftTrainParams(Section):
     extra: dict[Any, Any] = Field(default_factory=dict)
 
 
+# SkyRL packages tracelake writes configs for, and each one's entrypoint and training environment:
+# `skyrl` 0.4+ (the unified package, typed config, Python >= 3.12) and `skyrl-train` 0.3.x (Hydra).
+RL_TRAINERS: dict[str, tuple[str, str]] = {   # trainer -> (default entrypoint, environment: core/envs.py)
+    "skyrl": ("skyrl.train.entrypoints.main_base", "skyrl"),
+    "skyrl-train": ("skyrl_train.entrypoints.main_base", "training"),
+}
+
+
 class RlTrainParams(Section):
-    """SkyRL (skyrl_train entrypoint, GRPO). `extra` passes any other SkyRL config key as-is."""
+    """SkyRL GRPO. `extra` passes any other SkyRL config key (dotted) as-is; `tracelake train rl`
+    checks every key against the installed trainer's own config before it starts."""
+    trainer: Annotated[str, one_of(RL_TRAINERS)] = "skyrl"
+    entrypoint: str | None = None     # null: the trainer's main_base (RL_TRAINERS)
     model: str = "Qwen/Qwen3-8B"
-    entrypoint: str = "skyrl_train.entrypoints.main_base"
     advantage_estimator: str = "grpo"
     n_samples_per_prompt: Count = 8
     epochs: Count = 1
     train_batch_size: Count = 32
     learning_rate: LearningRate = 1.0e-6
     gpus: Count = 8
+    inference_engines: Count = 4      # vLLM engines sharing the policy's GPUs (SkyRL's colocate_all):
+    tensor_parallel_size: Count = 2   # gpus must equal inference_engines x tensor_parallel_size
     extra: dict[Any, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _engines_fill_the_gpus(self) -> RlTrainParams:
+        if self.inference_engines * self.tensor_parallel_size != self.gpus:
+            raise Invalid(f": gpus ({self.gpus}) must equal inference_engines x tensor_parallel_size "
+                          f"({self.inference_engines} x {self.tensor_parallel_size}): SkyRL puts the policy and "
+                          f"its inference engines on the same GPUs", at=("gpus",))
+        return self
+
+    @property
+    def resolved_entrypoint(self) -> str:
+        return self.entrypoint or RL_TRAINERS[self.trainer][0]
+
+    @property
+    def environment(self) -> str:
+        """The environment (core/envs.py) holding this trainer."""
+        return RL_TRAINERS[self.trainer][1]
 
 
 class ModalParams(Section):

@@ -3,8 +3,9 @@
 - `sft-<scale>.yaml`: a LLaMA-Factory full-SFT config for one exported scale. `dataset` names the
   export's per-shard dataset_info entries in order, so the example order is the same everywhere
   (LLaMA-Factory would list a shard directory with an unsorted os.listdir).
-- `rl.yaml`: the SkyRL entrypoint and its config overrides, with `data.train_data` as explicit
-  Parquet files (SkyRL reads a directory path as a hub dataset name).
+- `rl.yaml`: the SkyRL package (`skyrl` 0.4+ or `skyrl-train` 0.3.x, train.rl.trainer), its entrypoint
+  and its config overrides, with `data.train_data` as explicit Parquet files (SkyRL reads a directory
+  path as a hub dataset name).
 
 Each file opens with the dataset id it trains on; `tracelake train` runs them (locally or on Modal).
 """
@@ -77,10 +78,19 @@ def sft_config(sft: SftTrainParams, *, dataset_id: str, n_shards: int, dataset_d
     return config
 
 
+# The vLLM engines' keys: skyrl 0.4 moved them under generator.inference_engine.
+ENGINE_KEYS = {   # trainer -> (number of engines, tensor parallel size)
+    "skyrl": ("generator.inference_engine.num_engines", "generator.inference_engine.tensor_parallel_size"),
+    "skyrl-train": ("generator.num_inference_engines", "generator.inference_engine_tensor_parallel_size"),
+}
+
+
 def rl_config(rl: RlTrainParams, *, dataset_id: str, prompt_files: list[str], max_turns: int,
               max_prompt_length: int, env_class: str, runs: str) -> dict[str, Any]:
-    """SkyRL's entrypoint and its dotted config overrides for the exported RL prompts."""
+    """The SkyRL package, its entrypoint and its dotted config overrides for the exported RL prompts.
+    Every key exists in both skyrl 0.4 and skyrl-train 0.3.1 but the engines' (ENGINE_KEYS)."""
     out = str(PurePosixPath(runs) / dataset_id)
+    engines, tensor_parallel = ENGINE_KEYS[rl.trainer]
     overrides: dict[str, Any] = {
         "data.train_data": list(prompt_files),
         "data.val_data": [],                  # no eval set is exported; add one through train.rl.extra
@@ -93,6 +103,8 @@ def rl_config(rl: RlTrainParams, *, dataset_id: str, prompt_files: list[str], ma
         "trainer.policy.optimizer_config.lr": rl.learning_rate,
         "trainer.placement.policy_num_gpus_per_node": rl.gpus,
         "trainer.placement.ref_num_gpus_per_node": rl.gpus,
+        engines: rl.inference_engines,
+        tensor_parallel: rl.tensor_parallel_size,
         "trainer.max_prompt_length": max_prompt_length,
         "trainer.eval_before_train": False,
         "trainer.ckpt_path": f"{out}/ckpts",
@@ -102,7 +114,8 @@ def rl_config(rl: RlTrainParams, *, dataset_id: str, prompt_files: list[str], ma
         "environment.env_class": env_class,
     }
     overrides.update(rl.extra)
-    return {"dataset_id": dataset_id, "entrypoint": rl.entrypoint, "overrides": overrides}
+    return {"dataset_id": dataset_id, "trainer": rl.trainer, "entrypoint": rl.resolved_entrypoint,
+            "overrides": overrides}
 
 
 def override_value(v: Any) -> str:
@@ -149,7 +162,7 @@ def write_train_configs(out: Path, lake: Lake, scales: list[str], train: TrainPa
         rl = rl_config(train.rl, dataset_id=manifest["dataset_id"], prompt_files=files,
                        max_turns=export_rl.max_turns, max_prompt_length=export_rl.max_prompt_length,
                        env_class=export_rl.env_class, runs=train.runs)
-        header = [f"SkyRL on {manifest['dataset_id']} ({manifest['counts']['tasks_out']} task prompts): "
+        header = [f"{train.rl.trainer} on {manifest['dataset_id']} ({manifest['counts']['tasks_out']} task prompts): "
                   f"python -m <entrypoint> <key>=<value> for each override.",
                   "Run: tracelake train rl --dataset rl --backend local|modal [--dry-run]", DO_NOT_EDIT]
         (tmp / RL_FILE).write_text(render(rl, header))
