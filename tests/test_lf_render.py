@@ -24,7 +24,7 @@ from tokenizers import Tokenizer
 
 from tracelake.core.lake import read_manifest
 from tracelake.core.tokens import load_tokenizer
-from tracelake.export.sft import SftStats, convert_batch
+from tracelake.export.sft import SftStats, convert_batch, count_trained_tokens, dataset_info_v1
 from tracelake.export.sharegpt import SharegptRow
 from tracelake.export.templates import (MODES, LfMode, TemplateSlots, render_segments, template_slots,
                                         trained_tokens)
@@ -34,8 +34,11 @@ from .helpers import lf_config, run_ok, slot_batch, train_python
 pytestmark = pytest.mark.train_env
 IGNORE_INDEX = -100
 
-# Every mode checked: MODES and one combination LF allows (mask_history with enable_thinking false).
-CHECKED = [*MODES.values(), LfMode("mask_history_no_thinking", mask_history=True, enable_thinking=False)]
+# Every v0 mode checked: MODES and one combination LF allows (mask_history with enable_thinking false);
+# the v1 data engine (MODES["v1"]) is checked against LF's v1 code below.
+CHECKED = [*(m for m in MODES.values() if not m.v1),
+           LfMode("mask_history_no_thinking", mask_history=True, enable_thinking=False)]
+V1 = MODES["v1"]
 
 # Runs in the training environment: for each mode, load CONFIG's dataset as `llamafactory-cli train
 # CONFIG` with the mode's arguments would, and write every example's input_ids and labels to OUT as
@@ -60,6 +63,31 @@ for name, mode_args in modes.items():
 json.dump(result, open(out, "w"))
 '''
 
+# Runs in the training environment: LLaMA-Factory v1's own data path, as `USE_V1=1 llamafactory-cli sft`
+# feeds its trainer (DataEngine over a v1 dataset_info.yaml with the sharegpt converter, the Renderer
+# of TEMPLATE as the DataLoader's collate_fn, pad_and_truncate at CUTOFF), for every row in order.
+LF_V1_DUMP = '''
+import json, sys
+from transformers import AutoProcessor
+from llamafactory.v1.core.data_engine import DataEngine
+from llamafactory.v1.core.utils.rendering import Renderer
+from llamafactory.v1.utils.helper import pad_and_truncate
+
+info, model, template, cutoffs, out = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), sys.argv[5]
+engine = DataEngine(info)
+renderer = Renderer(template, AutoProcessor.from_pretrained(model))
+result = {str(c): {"input_ids": [], "labels": [], "samples_per_row": []} for c in cutoffs}
+for i in range(len(engine)):
+    samples = renderer.process_samples([engine[i]])
+    for c in cutoffs:
+        r = result[str(c)]
+        r["samples_per_row"].append(len(samples))
+        for batch in pad_and_truncate(samples, c):
+            r["input_ids"].append(batch["input_ids"].tolist())
+            r["labels"].append(batch["labels"].tolist())
+json.dump(result, open(out, "w"))
+'''
+
 
 
 def lf_examples(config: Path, cwd: Path, tmp: Path, **overrides) -> dict[str, dict[str, list[list[int]]]]:
@@ -74,6 +102,44 @@ def lf_examples(config: Path, cwd: Path, tmp: Path, **overrides) -> dict[str, di
     run_ok([str(train_python()), str(script), str(config), str(out), json.dumps(overrides), json.dumps(modes)], cwd,
            env=env)
     return json.loads(out.read_text())
+
+
+def lf_v1_examples(info: Path, model: Path, template: str, cutoffs: list[int], cwd: Path,
+                   tmp: Path) -> dict[int, dict[str, list]]:
+    """LF v1's input_ids and labels (and samples per row) for a v1 dataset_info.yaml, by cutoff_len."""
+    script, out = tmp / "lf_v1_dump.py", tmp / "v1.json"
+    script.write_text(LF_V1_DUMP)
+    env = {"HF_DATASETS_CACHE": str(tmp / "hf-datasets"), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    run_ok([str(train_python()), str(script), str(info), str(model), template, json.dumps(cutoffs), str(out)], cwd,
+           env=env)
+    return {int(c): v for c, v in json.loads(out.read_text()).items()}
+
+
+def assert_same_v1(rows: list[SharegptRow], got: dict[str, list], tokenizer: Tokenizer, template: TemplateSlots,
+                   cutoff_len: int) -> tuple[set[tuple[str, bool]], int]:
+    """v1 makes one sample per row; render_segments in mode v1, encoded piece by piece and cut at
+    cutoff_len, is its input_ids, the trained pieces its labels; trained_tokens counts them."""
+    assert got["samples_per_row"] == [1] * len(rows)
+    roles: set[tuple[str, bool]] = set()
+    total = 0
+
+    def count(text: str) -> int:
+        return len(tokenizer.encode(text, add_special_tokens=False).ids)
+
+    for k, (row, input_ids, labels) in enumerate(zip(rows, got["input_ids"], got["labels"], strict=True)):
+        ids: list[int] = []
+        trained: list[bool] = []
+        for segment in render_segments(row, template, V1):
+            encoded = tokenizer.encode(segment.text, add_special_tokens=False).ids
+            ids += encoded
+            trained += [segment.trained] * len(encoded)
+            roles.add((segment.role, segment.trained))
+        ids, trained = ids[:cutoff_len], trained[:cutoff_len]
+        assert ids == input_ids, f"v1 cutoff {cutoff_len}, row {k}: input_ids differ"
+        assert trained == [label != IGNORE_INDEX for label in labels], f"v1 cutoff {cutoff_len}, row {k}: labels differ"
+        assert trained_tokens(row, template, V1, count, cutoff_len) == sum(trained)
+        total += sum(trained)
+    return roles, total
 
 
 def exported_rows(export: Path) -> list[SharegptRow]:
@@ -112,7 +178,8 @@ def assert_same_rendering(rows: list[SharegptRow], got: dict[str, list[list[int]
 def test_render_segments_is_llamafactorys_rendering(sample_project, tiny_model, tmp_path):
     scale = "316"
     config = sample_project / "training" / "configs" / f"sft-{scale}.yaml"
-    template = template_slots(yaml.safe_load(config.read_text())["template"])
+    template_name = yaml.safe_load(config.read_text())["template"]
+    template = template_slots(template_name)
     rows = exported_rows(sample_project / "lake" / "exports" / "sft" / scale)
     assert len(rows) >= 50
     got = lf_examples(config, sample_project, tmp_path, model_name_or_path=str(tiny_model))
@@ -121,6 +188,18 @@ def test_render_segments_is_llamafactorys_rendering(sample_project, tiny_model, 
     for mode in CHECKED:
         roles, totals[mode.name] = assert_same_rendering(rows, got[mode.name], tokenizer, template, mode)
         assert {"human", "gpt"} <= {role for role, _ in roles}
+    # LLaMA-Factory v1 over the export's own dataset_info.yaml (relative paths, from the project root),
+    # at the export's cutoff_len and at a small one that cuts most rows
+    export = sample_project / "lake" / "exports" / "sft" / scale
+    cutoff_len = read_manifest(export)["params"]["cutoff_len"]
+    v1 = lf_v1_examples(export / "dataset_info.yaml", tiny_model, template_name, [cutoff_len, 256], sample_project,
+                        tmp_path)
+    for cutoff in (cutoff_len, 256):
+        _, totals[f"v1@{cutoff}"] = assert_same_v1(rows, v1[cutoff], tokenizer, template, cutoff)
+    totals["v1"] = totals.pop(f"v1@{cutoff_len}")
+    assert totals["v1@256"] < totals["v1"]
+    assert count_trained_tokens(tokenizer, rows, template, V1, 256) == [
+        sum(label != IGNORE_INDEX for label in labels) for labels in v1[256]["labels"]]
     print("trained tokens by mode:", json.dumps(totals))
     assert totals["mask_history"] <= totals["mask_history_preserve_thinking"] <= totals["default"] < totals["train_on_prompt"]
     # the export's manifest sums each mode's trained tokens over its rows: LF's own labels, summed
@@ -169,3 +248,10 @@ def test_render_segments_for_system_tool_and_think_turns(tiny_model, tmp_path, n
         assert (("human", True) in roles) == mode.train_on_prompt
         if name == "qwen3":
             assert ("empty_thought", False) in roles or mode.enable_thinking
+    # LLaMA-Factory v1 on the same rows (its sharegpt converter drops the system column: no system piece)
+    info = tmp_path / "v1.yaml"
+    info.write_text(dataset_info_v1("d", tmp_path / "data", [f"train-{i:05d}.parquet" for i in range(1)], 3))
+    got_v1 = lf_v1_examples(info, tiny_model, name, [1_000_000, 40], tmp_path, tmp_path)
+    for cutoff in (1_000_000, 40):
+        roles, _ = assert_same_v1(rows, got_v1[cutoff], load_tokenizer(tiny_model), template, cutoff)
+        assert roles == {("human", False), ("observation", False), ("gpt", True)}

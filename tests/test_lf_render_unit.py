@@ -13,7 +13,7 @@ from tracelake.export.sft import count_template_tokens
 from tracelake.export.sharegpt import SharegptRow
 from tracelake.core.errors import BadParams
 from tracelake.export.templates import (DEFAULT, MODES, LfMode, Segment, lf_mode, render_pieces, render_segments,
-                                        template_slots, trained_tokens)
+                                        template_slots, trained_tokens, truncated_trained, V0_MODES)
 
 
 def row(conversations: list[tuple[str, str]], system: str = "") -> SharegptRow:
@@ -90,7 +90,11 @@ EMPTY = "<think>\n\n</think>\n\n"
 
 
 def test_modes_and_their_lf_args():
-    assert set(MODES) == {"default", "mask_history", "mask_history_preserve_thinking", "no_thinking", "train_on_prompt"}
+    assert set(MODES) == {"default", "mask_history", "mask_history_preserve_thinking", "no_thinking", "train_on_prompt",
+                          "v1"}
+    assert lf_mode("v1").lf_args() == {} and lf_mode("v1").v1
+    with pytest.raises(BadParams):   # v1 has none of v0's DataArguments
+        LfMode("x", v1=True, mask_history=True)
     assert lf_mode("default") is DEFAULT
     assert DEFAULT.lf_args() == {"mask_history": False, "enable_thinking": True, "train_on_prompt": False,
                                  "preserve_thinking": False}
@@ -170,7 +174,7 @@ def test_train_on_prompt_trains_everything():
     assert all(s.trained for s in render_segments(ROW2, template_slots("qwen3"), nothink))
 
 
-@pytest.mark.parametrize("mode", list(MODES.values()), ids=list(MODES))
+@pytest.mark.parametrize("mode", [m for m in MODES.values() if not m.v1], ids=V0_MODES)
 def test_qwen3_nothink_ignores_the_thinking_args(mode):
     """A plain Template: no empty thought, no thought removed; only the labels follow the mode."""
     template = template_slots("qwen3_nothink")
@@ -198,3 +202,37 @@ def test_trained_tokens_sums_the_trained_segments(tokenizer, name, mode):
                                                                if s.trained)
     assert trained_tokens(ROW2, template, mode, len) == sum(len(t) for t, _, trained in
                                                             render_pieces(ROW2, template, mode) if trained)
+
+
+def test_v1_renders_each_message_whole_and_trains_every_assistant_turn():
+    """LLaMA-Factory v1 (templates docstring): the system column dropped, headers inside the trained
+    assistant piece, and (qwen3) an empty thought before the last turn even when it has one."""
+    got = render_segments(ROW2, template_slots("qwen3"), MODES["v1"])
+    assert got == [
+        Segment("<|im_start|>user\na<|im_end|>\n", "human", False),
+        Segment("<|im_start|>assistant\n" + THINK + "one<|im_end|>\n", "gpt", True),
+        Segment("<|im_start|>user\n<tool_response>\no\n</tool_response><|im_end|>\n", "observation", False),
+        Segment("<|im_start|>assistant\n\ntwo<|im_end|>\n", "gpt", True),
+        Segment("<|im_start|>user\nb<|im_end|>\n", "human", False),
+        Segment("<|im_start|>assistant\n" + EMPTY + THINK + "three<|im_end|>\n", "gpt", True)]
+    plain = render_segments(ROW2, template_slots("qwen3_nothink"), MODES["v1"])
+    assert plain[-1].text == "<|im_start|>assistant\n" + THINK + "three<|im_end|>\n" and plain[:-1] == got[:-1]
+    # a last assistant turn after a tool result only (no user query after it) still counts as after the query
+    tail = row([("human", "q"), ("gpt", "call"), ("observation", "r"), ("gpt", "\n\nend")])
+    assert render_segments(tail, template_slots("qwen3"), MODES["v1"])[-1].text == \
+        "<|im_start|>assistant\n" + EMPTY + "end<|im_end|>\n"
+
+
+def test_v1_trained_tokens_stop_at_cutoff_len():
+    count = len
+    rendered = [(len(s.text), s.trained) for s in render_segments(ROW2, template_slots("qwen3"), MODES["v1"])]
+    full = sum(n for n, trained in rendered if trained)
+    assert trained_tokens(ROW2, template_slots("qwen3"), MODES["v1"], count) == full
+    assert trained_tokens(ROW2, template_slots("qwen3"), MODES["v1"], count, cutoff_len=10**6) == full
+    first = rendered[0][0]   # the first piece is a prompt: a cut inside it trains nothing
+    assert trained_tokens(ROW2, template_slots("qwen3"), MODES["v1"], count, cutoff_len=first) == 0
+    assert trained_tokens(ROW2, template_slots("qwen3"), MODES["v1"], count, cutoff_len=first + 5) == 5
+    assert truncated_trained([(3, True), (4, False), (5, True)], 9) == 5
+    # the v0 modes ignore cutoff_len (export_sft keeps only rows that fit it)
+    assert trained_tokens(ROW2, template_slots("qwen3"), DEFAULT, count, cutoff_len=1) == \
+        trained_tokens(ROW2, template_slots("qwen3"), DEFAULT, count)

@@ -104,12 +104,17 @@ def test_trained_shows_what_each_llamafactory_mode_trains_on(sample_project):
             assert counts["train_on_prompt"] == n_tokens
             assert 0 < counts["mask_history"] <= counts["default"] < n_tokens
             assert counts["no_thinking"] <= counts["default"]
+            assert 0 < counts["v1"] <= n_tokens   # v1 trains every assistant turn with its header
     finally:
         os.chdir(cwd)
     proc = tracelake(sample_project, "show", rows[0][0], "--trained", "--mode", "mask_history")
     assert proc.returncode == 0, proc.stderr
     assert "in sft-316-" in proc.stdout and "trained tokens by LLaMA-Factory mode: default" in proc.stdout
     assert "mode mask_history:" in proc.stdout and "<|im_start|>assistant" in proc.stdout
+    proc = tracelake(sample_project, "show", rows[0][0], "--trained", "--mode", "v1")
+    assert proc.returncode == 0, proc.stderr
+    assert "mode v1: the v1 data engine (USE_V1=1); v1 cuts at cutoff_len 32,768" in proc.stdout
+    assert ", v1 " in proc.stdout.splitlines()[1]
     proc = tracelake(sample_project, "show", rows[0][0], "--trained", "--mode", "bogus")
     assert proc.returncode != 0 and "LF mode 'bogus': one of default" in proc.stderr
     dropped = duckdb.connect().execute(f"SELECT trajectory_id FROM read_parquet('{lake}/pool/dropped.parquet') "

@@ -53,6 +53,21 @@ def test_generated_sft_config_is_the_seed_recipe(sample_project):
         assert manifest["dataset_id"] in (sample_project / "training" / "configs" / f"sft-{scale}.yaml").read_text().splitlines()[0]
 
 
+def test_sft_config_states_the_training_mode(sample_project):
+    """mask_history, enable_thinking, train_on_prompt and preserve_thinking are written out, so no run
+    depends on LLaMA-Factory's defaults; train.sft.mode picks them (a v0 mode only)."""
+    from tracelake.export.train_config import sft_config
+
+    config = yaml.safe_load((sample_project / "training" / "configs" / "sft-316.yaml").read_text())
+    assert {k: config[k] for k in ("mask_history", "enable_thinking", "train_on_prompt", "preserve_thinking")} == \
+        {"mask_history": False, "enable_thinking": True, "train_on_prompt": False, "preserve_thinking": False}
+    sft = SftTrainParams(mode="mask_history_preserve_thinking")
+    config = sft_config(sft, dataset_id="sft-1-x", n_shards=1, dataset_dir="d", runs="r")
+    assert (config["mask_history"], config["preserve_thinking"], config["train_on_prompt"]) == (True, True, False)
+    with pytest.raises(Exception, match="must be one of default"):
+        SftTrainParams(mode="v1")
+
+
 def test_default_params_match_the_seed_recipe():
     sft = SftTrainParams()
     assert (sft.learning_rate, sft.num_train_epochs, sft.adam_beta2, sft.seed, total_batch(sft)) == (4e-5, 7.0, 0.98, 42, 16)

@@ -333,7 +333,7 @@ def show(
     json_out: Annotated[bool, typer.Option("--json", help="Print the whole row as JSON instead.")] = False,
     full: Annotated[bool, typer.Option("--full", help="Do not fold long messages and thoughts.")] = False,
     trained: Annotated[bool, typer.Option("--trained", help="Show its SFT export row as LLaMA-Factory renders it, the tokens it trains on highlighted, and the trained tokens of every LLaMA-Factory mode.")] = False,
-    mode: Annotated[str, typer.Option("--mode", help="With --trained: the LLaMA-Factory mode to render (default, mask_history, mask_history_preserve_thinking, no_thinking, train_on_prompt).")] = "default",
+    mode: Annotated[str, typer.Option("--mode", help="With --trained: the LLaMA-Factory mode to render (default, mask_history, mask_history_preserve_thinking, no_thinking, train_on_prompt; v1: the v1 data engine, USE_V1=1).")] = "default",
     lake: Annotated[Path, typer.Option("--lake", help="Lake root.")] = Path("lake"),
 ) -> None:
     """Show one trajectory: every message with its role, <think> blocks dimmed, long terminal

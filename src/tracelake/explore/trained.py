@@ -36,6 +36,7 @@ def export_row(lake: Path | str, trajectory_id: str) -> dict[str, Any]:
             system, conversations, n_tokens = found[0]
             params = manifest.get("params", {})
             return {"scale": scale, "dataset_id": manifest["dataset_id"], "template": params.get("template"),
+                    "cutoff_len": params.get("cutoff_len"),
                     "tokenizer": params.get("export_sft", {}).get("tokenizer"),
                     "tokenizer_sha256": manifest.get("inputs", {}).get("tokenizer"),
                     "system": system or "", "conversations": conversations, "n_tokens": n_tokens}
@@ -71,7 +72,7 @@ def trained_counts(row: dict[str, Any], count) -> dict[str, int]:
 
     slots = template_slots(row["template"])
     sharegpt = SharegptRow(system=row["system"], conversations=list(row["conversations"]), merged=0, trimmed=0)
-    return {name: trained_tokens(sharegpt, slots, mode, count) for name, mode in MODES.items()}
+    return {name: trained_tokens(sharegpt, slots, mode, count, row.get("cutoff_len")) for name, mode in MODES.items()}
 
 
 def render_trained(lake: Path | str, trajectory_id: str, console: Console, mode: str = "default",
@@ -90,8 +91,9 @@ def render_trained(lake: Path | str, trajectory_id: str, console: Console, mode:
     console.print("trained tokens by LLaMA-Factory mode: " + ", ".join(
         f"{'[bold]' if name == mode else ''}{name} {n:,}{'[/bold]' if name == mode else ''}" for name, n in counts.items()),
         highlight=False)
-    console.print(f"mode {mode}: LLaMA-Factory args {chosen.lf_args()}; [bold green]trained[/], [dim]not trained[/]\n",
-                  highlight=False)
+    how = "the v1 data engine (USE_V1=1)" if chosen.v1 else f"LLaMA-Factory args {chosen.lf_args()}"
+    cut = f"; v1 cuts at cutoff_len {row['cutoff_len']:,}" if chosen.v1 and row.get("cutoff_len") else ""
+    console.print(f"mode {mode}: {how}{cut}; [bold green]trained[/], [dim]not trained[/]\n", highlight=False)
     sharegpt = SharegptRow(system=row["system"], conversations=list(row["conversations"]), merged=0, trimmed=0)
     text = Text()
     for seg in render_segments(sharegpt, template_slots(row["template"]), chosen):

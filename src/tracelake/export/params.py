@@ -9,7 +9,7 @@ from pydantic import BeforeValidator, Field, model_validator
 
 from tracelake.core.params import Count, Invalid, Number, Section, one_of
 from tracelake.export.sharegpt import SAME_ROLE_POLICIES
-from tracelake.export.templates import TEMPLATES
+from tracelake.export.templates import TEMPLATES, V0_MODES
 from tracelake.ingest.params import SourceSelection
 
 NonEmpty = Annotated[str, Field(min_length=1)]
@@ -47,6 +47,8 @@ class SftTrainParams(Section):
     model: str = "Qwen/Qwen3-8B"
     template: Annotated[str, BeforeValidator(_template)] = "qwen3"
     cutoff_len: Count = 32768         # export_sft rejects longer examples (LLaMA-Factory would cut them)
+    # the LLaMA-Factory (v0) training mode the config selects, written out key by key (templates.MODES)
+    mode: Annotated[str, one_of(V0_MODES)] = "default"
     finetuning_type: str = "full"
     learning_rate: LearningRate = 4.0e-5
     lr_scheduler_type: str = "cosine"

@@ -3,6 +3,7 @@ dataset_info.json that names the dataset by its content id.
 
     lake/exports/sft/<scale>/
       dataset_info.json        entries: <id> (every shard) and <id>.NNNNN (one shard each, in order)
+      dataset_info.yaml        the same shards for LLaMA-Factory's v1 data engine (USE_V1=1)
       <id>/train-00000.parquet  sharegpt shards only (LLaMA-Factory refuses mixed file types)
       export_rejects.parquet   the slots that could not become examples, with reasons
       manifest.json            written last
@@ -24,6 +25,7 @@ from typing import Any, Callable, Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import yaml
 from tokenizers import Tokenizer
 
 from tracelake.core.background import read_ahead
@@ -53,7 +55,7 @@ from tracelake.export.sharegpt import (
     sharegpt_batch,
     to_sharegpt,
 )
-from tracelake.export.templates import MODES, LfMode, TemplateSlots, render_pieces, template_slots
+from tracelake.export.templates import MODES, LfMode, TemplateSlots, render_pieces, template_slots, truncated_trained
 
 TOKEN_RULE = "lf_template_tokens_v1"
 TRAINED_RULE = "lf_trained_tokens_v1"    # tokens each LLaMA-Factory mode trains on (templates.MODES)
@@ -88,21 +90,26 @@ def count_template_tokens(tokenizer: Tokenizer | TokenCounter, rows: list[Shareg
 
 
 def count_trained_tokens(tokenizer: Tokenizer | TokenCounter, rows: list[SharegptRow], template: TemplateSlots,
-                         mode: LfMode) -> list[int]:
+                         mode: LfMode, cutoff_len: int | None = None) -> list[int]:
     """Tokens LLaMA-Factory 0.9.5 trains on (labels != -100) in each row in `mode` (rule
-    lf_trained_tokens_v1): the trained pieces of templates.render_pieces, each encoded on its own."""
+    lf_trained_tokens_v1): the trained pieces of templates.render_pieces, each encoded on its own.
+    In v1, which cuts a sample at cutoff_len, every piece is counted and only the trained tokens
+    within the first cutoff_len are (templates.truncated_trained)."""
     counter = TokenCounter.of(tokenizer)
+    truncates = mode.v1 and cutoff_len is not None
     pieces: list[str] = []
-    owner: list[int] = []
+    owner: list[tuple[int, bool]] = []
     for k, row in enumerate(rows):
         for text, _, trained in render_pieces(row, template, mode):
-            if trained:
+            if trained or truncates:
                 pieces.append(text)
-                owner.append(k)
-    counts = [0] * len(rows)
-    for k, n in zip(owner, counter.count(pieces)):
-        counts[k] += n
-    return counts
+                owner.append((k, trained))
+    per_row: list[list[tuple[int, bool]]] = [[] for _ in rows]
+    for (k, trained), n in zip(owner, counter.count(pieces)):
+        per_row[k].append((n, trained))
+    if truncates:
+        return [truncated_trained(p, cutoff_len) for p in per_row]
+    return [sum(n for n, _ in p) for p in per_row]
 
 
 @dataclass
@@ -115,6 +122,7 @@ class SftStats:
     rows_trimmed: int = 0         # examples whose trailing prompt-side messages were removed
     messages_trimmed: int = 0
     max_tokens: int = 0
+    rows_with_system: int = 0     # examples with a system prompt (LLaMA-Factory v1's converter drops it)
     length_checked: bool = True   # False: tokens not counted, rows over cutoff_len not rejected
     trained_tokens: Counter = field(default_factory=Counter)   # LF mode -> tokens trained over every row
     token_counts: str = ""        # what counting encoded (printed, not in metrics: it depends on the cache)
@@ -124,6 +132,7 @@ class SftStats:
                 "rejected": dict(sorted(self.rejected.items())), "rows_merged": self.rows_merged,
                 "messages_merged": self.messages_merged, "rows_trimmed": self.rows_trimmed,
                 "messages_trimmed": self.messages_trimmed, "max_tokens": self.max_tokens,
+                "rows_with_system": self.rows_with_system,
                 **({"trained_tokens": {m: self.trained_tokens[m] for m in MODES}} if self.length_checked else {})}
 
 
@@ -188,8 +197,9 @@ def convert_batch(trajectories: pa.Table, slots: dict[str, list[dict[str, Any]]]
     else:
         counter, hashes = TokenCounter.of(tokenizer), trajectories.column("conversation_sha256")
         tokens = _template_tokens(counter, batch, hashes, kept, template, same_role)
-        trained = {name: _trained_tokens(counter, batch, hashes, kept, template, same_role, mode)
+        trained = {name: _trained_tokens(counter, batch, hashes, kept, template, same_role, mode, cutoff_len)
                    for name, mode in MODES.items()}
+    has_system = pc.greater(pc.utf8_length(batch.system), 0).to_pylist()
     take: list[int] = []
     columns: dict[str, list] = {name: [] for name in ("id", "slot_id", "trajectory_id", "task_id", "source",
                                                       "task", "copy", "n_tokens")}
@@ -206,6 +216,7 @@ def convert_batch(trajectories: pa.Table, slots: dict[str, list[dict[str, Any]]]
             stats.rows_trimmed += batch.trimmed[k] > 0
             stats.messages_trimmed += batch.trimmed[k]
             stats.max_tokens = max(stats.max_tokens, n_tokens or 0)
+            stats.rows_with_system += has_system[i]
             for name, counts in trained.items():      # each upsampled copy is trained on again
                 stats.trained_tokens[name] += counts[k]
             take.append(k)
@@ -233,11 +244,12 @@ def _template_tokens(counter: TokenCounter, batch: SharegptBatch, hashes: pa.Chu
 
 
 def _trained_tokens(counter: TokenCounter, batch: SharegptBatch, hashes: pa.ChunkedArray, kept: list[int],
-                    template: TemplateSlots, same_role: str, mode: LfMode) -> list[int]:
+                    template: TemplateSlots, same_role: str, mode: LfMode, cutoff_len: int | None) -> list[int]:
     """count_trained_tokens of each kept row in `mode`, recalled by content hash (_recalled)."""
+    cutoff = cutoff_len if mode.v1 else None   # only v1's count depends on it
     return _recalled(counter, batch, hashes, kept,
-                     f"{TRAINED_RULE}\0{mode!r}\0{SHAREGPT_RULE}\0{same_role}\0{template!r}",
-                     lambda rows: count_trained_tokens(counter, rows, template, mode))
+                     f"{TRAINED_RULE}\0{mode!r}\0{cutoff}\0{SHAREGPT_RULE}\0{same_role}\0{template!r}",
+                     lambda rows: count_trained_tokens(counter, rows, template, mode, cutoff))
 
 
 def _recalled(counter: TokenCounter, batch: SharegptBatch, hashes: pa.ChunkedArray, kept: list[int], rule: str,
@@ -274,6 +286,23 @@ def dataset_info(dataset_id: str, shard_files: list[str]) -> dict[str, Any]:
     for i, f in enumerate(shard_files):
         info[shard_entry_name(dataset_id, i)] = dataset_info_entry(f"{dataset_id}/{f}")
     return info
+
+
+def dataset_info_v1(dataset_id: str, export_dir: Path, shard_files: list[str], rows_with_system: int) -> str:
+    """dataset_info.yaml for LLaMA-Factory's v1 data engine (USE_V1=1, `train_dataset:` this file):
+    one entry per shard, in order (a directory entry would be listed in os.listdir order), each read
+    by v1's sharegpt converter. No size or weight: either makes v1 resample the rows with replacement
+    (v1/core/data_engine.py:108-113). v1 takes each path as given, relative to where it runs (the
+    project root, as the generated configs' dataset_dir)."""
+    header = [f"LLaMA-Factory v1 data engine (USE_V1=1): train_dataset: <this file>, for {dataset_id}.",
+              "v1 reads `conversations` only: "
+              + (f"{rows_with_system} rows have a system prompt it drops." if rows_with_system
+                 else "no row has a system prompt, so nothing is dropped."),
+              "Set cutoff_len and template explicitly: v1's defaults are 2048 and qwen3_nothink."]
+    entries = {shard_entry_name(dataset_id, i): {"path": (export_dir / dataset_id / f).as_posix(), "source": "local",
+                                                  "converter": "sharegpt", "split": "train"}
+               for i, f in enumerate(shard_files)}
+    return "".join(f"# {h}\n" for h in header) + yaml.safe_dump(entries, sort_keys=False)
 
 
 BATCH = 256
@@ -319,6 +348,8 @@ def export_sft(lake: Lake, scale: str, sources: list[str], cfg: ExportSftParams,
         name = dataset_id("sft", selection["params"]["rows"], info.version_id)
         (tmp / "shards").rename(tmp / name)
         write_json(tmp / "dataset_info.json", dataset_info(name, shards.files))
+        (tmp / "dataset_info.yaml").write_text(dataset_info_v1(name, lake.sft_export(scale), shards.files,
+                                                               stats.rows_with_system))
         counts = {"dataset_id": name, "shards": len(shards.files), **stats.as_json()}
         write_manifest(
             tmp, kind="export_sft", dataset_id=name,

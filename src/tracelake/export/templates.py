@@ -46,7 +46,26 @@ The modes (MODES; the DataArguments in hparams/data_args.py):
   block and the human/observation slots included; the rendering is default's.
   mask_history with train_on_prompt is refused by LF (data_args.py:182-183) and by LfMode.
 
-Truncation is ignored: LF cuts an example longer than cutoff_len (supervised.py:72-81,
+LLaMA-Factory's v1 data engine (`USE_V1=1`, llamafactory/v1/ in the same 0.9.5), mode `v1`:
+
+- v1/plugins/data_plugins/converter.py:103-164 `sharegpt_converter`: reads `conversations` only. The
+  `system` column is dropped (a system prompt would have to be a `from: system` message); human ->
+  user, observation -> tool, gpt -> assistant with loss weight 1.0, every other message 0.0.
+- One training sample per row, every assistant turn trained (v1/core/utils/rendering.py:136-178);
+  the v1 renderer never calls the tokenizer's chat template. v1/plugins/model_plugins/templates/
+  qwen3.py:110-216 (qwen3_nothink.py:60-166 the same without thoughts): each message is one string
+  encoded on its own, all its tokens weighted as the message: `<|im_start|>user\n{}<|im_end|>\n`;
+  `<|im_start|>assistant\n{}<|im_end|>\n` (the header is trained); a run of tool messages shares one
+  `<|im_start|>user ... <|im_end|>\n` around `\n<tool_response>\n{}\n</tool_response>` each.
+- qwen3 only (qwen3.py:165-166): the last message, when it is an assistant turn after the last user
+  query (a user message not wrapped in <tool_response>), becomes `<think>\n\n</think>\n\n` + the
+  text with leading newlines stripped, even when the text already holds a thought. No thought is
+  ever removed (thoughts are plain text to the converter).
+- v1/utils/helper.py:92-110: a sample longer than cutoff_len is cut on the right (at collate time;
+  v1's own default cutoff_len is 2048), so trained_tokens takes cutoff_len for v1 and counts only
+  the labels left.
+
+Truncation is ignored in the v0 modes: LF cuts an example longer than cutoff_len (supervised.py:72-81,
 infer_seqlen), but export_sft keeps only rows whose default-mode count fits cutoff_len, so an exported
 row is never cut in default mode. The other modes render the same pieces or fewer and shorter ones
 (thoughts and leading newlines removed, empty thoughts dropped or moved, never added), so in
@@ -121,18 +140,24 @@ class Segment:
 @dataclass(frozen=True)
 class LfMode:
     """A LLaMA-Factory 0.9.5 training mode: the DataArguments (hparams/data_args.py) that change what
-    its supervised processor encodes and trains. `lf_args()` are the yaml keys that select it."""
+    its supervised processor encodes and trains. `lf_args()` are the yaml keys that select it. `v1`:
+    the v1 data engine instead (USE_V1=1), which has none of those arguments."""
     name: str
+    v1: bool = False
     mask_history: bool = False       # data_args.py:54-57: train on the last turn only
     enable_thinking: bool = True     # data_args.py:124-127 (LF's type allows None; not modelled here)
     train_on_prompt: bool = False    # data_args.py:50-53: prompt tokens get labels too
     preserve_thinking: bool = False  # data_args.py:128-131: keep history thoughts under mask_history
 
     def __post_init__(self) -> None:
+        if self.v1 and (self.mask_history or self.train_on_prompt or self.preserve_thinking or not self.enable_thinking):
+            raise BadParams(f"LF mode {self.name!r}: the v1 data engine has no v0 training arguments")
         if self.mask_history and self.train_on_prompt:   # data_args.py:182-183 refuses it too
             raise BadParams(f"LF mode {self.name!r}: mask_history is incompatible with train_on_prompt")
 
     def lf_args(self) -> dict[str, bool]:
+        if self.v1:
+            return {}
         return {"mask_history": self.mask_history, "enable_thinking": self.enable_thinking,
                 "train_on_prompt": self.train_on_prompt, "preserve_thinking": self.preserve_thinking}
 
@@ -144,7 +169,9 @@ MODES = {m.name: m for m in [
     LfMode("mask_history_preserve_thinking", mask_history=True, preserve_thinking=True),
     LfMode("no_thinking", enable_thinking=False),
     LfMode("train_on_prompt", train_on_prompt=True),
+    LfMode("v1", v1=True),
 ]}
+V0_MODES = [name for name, m in MODES.items() if not m.v1]   # what a v0 LLaMA-Factory config can select
 
 
 def lf_mode(name: str) -> LfMode:
@@ -168,6 +195,9 @@ def render_pieces(row: SharegptRow, template: TemplateSlots,
                   mode: LfMode = DEFAULT) -> Iterator[tuple[str, str, bool]]:
     """render_segments as plain (text, role, trained) tuples: the one home of the rendering, without
     building a dataclass per piece (count_template_tokens renders every exported turn)."""
+    if mode.v1:
+        yield from _v1_pieces(row, template)
+        return
     reasoning = template.thought_words is not None    # ReasoningTemplate: only it reads the thinking args
     no_thinking = reasoning and not mode.enable_thinking
     discard_history_cot = reasoning and mode.mask_history and not mode.preserve_thinking
@@ -189,7 +219,46 @@ def render_pieces(row: SharegptRow, template: TemplateSlots,
         yield template.gpt.format(value), "gpt", response_trained
 
 
-def trained_tokens(row: SharegptRow, template: TemplateSlots, mode: LfMode, count: Callable[[str], int]) -> int:
+_TOOL_OPEN, _TOOL_CLOSE = "<tool_response>", "</tool_response>"
+
+
+def _v1_pieces(row: SharegptRow, template: TemplateSlots) -> Iterator[tuple[str, str, bool]]:
+    """The v1 data engine's pieces (module docstring): one per message, the system column dropped."""
+    turns = [(t["from"], t["value"]) for t in row.conversations if t["from"] in ("human", "gpt", "observation")]
+    last_query = next((k for k in range(len(turns) - 1, -1, -1) if turns[k][0] == "human" and not (
+        turns[k][1].startswith(_TOOL_OPEN) and turns[k][1].endswith(_TOOL_CLOSE))), len(turns) - 1)
+    reasoning = template.thought_words is not None
+    for k, (role, value) in enumerate(turns):
+        if role == "human":
+            yield f"<|im_start|>user\n{value}<|im_end|>\n", "human", False
+        elif role == "gpt":
+            if reasoning and k == len(turns) - 1 and k > last_query:
+                value = "<think>\n\n</think>\n\n" + value.lstrip("\n")
+            yield f"<|im_start|>assistant\n{value}<|im_end|>\n", "gpt", True
+        else:
+            opens = k == 0 or turns[k - 1][0] != "observation"
+            closes = k == len(turns) - 1 or turns[k + 1][0] != "observation"
+            yield (("<|im_start|>user" if opens else "") + f"\n{_TOOL_OPEN}\n{value}\n{_TOOL_CLOSE}"
+                   + ("<|im_end|>\n" if closes else "")), "observation", False
+
+
+def trained_tokens(row: SharegptRow, template: TemplateSlots, mode: LfMode, count: Callable[[str], int],
+                   cutoff_len: int | None = None) -> int:
     """Tokens of `row` LLaMA-Factory trains on (labels != -100) in `mode`; `count(text)` is the number
-    of ids the tokenizer gives a text encoded on its own (no special tokens added)."""
-    return sum(count(text) for text, _, trained in render_pieces(row, template, mode) if trained)
+    of ids the tokenizer gives a text encoded on its own (no special tokens added). `cutoff_len`: v1
+    keeps only the first cutoff_len tokens of a sample (the v0 modes ignore it: module docstring)."""
+    if not (mode.v1 and cutoff_len is not None):
+        return sum(count(text) for text, _, trained in render_pieces(row, template, mode) if trained)
+    return truncated_trained([(count(text), trained) for text, _, trained in render_pieces(row, template, mode)],
+                             cutoff_len)
+
+
+def truncated_trained(pieces: list[tuple[int, bool]], cutoff_len: int) -> int:
+    """Trained tokens among the first cutoff_len of (tokens, trained) pieces in order."""
+    room, total = cutoff_len, 0
+    for n, trained in pieces:
+        if room <= 0:
+            break
+        total += min(n, room) if trained else 0
+        room -= n
+    return total
