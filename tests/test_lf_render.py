@@ -115,33 +115,6 @@ def lf_v1_examples(info: Path, model: Path, template: str, cutoffs: list[int], c
     return {int(c): v for c, v in json.loads(out.read_text()).items()}
 
 
-def assert_same_v1(rows: list[SharegptRow], got: dict[str, list], tokenizer: Tokenizer, template: TemplateSlots,
-                   cutoff_len: int) -> tuple[set[tuple[str, bool]], int]:
-    """v1 makes one sample per row; render_segments in mode v1, encoded piece by piece and cut at
-    cutoff_len, is its input_ids, the trained pieces its labels; trained_tokens counts them."""
-    assert got["samples_per_row"] == [1] * len(rows)
-    roles: set[tuple[str, bool]] = set()
-    total = 0
-
-    def count(text: str) -> int:
-        return len(tokenizer.encode(text, add_special_tokens=False).ids)
-
-    for k, (row, input_ids, labels) in enumerate(zip(rows, got["input_ids"], got["labels"], strict=True)):
-        ids: list[int] = []
-        trained: list[bool] = []
-        for segment in render_segments(row, template, V1):
-            encoded = tokenizer.encode(segment.text, add_special_tokens=False).ids
-            ids += encoded
-            trained += [segment.trained] * len(encoded)
-            roles.add((segment.role, segment.trained))
-        ids, trained = ids[:cutoff_len], trained[:cutoff_len]
-        assert ids == input_ids, f"v1 cutoff {cutoff_len}, row {k}: input_ids differ"
-        assert trained == [label != IGNORE_INDEX for label in labels], f"v1 cutoff {cutoff_len}, row {k}: labels differ"
-        assert trained_tokens(row, template, V1, count, cutoff_len) == sum(trained)
-        total += sum(trained)
-    return roles, total
-
-
 def exported_rows(export: Path) -> list[SharegptRow]:
     files = read_manifest(export)["counts"]["files"]
     return [SharegptRow(r["system"] or "", r["conversations"], 0, 0)
@@ -149,12 +122,17 @@ def exported_rows(export: Path) -> list[SharegptRow]:
 
 
 def assert_same_rendering(rows: list[SharegptRow], got: dict[str, list[list[int]]], tokenizer: Tokenizer,
-                          template: TemplateSlots, mode: LfMode) -> tuple[set[tuple[str, bool]], int]:
-    """Each row's segments in `mode`, encoded one by one, are LF's input_ids, the trained ones its
-    labels, and trained_tokens counts them; the (role, trained) pairs seen and the trained tokens."""
+                          template: TemplateSlots, mode: LfMode,
+                          cutoff_len: int | None = None) -> tuple[set[tuple[str, bool]], int]:
+    """Each row's segments in `mode`, encoded one by one (and cut at cutoff_len: v1), are LF's
+    input_ids, the trained ones its labels, and trained_tokens counts them; the (role, trained)
+    pairs seen and the trained tokens. v1 must have made exactly one sample per row."""
     assert len(got["input_ids"]) == len(got["labels"]) == len(rows)
+    if mode.v1:
+        assert got["samples_per_row"] == [1] * len(rows)
     roles: set[tuple[str, bool]] = set()
     total = 0
+    where = mode.name + (f" cutoff {cutoff_len}" if cutoff_len else "")
 
     def count(text: str) -> int:
         return len(tokenizer.encode(text, add_special_tokens=False).ids)
@@ -167,10 +145,12 @@ def assert_same_rendering(rows: list[SharegptRow], got: dict[str, list[list[int]
             ids += encoded
             trained += [segment.trained] * len(encoded)
             roles.add((segment.role, segment.trained))
-        assert ids == input_ids, f"{mode.name}, row {k}: input_ids differ"
-        assert trained == [label != IGNORE_INDEX for label in labels], f"{mode.name}, row {k}: trained positions differ"
-        assert all(label == i for label, i in zip(labels, input_ids) if label != IGNORE_INDEX), f"{mode.name}, row {k}"
-        assert trained_tokens(row, template, mode, count) == sum(trained)
+        if cutoff_len is not None:
+            ids, trained = ids[:cutoff_len], trained[:cutoff_len]
+        assert ids == input_ids, f"{where}, row {k}: input_ids differ"
+        assert trained == [label != IGNORE_INDEX for label in labels], f"{where}, row {k}: trained positions differ"
+        assert all(label == i for label, i in zip(labels, input_ids) if label != IGNORE_INDEX), f"{where}, row {k}"
+        assert trained_tokens(row, template, mode, count, cutoff_len) == sum(trained)
         total += sum(trained)
     return roles, total
 
@@ -195,7 +175,7 @@ def test_render_segments_is_llamafactorys_rendering(sample_project, tiny_model, 
     v1 = lf_v1_examples(export / "dataset_info.yaml", tiny_model, template_name, [cutoff_len, 256], sample_project,
                         tmp_path)
     for cutoff in (cutoff_len, 256):
-        _, totals[f"v1@{cutoff}"] = assert_same_v1(rows, v1[cutoff], tokenizer, template, cutoff)
+        _, totals[f"v1@{cutoff}"] = assert_same_rendering(rows, v1[cutoff], tokenizer, template, V1, cutoff)
     totals["v1"] = totals.pop(f"v1@{cutoff_len}")
     assert totals["v1@256"] < totals["v1"]
     assert count_trained_tokens(tokenizer, rows, template, V1, 256) == [
@@ -253,5 +233,5 @@ def test_render_segments_for_system_tool_and_think_turns(tiny_model, tmp_path, n
     info.write_text(dataset_info_v1("d", tmp_path / "data", [f"train-{i:05d}.parquet" for i in range(1)], 3))
     got_v1 = lf_v1_examples(info, tiny_model, name, [1_000_000, 40], tmp_path, tmp_path)
     for cutoff in (1_000_000, 40):
-        roles, _ = assert_same_v1(rows, got_v1[cutoff], load_tokenizer(tiny_model), template, cutoff)
+        roles, _ = assert_same_rendering(rows, got_v1[cutoff], load_tokenizer(tiny_model), template, V1, cutoff)
         assert roles == {("human", False), ("observation", False), ("gpt", True)}
