@@ -220,6 +220,11 @@ def test_rl_dry_run_is_checked_against_the_installed_skyrl(trainer, entrypoint, 
     n = len(config["overrides"])
     version = "0.4.0" if trainer == "skyrl" else "0.3.1"
     assert f"check:    ok: {n} overrides are keys of {trainer} {version}'s config" in proc.stdout
+    # the export's env_class (harbor) is no SkyRL-Gym environment: said, not refused (an entrypoint may register it)
+    assert "note:     environment.env_class 'harbor' is not registered in skyrl-gym 0.4.0 (aime, gsm8k" in proc.stdout
+    proc = tracelake(project, "train", "rl", "--dataset", "rl", "--dry-run", "--set", "environment.env_class=gsm8k",
+                     env=env)
+    assert proc.returncode == 0 and "check:    ok:" in proc.stdout and "note:" not in proc.stdout, proc.stderr
 
     for bad, words in ((["trainer.not_a_key=1"], "not_a_key"),
                        ([f"{engine_key}=3"], "colocate_all needs policy GPUs (8")):

@@ -12,7 +12,9 @@ environment's python; `tracelake train rl` runs it before every launch and in --
 
 Both then check the GPU placement SkyRL's validate_cfg asserts when the policy, the reference model
 and the inference engines share GPUs (colocate_all): policy GPUs = engines x tensor x pipeline x data
-parallel size. One line out: `ok: ...` (exit 0) or `error: ...` (exit 1). Imports nothing from tracelake.
+parallel size. One line out: `ok: ...` (exit 0) or `error: ...` (exit 1), after it a `note: ...` when
+environment.env_class is not registered in the installed SkyRL-Gym (main_base could not make it
+unless the entrypoint registers it first). Imports nothing from tracelake.
 """
 
 from __future__ import annotations
@@ -120,7 +122,23 @@ def main(args: list[str]) -> int:
         print(f"error: {package} {version}: {problem}")
         return 1
     print(f"ok: {len(args)} overrides are keys of {package} {version}'s config: {how}; GPU placement consistent")
+    note = env_class_note(_get(cfg, "environment.env_class"))
+    if note:
+        print(f"note: {note}")
     return 0
+
+
+def env_class_note(env_class: str | None) -> str | None:
+    try:
+        from skyrl_gym.envs.registration import registry
+    except ImportError:
+        return None
+    if env_class is None or env_class in registry:
+        return None
+    version = importlib.metadata.version("skyrl-gym")
+    return (f"environment.env_class {env_class!r} is not registered in skyrl-gym {version} "
+            f"({', '.join(sorted(registry))}): register it before main_base makes environments, or run SkyRL's "
+            f"Harbor integration for Harbor tasks (README, Train on GPUs)")
 
 
 if __name__ == "__main__":

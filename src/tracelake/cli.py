@@ -186,6 +186,8 @@ def train(
         if check.ok is False:
             raise BadParams(f"train rl: {check.line.removeprefix('error: ')}")
         out.print(f"check:    {check.line}", markup=False, highlight=False, soft_wrap=True)
+        for note in check.notes:
+            out.print(f"note:     {note}", markup=False, highlight=False, soft_wrap=True)
     if dry_run:
         return
     rc = run(plan)

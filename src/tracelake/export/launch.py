@@ -252,6 +252,7 @@ def make_plan(params: Params, kind: str, ref: str, backend: str, sets: list[str]
 class Check:
     ok: bool | None   # None: not checked (the trainer's environment is not installed here)
     line: str
+    notes: list[str] = field(default_factory=list)   # what the check saw that may fail later (env_class)
 
 
 def check_rl(plan: Plan) -> Check:
@@ -269,7 +270,8 @@ def check_rl(plan: Plan) -> Check:
     if not lines:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return Check(False, f"error: {CHECK_RL_FILE} failed (exit {proc.returncode}): {tail}")
-    return Check(proc.returncode == 0 and lines[-1].startswith("ok: "), lines[-1])
+    notes = [line.removeprefix("note: ") for line in proc.stdout.splitlines() if line.startswith("note: ")]
+    return Check(proc.returncode == 0 and lines[-1].startswith("ok: "), lines[-1], notes)
 
 
 # --- output and running -------------------------------------------------------------------------
