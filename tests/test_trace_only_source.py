@@ -23,7 +23,7 @@ from tracelake.ingest.derived_tasks import DERIVE_RULE
 from tracelake.params import load_params
 
 from .helpers import FIXTURES, copy_project, need, run_ok
-from .test_export_rl import skyrl_load  # SkyRL's own PromptDataset, in the training environment
+from .test_export_rl import TRAINERS, skyrl_load  # SkyRL's own PromptDataset, in each trainer's environment
 
 TRACES = "data/otagent/sample_raw.json"
 SCALE = "316"
@@ -110,10 +110,11 @@ def test_a_source_without_tasks_gets_a_one_line_error(tmp_path):
 
 
 @pytest.mark.train_env
-def test_skyrl_prompt_dataset_loads_the_derived_prompts(project, tmp_path):
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_skyrl_prompt_dataset_loads_the_derived_prompts(trainer, project, tmp_path):
     repo, _ = project
     lake = Lake(repo / "lake")
     m = read_manifest(lake.rl_export)
     files = [lake.rl_export / f for f in m["counts"]["files"]["prompts"]]
-    got = skyrl_load(files, repo / m["params"]["tokenizer"], m["params"]["max_prompt_length"], tmp_path)
+    got = skyrl_load(files, repo / m["params"]["tokenizer"], m["params"]["max_prompt_length"], tmp_path, trainer)
     assert got["len"] == len(got["items"]) == m["counts"]["tasks_out"]  # SkyRL dropped none
