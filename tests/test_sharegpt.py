@@ -131,6 +131,27 @@ def test_export_without_token_counting_says_rows_are_not_length_checked(tmp_path
 
 
 
+def test_export_counts_the_rows_whose_system_prompt_v1_drops():
+    """rows_with_system counts exported rows (upsampled copies included) with a system prompt, after
+    rejected rows: the batch holds the ok rows only, so a rejected row must not shift the count."""
+    from tracelake.export.sft import SftStats, convert_batch
+    from tracelake.export.templates import template_slots
+
+    def slot(i: int, trajectory: str, messages: list[dict]) -> dict:
+        return {"slot_id": f"s{i}", "trajectory_id": trajectory, "task_id": "k", "source": "src", "task": "x",
+                "name": f"x{i}", "copy": 0, "messages": messages}
+
+    ask = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    sys_ask = [{"role": "system", "content": "be brief"}, *ask]
+    rows = [slot(0, "bad", [{"role": "assistant", "content": "starts with the answer"}]),   # rejected
+            slot(1, "plain", ask), slot(2, "sys", sys_ask), slot(3, "sys", sys_ask)]      # s3: a copy
+    stats = SftStats()
+    out, rejects = convert_batch(*slot_batch(rows), same_role="merge", cutoff_len=None, tokenizer=None,
+                                 template=template_slots("qwen3"), stats=stats)
+    assert len(rejects) == 1 and out.num_rows == 3
+    assert stats.rows_with_system == 2 == sum(bool(s) for s in out.column("system").to_pylist())
+
+
 def test_export_recalls_counts_of_conversations_counted_before(tmp_path):
     """A rerun (or a new scale) counts no conversation again: the same tokenizer, template, same_role
     and content hash recall the total; any of them changed counts afresh, to the same exact value."""

@@ -216,7 +216,7 @@ def convert_batch(trajectories: pa.Table, slots: dict[str, list[dict[str, Any]]]
             stats.rows_trimmed += batch.trimmed[k] > 0
             stats.messages_trimmed += batch.trimmed[k]
             stats.max_tokens = max(stats.max_tokens, n_tokens or 0)
-            stats.rows_with_system += has_system[i]
+            stats.rows_with_system += has_system[k]
             for name, counts in trained.items():      # each upsampled copy is trained on again
                 stats.trained_tokens[name] += counts[k]
             take.append(k)
