@@ -39,7 +39,10 @@ python="$(find_python)" || {
 "$python" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' || {
   echo "setup-skyrl-env: $python is not Python >= 3.12" >&2; exit 1; }
 
-rm -rf "$venv"
+if [[ -e "$venv" && ! -f "$venv/pyvenv.cfg" ]]; then
+  echo "setup-skyrl-env: $venv exists and is not a virtual environment: not touching it" >&2; exit 1
+fi
+rm -rf "$venv"   # a stale environment (other pins, maybe another Python): rebuilt whole
 "$python" -m venv "$venv"
 pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 "${pip[@]}" install -r "$here/skyrl/requirements.txt" -c "$here/skyrl/constraints.txt"
