@@ -18,15 +18,21 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.e2e
 
 
+def run_script(script: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run a benchmarks/ script with this interpreter; fail the test with its output tail."""
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args],
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
 def test_harness_runs_at_a_small_size(tmp_path):
     if shutil.which("uv") is None:
         pytest.skip("uv is needed to build the HF datasets reference venv")
     skip = [] if (ROOT / ".venv-train" / "bin" / "python").is_file() else ["--skip", "lf"]
     out = tmp_path / "results.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "pipeline.py"), "--rows", "300",
-                           "--work", str(tmp_path / "work"), "--json", str(out), *skip],
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_script("pipeline.py", "--rows", "300", "--work", str(tmp_path / "work"), "--json", str(out), *skip,
+                      timeout=900)
     result = json.loads(out.read_text())["results"][0]
     stages = ["ingest", "score", "dedup", "filter", "select", "export_sft"]
     assert [s["name"] for s in result["same_work"]] == stages
@@ -44,10 +50,7 @@ def test_harness_runs_at_a_small_size(tmp_path):
 def test_copies_run_the_same_input_as_several_sources(tmp_path):
     """--copies K: K sources over one input (K times the rows), every stage once, both ingests measured."""
     out = tmp_path / "results.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "pipeline.py"), "--rows", "100", "--copies", "2",
-                           "--work", str(tmp_path / "work"), "--json", str(out)],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_script("pipeline.py", "--rows", "100", "--copies", "2", "--work", str(tmp_path / "work"), "--json", str(out))
     meta, (result,) = json.loads(out.read_text()).values()
     assert result["rows"] == 200 and result["copies"] == 2 and "references" not in result
     assert [s["name"] for s in result["same_work"]] == ["ingest ot", "ingest ot2", "score", "dedup", "filter", "select", "export_sft"]
@@ -60,9 +63,7 @@ def test_copies_run_the_same_input_as_several_sources(tmp_path):
     params["filter"].update(count_tokens=True, max_tokens=32768)
     (project / "params-exact.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     pool_before = sorted((p.name, p.read_bytes()) for p in (project / "lake" / "pool").iterdir())
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "filter_memory.py"),
-                           "--params", str(project / "params-exact.yaml")], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_script("filter_memory.py", "--params", str(project / "params-exact.yaml"))
     assert "high-water mark" in proc.stdout and "0 renderings counted before" in proc.stdout
     encoded = int(proc.stdout.split(" encoded (")[0].rsplit(" ", 1)[1].replace(",", ""))
     assert encoded > 0
@@ -72,10 +73,7 @@ def test_copies_run_the_same_input_as_several_sources(tmp_path):
 def test_view_benchmark_runs_at_a_small_size(tmp_path):
     """benchmarks/bench_view.py: a lake of 200 rows, every list, trajectory and search measurement."""
     out = tmp_path / "view.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_view.py"), "--rows", "200", "--repeats", "2",
-                           "--work", str(tmp_path / "work"), "--json", str(out)],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_script("bench_view.py", "--rows", "200", "--repeats", "2", "--work", str(tmp_path / "work"), "--json", str(out))
     result = json.loads(out.read_text())
     assert result["meta"]["rows"] == 200 and result["search"]["build_s"] > 0
     variants = {r["variant"] for r in result["results"]}

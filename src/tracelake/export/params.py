@@ -104,11 +104,6 @@ class RlTrainParams(Section):
     def resolved_entrypoint(self) -> str:
         return self.entrypoint or RL_TRAINERS[self.trainer][0]
 
-    @property
-    def environment(self) -> str:
-        """The environment (core/envs.py) holding this trainer."""
-        return RL_TRAINERS[self.trainer][1]
-
 
 class ModalParams(Section):
     app: str = "tracelake-train"
