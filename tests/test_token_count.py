@@ -198,7 +198,7 @@ def test_cache_lookup_across_runs_and_unsorted_parts(tmp_path):
     (d / "abcdef0123456789").mkdir(parents=True)
     keys = [bytes([i]) * 16 for i in range(1, 9)]
     k1, k2 = segment_cache._halves(keys)
-    pl.DataFrame({"k1": k1[4:].reverse(), "k2": k2[4:].reverse(), "n": pl.Series([8, 7, 6, 5], dtype=pl.UInt32)}) \
+    pl.DataFrame({"k1": k1[4:][::-1], "k2": k2[4:][::-1], "n": pl.Series([8, 7, 6, 5], dtype=pl.UInt32)}) \
         .write_parquet(d / "abcdef0123456789" / "part-unsorted.parquet")
     cache = segment_cache.SegmentCache(d, "abcdef0123456789" + "0" * 48)
     cache.add(keys[:2], [1, 2])
@@ -210,3 +210,38 @@ def test_cache_lookup_across_runs_and_unsorted_parts(tmp_path):
     cache.save()
     again = segment_cache.SegmentCache(d, "abcdef0123456789" + "0" * 48)
     assert again.lookup(keys) == [1, 2, 3, 4, 5, 6, 7, 8]
+
+
+def test_lookup_searches_each_run_for_what_is_still_unknown(tmp_path, monkeypatch):
+    """Keys spread over runs of different sizes, asked in any order and more than once: each gets its
+    own run's count; a later run is searched only for the keys earlier runs did not hold."""
+    cache = segment_cache.SegmentCache(None, "")
+    keys = [i.to_bytes(16, "little") for i in range(1, 40)]
+    for lo, hi in ((0, 3), (3, 20), (20, 30)):          # three runs: 3, 17 and 10 entries
+        cache.add(keys[lo:hi], list(range(lo, hi)))
+        cache._flush()
+    cache.add(keys[30:35], list(range(30, 35)))          # pending
+    asked = [keys[i] for i in (38, 0, 25, 5, 31, 5, 19, 2, 36, 25)]
+    searched: list[int] = []
+    real = segment_cache.np.searchsorted
+    monkeypatch.setattr(segment_cache.np, "searchsorted", lambda a, v, **kw: searched.append(len(v)) or real(a, v, **kw))
+    assert cache.lookup(asked) == [None, 0, 25, 5, 31, 5, 19, 2, None, 25]
+    # the 17-entry run first (all 10 asked), then the 10-entry run (7 left), then the 3-entry one (5 left)
+    assert searched == [10, 7, 5]
+
+
+def test_a_segment_repeated_in_a_batch_is_looked_up_once(tmp_path, family):
+    """Renderings of one conversation in several modes share their messages: count() hashes and
+    looks up each distinct segment of a batch once, and still counts every occurrence."""
+    _, path = family
+    texts = ["<|im_start|>user\nsame words here<|im_end|>\n"] * 5 + ["<|im_start|>assistant\nsame words here<|im_end|>\n"]
+    counter = TokenCounter.open(path, tmp_path / "cache")
+    asked: list[int] = []
+    real = counter.cache.lookup
+    counter.cache.lookup = lambda keys: asked.append(len(keys)) or real(keys)
+    assert counter.count(texts) == [_encode_len(counter.tokenizer, t) for t in texts]
+    assert len(asked) == 1 and asked[0] < counter.stats.segments
+    assert counter.stats.cached == 0 and counter.stats.encoded == asked[0]
+    again = counter.count(texts)
+    assert again == [_encode_len(counter.tokenizer, t) for t in texts]
+    assert counter.stats.cached == counter.stats.segments // 2   # the second call: every occurrence from the cache

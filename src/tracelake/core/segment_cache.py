@@ -10,7 +10,8 @@ a temporary name and renamed, and named by their content, so concurrent stages n
 part; past MAX_PARTS parts a run compacts what it read and wrote into one.
 
 In memory each part is a run: a polars frame sorted by k1 (20 bytes an entry: 10M segments take
-200 MB), searched in bulk per batch. The newest entries wait in a dict; every MERGE_EVERY of them
+200 MB), searched in bulk per batch, in place (numpy views of its columns), largest run first and
+each later run only for the keys still unknown. The newest entries wait in a dict; every MERGE_EVERY of them
 become a part on disk (an interrupted run keeps what it counted) and one more run in memory. Runs
 are never merged in memory, so a run's memory is its entries and nothing more: no transient copy
 of the whole cache until compaction. A lookup compares both halves of a key, so it never returns
@@ -19,12 +20,11 @@ another key's count; two keys agreeing on k1 (1 in 2^64) may make one of them a 
 
 from __future__ import annotations
 
-import array
 import hashlib
 import os
-import sys
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 MERGE_EVERY = 500_000
@@ -32,12 +32,10 @@ MAX_PARTS = 16
 _SCHEMA = {"k1": pl.UInt64, "k2": pl.UInt64, "n": pl.UInt32}
 
 
-def _halves(keys: list[bytes]) -> tuple[pl.Series, pl.Series]:
-    words = array.array("Q")
-    words.frombytes(b"".join(keys))
-    if sys.byteorder != "little":
-        words.byteswap()
-    return pl.Series(words[0::2], dtype=pl.UInt64), pl.Series(words[1::2], dtype=pl.UInt64)
+def _halves(keys: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """16-byte keys -> their two little-endian uint64 halves."""
+    words = np.frombuffer(b"".join(keys), dtype="<u8")
+    return words[0::2], words[1::2]
 
 
 def _sorted_run(frame: pl.DataFrame) -> pl.DataFrame:
@@ -46,7 +44,7 @@ def _sorted_run(frame: pl.DataFrame) -> pl.DataFrame:
     if frame.height > 1:
         frame = frame.filter((pl.col("k1") != pl.col("k1").shift(1)) | (pl.col("k2") != pl.col("k2").shift(1))
                              | pl.int_range(pl.len()).eq(0))
-    return frame
+    return frame.rechunk()
 
 
 class SegmentCache:
@@ -69,7 +67,7 @@ class SegmentCache:
                         continue   # removed by a concurrent compaction, or damaged: recount instead
                     if not run["k1"].is_sorted():
                         run = _sorted_run(run)   # written by hand, or by another tool
-                    self._runs.append(run)
+                    self._runs.append(run.rechunk())   # one buffer a column: searched in place
                     self._parts.append(part)
         return self._runs
 
@@ -81,18 +79,24 @@ class SegmentCache:
         """The count of each key, or None where no count is known."""
         if not keys:
             return []
-        runs = [run for run in self._loaded() if run.height]
+        # largest run first (after a compaction it holds nearly everything); each later run is
+        # searched only for the keys still unknown
+        runs = sorted((run for run in self._loaded() if run.height), key=lambda run: -run.height)
         found: list[int | None] = [None] * len(keys)
         if runs:
             k1, k2 = _halves(keys)
-            counts = pl.Series([None] * len(keys), dtype=pl.UInt32)
+            counts = np.full(len(keys), -1, dtype=np.int64)
+            todo = np.arange(len(keys))
             for run in runs:
-                idx = run["k1"].search_sorted(k1, side="left").clip(0, run.height - 1)
-                hit = (run["k1"].gather(idx) == k1) & (run["k2"].gather(idx) == k2)
-                counts = counts.fill_null(pl.select(pl.when(hit).then(run["n"].gather(idx))).to_series())
-                if not counts.null_count():
+                r1, r2, rn = (run[c].to_numpy() for c in _SCHEMA)
+                q1 = k1[todo]
+                idx = np.minimum(np.searchsorted(r1, q1, side="left"), run.height - 1)
+                hit = (r1[idx] == q1) & (r2[idx] == k2[todo])
+                counts[todo[hit]] = rn[idx[hit]]
+                todo = todo[~hit]
+                if not len(todo):
                     break
-            found = counts.to_list()
+            found = [None if c < 0 else c for c in counts.tolist()]
         if self._pending:
             get = self._pending.get
             found = [get(k) if f is None else f for k, f in zip(keys, found)]

@@ -210,20 +210,23 @@ class TokenCounter:
         for text in texts:
             totals.append(self.rule.segments(text, segments))
             ends.append(len(segments))
-        keys = [segment_key(s) for s in segments]
-        counts = self.cache.lookup(keys)
-        missing: dict[bytes, str] = {}
-        for k, s, c in zip(keys, segments, counts):
-            if c is None:
-                missing.setdefault(k, s)
+        # A segment that repeats within the batch (a message in several renderings of one
+        # conversation, a prompt shared by many rows) is hashed and looked up once.
+        position: dict[str, int] = {}
+        where = [position.setdefault(s, len(position)) for s in segments]
+        distinct = list(position)
+        keys = [segment_key(s) for s in distinct]
+        known = self.cache.lookup(keys)
+        missing = {k: s for k, s, c in zip(keys, distinct, known) if c is None}
         self.stats.texts += len(texts)
         self.stats.segments += len(segments)
         if missing:
-            self.stats.cached += sum(c is not None for c in counts)
+            self.stats.cached += sum(known[w] is not None for w in where)
             fresh = self._encode(missing)
-            counts = [fresh[k] if c is None else c for k, c in zip(keys, counts)]
+            known = [fresh[k] if c is None else c for k, c in zip(keys, known)]
         else:
             self.stats.cached += len(segments)
+        counts = [known[w] for w in where]
         start = 0
         for i, end in enumerate(ends):
             totals[i] += sum(counts[start:end])
