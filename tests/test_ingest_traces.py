@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import orjson
@@ -331,6 +333,37 @@ def test_appended_file_is_the_only_one_parsed_and_bytes_match_a_full_rebuild(tmp
     jsonl(d / "a.jsonl", *[row(i) for i in range(1499)])
     changed, _, _ = ingest(tmp_path, d, out="changed", cache=cache)
     assert changed.files_from_cache == 2 and changed.rows == 1499 + 300 + 2
+
+
+def test_an_unchanged_file_is_not_read_again_and_any_rewrite_is_seen(tmp_path, monkeypatch):
+    """The cache remembers each file's sha256 by its stat (path, inode, size, mtime, ctime): a rerun
+    neither reads nor hashes an unchanged file. A rewrite of the same size with its mtime put back
+    still changes the ctime, so the file is read, hashed and parsed again."""
+    d, cache = tmp_path / "in", tmp_path / "cache"
+    d.mkdir()
+    jsonl(d / "a.jsonl", *[row(i) for i in range(40)])
+    jsonl(d / "b.jsonl", row(100), row(101))
+    first, rows, _ = ingest(tmp_path, d, out="first", cache=cache)
+    assert len(list((cache / "stat").rglob("*"))) > 2      # two files remembered (and their directories)
+    read: list[str] = []
+    real = traces.raw_batches
+    monkeypatch.setattr(traces, "raw_batches", lambda path, rel, **kw: read.append(rel) or real(path, rel, **kw))
+    jsonl(d / "c.jsonl", row(200))
+    again, _, _ = ingest(tmp_path, d, out="again", cache=cache)
+    assert read == ["c.jsonl"] and again.files_from_cache == 2
+    assert again.manifest["inputs"] == ingest(tmp_path, d, out="full")[0].manifest["inputs"]   # same sha256s
+    assert tree_bytes(tmp_path / "again") == tree_bytes(tmp_path / "full")
+
+    st = (d / "b.jsonl").stat()
+    time.sleep(0.05)
+    jsonl(d / "b.jsonl", row(102), row(103))                # same length, other rows
+    assert (d / "b.jsonl").stat().st_size == st.st_size
+    os.utime(d / "b.jsonl", ns=(st.st_atime_ns, st.st_mtime_ns))
+    read.clear()
+    changed, rows, _ = ingest(tmp_path, d, out="changed", cache=cache)
+    assert read == ["b.jsonl"] and changed.files_from_cache == 2
+    assert {r["task"] for r in rows} >= {row(102)["task"], row(103)["task"]}
+    assert row(100)["task"] not in {r["task"] for r in rows}
 
 
 def test_a_cached_part_that_loses_a_duplicate_is_rewritten_and_the_cache_kept(tmp_path):

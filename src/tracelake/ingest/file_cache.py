@@ -8,6 +8,14 @@ ingest code, is not parsed again: its batches come back from
     <cache>/<key[:2]>/<key>-<i>.parquet    the part of batch i (`lake.write_part`), if it has rows
 
 where key = sha256 of (the ingest and core code and the table's schema, source, file path, file sha256).
+A file's sha256 is itself remembered by its stat, as DVC's state does:
+
+    <cache>/stat/<key[:2]>/<key>           the file's sha256, where key = sha256 of (its resolved
+                                           path, device, inode, size, mtime and ctime in ns)
+
+so an unchanged input file is neither read nor hashed again. Any write to a file changes its
+ctime, which no tool can set back; a stat taken before and after hashing must agree for the hash
+to be remembered.
 Batches are stored before duplicates are looked for, so a hit goes through the same checks as a
 parse and the output is byte-identical to a full rebuild. Parts are copied both ways, never linked:
 a lake file and a cache file never share their bytes, and a part whose bytes changed is an error.
@@ -57,6 +65,11 @@ def copy_hashed(src: Path, dst: Path) -> tuple[int, str]:
     return size, h.hexdigest()
 
 
+def _stat_key(path: Path, st: os.stat_result) -> str:
+    return hashlib.sha256(orjson.dumps([str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+                                        st.st_ctime_ns])).hexdigest()
+
+
 class FileCache:
     """Parsed batches of whole input files, for one table and source; root None: no cache."""
 
@@ -64,6 +77,40 @@ class FileCache:
         self.root = Path(root) if root else None
         self.schema, self.source = schema, source
         self.hits = 0
+        self.stat_hits = 0   # files whose sha256 came from their stat, unread
+
+    def known_sha256(self, path: Path) -> tuple[str | None, os.stat_result | None]:
+        """(the sha256 remembered for the file as it stands, or None; its stat now, or None)."""
+        if self.root is None:
+            return None, None
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None, None
+        key = _stat_key(path, st)
+        try:
+            sha = (self.root / "stat" / key[:2] / key).read_text()
+        except (OSError, UnicodeDecodeError):
+            return None, st
+        return (sha, st) if len(sha) == 64 else (None, st)
+
+    def remember_sha256(self, path: Path, before: os.stat_result | None, sha256: str) -> None:
+        """Remember the file's sha256 under its stat, if its stat did not change while it was hashed."""
+        if self.root is None or before is None:
+            return
+        try:
+            st = os.stat(path)
+        except OSError:
+            return
+        if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != \
+                (before.st_dev, before.st_ino, before.st_size, before.st_mtime_ns, before.st_ctime_ns):
+            return
+        key = _stat_key(path, st)
+        final = self.root / "stat" / key[:2] / key
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.with_name(f"{key}.tmp-{os.getpid()}")
+        tmp.write_text(sha256)
+        tmp.replace(final)
 
     def _base(self, rel: str, sha256: str) -> Path:
         key = hashlib.sha256(orjson.dumps([code_digest(), self.schema.name, self.source, rel, sha256])).hexdigest()

@@ -234,8 +234,19 @@ def ingest_traces(files: Sequence[Path], *, source: str, out_dir: Path, strict: 
                 yield source, {}, problem_batch(rel, problem), str(scratch)
                 yield Ready(_FileEnd())
                 continue
+            known, before = file_cache.known_sha256(path)   # an unchanged file is not even read
+            cached = file_cache.get(rel, known, scratch) if known else None
+            if cached is not None:
+                file_cache.stat_hits += 1
+                hashes[rel] = known
+                yield Ready(_FileStart(rel, None))
+                yield from map(Ready, cached)
+                yield Ready(_FileEnd())
+                continue
             raws = raw_batches(path, rel, columns=FIELDS, batch_size=BATCH_ROWS, hashes=hashes)
             first = next(raws, None)   # the file is hashed by now (or is one reject)
+            if rel in hashes and first is not None and first.reject is None:
+                file_cache.remember_sha256(path, before, hashes[rel])
             cached = (file_cache.get(rel, hashes[rel], scratch)
                       if rel in hashes and first is not None and first.reject is None else None)
             if cached is not None:
