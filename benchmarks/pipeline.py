@@ -359,7 +359,8 @@ def targets(result: dict) -> list[dict]:
 def profile_misses(work: Path, rows: int, data: Path, tok: Path, result: dict, log: Path) -> list[dict]:
     """Rerun, under py-spy, each pipeline run behind a missed target, in a fresh project with empty
     caches (the timed run's caches would answer everything), and summarize every stage that took
-    at least 10% of that run's wall."""
+    at least 10% of that run's wall. These reruns are not measurements: the CPU and peak RSS that
+    wait4 reports for them may be py-spy's own, and sampling slows them a little."""
     runs = {run for t in result["targets"] for run in t["profile"]}
     if not runs:
         return []

@@ -16,6 +16,7 @@ A file's sha256 is itself remembered by its stat, as DVC's state does:
 so an unchanged input file is neither read nor hashed again. Any write to a file changes its
 ctime, which no tool can set back; a stat taken before and after hashing must agree for the hash
 to be remembered.
+
 Batches are stored before duplicates are looked for, so a hit goes through the same checks as a
 parse and the output is byte-identical to a full rebuild. Parts are copied both ways, never linked:
 a lake file and a cache file never share their bytes, and a part whose bytes changed is an error.
@@ -77,7 +78,6 @@ class FileCache:
         self.root = Path(root) if root else None
         self.schema, self.source = schema, source
         self.hits = 0
-        self.stat_hits = 0   # files whose sha256 came from their stat, unread
 
     def known_sha256(self, path: Path) -> tuple[str | None, os.stat_result | None]:
         """(the sha256 remembered for the file as it stands, or None; its stat now, or None)."""

@@ -237,7 +237,6 @@ def ingest_traces(files: Sequence[Path], *, source: str, out_dir: Path, strict: 
             known, before = file_cache.known_sha256(path)   # an unchanged file is not even read
             cached = file_cache.get(rel, known, scratch) if known else None
             if cached is not None:
-                file_cache.stat_hits += 1
                 hashes[rel] = known
                 yield Ready(_FileStart(rel, None))
                 yield from map(Ready, cached)
