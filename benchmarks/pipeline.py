@@ -425,8 +425,9 @@ def run_size(work: Path, rows: int, skip: set[str], exact_runs: bool = True, cop
     result = measure_size(work, rows, skip, exact_runs, copies)
     result["targets"] = targets(result)
     if profile:
-        data, tok = synth(work, rows, work / f"log-{rows}.txt"), work / "tokenizer-qwen-style"
-        result["profiles"] = profile_misses(work, rows, data, tok, result, work / f"log-{rows}.txt")
+        log = work / f"log-{rows}.txt"
+        data = synth(work, rows, log)   # made by measure_size: these return the existing input and tokenizer
+        result["profiles"] = profile_misses(work, rows, data, tokenizer(work, data, log), result, log)
     return result
 
 
