@@ -1,4 +1,4 @@
-"""The command line: help everywhere, the README's table matches, user errors are one line."""
+"""The command line: help everywhere, the docs' command table matches, user errors are one line."""
 
 from __future__ import annotations
 
@@ -35,9 +35,12 @@ def test_every_command_has_meaningful_help(command):
     assert len(result.output.split("\n\n")[1].split()) >= 5, f"{command} --help says too little"
 
 
-def test_readme_command_table_matches_the_cli():
-    readme = (ROOT / "README.md").read_text()
-    documented = sorted(set(re.findall(r"^\| `tracelake ([a-z ]+)`", readme, re.MULTILINE)))
+def test_docs_command_table_matches_the_cli():
+    """Every command has a row in a command table of the README or docs/ (docs/commands.md), and
+    every row names a command that exists."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    row = re.compile(r"^\| `tracelake ([a-z ]+)`", re.MULTILINE)
+    documented = sorted({name for page in pages for name in row.findall(page.read_text())})
     assert documented == all_commands()
 
 

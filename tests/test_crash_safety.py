@@ -364,7 +364,7 @@ def test_a_pipeline_killed_at_random_times_reruns_to_the_same_bytes(sample_proje
             proc.wait()
     from tracelake.explore.status import dvc_problems
 
-    for problem in dvc_problems(repo):   # DVC's own files, emptied by a kill: the README's fixes
+    for problem in dvc_problems(repo):   # DVC's files emptied by a kill: docs/reliability.md
         print(problem)
         name = problem.split()[0]
         assert name in ("dvc.lock", ".dvc/tmp/rwlock") or name.endswith(("/dvc.lock", "/rwlock")), problem

@@ -1,5 +1,6 @@
 """Dedup and decontamination measured on the sample's planted truth (sample/near_duplicates.py):
-precision and recall per method, printed (README "Near-duplicates and decontamination" quotes them).
+precision and recall per method, printed (docs/dedup.md, "Quality on the sample's planted truth",
+quotes them).
 
 The sample plants, per source, exact copies, near-exact copies (whitespace and case) and paraphrases
 (reordered clauses, renamed files and numbers) of earlier tasks, and copies a few tasks of a small
