@@ -190,7 +190,7 @@ def project(work: Path, name: str, data: Path, tok: Path, *, count: bool, caches
     params["ingest"]["cache"] = str(caches / "ingest")
     params["filter"].update(tokenizer=str(tok), count_tokens=count, max_tokens=32768 if count else None)
     params["export_sft"].update(tokenizer=str(tok), count_tokens=count)
-    params["select"]["scales"] = {"all": 1}
+    params["scales"] = {"all": 1}
     params["dedup"]["cache"] = str(caches / "embeddings")
     if not count:   # same work as the references: no near-duplicate search
         params["dedup"]["minhash"]["enabled"] = params["dedup"]["embedding"]["enabled"] = False
@@ -201,7 +201,7 @@ def project(work: Path, name: str, data: Path, tok: Path, *, count: bool, caches
 
 def set_scale(proj: Path, name: str, rows: int) -> None:
     params = yaml.safe_load((proj / "params.yaml").read_text())
-    params["select"]["scales"] = {name: rows}
+    params["scales"] = {name: rows}
     (proj / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
 
 

@@ -1,70 +1,63 @@
-"""DVC stage `dedup`: near-duplicate tasks and benchmark contamination over every ingested task ->
-<lake>/dedup/ (task_clusters.parquet, contamination.parquet) and <lake>/embeddings/ (the LanceDB
-table of text embeddings), counts to metrics/dedup.json. The filter stage drops what they name
-(rules near_duplicate_v1 and contaminated_v1).
+"""Stage `dedup`: near-duplicate tasks and benchmark contamination over every ingested task ->
+<lake>/dedup/ (task_clusters.parquet, contamination.parquet), counts to metrics/dedup.json. The
+filter stage drops what they name (rules near_duplicate_v1 and contaminated_v1).
 
-    python stages/dedup.py [--params params.yaml]
-"""
+The embedding search runs on a LanceDB table built in a scratch directory and removed after the
+stage: an index over the cached vectors (dedup.cache), not data, so it is no DVC output (its files
+carry random names, which would make dvc.lock differ on every build)."""
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 from tracelake.core.assets import sql
-from tracelake.core.lake import TableInfo, TableWriter, output_dir, write_manifest
 from tracelake.core.lakedb import connect, input_versions
 from tracelake.core.layout import Lake
 from tracelake.core.schema import load_schema
-from tracelake.core.stage import run_stage, write_metrics
+from tracelake.core.stage import Context, Output, Result, Stage, Table
 from tracelake.core.ui import progress_status
 from tracelake.curate.dedup.run import run_dedup
-from tracelake.curate.dedup.vectors import TABLE, vectors_digest
-from tracelake.params import stage_args
 
 
-def main(argv: list[str] | None = None) -> None:
-    params, _ = stage_args(__doc__, argv)
-    lake, sources = Lake(params.lake), list(params.sources)
+def run(ctx: Context) -> Result:
+    p = ctx.params
+    lake, sources = Lake(p.lake), list(p.sources)
     con = connect(lake.root, sources)
     tasks = con.sql(sql("dedup_tasks")).to_arrow_table()
-    inputs = {"tasks": input_versions(lake.root, "tasks", sources),
-              "trajectories": input_versions(lake.root, "trajectories", sources)}
-    dedup_params = {k: v for k, v in params.section("dedup").items() if k != "cache"}
-    cache = Path(params.dedup.cache) if params.dedup.cache else None
-
-    with output_dir(lake.embeddings) as lance_tmp, progress_status("dedup") as (_, advance):
-        result = run_dedup(tasks, params.dedup, params.decontaminate, lance_dir=lance_tmp, cache_root=cache,
+    cache = Path(p.dedup.cache) if p.dedup.cache else None
+    if cache:
+        cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".lance-", dir=cache) as lance_dir, \
+            progress_status("dedup") as (_, advance):
+        result = run_dedup(tasks, p.dedup, p.decontaminate, lance_dir=Path(lance_dir), cache_root=cache,
                            progress=lambda what, n: advance(n, what))
-        if result.embeddings is not None:
-            emb = result.counts["embedding"]
-            info = TableInfo(TABLE, f"{TABLE}.lance", result.embeddings.num_rows,
-                             vectors_digest(result.embeddings)[:12], result.embedder)
-            write_manifest(lance_tmp, kind="embeddings", tables=[info], inputs=inputs,
-                           params={"embedding": dedup_params["embedding"]}, formulas={"embedding": result.formulas["embedding"]},
-                           counts={"rows": result.embeddings.num_rows, "search": {k: emb[k] for k in ("index", "partitions", "nprobes")}})
-        else:
-            write_manifest(lance_tmp, kind="embeddings", tables=[], inputs=inputs, params={}, formulas={},
-                           counts={"rows": 0, "search": None})
+    dedup_params = {k: v for k, v in p.section("dedup").items() if k != "cache"}
+    out = Output(lake.dedup, "dedup",
+                 [Table(load_schema("task_clusters"), result.task_clusters), Table(load_schema("contamination"), result.contamination)],
+                 inputs={"tasks": input_versions(lake.root, "tasks", sources),
+                         "trajectories": input_versions(lake.root, "trajectories", sources)},
+                 params={"dedup": dedup_params, "decontaminate": p.section("decontaminate")},
+                 formulas=result.formulas, counts=result.counts)
 
-    with output_dir(lake.dedup) as tmp:
-        infos = []
-        for name, table in (("task_clusters", result.task_clusters), ("contamination", result.contamination)):
-            writer = TableWriter(tmp, load_schema(name))
-            writer.write_batch(table)
-            infos.append(writer.close())
-        manifest = write_manifest(tmp, kind="dedup", tables=infos, inputs=inputs,
-                                  params={"dedup": dedup_params, "decontaminate": params.section("decontaminate")},
-                                  formulas=result.formulas, counts=result.counts)
-    write_metrics("metrics/dedup.json", result.counts)
-    c = result.counts
-    print(f"dedup: {c['tasks']} tasks, {c['clusters']['clusters']} clusters of {c['clusters']['clustered_tasks']} "
-          f"tasks, {c['clusters']['dropped_tasks']} dropped (keep: {params.dedup.keep}); "
-          f"{c['contamination']['tasks']} contaminated -> {lake.dedup} (version {manifest['version_id']})")
-    if "embedding" in c:
-        e = c["embedding"]
-        print(f"dedup: embeddings: {result.cache.summary()}; {e['texts']} texts, {e['index']} search "
-              f"-> {lake.embeddings}")
+    def summary(manifests: list[dict]) -> list[str]:
+        c = result.counts
+        lines = [f"dedup: {c['tasks']} tasks, {c['clusters']['clusters']} clusters of "
+                 f"{c['clusters']['clustered_tasks']} tasks, {c['clusters']['dropped_tasks']} dropped "
+                 f"(keep: {p.dedup.keep}); {c['contamination']['tasks']} contaminated -> {lake.dedup} "
+                 f"(version {manifests[0]['version_id']})"]
+        if "embedding" in c:
+            e = c["embedding"]
+            lines.append(f"dedup: embeddings: {result.cache.summary()}; {e['texts']} texts, {e['index']} search")
+        return lines
+    return Result([out], metrics=result.counts, summary=summary)
 
 
-if __name__ == "__main__":
-    run_stage(main)
+STAGE = Stage(
+    "dedup", __doc__, run,
+    params=("dedup", "decontaminate", "sources", "lake"),
+    # every benchmark of decontaminate.benchmarks lives under decontaminate.root
+    deps=("${lake}/tasks", "${lake}/trajectories", "${decontaminate.root}"),
+    outs=("${lake}/dedup",),
+    metrics="metrics/dedup.json",
+)

@@ -1,28 +1,38 @@
-"""DVC stage `report`: composition of every scale's dataset -> metrics/report.json (DVC metrics)
-and reports/plots/*.csv (DVC plots: `dvc plots show`).
-
-    python stages/report.py [--params params.yaml]
-"""
+"""Stage `report`: composition of every scale's dataset -> metrics/report.json (DVC metrics) and
+reports/plots/*.csv (DVC plots: `dvc plots show`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tracelake.core.stage import run_stage, write_metrics
+from tracelake.core.stage import Context, Result, Stage
 from tracelake.curate.report import build_report, write_plots
-from tracelake.params import stage_args
+
+PLOTS = "reports/plots"
+# dvc.yaml's `plots`: file -> how `dvc plots show` draws it
+PLOT_SPECS = {
+    "rows_by_source.csv": ("grouped_bars", "scale", "rows", "Rows per source at each scale"),
+    "rollouts_per_task.csv": ("grouped_lines", "rollouts", "tasks",
+                              "Tasks by number of rollouts (upsampling), per scale"),
+    "assistant_turns.csv": ("grouped_lines", "turns", "share", "Share of rows by assistant turns, per scale"),
+    "tokens.csv": ("grouped_lines", "tokens", "share", "Share of rows by length (1,024-token buckets), per scale"),
+    "funnel.csv": ("grouped_bars", "rule", "dropped", "Filter funnel per source (in, dropped by each rule, kept)"),
+}
 
 
-def main(argv: list[str] | None = None) -> None:
-    params, _ = stage_args(__doc__, argv)
-    metrics, plots = build_report(Path(params.lake), params.select.scales)
-    write_metrics("metrics/report.json", metrics)
-    write_plots(plots, Path("reports/plots"))
-    for scale, m in metrics.items():
-        print(f"report {scale}: {m['dataset_id']}: {m['rows']} rows, {m['tasks']} tasks, "
-              f"turns p50 {m['turns_p10_p50_p90'][1]}, rollouts/task {m['rollouts_per_task_min']}-"
-              f"{m['rollouts_per_task_max']}")
+def run(ctx: Context) -> Result:
+    metrics, plots = build_report(Path(ctx.params.lake), ctx.params.scales)
+    write_plots(plots, Path(PLOTS))
+    return Result(metrics=metrics, summary=[
+        f"report {scale}: {m['dataset_id']}: {m['rows']} rows, {m['tasks']} tasks, turns p50 "
+        f"{m['turns_p10_p50_p90'][1]}, rollouts/task {m['rollouts_per_task_min']}-{m['rollouts_per_task_max']}"
+        for scale, m in metrics.items()])
 
 
-if __name__ == "__main__":
-    run_stage(main)
+STAGE = Stage(
+    "report", __doc__, run,
+    params=("scales", "lake"),
+    deps=("${lake}/selections", "${lake}/pool"),
+    plots=PLOTS,
+    metrics="metrics/report.json",
+)

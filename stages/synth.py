@@ -1,25 +1,22 @@
-"""DVC stage `synth`: write the embedded sample corpus (params: synth.*) to synth.out.
-
-    python stages/synth.py [--params params.yaml]
-"""
+"""Stage `synth`: the embedded sample corpus (params `synth`) -> synth.out: Harbor job directories,
+trace tables and task directories of several sources, deterministic for a seed."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
-from tracelake.core.stage import run_stage
-from tracelake.params import stage_args
+from tracelake.core.stage import Context, Result, Stage
 from tracelake.sample.synth import synthesize
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = stage_args(__doc__, argv)[0].synth
+def run(ctx: Context) -> Result:
+    p = ctx.params.synth
     out = Path(p.out)
     shutil.rmtree(out, ignore_errors=True)  # a stage output is rebuilt from scratch
     summary = synthesize(out, seed=p.seed, trials=p.trials, tasks=p.tasks)
-    print(f"synth: {sum(summary.trials.values())} trials, {sum(summary.tasks.values())} tasks -> {out}")
+    return Result(summary=[f"synth: {sum(summary.trials.values())} trials, {sum(summary.tasks.values())} "
+                           f"tasks -> {out}"])
 
 
-if __name__ == "__main__":
-    run_stage(main)
+STAGE = Stage("synth", __doc__, run, params=("synth",), outs=("${synth.out}",))

@@ -1,24 +1,20 @@
-"""DVC stage `tokenizer`: build the project's own small byte-level BPE tokenizer (an HF tokenizer
-directory) for counting tokens on the sample and for tiny test models. No hub download: point
-filter.tokenizer at your model's tokenizer directory to count with the real one.
-
-    python stages/tokenizer.py [--params params.yaml]
-"""
+"""Stage `tokenizer`: the project's own small byte-level BPE tokenizer (an HF tokenizer directory),
+for counting tokens on the sample and for tiny test models. No hub download: point filter.tokenizer
+at your model's tokenizer directory to count with the real one."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tracelake.core.stage import run_stage
+from tracelake.core.stage import Context, Result, Stage
 from tracelake.core.tokens import build_tokenizer
-from tracelake.params import stage_args
 
 
-def main(argv: list[str] | None = None) -> None:
-    params = stage_args(__doc__, argv)[0].tokenizer
-    out = build_tokenizer(Path(params.out), vocab_size=params.vocab_size)
-    print(f"tokenizer: byte-level BPE, vocab {params.vocab_size} -> {out}")
+def run(ctx: Context) -> Result:
+    p = ctx.params.tokenizer
+    out = build_tokenizer(Path(p.out), vocab_size=p.vocab_size)
+    return Result(summary=[f"tokenizer: byte-level BPE, vocab {p.vocab_size} -> {out}"])
 
 
-if __name__ == "__main__":
-    run_stage(main)
+STAGE = Stage("tokenizer", __doc__, run, params=("tokenizer",),
+              outs=("${tokenizer.out}",))

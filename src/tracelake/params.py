@@ -1,126 +1,144 @@
-"""The whole params.yaml: every phase's sections assembled, the checks that span sections, and the
-stages' entry (`stage_args`). Loading it imports no engine (duckdb, pyarrow, tokenizers, polars).
+"""params.yaml, whole or in part: each top-level section is declared once, in the params module of
+the phase that owns it (`SECTION_HOMES`), and loaded only where it is needed. A stage loads the
+sections it declares (stages/), so it imports, and depends on, the params code of those sections
+only; `load_params()` with no sections loads the whole file (the CLI, `python -m stages check`).
 
-Each stage reads only its own sections; the resolved section is what its manifest records.
+Whichever sections are loaded, the file's top-level keys are checked against every known section
+(a misspelled `filtr:` stops any stage), and each loaded section is checked whole: an unknown key
+inside it stops the stage with one line naming the key. The checks that span sections run when
+every section they read is loaded. Loading imports no engine (duckdb, pyarrow, tokenizers, polars).
 """
 
 from __future__ import annotations
 
-import argparse
+import importlib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any, Callable, Iterable
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import create_model, model_validator
 
 from tracelake.core.errors import BadParams
-from tracelake.core.params import Invalid, Name, Section, TokenizerParams, read_yaml, validated
-from tracelake.curate.params import (
-    DecontaminateParams,
-    DedupParams,
-    FilterParams,
-    MixParams,
-    ScoreParams,
-    SelectParams,
-)
-from tracelake.export.params import ExportRlParams, ExportSftParams, TrainParams
-from tracelake.ingest.params import IngestParams, SourceParams
-from tracelake.sample.params import SynthParams
+from tracelake.core.params import Invalid, Section, read_yaml, validated
 
-
-def _lake(value: Any) -> Any:
-    if not isinstance(value, str) or not value:
-        raise Invalid("must be a directory path")
-    return value
-
-
-def _sources(value: Any) -> Any:
-    if not isinstance(value, dict) or not value:
-        raise Invalid("must map at least one source name to its settings")
-    return value
+# Top-level section -> the module that declares it (its SECTIONS maps the name to (type, default)).
+# In file order: pydantic reports the first error in this order.
+SECTION_HOMES: dict[str, str] = {
+    "lake": "tracelake.core.params",
+    "synth": "tracelake.sample.params",
+    "ingest": "tracelake.ingest.params",
+    "sources": "tracelake.ingest.params",
+    "tokenizer": "tracelake.core.params",
+    "score": "tracelake.curate.params",
+    "dedup": "tracelake.curate.params",
+    "decontaminate": "tracelake.curate.params",
+    "filter": "tracelake.curate.params",
+    "mix": "tracelake.curate.params",
+    "select": "tracelake.curate.params",
+    "scales": "tracelake.curate.params",
+    "export_sft": "tracelake.export.params",
+    "export_rl": "tracelake.export.params",
+    "train": "tracelake.export.params",
+}
 
 
 class Params(Section):
-    lake: Annotated[str, BeforeValidator(_lake)] = "lake"
-    synth: SynthParams = Field(default_factory=SynthParams)
-    ingest: IngestParams = Field(default_factory=IngestParams)
-    sources: Annotated[dict[Name, SourceParams], BeforeValidator(_sources)]
-    tokenizer: TokenizerParams = Field(default_factory=TokenizerParams)
-    score: ScoreParams = Field(default_factory=ScoreParams)
-    dedup: DedupParams = Field(default_factory=DedupParams)
-    decontaminate: DecontaminateParams = Field(default_factory=DecontaminateParams)
-    filter: FilterParams = Field(default_factory=FilterParams)
-    mix: MixParams = Field(default_factory=MixParams)
-    select: SelectParams = Field(default_factory=SelectParams)
-    export_sft: ExportSftParams = Field(default_factory=ExportSftParams)
-    export_rl: ExportRlParams = Field(default_factory=ExportRlParams)
-    train: TrainParams = Field(default_factory=TrainParams)
+    """Some or all sections of params.yaml, as loaded; a section not loaded is not an attribute."""
 
     def section(self, name: str) -> Any:
         """One section as plain data (what a stage's manifest records, what dataset ids hash)."""
         value = getattr(self, name)
-        if name == "sources":
-            return {k: v.model_dump() for k, v in value.items()}
+        if isinstance(value, dict):
+            return {k: v.model_dump() if isinstance(v, Section) else v for k, v in value.items()}
         return value.model_dump() if isinstance(value, Section) else value
 
-    # --- checks across sections -----------------------------------------------------------
 
-    @model_validator(mode="after")
-    def _mix_draws_on_sources(self) -> Params:
-        mix = self.mix
-        if mix.sources != "all":
-            for name in mix.sources:
-                if name not in self.sources:
-                    raise Invalid(f": no source {name!r} under sources", at=("mix", "sources"))
-        mixed = list(self.sources) if mix.sources == "all" else mix.sources
-        for name in mix.weights:
-            if name not in mixed:
-                raise Invalid(f": not a mixed source ({', '.join(mixed)})", at=("mix", "weights", name))
-        if mix.top_k is not None and mix.top_k > len(mixed):
-            raise Invalid(f"must be between 1 and {len(mixed)}, got {mix.top_k}", at=("mix", "top_k"))
+# --- checks across sections: (the sections they read, the check) ----------------------------------
+
+
+def _mix_draws_on_sources(p: Any) -> None:
+    mix = p.mix
+    if mix.sources != "all":
+        for name in mix.sources:
+            if name not in p.sources:
+                raise Invalid(f": no source {name!r} under sources", at=("mix", "sources"))
+    mixed = list(p.sources) if mix.sources == "all" else mix.sources
+    for name in mix.weights:
+        if name not in mixed:
+            raise Invalid(f": not a mixed source ({', '.join(mixed)})", at=("mix", "weights", name))
+    if mix.top_k is not None and mix.top_k > len(mixed):
+        raise Invalid(f"must be between 1 and {len(mixed)}, got {mix.top_k}", at=("mix", "top_k"))
+
+
+def _select_uses_a_configured_scorer(p: Any) -> None:
+    known = [*p.score.scorers, *p.score.imports]
+    if p.select.score not in known:
+        raise Invalid(f": {p.select.score!r} is not a configured scorer ({', '.join(known) or 'none'})",
+                      at=("select", "score"))
+
+
+def _dedup_names_sources(p: Any) -> None:
+    for name in p.dedup.per_source:
+        if name not in p.sources:
+            raise Invalid(f": no source {name!r} under sources", at=("dedup", "per_source", name))
+
+
+def _export_rl_draws_on_sources(p: Any) -> None:
+    rl = p.export_rl.sources
+    if rl != "all" and any(name not in p.sources for name in rl):
+        raise Invalid(f'must be "all" or a list of source names ({", ".join(p.sources)}), got {rl!r}',
+                      at=("export_rl", "sources"))
+
+
+CHECKS: list[tuple[tuple[str, ...], Callable[[Any], None]]] = [
+    (("mix", "sources"), _mix_draws_on_sources),
+    (("select", "score"), _select_uses_a_configured_scorer),
+    (("dedup", "sources"), _dedup_names_sources),
+    (("export_rl", "sources"), _export_rl_draws_on_sources),
+]
+
+
+# --- loading ----------------------------------------------------------------------------------------
+
+
+def section_root(entry: str) -> str:
+    """The top-level section of a params entry: `filter`, `train.sft.template` -> `train`."""
+    return entry.split(".", 1)[0]
+
+
+def _model(sections: tuple[str, ...]) -> type[Params]:
+    fields = {}
+    for name in SECTION_HOMES:
+        if name in sections:
+            fields[name] = importlib.import_module(SECTION_HOMES[name]).SECTIONS[name]
+    validators = {}
+    for needs, check in CHECKS:
+        if set(needs) <= set(sections):
+            validators[check.__name__] = model_validator(mode="after")(_after(check))
+    return create_model("Params", __base__=Params, __validators__=validators, **fields)
+
+
+def _after(check: Callable[[Any], None]) -> Callable[[Any], Any]:
+    def run(self: Any) -> Any:
+        check(self)
         return self
-
-    @model_validator(mode="after")
-    def _select_uses_a_configured_scorer(self) -> Params:
-        known = [*self.score.scorers, *self.score.imports]
-        if self.select.score not in known:
-            raise Invalid(f": {self.select.score!r} is not a configured scorer "
-                          f"({', '.join(known) or 'none'})", at=("select", "score"))
-        return self
-
-    @model_validator(mode="after")
-    def _dedup_names_sources(self) -> Params:
-        for name in self.dedup.per_source:
-            if name not in self.sources:
-                raise Invalid(f": no source {name!r} under sources", at=("dedup", "per_source", name))
-        return self
-
-    @model_validator(mode="after")
-    def _export_rl_draws_on_sources(self) -> Params:
-        rl = self.export_rl.sources
-        if rl != "all" and any(name not in self.sources for name in rl):
-            raise Invalid(f'must be "all" or a list of source names ({", ".join(self.sources)}), got {rl!r}',
-                          at=("export_rl", "sources"))
-        return self
+    run.__name__ = check.__name__
+    return run
 
 
-def parse_params(data: Any) -> Params:
+def parse_params(data: Any, sections: Iterable[str] | None = None) -> Params:
+    """`data` (params.yaml as read) checked and typed: `sections` (top-level names, or entries such as
+    `train.sft.template`, whose whole section is loaded), or every section."""
     if not isinstance(data, dict):
         raise BadParams("params.yaml must be a mapping")
-    return validated(Params, data)
+    for key in data:
+        if key not in SECTION_HOMES:
+            raise BadParams(f"params.yaml: unknown top-level key {key!r} (known: {', '.join(SECTION_HOMES)})")
+    wanted = tuple(SECTION_HOMES) if sections is None else tuple(dict.fromkeys(section_root(s) for s in sections))
+    for name in wanted:
+        if name not in SECTION_HOMES:
+            raise ValueError(f"{name!r} is not a section of params.yaml")
+    return validated(_model(wanted), {k: v for k, v in data.items() if k in wanted})
 
 
-def load_params(path: Path | str = "params.yaml") -> Params:
-    return parse_params(read_yaml(path))
-
-
-def stage_args(doc: str | None, argv: list[str] | None, key: str | None = None) -> tuple[Params, str | None]:
-    """Parse `[KEY] [--params FILE]` and load params.yaml (checked whole, before any work).
-
-    `key` names the stage's positional argument (a `foreach` key such as the source or the scale).
-    """
-    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    if key:
-        parser.add_argument(key)
-    parser.add_argument("--params", default="params.yaml")
-    args = parser.parse_args(argv)
-    return load_params(args.params), getattr(args, key) if key else None
+def load_params(path: Path | str = "params.yaml", sections: Iterable[str] | None = None) -> Params:
+    return parse_params(read_yaml(path), sections)

@@ -8,7 +8,6 @@ the command line (a scale, a dataset id, a unique prefix of one) finds its direc
       scores/                 scores.parquet manifest.json                         score
       dedup/                  task_clusters.parquet contamination.parquet
                               manifest.json                                        dedup
-      embeddings/             texts.lance/ (LanceDB) manifest.json                 dedup
       pool/                   pool.parquet dropped.parquet manifest.json           filter
       selections/<scale>/     selection.parquet manifest.json                      select@<scale>
       exports/sft/<scale>/    <dataset id>/train-NNNNN.parquet dataset_info.json
@@ -69,10 +68,6 @@ class Lake:
     @property
     def dedup(self) -> Path:
         return self.root / "dedup"
-
-    @property
-    def embeddings(self) -> Path:
-        return self.root / "embeddings"
 
     @property
     def pool(self) -> Path:

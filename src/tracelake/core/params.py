@@ -1,7 +1,8 @@
 """params.yaml machinery: the base of every section, YAML reading, and a validation error as one line
 naming the key. Each phase declares its own sections next to its code (sample/, ingest/, curate/,
-export/ params.py; the tokenizer's is here: core owns the tokenizer); tracelake/params.py assembles
-the whole file and checks what spans sections.
+export/ params.py, each listing its top-level sections in SECTIONS; `lake` and the tokenizer's are
+here: core owns them); tracelake/params.py assembles the file, whole or in part, and checks what
+spans sections.
 
 Sections are pydantic v2 models: unknown keys are errors, instances are frozen, types are strict (no
 "5" for 5, no true for 1); a `Number` takes an int or a finite float and keeps it as written, so the
@@ -110,6 +111,19 @@ class TokenizerParams(Section):
     vocab_size: Annotated[int, Field(ge=300)] = 4096
     out: str = "data/tokenizer"
     cache: str = ".tracelake/cache/tokens"   # segment token counts of any tokenizer (core/token_count.py)
+
+
+def _lake(value: Any) -> Any:
+    if not isinstance(value, str) or not value:
+        raise Invalid("must be a directory path")
+    return value
+
+
+# The top-level sections declared here (tracelake/params.py assembles the file): name -> (type, default).
+SECTIONS: dict[str, tuple[Any, Any]] = {
+    "lake": (Annotated[str, BeforeValidator(_lake)], "lake"),
+    "tokenizer": (TokenizerParams, Field(default_factory=TokenizerParams)),
+}
 
 
 # --- reading ---------------------------------------------------------------------------------

@@ -1,21 +1,154 @@
-"""The shared ends of every stages/*.py script: `run_stage` (user errors as one line, Ctrl-C names
-the outputs left unwritten, a Bug keeps its traceback) and `write_metrics` (the DVC metrics file).
-Reading the command line and params.yaml is `tracelake.params.stage_args`."""
+"""The stage contract. A DVC stage is declared once, as a `Stage` in stages/<name>.py: its name, the
+params it reads, the data it reads and the outputs it writes, and a `run` that returns a `Result`.
+dvc.yaml is generated from the declarations (`python -m stages.dvc_yaml`), and every stage runs
+through one entry point (`python -m stages NAME [KEY]`), which loads the declared params sections
+(checked whole: an unknown key stops the stage), calls `run`, then `publish`es the result.
+
+`publish` is the one place that writes a stage's output directories (atomically: core/swap.py),
+their tables (through the declared schemas), their manifests (last), the stage's metrics file and
+its summary lines. A stage's own code never opens an output directory. Library functions that
+stream large tables while they read (ingest, the exports) write through the same `output_dir` and
+`write_manifest` from core/lake.py, and return their counts in the `Result`.
+
+    @dataclass  Stage(name, doc, run, params=("filter", ...), deps=("${lake}/trajectories", ...),
+                      outs=("${lake}/pool",), metrics="metrics/filter.json", foreach=None)
+    run(ctx: Context) -> Result(outputs=[Output(...)], metrics=..., summary=...)
+"""
 
 from __future__ import annotations
 
 import sys
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Literal, Union
 
 from tracelake.core.errors import Bug, TracelakeError
-from tracelake.core.lake import unfinished_outputs, write_json
+
+Rows = Union[Any, Iterable[Any]]   # a pyarrow Table, or an iterable of RecordBatches or of row dicts
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a stage's run gets: its params (the declared sections only) and its foreach key."""
+
+    params: Any
+    key: str | None = None
+
+
+@dataclass
+class Table:
+    """One table of an output directory: its schema (`load_schema("pool")`: the call names the
+    schema file, so the stage's dvc.yaml deps list it) and its rows, in the table's key order (the
+    rows are written as given)."""
+
+    schema: Any
+    rows: Rows
+
+
+@dataclass
+class Output:
+    """One output directory a stage publishes, and what its manifest records."""
+
+    path: Path
+    kind: str
+    tables: list[Table]
+    inputs: dict[str, Any]
+    params: dict[str, Any]
+    formulas: dict[str, str]
+    counts: dict[str, Any]
+    # (kind, rows): name the output by its content, <kind>-<rows>-<version of its first table>; the
+    # name goes into the manifest and, as `dataset_id`, into its counts
+    dataset: tuple[str, int] | None = None
+
+
+Lines = Union[list[str], Callable[[list[dict]], list[str]]]
+
+
+@dataclass
+class Result:
+    """What a run returns. `metrics` (the stage's metrics file) and `summary` (lines printed after the
+    run) may be callables of the published manifests, in the order of `outputs`."""
+
+    outputs: list[Output] = field(default_factory=list)
+    metrics: Any = None
+    summary: Lines = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One DVC stage, declared once. Paths may use DVC's `${...}` (params values, and `${key}` in a
+    `foreach` stage); dvc.yaml carries them as written.
+
+    params: each entry a whole top-level section (`filter`, tracked whole by DVC, so any edit in it
+        reruns the stage and its check sees an unknown key), or one key of another stage's section
+        (`train.sft.template`, tracked key by key); the run gets every named section, checked whole.
+    untracked: params the run reads that DVC does not track: cache locations (`tokenizer.cache`;
+        a content-addressed cache changes no output byte), or the whole file for `check`, which
+        tracks params.yaml as a file.
+    deps: the data the stage reads; its code, SQL and schemas are found from its imports.
+    """
+
+    name: str
+    doc: str
+    run: Callable[[Context], Result]
+    params: tuple[str, ...]
+    untracked: tuple[str, ...] = ()
+    deps: tuple[str, ...] = ()
+    outs: tuple[str, ...] = ()
+    metrics: str | None = None
+    foreach: Literal["sources", "scales"] | None = None
+    outs_uncached: tuple[str, ...] = ()   # outputs kept in git, not in DVC's cache
+    plots: str | None = None              # a directory of DVC plot files (uncached)
+
+
+def publish(stage: Stage, result: Result, key: str | None = None) -> list[dict]:
+    """Write the result: each output directory whole (tables, then the manifest, then the swap), the
+    metrics file, the summary lines. Returns the manifests written."""
+    from tracelake.core.ids import dataset_id
+    from tracelake.core.lake import TableWriter, output_dir, write_json, write_manifest
+
+    manifests = []
+    for out in result.outputs:
+        with output_dir(out.path) as tmp:
+            infos = []
+            for table in out.tables:
+                writer = TableWriter(tmp, table.schema)
+                _write_rows(writer, table.rows)
+                infos.append(writer.close())
+            name, counts = None, out.counts
+            if out.dataset:
+                name = dataset_id(out.dataset[0], out.dataset[1], infos[0].version_id)
+                counts = {"dataset_id": name, **counts}
+            manifests.append(write_manifest(tmp, kind=out.kind, tables=infos, inputs=out.inputs,
+                                            params=out.params, formulas=out.formulas, counts=counts,
+                                            dataset_id=name))
+    if stage.metrics:
+        metrics = result.metrics(manifests) if callable(result.metrics) else result.metrics
+        path = Path(stage.metrics.replace("${key}", key or ""))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, metrics)
+    for line in result.summary(manifests) if callable(result.summary) else result.summary:
+        print(line)
+    return manifests
+
+
+def _write_rows(writer: Any, rows: Rows) -> None:
+    import pyarrow as pa
+
+    if isinstance(rows, pa.Table):
+        writer.write_batch(rows)
+        return
+    for item in rows:
+        if isinstance(item, (pa.RecordBatch, pa.Table)):
+            writer.write_batch(item)
+        else:
+            writer.write(item)
 
 
 def run_stage(main: Callable[[], None]) -> None:
-    """Run a stage's main: user errors as one line (exit 2); Ctrl-C names the outputs left unwritten
-    (exit 130); a Bug keeps its traceback (exit 70)."""
+    """Run a stage (or a command): user errors as one line (exit 2); Ctrl-C names the outputs left
+    unwritten (exit 130); a Bug keeps its traceback (exit 70)."""
     try:
         main()
     except TracelakeError as e:
@@ -34,16 +167,10 @@ def run_stage(main: Callable[[], None]) -> None:
 def interrupted_message() -> str:
     """What an interrupted run left: every output it had started is unwritten (the previous version,
     if any, is untouched)."""
+    from tracelake.core.lake import unfinished_outputs
+
     left = unfinished_outputs()
     if not left:
         return "interrupted before any output was started; nothing was written"
     return (f"interrupted; not written (the previous version, if any, is unchanged): "
             f"{', '.join(str(p) for p in left)}")
-
-
-def write_metrics(path: Path | str, value: Any) -> Path:
-    """The tail of every stage: its counts as a DVC metrics file (sorted, stable JSON)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json(path, value)
-    return path

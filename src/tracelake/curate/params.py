@@ -1,7 +1,8 @@
-"""params.yaml `score`, `filter`, `mix` and `select` (stages score, filter, select_scale).
+"""params.yaml `score`, `dedup`, `decontaminate`, `filter`, `mix`, `select` and `scales` (stages
+score, dedup, filter, select).
 
 What needs other sections (mix names sources, select names a configured scorer) is checked where
-the whole file is assembled: tracelake/params.py.
+the file is assembled: tracelake/params.py.
 """
 
 from __future__ import annotations
@@ -173,20 +174,22 @@ class SelectParams(Section):
     # a task the score has no value for (a model scorer's allowed failure, an import without it):
     # zero: it keeps the one rollout every task gets, no more; drop: it is left out; error: stop
     unscored: Literal["zero", "drop", "error"] = "zero"
-    scales: dict[Name, Count] = \
-        Field(default_factory=lambda: {"316": 316, "1k": 1000, "3k": 3160, "10k": 10000})
 
-    @field_validator("scales", mode="before")
-    @classmethod
-    def _scale_names(cls, scales: Any) -> Any:
-        if isinstance(scales, dict):
-            if not scales:
-                raise Invalid("must name at least one scale")
-            for name, n in scales.items():
-                if isinstance(name, int):
-                    raise Invalid(f': quote a numeric scale name ("{name}": {n}) so DVC can address it as a '
-                                  f'param', at=(name,))
-        return scales
+
+def _scale_names(scales: Any) -> Any:
+    if isinstance(scales, dict):
+        if not scales:
+            raise Invalid("must name at least one scale")
+        for name, n in scales.items():
+            if isinstance(name, int):
+                raise Invalid(f': quote a numeric scale name ("{name}": {n}) so DVC can address it as a '
+                              f'param', at=(name,))
+    return scales
+
+
+Scales = Annotated[dict[Name, Count], BeforeValidator(_scale_names)]
+"""scale name -> rows: one dataset per scale (stages select@<scale>, export_sft@<scale>)."""
+DEFAULT_SCALES = {"316": 316, "1k": 1000, "3k": 3160, "10k": 10000}
 
 
 Similarity = Annotated[float, Field(gt=0, le=1)]
@@ -265,3 +268,14 @@ class DecontaminateParams(Section):
                 raise Invalid(f"{b.path} is not under decontaminate.root ({self.root}), the stage's DVC dependency",
                               at=("benchmarks", name, "path"))
         return self
+
+
+SECTIONS: dict[str, tuple[Any, Any]] = {
+    "score": (ScoreParams, Field(default_factory=ScoreParams)),
+    "dedup": (DedupParams, Field(default_factory=DedupParams)),
+    "decontaminate": (DecontaminateParams, Field(default_factory=DecontaminateParams)),
+    "filter": (FilterParams, Field(default_factory=FilterParams)),
+    "mix": (MixParams, Field(default_factory=MixParams)),
+    "select": (SelectParams, Field(default_factory=SelectParams)),
+    "scales": (Scales, Field(default_factory=lambda: dict(DEFAULT_SCALES))),
+}

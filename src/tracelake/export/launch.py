@@ -93,7 +93,7 @@ def _exports(params: Params, kind: str) -> dict[str, Path]:
     lake = Lake(params.lake)
     if kind == "rl":
         return {"rl": lake.rl_export}
-    return {scale: lake.sft_export(scale) for scale in params.select.scales}
+    return {scale: lake.sft_export(scale) for scale in params.scales}
 
 
 def resolve_dataset(params: Params, kind: str, ref: str) -> Dataset:

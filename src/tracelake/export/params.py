@@ -121,3 +121,10 @@ class TrainParams(Section):
     sft: SftTrainParams = Field(default_factory=SftTrainParams)
     rl: RlTrainParams = Field(default_factory=RlTrainParams)
     modal: ModalParams = Field(default_factory=ModalParams)
+
+
+SECTIONS: dict[str, tuple[Any, Any]] = {
+    "export_sft": (ExportSftParams, Field(default_factory=ExportSftParams)),
+    "export_rl": (ExportRlParams, Field(default_factory=ExportRlParams)),
+    "train": (TrainParams, Field(default_factory=TrainParams)),
+}

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field
 
-from tracelake.core.params import Invalid, Section
+from tracelake.core.params import Invalid, Name, Section
 
 Format = Literal["harbor", "traces"]   # harbor: job directories; traces: Parquet/JSON/JSONL trace tables
 
@@ -45,21 +45,28 @@ class IngestParams(Section):
 class SourceParams(Section):
     format: Format
     path: str
-    # task directories, a (path, task_binary) table, or `path` itself: a trace table published without
-    # task directories, whose tasks are derived from its traces (rule derived_task_v1). The key is
-    # required: DVC cannot interpolate a missing ${item.tasks} into the ingest stage's deps.
-    tasks: str
-
-    @model_validator(mode="before")
-    @classmethod
-    def _tasks_named(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("tasks") is None and isinstance(data.get("path"), str):
-            raise Invalid(f"is required: task directories, a (path, task_binary) table, or `tasks: "
-                          f"{data['path']}` (the trace table itself) to derive the tasks from its traces",
-                          at=("tasks",))
-        return data
+    # task directories or a (path, task_binary) table; omitted (or `path` itself): a trace table
+    # published without task directories, whose tasks are derived from its traces (derived_task_v1)
+    tasks: str | None = None
 
     @property
     def derives_tasks(self) -> bool:
-        """True when the source names its own traces as its tasks: they are derived from the traces."""
-        return PurePath(self.tasks) == PurePath(self.path)
+        """True when the source has no tasks of its own: they are derived from its traces."""
+        return self.tasks is None or PurePath(self.tasks) == PurePath(self.path)
+
+    @property
+    def inputs(self) -> list[str]:
+        """The files and directories the source's ingest reads (its DVC dependencies)."""
+        return [self.path] if self.derives_tasks else [self.path, self.tasks]
+
+
+def _sources(value: Any) -> Any:
+    if not isinstance(value, dict) or not value:
+        raise Invalid("must map at least one source name to its settings")
+    return value
+
+
+SECTIONS: dict[str, tuple[Any, Any]] = {
+    "ingest": (IngestParams, Field(default_factory=IngestParams)),
+    "sources": (Annotated[dict[Name, SourceParams], BeforeValidator(_sources)], ...),
+}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field
 
@@ -14,3 +14,6 @@ class SynthParams(Section):
     trials: Annotated[int, Field(ge=1)] = 2000   # trial directories / trace rows over all sources
     tasks: Annotated[int, Field(ge=1)] = 300     # task directories over all sources
     out: str = "data/sample"
+
+
+SECTIONS: dict[str, tuple[Any, Any]] = {"synth": (SynthParams, Field(default_factory=SynthParams))}

@@ -1,0 +1,45 @@
+"""Run one stage of the pipeline, as dvc.yaml's commands do:
+
+    python -m stages NAME [KEY] [--params FILE]
+
+NAME is a stage of stages/ (KEY: the source or scale of a `foreach` stage). The stage's params
+sections are loaded and checked whole, its `run` is called, and its result published
+(tracelake.core.stage.publish): output directories, manifests, metrics, summary lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from stages import NAMES, check_sources_current, declared
+from tracelake.core.errors import BadParams
+from tracelake.core.stage import Context, Stage, publish, run_stage
+from tracelake.params import load_params
+
+_ITEM = {"sources": "source", "scales": "scale"}
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in NAMES:
+        names = ", ".join(NAMES)
+        raise BadParams(f"usage: python -m stages NAME [KEY] [--params FILE] (NAME: one of {names})")
+    stage: Stage = declared(argv[0])
+    parser = argparse.ArgumentParser(prog=f"python -m stages {stage.name}", description=stage.doc,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    if stage.foreach:
+        parser.add_argument(_ITEM[stage.foreach])
+    parser.add_argument("--params", default="params.yaml")
+    args = parser.parse_args(argv[1:])
+    params = load_params(args.params, stage.params + stage.untracked)
+    key = getattr(args, _ITEM[stage.foreach]) if stage.foreach else None
+    if stage.foreach and key not in getattr(params, stage.foreach):
+        raise BadParams(f"params.yaml: no {_ITEM[stage.foreach]} {key!r} under {stage.foreach}")
+    if "sources" in type(params).model_fields:
+        check_sources_current(params)
+    publish(stage, stage.run(Context(params, key)), key)
+
+
+if __name__ == "__main__":
+    run_stage(main)

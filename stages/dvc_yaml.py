@@ -1,0 +1,137 @@
+"""Write dvc.yaml from the stage declarations (stages/*.py) and params.yaml's sources:
+
+    python -m stages.dvc_yaml            rewrite dvc.yaml
+    python -m stages.dvc_yaml --check    exit 1, saying what differs, when dvc.yaml is out of date
+
+Each stage's deps are its code (the import closure of `python -m stages NAME`, with the params code
+of the sections it reads, and the SQL and schemas that code loads: stages/closure.py) and the data it
+declares; its params are the entries it declares (whole sections, tracked whole). A test checks that
+the committed dvc.yaml is what this writes, so adding a module or a knob touches one place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import importlib
+import sys
+import textwrap
+from pathlib import Path
+
+import yaml
+
+from stages import NAMES, declared, source_items
+from stages.closure import ROOT, closure
+from tracelake.core.stage import Stage
+from tracelake.params import SECTION_HOMES, load_params, section_root
+
+HEADER = """\
+# The pipeline, written by `python -m stages.dvc_yaml` from the stage declarations in stages/ and the
+# sources in params.yaml: edit those and run it again (a test fails when this file is out of date).
+# Each stage runs as `python -m stages NAME [KEY]`; its deps are its code (the modules it imports,
+# the params code of its sections, the SQL and schemas it loads) and its data; it tracks whole params
+# sections, so any edit in a section reruns the stage and its check stops on an unknown key.
+#   synth, tokenizer -> ingest@<source> -> score, dedup -> filter -> select@<scale> -> export_sft@<scale>
+#   ingest@<source> -> export_rl;  export_sft@<scale>, export_rl -> train_config;  report;  check
+"""
+
+
+def code_deps(stage: Stage, root: Path = ROOT) -> list[str]:
+    """The project files running the stage imports or loads, as repository paths, sorted."""
+    homes = {SECTION_HOMES[section_root(p)] for p in (*stage.params, *stage.untracked)}
+    entries = [root / "stages" / "__main__.py", root / "stages" / f"{stage.name}.py"]
+    entries += [root / "src" / Path(*m.split(".")).with_suffix(".py") for m in sorted(homes)]
+    return collapse(sorted(closure(entries, root).files), root)
+
+
+def collapse(files: list[str], root: Path = ROOT) -> list[str]:
+    """A package directory stands for its modules when the stage needs every one of them."""
+    deps = set(files)
+    for package in sorted({str(Path(f).parent) for f in files if f.endswith(".py")}, key=len):
+        modules = {p.relative_to(root).as_posix() for p in (root / package).rglob("*.py")
+                   if "__pycache__" not in p.parts}
+        if package in deps or not modules <= deps or any(d + "/" in package + "/" for d in deps if d != package
+                                                        and package.startswith(d + "/")):
+            continue
+        deps = {d for d in deps if not d.startswith(package + "/")} | {package}
+    return sorted(deps)
+
+
+def _block(key: str, items: list[str], indent: str) -> list[str]:
+    return [f"{indent}{key}:", *(f"{indent}  - {item}" for item in items)] if items else []
+
+
+def stage_lines(stage: Stage, sources: dict[str, dict[str, str]], root: Path = ROOT) -> list[str]:
+    lines = [f"  {stage.name}:"]
+    doc = " ".join(stage.doc.split()).split(". ")[0].rstrip(".").removeprefix(f"Stage `{stage.name}`: ")
+    doc = doc.removeprefix(f"Stage `{stage.name}@<source>`: ").removeprefix(f"Stage `{stage.name}@<scale>`: ")
+    lines += [f"    # {line}" for line in textwrap.wrap(doc + ".", 96)]
+    ind = "    "
+    key = ""
+    if stage.foreach == "sources":
+        lines.append("    foreach:            # params.yaml `sources`: path and tasks (the traces themselves when a")
+        lines.append("                        # source has no task directories)")
+        for name, item in sources.items():
+            lines += [f"      {name}:", f"        path: {item['path']}", f"        tasks: {item['tasks']}"]
+        lines.append("    do:")
+        ind, key = "      ", " ${key}"
+    elif stage.foreach:
+        lines += [f"    foreach: ${{{stage.foreach}}}", "    do:"]
+        ind, key = "      ", " ${key}"
+    lines.append(f"{ind}cmd: python -m stages {stage.name}{key}")
+    lines += _block("deps", [*code_deps(stage, root), *stage.deps], ind)
+    lines += _block("params", list(stage.params), ind)
+    outs = list(stage.outs)
+    uncached = [*stage.outs_uncached, *([stage.plots] if stage.plots else [])]
+    if outs or uncached:
+        lines.append(f"{ind}outs:")
+        lines += [f"{ind}  - {o}" for o in outs]
+        lines += [f"{ind}  - {o}:\n{ind}      cache: false" for o in uncached]
+    if stage.metrics:
+        lines += [f"{ind}metrics:", f"{ind}  - {stage.metrics}:", f"{ind}      cache: false"]
+    return lines
+
+
+def render(params_file: Path = Path("params.yaml"), root: Path = ROOT) -> str:
+    params = load_params(params_file, ("sources",))
+    sources = source_items(params.sources)
+    lines = [HEADER.rstrip("\n"), "stages:"]
+    for name in NAMES:
+        lines += stage_lines(declared(name), sources, root)
+        lines.append("")
+    report = importlib.import_module("stages.report")
+    lines.append("plots:")
+    for file, (template, x, y, title) in report.PLOT_SPECS.items():
+        lines += [f"  - {report.PLOTS}/{file}:", f"      template: {template}", f"      x: {x}", f"      y: {y}",
+                  f"      title: {title}"]
+    text = "\n".join(lines) + "\n"
+    yaml.safe_load(text)   # well-formed, whatever the declarations hold
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m stages.dvc_yaml", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="only compare; exit 1 when dvc.yaml is out of date")
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--out", default="dvc.yaml")
+    args = parser.parse_args(argv)
+    text, out = render(Path(args.params)), Path(args.out)
+    old = out.read_text() if out.is_file() else ""
+    if args.check:
+        if old == text:
+            return 0
+        diff = difflib.unified_diff(old.splitlines(), text.splitlines(), str(out), "generated", lineterm="", n=1)
+        print("\n".join(list(diff)[:80]))
+        print(f"{out} is out of date with the stage declarations: run `python -m stages.dvc_yaml`",
+              file=sys.stderr)
+        return 1
+    if old != text:
+        out.write_text(text)
+    print(f"{out}: {len(NAMES)} stages" + ("" if old != text else " (unchanged)"))
+    return 0
+
+
+if __name__ == "__main__":
+    from tracelake.core.stage import run_stage
+    run_stage(lambda: sys.exit(main()))

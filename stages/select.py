@@ -1,0 +1,48 @@
+"""Stage `select@<scale>`: one dataset of N rows from the filtered pool and the task scores ->
+<lake>/selections/<scale>/, named by its content (sel-<N>-<12 hex>); counts to metrics/select/<scale>.json."""
+
+from __future__ import annotations
+
+import pyarrow.compute as pc
+
+from tracelake.core.lake import read_manifest, read_table
+from tracelake.core.layout import Lake
+from tracelake.core.schema import load_schema
+from tracelake.core.stage import Context, Output, Result, Stage, Table
+from tracelake.curate.select import SELECTION_RULE, group_pool, select
+
+
+def run(ctx: Context) -> Result:
+    p, scale = ctx.params, ctx.key
+    n, lake = p.scales[scale], Lake(p.lake)
+    pool = read_table(lake.pool, "pool").select(["trajectory_id", "task_id", "source", "task"])
+    scores = read_table(lake.scores, "scores")
+    scores = scores.filter(pc.equal(scores["scorer"], p.select.score))
+    score_of = dict(zip(scores["task_id"].to_pylist(), scores["score"].to_pylist()))
+    clusters = read_table(lake.dedup, "task_clusters").filter(pc.greater(pc.field("cluster_size"), 1))
+    cluster_of = dict(zip(clusters["task_id"].to_pylist(), clusters["cluster_id"].to_pylist()))
+    selection = select(group_pool(pool.to_pylist()), score_of, p.mix, n, p.select.unscored, cluster_of)
+    out = Output(lake.selection(scale), "selection", [Table(load_schema("selection"), selection.rows)],
+                 inputs={"pool": read_manifest(lake.pool)["version_id"],
+                         "scores": read_manifest(lake.scores)["version_id"],
+                         "dedup": read_manifest(lake.dedup)["version_id"]},
+                 params={"scale": scale, "rows": n, "score": p.select.score, "unscored": p.select.unscored,
+                         "mix": p.section("mix")},
+                 formulas={"selection": SELECTION_RULE}, counts=selection.counts, dataset=("sel", n))
+
+    def summary(manifests: list[dict]) -> list[str]:
+        c, m = selection.counts, manifests[0]
+        return [f"select {scale}: {m['dataset_id']}: {c['rows']} rows over {c['tasks']} of {c['tasks_available']} "
+                f"tasks, {c['distinct_trajectories']} distinct rollouts -> {out.path} (version {m['version_id']})"]
+    return Result([out], metrics=lambda manifests: manifests[0]["counts"], summary=summary)
+
+
+STAGE = Stage(
+    "select", __doc__, run, foreach="scales",
+    # mix.weights and top_k name sources, select.score a configured scorer: checked by `check`
+    params=("scales.${key}", "select", "mix", "lake"),
+    # clusters whose tasks all stay in the pool (dedup.keep: all) share one quota
+    deps=("${lake}/pool", "${lake}/scores", "${lake}/dedup"),
+    outs=("${lake}/selections/${key}",),
+    metrics="metrics/select/${key}.json",
+)
