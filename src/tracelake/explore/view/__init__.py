@@ -2,6 +2,8 @@
 server-rendered HTML, a little plain JavaScript from static/; nothing fetched from the network).
 
     db.py     the queries (sql/view/*.sql) on one read-only `open_lake` connection, behind a lock
-    html.py   the pages, every value escaped
+    html.py   the pages: each gathers its values and renders its template (templates/)
+    trace.py  one trajectory's values (messages, task, datasets, training row)
+    render.py the Jinja2 environment: autoescape on, the one place values are escaped
     app.py    the routes and `serve`
 """

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tracelake.core.errors import BadInput
+from tracelake.core.errors import BadInput, check
 from tracelake.core.layout import Lake
 from tracelake.explore.view.db import LakeView, Query
 
@@ -81,25 +81,22 @@ def parquet(db: LakeView, ids: list[str]) -> Iterator[bytes]:
 
 
 def html_file(db: LakeView, ids: list[str], query: Query) -> Iterator[bytes]:
-    """One HTML file: a contents list, then each trajectory's page body (the first HTML_MAX)."""
-    from tracelake.explore.view import html
+    """One HTML file: a contents list, then each trajectory's page body (the first HTML_MAX), from
+    templates/export_head.html and export_article.html."""
+    from tracelake.explore.view.render import render, trusted
+    from tracelake.explore.view.trace import trace_context
 
     css = "".join((resources.files("tracelake.explore.view") / "static" / name).read_text()
                   for name in ("view.css", "ansi.css"))
+    check("</style" not in css.lower(), "view: a stylesheet of the package closes its <style> element")
     shown = ids[:HTML_MAX]
     described = ", ".join(f"{k}={v}" for k, v in query.params().items() if k not in ("after", "page", "format"))
-    yield (f"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>tracelake export "
-           f"({len(shown):,} trajectories)</title><style>{css}</style></head><body><header>tracelake view export "
-           f"<span class=\"lake\">{html.esc(db.label)}</span></header><main><h1>{len(shown):,} trajectories</h1>"
-           f"<p>Selection: {html.esc(described) or 'every trajectory'}"
-           + (f" — the first {HTML_MAX:,} of {len(ids):,}; export JSONL or Parquet for all of them" if len(ids) > HTML_MAX else "")
-           + "</p><ol class=\"contents\">"
-           + "".join(f"<li><a href=\"#t-{html.esc(i)}\"><code>{html.esc(i)}</code></a></li>" for i in shown)
-           + "</ol>").encode()
+    yield render("export_head.html", css=trusted(css), label=db.label, shown=shown, total=len(ids),
+                 most=HTML_MAX, described=described).encode()
     for tid in shown:
         t = db.trajectory(tid)
         if t is None:
             continue
-        yield (f"<article class=\"trajectory\" id=\"t-{html.esc(tid)}\">"
-               f"{html.trace_body(t, query, tokenizer=db.tokenizer, standalone=True)}</article>").encode()
+        yield render("export_article.html", tid=tid,
+                     **trace_context(t, query, tokenizer=db.tokenizer, standalone=True)).encode()
     yield b"</main></body></html>\n"
