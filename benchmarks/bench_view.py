@@ -92,17 +92,17 @@ def build(work: Path, rows: int, keep_input: bool) -> tuple[Path, dict]:
     pipeline.project(work, proj.name, data, work / "no-tokenizer", count=False, caches=caches)
 
     def stage(name: str, script: str, *args: str) -> None:
-        steps.append(pipeline.measure(name, nice([PY, str(ROOT / "stages" / script), *args]),
+        steps.append(pipeline.measure(name, nice([PY, "-m", "stages", script, *args]),
                                       proj, log))
 
-    stage("ingest", "ingest.py", pipeline.SOURCE)
+    stage("ingest", "ingest", pipeline.SOURCE)
     if not keep_input:
         shutil.rmtree(data / "traces")
-    stage("score", "score.py")
-    stage("dedup", "dedup.py")
-    stage("filter", "filter.py")
+    stage("score", "score")
+    stage("dedup", "dedup")
+    stage("filter", "filter")
     pipeline.set_scale(proj, "all", pipeline.kept(proj))
-    stage("select", "select_scale.py", "all")
+    stage("select", "select", "all")
     shutil.rmtree(caches, ignore_errors=True)
     info = {"rows": rows, "input_mb": round(input_mb, 1), "build_s": round(time.perf_counter() - start, 1),
             "steps": [{"name": s.name, "wall_s": round(s.wall_s, 1), "cpu_s": round(s.cpu_s, 1),

@@ -80,6 +80,7 @@ class Step:
 # PYTHONDONTWRITEBYTECODE recompiles every imported module in every process: about 1 s a stage,
 # and more for the references' heavier imports); `warm_bytecode` writes the caches before timing.
 _ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+_ENV["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), _ENV.get("PYTHONPATH", "")]))   # stages/
 WARM_IMPORTS = {
     "tracelake": "import duckdb, polars, pyarrow.parquet, tokenizers, tracelake.cli, tracelake.params, "
                  "tracelake.ingest.traces, tracelake.ingest.tasks, tracelake.curate.score, tracelake.curate.filter, "
@@ -218,8 +219,8 @@ class Profiler:
         return profiles.wrap(self.exe, raw, cmd)
 
 
-def stage(proj: Path, log: Path, name: str, script: str, *args: str, spy: Profiler | None = None) -> Step:
-    cmd = [PY, str(ROOT / "stages" / script), *args]
+def stage(proj: Path, log: Path, name: str, stage_name: str, *args: str, spy: Profiler | None = None) -> Step:
+    cmd = [PY, "-m", "stages", stage_name, *args]
     return measure(name, spy.wrap(name, cmd) if spy else cmd, proj, log)
 
 
@@ -231,12 +232,12 @@ def pipeline(proj: Path, data: Path, log: Path, copies: int = 1, spy: Profiler |
     steps = []
     for name in source_names(copies):
         warm_input(data)
-        steps.append(stage(proj, log, "ingest" if copies == 1 else f"ingest {name}", "ingest.py", name, spy=spy))
-    steps += [stage(proj, log, "score", "score.py", spy=spy), stage(proj, log, "dedup", "dedup.py", spy=spy),
-              stage(proj, log, "filter", "filter.py", spy=spy)]
+        steps.append(stage(proj, log, "ingest" if copies == 1 else f"ingest {name}", "ingest", name, spy=spy))
+    steps += [stage(proj, log, "score", "score", spy=spy), stage(proj, log, "dedup", "dedup", spy=spy),
+              stage(proj, log, "filter", "filter", spy=spy)]
     set_scale(proj, "all", kept(proj))
-    steps += [stage(proj, log, "select", "select_scale.py", "all", spy=spy),
-              stage(proj, log, "export_sft", "export_sft.py", "all", spy=spy)]
+    steps += [stage(proj, log, "select", "select", "all", spy=spy),
+              stage(proj, log, "export_sft", "export_sft", "all", spy=spy)]
     return steps
 
 
@@ -458,8 +459,8 @@ def measure_size(work: Path, rows: int, skip: set[str], exact_runs: bool, copies
     result["exact_append"] = [asdict(s) for s in pipeline(exact, data, log)]
     print("exact (a new scale)", flush=True)
     set_scale(exact, "half", max(1, kept(exact) // 2))
-    result["exact_new_scale"] = [asdict(stage(exact, log, "select", "select_scale.py", "half")),
-                                 asdict(stage(exact, log, "export_sft", "export_sft.py", "half"))]
+    result["exact_new_scale"] = [asdict(stage(exact, log, "select", "select", "half")),
+                                 asdict(stage(exact, log, "export_sft", "export_sft", "half"))]
     set_scale(exact, "all", kept(exact))
     print("references", flush=True)
     result["references"] = [asdict(s) for s in references(work, data, exact, tok, skip, log)]

@@ -34,10 +34,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv[1:])
     params = load_params(args.params, stage.params + stage.untracked)
     key = getattr(args, _ITEM[stage.foreach]) if stage.foreach else None
-    if stage.foreach and key not in getattr(params, stage.foreach):
-        raise BadParams(f"params.yaml: no {_ITEM[stage.foreach]} {key!r} under {stage.foreach}")
     if "sources" in type(params).model_fields:
         check_sources_current(params)
+    if stage.foreach and key not in getattr(params, stage.foreach):
+        raise BadParams(f"params.yaml: no {_ITEM[stage.foreach]} {key!r} under {stage.foreach}")
     publish(stage, stage.run(Context(params, key)), key)
 
 

@@ -36,12 +36,15 @@ HEADER = """\
 """
 
 
+_PARSED: dict[Path, dict] = {}   # the parsed project per root, shared by every stage of one run
+
+
 def code_deps(stage: Stage, root: Path = ROOT) -> list[str]:
     """The project files running the stage imports or loads, as repository paths, sorted."""
     homes = {SECTION_HOMES[section_root(p)] for p in (*stage.params, *stage.untracked)}
     entries = [root / "stages" / "__main__.py", root / "stages" / f"{stage.name}.py"]
     entries += [root / "src" / Path(*m.split(".")).with_suffix(".py") for m in sorted(homes)]
-    return collapse(sorted(closure(entries, root).files), root)
+    return collapse(sorted(closure(entries, root, resolvers=_PARSED.setdefault(root, {})).files), root)
 
 
 def collapse(files: list[str], root: Path = ROOT) -> list[str]:

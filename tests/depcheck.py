@@ -1,11 +1,10 @@
-"""The machinery of tests/test_dvc_deps.py: each DVC stage's import closure and the SQL and schema
-files its code loads (static), and what a stage opens when it runs (dynamic). See that module's
-docstring for the rules.
+"""The machinery of tests/test_dvc_deps.py's dynamic check: dvc.yaml's stages expanded, each run
+under an audit hook (and strace), and every project file it opened checked against its deps. The
+static deps (import closure, SQL and schemas) are computed by stages/closure.py, which writes them.
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import posixpath
@@ -16,7 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -28,22 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TRACER = Path(__file__).with_name("trace_stage.py")
 
 
-PYTHON_NAMES = {"python", "python3"}  # a cmd's interpreter; the stage script is the first *.py after it
-
-
-@dataclass(frozen=True)
-class Asset:
-    directory: str  # under the repository root
-    suffix: str
-
-
-# The functions that read a project file by name: qualified name -> what the name maps to. The checker
-# stops with an error when one of them is no longer defined where it says, so a move cannot silently
-# turn the SQL and schema checks off.
-LOADERS: dict[str, Asset] = {
-    "tracelake.core.assets.sql": Asset("sql", ".sql"),
-    "tracelake.core.schema.load_schema": Asset("schemas", ".yaml"),
-}
+PYTHON_NAMES = {"python", "python3"}  # a cmd's interpreter
 
 
 class Missing(NamedTuple):
@@ -141,22 +125,6 @@ def script_of(stage_name: str, stage: dict[str, Any]) -> str:
 
 def load_yaml(path: Path) -> dict[str, Any]:
     return yaml.safe_load(path.read_text())
-
-
-def missing_deps(dvc: dict[str, Any], params: dict[str, Any], root: Path = ROOT) -> list[Missing]:
-    """Every (stage, file) where the stage's code needs the file and no dep of the stage covers it."""
-    missing: list[Missing] = []
-    closures: dict[str, Closure] = {}
-    resolvers: dict[Path, Resolver] = {}
-    for name, stage in expand_stages(dvc, params, root).items():
-        script = posixpath.normpath(script_of(name, stage))
-        if script not in closures:
-            closures[script] = stage_closure(script, root, resolvers)
-        deps = _paths(stage.get("deps"))
-        for file, why in closures[script].files.items():
-            if not covered(file, deps):
-                missing.append(Missing(name, file, why))
-    return missing
 
 
 def explain(missing: list[Missing], what: str) -> str:
@@ -329,24 +297,3 @@ def unexplained_reads(name: str, stage: dict[str, Any], reads: list[Read],
         if not covered(read.file, deps):
             missing.append(Missing(name, read.file, f"opened for reading by `{read.cmd}`"))
     return missing
-
-
-def print_closures() -> None:
-    """Each stage's closure: the files it needs and why (`!` marks one dvc.yaml misses)."""
-    dvc_, params_ = load_yaml(ROOT / "dvc.yaml"), load_yaml(ROOT / "params.yaml")
-    seen: set[str] = set()
-    shared: dict[Path, Resolver] = {}
-    for stage_name, stage_ in expand_stages(dvc_, params_).items():
-        script_ = posixpath.normpath(script_of(stage_name, stage_))
-        if script_ in seen:
-            continue
-        seen.add(script_)
-        print(f"{stage_name.split('@')[0]} ({script_}):")
-        for file_, why_ in sorted(stage_closure(script_, ROOT, shared).files.items()):
-            mark = " " if covered(file_, _paths(stage_.get("deps"))) else "!"
-            print(f"  {mark} {file_:48} {why_}")
-
-
-
-if __name__ == "__main__":
-    print_closures()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -206,3 +208,12 @@ def lf_config(table, tiny_model: Path, tmp_path: Path, template: str, rows_per_s
         "dataset": ",".join(f"d.{i:05d}" for i in range(len(writer.files))), "dataset_dir": str(dataset),
         "template": template, "cutoff_len": 1_000_000, "overwrite_cache": True, "report_to": "none"}))
     return config
+
+
+def run_stage(cwd: Path, name: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
+    """`python -m stages NAME ARGS` in `cwd`, the project's stages/ importable wherever cwd is (a
+    project copy's own stages/ comes first: `python -m` puts cwd first on sys.path)."""
+    env = {**os.environ, **kwargs.pop("env", {})}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-m", "stages", name, *args], cwd=cwd, capture_output=True, text=True,
+                          env=env, **kwargs)

@@ -19,7 +19,6 @@ from tracelake.params import Params, load_params, parse_params
 
 from .helpers import ROOT
 
-STAGES = ROOT / "stages"
 BASE = yaml.safe_load((ROOT / "params.yaml").read_text())
 
 
@@ -42,7 +41,7 @@ def test_repo_params_parse():
     assert isinstance(params, Params)
     assert set(params.sources) == {"swesmith", "superuser", "tezos", "nl2bash"}
     assert params.select.score in params.score.scorers
-    assert params.select.scales == {"316": 316, "1k": 1000, "3k": 3160, "10k": 10000}
+    assert params.scales == {"316": 316, "1k": 1000, "3k": 3160, "10k": 10000}
     assert params.mix == MixParams(sources="all", weights={}, top_k=None)
     assert params.filter.episodes == "last" and params.filter.max_tokens == 32768
     assert params.section("mix") == {"sources": "all", "weights": {}, "top_k": None}
@@ -63,7 +62,7 @@ def test_valid_alternatives_parse():
     assert top.mix.sources == ["tezos", "nl2bash"] and top.mix.top_k == 2
     imported = parse_params(mutated(lambda d: d["score"].update(
         imports={"difficulty_v1": {"path": "imports/d.parquet", "score": "d", "task": "name"}})
-    ) | {"select": {"score": "difficulty_v1", "scales": {"1k": 1000}}})
+    ) | {"select": {"score": "difficulty_v1"}, "scales": {"1k": 1000}})
     assert imported.select.score == "difficulty_v1"
 
 
@@ -95,13 +94,13 @@ BAD = [
     ("unknown-filter-key", _set("filter", "min_turns", 5), "filter.min_turns"),
     ("unknown-select-key", _set("select", "foo", 1), "select.foo"),
     ("unknown-source-key", _set("sources", "tezos", "fromat", "harbor"), "sources.tezos.fromat"),
-    ("scale-negative", _set("select", "scales", "1k", -5), "select.scales.1k"),
-    ("scale-zero", _set("select", "scales", "1k", 0), "select.scales.1k"),
-    ("scale-float", _set("select", "scales", "1k", 1.5), "select.scales.1k"),
-    ("scale-str", _set("select", "scales", "1k", "10"), "select.scales.1k"),
-    ("scale-bool", _set("select", "scales", "1k", True), "select.scales.1k"),
-    ("scale-name-dot", _set("select", "scales", "3.16k", 3160), "select.scales name '3.16k'"),
-    ("scales-empty", _set("select", "scales", {}), "select.scales"),
+    ("scale-negative", _set("scales", "1k", -5), "scales.1k"),
+    ("scale-zero", _set("scales", "1k", 0), "scales.1k"),
+    ("scale-float", _set("scales", "1k", 1.5), "scales.1k"),
+    ("scale-str", _set("scales", "1k", "10"), "scales.1k"),
+    ("scale-bool", _set("scales", "1k", True), "scales.1k"),
+    ("scale-name-dot", _set("scales", "3.16k", 3160), "scales name '3.16k'"),
+    ("scales-empty", _set("scales", {}), "scales"),
     ("weights-sum", _set("mix", "weights", {"swesmith": 0.5, "tezos": 0.3}), "mix.weights must sum to 1"),
     ("weight-negative", _set("mix", "weights", {"swesmith": 1.5, "tezos": -0.5}), "mix.weights.tezos"),
     ("weight-bool", _set("mix", "weights", {"swesmith": True}), "mix.weights.swesmith"),
@@ -184,26 +183,25 @@ def test_not_yaml_and_not_found(tmp_path):
 
 # --- stages: the check comes before any work -------------------------------------------------
 
-STAGE_CASES = [  # each stage checks the whole file, not only its own sections
-    ("unknown-top-level", _set("bogus", 1), "'bogus'"),
-    ("scale-negative", _set("select", "scales", "1k", -5), "select.scales.1k"),
+STAGE_CASES = [  # a stage checks the file's top-level keys and, whole, each section it reads
+    ("unknown-top-level", _set("bogus", 1), "'bogus'", ["select", "filter"]),
+    ("scale-negative", _set("scales", "1k", -5), "scales.1k", ["select"]),
+    ("filter-typo", _set("filter", "sucess_only", True), "filter.sucess_only", ["filter"]),
 ]
-STAGE_COMMANDS = [
-    pytest.param(["select_scale.py", "1k"], id="select_scale"),
-    pytest.param(["filter.py"], id="filter"),
-]
+STAGE_ARGS = {"select": ["1k"], "filter": []}
 
 
 def run_stage_in(cwd: Path, argv: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(STAGES / argv[0]), *argv[1:]], cwd=cwd, capture_output=True,
-                          text=True, timeout=60, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "stages", *argv], cwd=cwd, capture_output=True,
+                          text=True, timeout=60, env=env)
 
 
-@pytest.mark.parametrize("argv", STAGE_COMMANDS)
-@pytest.mark.parametrize(("mutate", "key"), [pytest.param(m, k, id=i) for i, m, k in STAGE_CASES])
-def test_stage_stops_before_any_work(tmp_path, argv, mutate, key):
+@pytest.mark.parametrize(("mutate", "key", "stage"),
+                         [pytest.param(m, k, s, id=f"{i}-{s}") for i, m, k, stages in STAGE_CASES for s in stages])
+def test_stage_stops_before_any_work(tmp_path, mutate, key, stage):
     write(tmp_path / "params.yaml", mutated(mutate))
-    proc = run_stage_in(tmp_path, argv)
+    proc = run_stage_in(tmp_path, [stage, *STAGE_ARGS[stage]])
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.splitlines()
     assert len(lines) == 1, proc.stderr
@@ -213,9 +211,16 @@ def test_stage_stops_before_any_work(tmp_path, argv, mutate, key):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]
 
 
+def test_a_stage_skips_what_it_does_not_read(tmp_path):
+    """filter does not read `scales`: a bad scale stops select, not filter (whose section is fine)."""
+    write(tmp_path / "params.yaml", mutated(_set("scales", "1k", -5)))
+    proc = run_stage_in(tmp_path, ["filter"])
+    assert "scales" not in proc.stderr, proc.stderr
+
+
 def test_select_stage_unknown_scale(tmp_path):
     write(tmp_path / "params.yaml", BASE)
-    proc = run_stage_in(tmp_path, ["select_scale.py", "2k"])
+    proc = run_stage_in(tmp_path, ["select", "2k"])
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.splitlines() == ["tracelake: params.yaml: no scale '2k' under select.scales"]
+    assert proc.stderr.splitlines() == ["tracelake: params.yaml: no scale '2k' under scales"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]

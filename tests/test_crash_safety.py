@@ -279,7 +279,6 @@ def leftovers(root: Path) -> list[str]:
 # (what must exist, then seconds to wait before the kill): inside a stage, its output half written
 KILLS = [
     ("lake/trajectories/.superuser.tmp-*/trajectories", 0.2),   # ingest, a table half written
-    ("lake/.embeddings.tmp-*", 0.3),                             # dedup, LanceDB half written
     ("lake/exports/sft/.1k.tmp-*", 0.1),                         # export_sft, shards half written
 ]
 MORE_KILLS = [   # each in a forced rebuild of its own

@@ -14,12 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import lancedb
 import pytest
 import yaml
 
 from tracelake.core.lake import read_manifest, read_table
-from tracelake.curate.dedup.vectors import vectors_digest
 
 from .helpers import copy_project, run_ok
 
@@ -43,18 +41,16 @@ def set_params(repo: Path, **sections) -> None:
 
 
 def dedup_stage(repo: Path, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run([sys.executable, "stages/dedup.py"], cwd=repo, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "stages", "dedup"], cwd=repo, capture_output=True, text=True,
                           env={**os.environ, **(env or {})})
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
 
 def outputs(repo: Path) -> dict[str, str]:
-    """The dedup outputs by content: every file of lake/dedup, the embeddings manifest, the LanceDB rows."""
+    """The dedup outputs by content: every file of lake/dedup and the metrics."""
     got = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((repo / "lake" / "dedup").iterdir())}
-    got["embeddings/manifest.json"] = hashlib.sha256((repo / "lake/embeddings/manifest.json").read_bytes()).hexdigest()
-    table = lancedb.connect(str(repo / "lake" / "embeddings")).open_table("texts").to_arrow()
-    got["embeddings/rows"] = vectors_digest(table.sort_by("text_sha256"))
+    got["metrics"] = hashlib.sha256((repo / "metrics/dedup.json").read_bytes()).hexdigest()
     return got
 
 
@@ -85,10 +81,11 @@ def test_clusters_contamination_and_the_filter_rules(repo):
             assert d["task_id"] in dropped_tasks and d["detail"].startswith("near duplicate of ")
     pool = read_table(lake / "pool", "pool").column("task_id").to_pylist()
     assert not (set(pool) & (dropped_tasks | contaminated_ids))
-    manifest = read_manifest(lake / "embeddings")
-    assert manifest["counts"]["search"]["index"] == "flat"
-    lance_rows = lancedb.connect(str(lake / "embeddings")).open_table("texts").count_rows()
-    assert lance_rows == manifest["tables"]["texts"]["rows"] == json.loads((repo / "metrics/dedup.json").read_text())["embedding"]["texts"]
+    embedding = json.loads((repo / "metrics/dedup.json").read_text())["embedding"]
+    assert embedding["index"] == "flat" and embedding["texts"] > 0
+    # the LanceDB search table is a scratch index, not an output: nothing of it is left anywhere
+    assert not (lake / "embeddings").exists()
+    assert not list((repo / ".tracelake/cache/embeddings").glob(".lance-*"))
 
 
 def test_keep_all_drops_nothing_and_clusters_share_a_quota(repo, tmp_path):
@@ -122,7 +119,7 @@ def test_same_outputs_whatever_the_thread_count(repo, search):
         one = outputs(repo)
         dedup_stage(repo, SINGLE_THREAD)
         assert outputs(repo) == one
-        assert read_manifest(repo / "lake" / "embeddings")["counts"]["search"]["index"] == search
+        assert json.loads((repo / "metrics/dedup.json").read_text())["embedding"]["index"] == search
         assert " 0 embedded" in first   # the cache answered every text
     finally:
         if search == "ivf_flat":

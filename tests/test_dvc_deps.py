@@ -1,26 +1,10 @@
 """Every file a DVC stage's output depends on is a declared dependency of that stage in dvc.yaml,
 so `dvc repro` never leaves an output stale after a change to code, SQL, a schema or data.
 
-Proven two ways, both computed from the files (no module list is written down here):
-
-1. Static (`missing_deps`): for each stage (each item of a `foreach` stage), the script named in its
-   `cmd`, the import closure of that script over the project's own modules (absolute and relative
-   imports, imports inside functions, `from pkg import name` where pkg.name is a module, every
-   enclosing package's __init__.py; imports under `if TYPE_CHECKING:` never run and do not count),
-   and the SQL and schema files the closure's code names through the asset loaders (LOADERS:
-   sql("x") -> sql/x.sql, load_schema("x") -> schemas/x.yaml) are each covered by a dep of the
-   stage: the same path or a directory above it. `${...}` in dvc.yaml is resolved from params.yaml.
-   How a loader's argument becomes a path:
-   - a string literal names one file;
-   - a function that passes one of its own parameters straight to a loader (core.lake.read_table,
-     ingest.common.run_ingest) is a loader too: its callers' literals name the files;
-   - a local name bound only to literals (`x = "a"`, `for x, _ in (("a", ...), ("b", ...))`) names
-     each of them;
-   - anything else names a directory: the literal text before the first computed part up to its
-     last "/" (sql('filters/' + rule.query) -> sql/filters), else the loader's whole directory.
-   A module counts whole: every loader call in a module of the closure counts, whichever function
-   holds it. `test_checker_reports_a_removed_dep` runs this same checker on dvc.yaml with one
-   dependency removed and gets back exactly that file.
+1. Static: dvc.yaml is written from the stage declarations by `python -m stages.dvc_yaml`; each
+   stage's code deps are the import closure of `python -m stages NAME` with the params code of the
+   sections it reads, and the SQL and schema files that code names through the asset loaders
+   (stages/closure.py has the rules). The committed dvc.yaml must be exactly what it writes.
 2. Dynamic (e2e): each stage (each foreach item) of a copy of the built sample project runs once,
    with the copy's own src/ first on sys.path, under an audit hook (tests/trace_stage.py; "open"
    events) and, where strace is installed and allowed, under `strace -f` too (every open(2): DuckDB,
@@ -30,14 +14,10 @@ Proven two ways, both computed from the files (no module list is written down he
    keys) and content-addressed caches (CACHE_PARAMS). This catches data (a table, a manifest) as
    well as code. The audit test also shows the same check reporting a data dep once it is removed;
    the strace test skips, saying why, where strace cannot run.
-
-`python tests/depcheck.py` prints each stage's closure (the files and why each is needed).
 """
 
 from __future__ import annotations
 
-import json
-import posixpath
 import shutil
 import time
 from dataclasses import dataclass
@@ -46,36 +26,53 @@ from typing import Any
 
 import pytest
 
+from stages import declared, dvc_yaml
+from stages.closure import stage_closure
+from stages.dvc_yaml import code_deps, render
+
 from .depcheck import (
     FAKE_PROJECT,
     ROOT,
-    Project,
     Trace,
     _paths,
-    _rel,
     covered,
     expand_stages,
     explain,
-    imported_names,
-    interpolate,
     load_yaml,
-    missing_deps,
-    script_of,
-    stage_closure,
     strace,
     trace_stage,
     unexplained_reads,
 )
 
 
-def test_every_stage_declares_its_code_and_assets() -> None:
-    missing = missing_deps(load_yaml(ROOT / "dvc.yaml"), load_yaml(ROOT / "params.yaml"))
-    assert not missing, explain(missing, "code the stage imports, SQL and schemas it loads")
+def test_dvc_yaml_is_written_from_the_declarations() -> None:
+    """dvc.yaml is exactly what `python -m stages.dvc_yaml` writes: each stage's deps are the import
+    closure of `python -m stages NAME` (stages/closure.py) plus its declared data."""
+    assert (ROOT / "dvc.yaml").read_text() == render(ROOT / "params.yaml"), (
+        "dvc.yaml is out of date with the stage declarations: run `python -m stages.dvc_yaml`")
+
+
+def test_check_reports_a_removed_dep(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`--check` fails, naming the line, when dvc.yaml lacks a dep the declarations give."""
+    text = (ROOT / "dvc.yaml").read_text()
+    edited = text.replace("      - src/tracelake/curate/filter.py\n", "", 1)
+    assert edited != text
+    (tmp_path / "dvc.yaml").write_text(edited)
+    assert dvc_yaml.main(["--check", "--out", str(tmp_path / "dvc.yaml"), "--params", str(ROOT / "params.yaml")]) == 1
+    assert "+      - src/tracelake/curate/filter.py" in capsys.readouterr().out
+
+
+def test_a_stage_depends_on_its_own_params_code_only() -> None:
+    """ingest reads no curate or export section, so editing their params modules reruns none of it."""
+    deps = code_deps(declared("ingest"))
+    assert covered("src/tracelake/ingest/params.py", deps)
+    assert not [d for d in deps if d.startswith(("src/tracelake/curate", "src/tracelake/export"))], deps
+    assert covered("src/tracelake/curate/params.py", code_deps(declared("filter")))
 
 
 def test_closure_rules(tmp_path: Path) -> None:
     """Lazy, relative and `from pkg import module` imports count, TYPE_CHECKING ones and modules never
-    imported do not; loader arguments map to files by the rules in the module docstring."""
+    imported do not; loader arguments map to files by the rules in stages/closure.py."""
     for rel, text in FAKE_PROJECT.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
@@ -90,50 +87,6 @@ def test_closure_rules(tmp_path: Path) -> None:
         "schemas/const.yaml",  # a module-level constant
         "schemas/pool.yaml",  # through the wrapper read_table(directory, name)
     ]), "\n".join(f"{f}: {why}" for f, why in sorted(files.items()))
-
-
-def _direct_library_dep(dvc: dict[str, Any], params: dict[str, Any]) -> tuple[str, str]:
-    """A plain stage and its own library module: a file dep its script imports itself, which not every
-    stage lists (so not the shared params modules)."""
-    stages = [(name, stage) for name, stage in dvc["stages"].items() if "foreach" not in stage]
-    shared = set.intersection(*(set(stage.get("deps", [])) for _, stage in stages))
-    for name, stage in stages:
-        script = posixpath.normpath(script_of(name, interpolate(stage, params)))
-        project = Project(ROOT, (ROOT / script).parent)
-        module = project.load(ROOT / script, script)
-        imported = {_rel(p, ROOT) for n, _ in imported_names(project, module) if (p := project.find(n))}
-        for dep in stage.get("deps", []):
-            if dep in imported and dep not in shared and not dep.endswith("__init__.py"):
-                return name, dep
-    pytest.fail("no plain stage lists a module its script imports as a file dep; pick another case")
-
-
-def _remove_dep(dvc: dict[str, Any], stage: str, dep: str) -> dict[str, Any]:
-    changed = json.loads(json.dumps(dvc))
-    body = changed["stages"][stage].get("do", changed["stages"][stage])
-    assert dep in body["deps"], f"{stage} has no dep {dep}"
-    body["deps"].remove(dep)
-    return changed
-
-
-@pytest.mark.parametrize("case", ["library module", "sql file", "foreach stage"])
-def test_checker_reports_a_removed_dep(case: str) -> None:
-    """The checker the main test runs, on dvc.yaml less one dep: exactly that file is reported."""
-    dvc, params = load_yaml(ROOT / "dvc.yaml"), load_yaml(ROOT / "params.yaml")
-    if case == "library module":
-        stage, dep = _direct_library_dep(dvc, params)
-        expected = [(stage, dep)]
-    elif case == "sql file":
-        stage, dep = next((name, d) for name, s in dvc["stages"].items() for d in s.get("deps", [])
-                          if d.startswith("sql/") and d.endswith(".sql"))
-        expected = [(stage, dep)]
-    else:
-        stage, body = next((name, s["do"]) for name, s in dvc["stages"].items() if "foreach" in s)
-        dep = next(d for d in body["deps"] if d.startswith("stages/"))
-        expected = [(name, dep) for name in expand_stages(dvc, params) if name.startswith(f"{stage}@")]
-    missing = missing_deps(_remove_dep(dvc, stage, dep), params)  # exactly what the main test runs
-    # Exactly: nothing else is missing (dvc.yaml passes) and the removed dep is caught.
-    assert [(m.stage, m.file) for m in missing] == expected, explain(missing, f"without {stage}: {dep}")
 
 
 # --------------------------------------------------------------------------------------------------

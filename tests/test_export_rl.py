@@ -10,7 +10,6 @@ the rejected ones; the exported task table extracts back to the original task di
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -42,6 +41,8 @@ from tracelake.export.rl import (
 )
 from tracelake.ingest.task_archive import extract_archive, extract_table
 
+from stages.__main__ import main as run_stage_here
+
 from .helpers import ROOT, rl_trainer_python
 
 SKYRL_LOAD = ROOT / "tests" / "train_env" / "skyrl_load.py"
@@ -49,13 +50,6 @@ SYSTEM = "You are an agent in a Linux terminal. Solve the task, then say you are
 
 
 # --- helpers ---------------------------------------------------------------------------------
-
-def load_stage(name: str):
-    spec = importlib.util.spec_from_file_location(f"stage_{name}", ROOT / "stages" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 @contextmanager
 def cwd(path: Path):
@@ -69,7 +63,7 @@ def cwd(path: Path):
 
 def run(project: Path, stage: str, *args: str) -> None:
     with cwd(project):
-        load_stage(stage).main([*args, "--params", "params.yaml"])
+        run_stage_here([stage, *args, "--params", "params.yaml"])
 
 
 def digest(*paths: Path) -> dict[str, str]:

@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import random
 import re
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -38,7 +36,7 @@ from tracelake.curate.params import FilterParams
 from tracelake.ingest.harbor import ingest_harbor
 from tracelake.ingest.traces import ingest_traces
 
-from .helpers import FIXTURES, GOLDEN, ROOT, make_trial, need, result_json
+from .helpers import FIXTURES, GOLDEN, make_trial, need, result_json, run_stage
 
 KEPT = ("kept", None)
 
@@ -552,14 +550,13 @@ def test_filter_stage_end_to_end(tmp_path, tokenizer):
     params = {
         "lake": "lake",
         # trace tables without task directories: their tasks are derived from the traces
-        "sources": {s: {"format": "traces", "path": f"in/{s}.jsonl", "tasks": f"in/{s}.jsonl"} for s in rows},
+        "sources": {s: {"format": "traces", "path": f"in/{s}.jsonl"} for s in rows},
         "filter": {"tokenizer": str(tokenizer), "max_tokens": MAX_TOKENS, "success_only": True},
     }
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    stages = [["ingest.py", s] for s in rows] + [["dedup.py"], ["filter.py"]]
-    for script, *args in stages:
-        proc = subprocess.run([sys.executable, str(ROOT / "stages" / script), *args, "--params", "params.yaml"],
-                              cwd=tmp_path, capture_output=True, text=True)
+    stages = [["ingest", s] for s in rows] + [["dedup"], ["filter"]]
+    for name, *args in stages:
+        proc = run_stage(tmp_path, name, *args, "--params", "params.yaml")
         assert proc.returncode == 0, proc.stderr
     metrics = json.loads((tmp_path / "metrics" / "filter.json").read_text())
     manifest = read_manifest(tmp_path / "lake" / "pool")

@@ -73,8 +73,8 @@ def test_smaller_cutoff_rejects_long_rows_instead_of_cutting(sample_project, tin
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["train"]["sft"]["cutoff_len"] = cutoff
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    run_ok([sys.executable, "stages/export_sft.py", "316"], project)
-    run_ok([sys.executable, "stages/train_config.py"], project)
+    run_ok([sys.executable, "-m", "stages", "export_sft", "316"], project)
+    run_ok([sys.executable, "-m", "stages", "train_config"], project)
     export = project / "lake" / "exports" / "sft" / "316"
     counts = read_manifest(export)["counts"]
     assert counts["rows_out"] < 316 and counts["rejected"]["over_cutoff_len"] == 316 - counts["rows_out"]

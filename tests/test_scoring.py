@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import subprocess
-import sys
 from pathlib import Path
 
 import orjson
@@ -26,7 +25,7 @@ from tracelake.curate.scorers import ResponseLengthProxy, Scorer, ScoreRequest
 from tracelake.ingest.tasks import ingest_tasks
 from tracelake.ingest.traces import ingest_traces
 
-from .helpers import ROOT
+from .helpers import run_stage
 
 PROXY = "response_length_proxy_v1"
 
@@ -357,8 +356,7 @@ def test_import_unreadable_files(tmp_path, known):
 
 def stage(cwd: Path, params: dict) -> subprocess.CompletedProcess:
     (cwd / "params.yaml").write_text(yaml.safe_dump(params))
-    return subprocess.run([sys.executable, str(ROOT / "stages" / "score.py"), "--params", "params.yaml"],
-                          cwd=cwd, capture_output=True, text=True)
+    return run_stage(cwd, "score", "--params", "params.yaml")
 
 
 def stage_params(import_path: str) -> dict:

@@ -15,7 +15,6 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tracelake.core.errors import BadParams
 from tracelake.core.ids import base_task_name, task_id_for
 from tracelake.core.lake import read_manifest, read_table
 from tracelake.core.layout import Lake
@@ -37,11 +36,16 @@ def project(tmp_path_factory) -> tuple[Path, str]:
     (repo / TRACES).parent.mkdir(parents=True)
     shutil.copy(sample, repo / TRACES)
     params = yaml.safe_load((repo / "params.yaml").read_text())
-    params["sources"] = {"otagent": {"format": "traces", "path": TRACES, "tasks": TRACES}}
-    params["select"]["scales"] = {SCALE: int(SCALE)}
+    params["sources"] = {"otagent": {"format": "traces", "path": TRACES}}   # no task directories
+    params["scales"] = {SCALE: int(SCALE)}
     # the real traces are long in the project's 4K-vocabulary tokenizer: keep every main trace
     params["filter"]["max_tokens"] = params["train"]["sft"]["cutoff_len"] = 400_000
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    # dvc.yaml still ingests the old sources: refused (by DVC for a source gone from params.yaml, by
+    # the stages for one missing from dvc.yaml) until it is written again
+    stale = subprocess.run(["dvc", "repro", "filter"], cwd=repo, capture_output=True, text=True)
+    assert stale.returncode != 0 and "Parameters 'sources.swesmith' are missing" in stale.stderr, stale.stderr
+    run_ok([sys.executable, "-m", "stages.dvc_yaml"], repo)   # dvc.yaml lists the sources it ingests
     out = run_ok(["dvc", "repro", f"export_sft@{SCALE}", "export_rl"], repo)
     return repo, out
 
@@ -93,20 +97,17 @@ def test_reject_leaves_them_out_with_a_reason(project, tmp_path):
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["export_rl"]["without_binary"] = "reject"
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    proc = subprocess.run([sys.executable, "stages/export_rl.py"], cwd=repo, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "stages", "export_rl"], cwd=repo, capture_output=True, text=True)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("tracelake: export_rl: every one of 4 tasks was rejected "
                                                            "({'no_task_binary': 4})")
 
 
-def test_a_source_without_tasks_gets_a_one_line_error(tmp_path):
+def test_a_source_may_omit_its_tasks(tmp_path):
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump({"sources": {"otagent": {"format": "traces", "path": TRACES}}}))
-    with pytest.raises(BadParams) as e:
-        load_params(params)
-    assert str(e.value) == (f"params.yaml: sources.otagent.tasks is required: task directories, a (path, "
-                            f"task_binary) table, or `tasks: {TRACES}` (the trace table itself) to derive "
-                            f"the tasks from its traces")
+    source = load_params(params, ["sources"]).sources["otagent"]
+    assert source.tasks is None and source.derives_tasks and source.inputs == [TRACES]
 
 
 @pytest.mark.train_env

@@ -1,9 +1,10 @@
 """Run one DVC stage script under an audit hook and record every file it opens.
 
     python tests/trace_stage.py LOG SCRIPT [ARG ...]
+    python tests/trace_stage.py LOG -m MODULE [ARG ...]
 
-runs SCRIPT as `python SCRIPT ARG ...` would (run as __main__, sys.argv and sys.path[0] set the
-same way) and, however it ends, writes LOG: a JSON object with `opens`, every `open` audit event in
+runs SCRIPT as `python SCRIPT ARG ...` (or MODULE as `python -m MODULE ARG ...`) would (run as
+__main__, sys.argv and sys.path[0] set the same way) and, however it ends, writes LOG: a JSON object with `opens`, every `open` audit event in
 order as [absolute path, "r" or "w"] ("r": a file opened for reading, "w": opened for writing only), and
 `tracelake`, the file the tracelake package was imported from (None when it was not imported).
 
@@ -22,6 +23,9 @@ import sys
 
 def main() -> None:
     log, script, *args = sys.argv[1:]
+    module = None
+    if script == "-m":
+        module, *args = args
     opens: list[list[str]] = []
     accmode = os.O_RDONLY | os.O_WRONLY | os.O_RDWR
 
@@ -41,12 +45,19 @@ def main() -> None:
             return  # a directory, a failed open, or a name relative to a dir_fd (shutil.rmtree)
         opens.append([os.path.abspath(path), "r" if reads else "w"])
 
-    script = os.path.abspath(script)
-    sys.argv = [script, *args]
-    sys.path[0] = os.path.dirname(script)
+    if module is None:
+        script = os.path.abspath(script)
+        sys.argv = [script, *args]
+        sys.path[0] = os.path.dirname(script)
+    else:
+        sys.argv = [module, *args]
+        sys.path[0] = os.getcwd()
     sys.addaudithook(hook)
     try:
-        runpy.run_path(script, run_name="__main__")
+        if module is None:
+            runpy.run_path(script, run_name="__main__")
+        else:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
     finally:
         package = sys.modules.get("tracelake")
         with open(log, "w") as f:  # recorded too, but the log lives outside the project
