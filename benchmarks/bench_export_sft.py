@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from tracelake.core.lake import ShardWriter
-from tracelake.core.layout import Lake
+from tracelake.core.lake import Lake
 from tracelake.core.schema import load_schema
-from tracelake.core.tokens import load_tokenizer
+from tracelake.core.tables import ShardWriter
+from tracelake.core.tokenizer import load_tokenizer
 from tracelake.export.sft import SftStats, convert_batch, trajectories_with_slots
 from tracelake.export.templates import template_slots
 from tracelake.params import load_params

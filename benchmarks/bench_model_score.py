@@ -64,7 +64,7 @@ def model_params(base_url: str, concurrency: int):
 def phase_plain(args, base_url: str) -> dict:
     import httpx
 
-    from tracelake.curate.scorers import LlmResponseLength
+    from tracelake.curate.scoring.scorers import LlmResponseLength
 
     scorer = LlmResponseLength()
     prompts = [scorer.messages_of(scorer.render(text)) for _, text in instructions(args.tasks, args.instruction_chars)]
@@ -83,10 +83,10 @@ def phase_plain(args, base_url: str) -> dict:
 
 
 def phase_scorer(args, base_url: str) -> dict:
-    from tracelake.core.lake import TableWriter, output_dir
     from tracelake.core.schema import load_schema
-    from tracelake.curate.answers import run_model_scorer
-    from tracelake.curate.scorers import LlmResponseLength
+    from tracelake.core.tables import TableWriter, output_dir
+    from tracelake.curate.scoring.answers import run_model_scorer
+    from tracelake.curate.scoring.scorers import LlmResponseLength
 
     con = tables(args.tasks, args.instruction_chars, Path(args.cache).parent / "lake")
     start = time.perf_counter()

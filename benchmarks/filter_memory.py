@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from tracelake.core import token_count
-from tracelake.core.lakedb import connect
+from tracelake.core.duckdb_views import connect
 from tracelake.curate.filter import run_filters
 from tracelake.params import load_params
 

@@ -8,7 +8,7 @@ caches each answer as it comes back).
 - The local entrypoint reads the uncached requests (worker.py's protocol, one JSON line each) from
   stdin, uploads the model directory to the volume once under its fingerprint when it is local, and
   prints every answer the GPU function streams back as `tracelake-answer <line>`.
-- The GPU function runs src/tracelake/curate/engines/worker.py (vLLM's offline `LLM.generate`, the
+- The GPU function runs src/tracelake/curate/scoring/engines/worker.py (vLLM's offline `LLM.generate`, the
   same code as a local run) and yields its protocol lines as they are written.
 - Volume: /models/<fingerprint>/ (uploaded models) and /models/hub (the hub cache, so a hub model is
   downloaded once). Credentials: Modal's own token; HF_TOKEN, when set locally, travels as a Modal

@@ -1,4 +1,4 @@
--- The answer cache of a model scorer (src/tracelake/curate/answers.py) as one table: every part of
+-- The answer cache of a model scorer (src/tracelake/curate/scoring/answers.py) as one table: every part of
 -- <score.cache>/<scorer>/answers/, one row per response_id (a part left twice by an interrupted
 -- compaction holds the same rows twice: the first part by name wins). $parts: the part files.
 SELECT * EXCLUDE (filename)

@@ -53,7 +53,7 @@ def _rel(path: Path, root: Path) -> str:
 
 @dataclass
 class ModuleFile:
-    name: str  # dotted module name ("tracelake.core.lake"; a script's own name is its path)
+    name: str  # dotted module name ("tracelake.core.tables"; a script's own name is its path)
     path: Path
     is_package: bool
     tree: ast.Module = field(repr=False)

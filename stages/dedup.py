@@ -12,8 +12,8 @@ import tempfile
 from pathlib import Path
 
 from tracelake.core.assets import sql
-from tracelake.core.lakedb import connect, input_versions
-from tracelake.core.layout import Lake
+from tracelake.core.duckdb_views import connect, input_versions
+from tracelake.core.lake import Lake
 from tracelake.core.schema import load_schema
 from tracelake.core.stage import Context, Output, Result, Stage, Table
 from tracelake.core.ui import progress_status

@@ -4,7 +4,7 @@ content id, rl-<tasks>-<12 hex>; counts (in, out, rejected by reason) to metrics
 
 from __future__ import annotations
 
-from tracelake.core.layout import Lake
+from tracelake.core.lake import Lake
 from tracelake.core.stage import Context, Result, Stage
 from tracelake.export.rl import RlSettings, export_rl
 

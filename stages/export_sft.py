@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tracelake.core.layout import Lake
+from tracelake.core.lake import Lake
 from tracelake.core.stage import Context, Result, Stage
 from tracelake.export.sft import export_sft
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tracelake.core.layout import Lake
+from tracelake.core.lake import Lake
 from tracelake.core.stage import Context, Result, Stage
 from tracelake.ingest.derived_tasks import DERIVE_RULE, derive_tasks
 from tracelake.ingest.harbor import ingest_harbor

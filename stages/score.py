@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tracelake.core.duckdb_views import connect, input_versions
 from tracelake.core.errors import BadParams
-from tracelake.core.lakedb import connect, input_versions
-from tracelake.core.layout import Lake
+from tracelake.core.lake import Lake
 from tracelake.core.schema import load_schema
 from tracelake.core.stage import Context, Output, Result, Stage, Table
 from tracelake.core.ui import progress
-from tracelake.curate.answers import ModelRun
 from tracelake.curate.params import ImportParams
-from tracelake.curate.score import ScoreCache, import_scores, known_tasks_of, run_scorer
-from tracelake.curate.score_run import run_model
-from tracelake.curate.scorers import BUILTIN_SCORERS, ModelScorer
+from tracelake.curate.scoring.answers import ModelRun
+from tracelake.curate.scoring.model_run import run_model
+from tracelake.curate.scoring.scorers import BUILTIN_SCORERS, ModelScorer
+from tracelake.curate.scoring.scores import ScoreCache, import_scores, known_tasks_of, run_scorer
 
 IMPORTS_DIR = Path("imports")
 

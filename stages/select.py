@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pyarrow.compute as pc
 
-from tracelake.core.lake import read_manifest, read_table
-from tracelake.core.layout import Lake
+from tracelake.core.lake import Lake
 from tracelake.core.schema import load_schema
 from tracelake.core.stage import Context, Output, Result, Stage, Table
+from tracelake.core.tables import read_manifest, read_table
 from tracelake.curate.select import SELECTION_RULE, group_pool, select
 
 

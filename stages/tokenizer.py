@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tracelake.core.stage import Context, Result, Stage
-from tracelake.core.tokens import build_tokenizer
+from tracelake.core.tokenizer import build_tokenizer
 
 
 def run(ctx: Context) -> Result:

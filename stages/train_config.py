@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tracelake.core.layout import Lake
+from tracelake.core.lake import Lake
 from tracelake.core.stage import Context, Result, Stage
 from tracelake.export.train_config import RL_FILE, write_train_configs
 

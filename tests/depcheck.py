@@ -140,7 +140,7 @@ FAKE_PROJECT = {  # a tiny project exercising each rule of the closure and of lo
     "src/tracelake/core/__init__.py": "",
     "src/tracelake/core/assets.py": "def sql(name):\n    return name\n",
     "src/tracelake/core/schema.py": "def load_schema(name):\n    return name\n",
-    "src/tracelake/core/lake.py": ("from .schema import load_schema\n\n"
+    "src/tracelake/core/tables.py": ("from .schema import load_schema\n\n"
                                    "def read_table(directory, name):\n    return load_schema(name)\n"),
     "src/tracelake/lib.py": (
         "from tracelake.core import assets\n"
@@ -148,7 +148,7 @@ FAKE_PROJECT = {  # a tiny project exercising each rule of the closure and of lo
         "from tracelake.core.schema import load_schema\n"
         "TABLE = 'const'\n\n"
         "def f(rule, con):\n"
-        "    assets.sql('filters/' + rule)\n"
+        "    assets.sql('filter_rules/' + rule)\n"
         "    q(f'{rule}.x')\n"
         "    con.sql('not a loader')\n"
         "    for name, _ in (('a', 1), ('b', 2)):\n"
@@ -160,7 +160,7 @@ FAKE_PROJECT = {  # a tiny project exercising each rule of the closure and of lo
     "src/tracelake/unused.py": "from tracelake.core.assets import sql\nsql('unused')\n",
     "stages/s.py": (
         "from typing import TYPE_CHECKING\n"
-        "from tracelake.core.lake import read_table\n"
+        "from tracelake.core.tables import read_table\n"
         "if TYPE_CHECKING:\n    from tracelake import typed\n\n"
         "def main():\n"
         "    import tracelake.lib\n"

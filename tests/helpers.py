@@ -193,8 +193,8 @@ def lf_config(table, tiny_model: Path, tmp_path: Path, template: str, rows_per_s
     under tmp_path/data, and a LLaMA-Factory SFT config over every shard, in order, with no cutoff."""
     import yaml
 
-    from tracelake.core.lake import ShardWriter, write_json
     from tracelake.core.schema import load_schema
+    from tracelake.core.tables import ShardWriter, write_json
     from tracelake.export.sft import dataset_info
 
     dataset = tmp_path / "data"

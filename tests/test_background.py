@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 
 from tracelake.core.background import InOrder, read_ahead
-from tracelake.core.lake import ShardWriter
 from tracelake.core.schema import load_schema
+from tracelake.core.tables import ShardWriter
 
 
 def test_read_ahead_keeps_order_and_raises_in_place():

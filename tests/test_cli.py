@@ -89,7 +89,7 @@ def test_ctrl_c_names_the_outputs_it_did_not_write(tmp_path):
     assert _cli_with("", args, tmp_path).returncode == 0
     out = tmp_path / "lake" / "trajectories" / "s"
     before = tree_bytes(out)
-    interrupt = ("import tracelake.core.lake as lake\n"
+    interrupt = ("import tracelake.core.tables as lake\n"
                  "def boom(self, *args): raise KeyboardInterrupt\n"
                  "lake.PartedTableWriter.add_part = boom")
     proc = _cli_with(interrupt, args, tmp_path)

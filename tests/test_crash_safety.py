@@ -28,15 +28,14 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from rich.console import Console
 
-from tracelake.core.lake import output_dir, write_json
-from tracelake.core.layout import Lake
+from tracelake.core.lake import Lake
+from tracelake.core.tables import output_dir, write_json
 from tracelake.explore.status import render_status
 
 from .helpers import run_ok
-from .test_pipeline import OUTPUTS, lock_without_lance, tree_digest
+from .test_pipeline import OUTPUTS, tree_digest
 
 TEMP_NAME = re.compile(r"^\..+\.(tmp|old|parts)-")
 
@@ -154,7 +153,7 @@ def test_temporary_names_carry_the_pid(tmp_path):
 _KILL_AT_STEP = """
 import os, signal, sys
 from pathlib import Path
-from tracelake.core.lake import output_dir, write_json
+from tracelake.core.tables import output_dir, write_json
 final, step, text = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 steps = 0
 armed = False
@@ -310,10 +309,9 @@ def unbuilt_copy(project: Path, dest: Path) -> Path:
 
 
 def same_as_uninterrupted(repo: Path, reference: Path) -> None:
-    """dvc.lock and every output equal the reference's (the LanceDB table by its rows; a killed
-    run's hidden leftovers are no output); the message lists what differs."""
-    ours, theirs = (yaml.safe_dump(lock_without_lance((r / "dvc.lock").read_bytes())).splitlines()
-                    for r in (repo, reference))
+    """dvc.lock and every output equal the reference's (a killed run's hidden leftovers are no
+    output); the message lists what differs."""
+    ours, theirs = ((r / "dvc.lock").read_text().splitlines() for r in (repo, reference))
     assert ours == theirs, "dvc.lock differs:\n" + "\n".join(difflib.unified_diff(theirs, ours, lineterm="", n=8))
     ours, theirs = ({k: v for k, v in tree_digest(*(r / d for d in OUTPUTS)).items()
                      if not any(TEMP_NAME.match(part) for part in Path(k).parts)} for r in (repo, reference))

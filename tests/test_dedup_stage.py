@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tracelake.core.lake import read_manifest, read_table
+from tracelake.core.tables import read_manifest, read_table
 
 from .helpers import copy_project, run_ok
 

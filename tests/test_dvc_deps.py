@@ -79,9 +79,9 @@ def test_closure_rules(tmp_path: Path) -> None:
     files = stage_closure("stages/s.py", tmp_path).files
     assert sorted(files) == sorted([
         "stages/s.py", "src/tracelake/__init__.py", "src/tracelake/core/__init__.py",
-        "src/tracelake/core/assets.py", "src/tracelake/core/schema.py", "src/tracelake/core/lake.py",
+        "src/tracelake/core/assets.py", "src/tracelake/core/schema.py", "src/tracelake/core/tables.py",
         "src/tracelake/lib.py",
-        "sql/filters",  # 'filters/' + rule: the directory its literal prefix names
+        "sql/filter_rules",  # 'filters/' + rule: the directory its literal prefix names
         "sql",  # f'{rule}.x': no literal prefix, the whole directory
         "schemas/a.yaml", "schemas/b.yaml",  # a loop over literals
         "schemas/const.yaml",  # a module-level constant

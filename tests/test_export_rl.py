@@ -24,11 +24,12 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from stages.__main__ import main as run_stage_here
 from tracelake.core.ids import dataset_label
-from tracelake.core.lake import read_manifest
 from tracelake.core.schema import load_schema
+from tracelake.core.tables import read_manifest
 from tracelake.core.token_count import count_chatml_tokens
-from tracelake.core.tokens import build_tokenizer, load_tokenizer
+from tracelake.core.tokenizer import build_tokenizer, load_tokenizer
 from tracelake.export.rl import (
     GENERATION_PROMPT,
     REJECT_REASONS,
@@ -40,8 +41,6 @@ from tracelake.export.rl import (
     prompt_tokens,
 )
 from tracelake.ingest.task_archive import extract_archive, extract_table
-
-from stages.__main__ import main as run_stage_here
 
 from .helpers import ROOT, rl_trainer_python
 

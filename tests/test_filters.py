@@ -1,4 +1,4 @@
-"""Rollout filters (tracelake.curate.filter, sql/filters/*.sql) over real Parquet in a tmp lake.
+"""Rollout filters (tracelake.curate.filter, sql/filter_rules/*.sql) over real Parquet in a tmp lake.
 
 Rows go in through the project's own trace-table ingest (one JSONL file per source), the filters
 run on a fresh DuckDB connection over the lake, and each row's outcome is read back from the
@@ -21,12 +21,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tracelake.core.lake import read_manifest, read_table
-from tracelake.core.lakedb import connect
-from tracelake.core.layout import Lake
+from tracelake.core.duckdb_views import connect
+from tracelake.core.lake import Lake
 from tracelake.core.schema import load_schema
+from tracelake.core.tables import read_manifest, read_table
 from tracelake.core.token_count import count_chatml_tokens
-from tracelake.core.tokens import (
+from tracelake.core.tokenizer import (
     build_tokenizer,
     load_tokenizer,
     tokenizer_fingerprint,

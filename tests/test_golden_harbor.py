@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from tracelake.core.lake import read_table
+from tracelake.core.tables import read_table
 from tracelake.ingest.harbor import ingest_harbor
 
 from .helpers import GOLDEN, make_trial, need, result_json

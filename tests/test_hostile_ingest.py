@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tracelake.core.lake import read_table
+from tracelake.core.tables import read_table
 from tracelake.ingest.harbor import ingest_harbor
 from tracelake.ingest.traces import ingest_traces
 

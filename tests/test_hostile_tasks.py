@@ -20,10 +20,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from tracelake.core.errors import BadInput
-from tracelake.core.lake import read_table
+from tracelake.core.tables import read_table
 from tracelake.ingest.common import REASONS, Reject
 from tracelake.ingest.params import ArchiveParams
-from tracelake.ingest.task_archive import extract_archive, extract_table, read_archive, walk_task_dir
+from tracelake.ingest.task_archive import (
+    extract_archive,
+    extract_table,
+    read_archive,
+    walk_task_dir,
+)
 from tracelake.ingest.tasks import ingest_tasks
 from tracelake.params import load_params
 

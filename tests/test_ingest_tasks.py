@@ -19,7 +19,7 @@ import pytest
 
 from tracelake.core.errors import BadInput, RejectedInput
 from tracelake.core.ids import task_id_for
-from tracelake.core.lake import read_table
+from tracelake.core.tables import read_table
 from tracelake.ingest.tasks import ingest_tasks
 
 from .helpers import FIXTURES, need

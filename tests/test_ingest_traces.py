@@ -15,7 +15,7 @@ import pytest
 from tracelake.core.errors import BadInput, RejectedInput
 from tracelake.core.hashing import sha256_file
 from tracelake.core.ids import task_id_for
-from tracelake.core.lake import read_table
+from tracelake.core.tables import read_table
 from tracelake.ingest import tables, traces
 from tracelake.ingest.traces import ingest_traces
 

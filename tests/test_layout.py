@@ -15,7 +15,7 @@ from tracelake.core.ids import (
     matches_id_prefix,
     task_id_for,
 )
-from tracelake.core.layout import Lake, is_built, pick_dataset
+from tracelake.core.lake import Lake, is_built, pick_dataset
 
 
 @pytest.mark.parametrize(("n", "label"), [(316, "316"), (999, "999"), (1000, "1k"), (3160, "3.16k"),

@@ -19,15 +19,20 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
-
 from tokenizers import Tokenizer
 
-from tracelake.core.lake import read_manifest
-from tracelake.core.tokens import load_tokenizer
+from tracelake.core.tables import read_manifest
+from tracelake.core.tokenizer import load_tokenizer
 from tracelake.export.sft import SftStats, convert_batch, count_trained_tokens, dataset_info_v1
 from tracelake.export.sharegpt import SharegptRow
-from tracelake.export.templates import (MODES, LfMode, TemplateSlots, render_segments, template_slots,
-                                        trained_tokens)
+from tracelake.export.templates import (
+    MODES,
+    LfMode,
+    TemplateSlots,
+    render_segments,
+    template_slots,
+    trained_tokens,
+)
 
 from .helpers import lf_config, run_ok, slot_batch, train_python
 

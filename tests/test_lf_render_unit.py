@@ -8,12 +8,23 @@ import dataclasses
 
 import pytest
 
-from tracelake.core.tokens import build_tokenizer, load_tokenizer
+from tracelake.core.errors import BadParams
+from tracelake.core.tokenizer import build_tokenizer, load_tokenizer
 from tracelake.export.sft import count_template_tokens
 from tracelake.export.sharegpt import SharegptRow
-from tracelake.core.errors import BadParams
-from tracelake.export.templates import (DEFAULT, MODES, LfMode, Segment, lf_mode, render_pieces, render_segments,
-                                        template_slots, trained_tokens, truncated_trained, V0_MODES)
+from tracelake.export.templates import (
+    DEFAULT,
+    MODES,
+    V0_MODES,
+    LfMode,
+    Segment,
+    lf_mode,
+    render_pieces,
+    render_segments,
+    template_slots,
+    trained_tokens,
+    truncated_trained,
+)
 
 
 def row(conversations: list[tuple[str, str]], system: str = "") -> SharegptRow:

@@ -1,4 +1,4 @@
-"""Model scorers (tracelake.curate.answers, engines/openai_api.py): the answer cache, flushing as
+"""Model scorers (tracelake.curate.scoring.answers, engines/openai_api.py): the answer cache, flushing as
 answers arrive, retries, Retry-After, refused keys, failures, and the score from the answers.
 
 Against a real HTTP server on 127.0.0.1 (tests/chat_server.py). The same client against `vllm serve`
@@ -16,10 +16,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from tracelake.core.errors import BadInput, BadParams
-from tracelake.curate.answers import FLUSH_ROWS, AnswerCache, make_engine, run_model_scorer, summary
-from tracelake.curate.engines.openai_api import backoff_seconds, retry_after_seconds
 from tracelake.curate.params import ModelParams
-from tracelake.curate.scorers import LlmResponseLength
+from tracelake.curate.scoring.answers import (
+    FLUSH_ROWS,
+    AnswerCache,
+    make_engine,
+    run_model_scorer,
+    summary,
+)
+from tracelake.curate.scoring.engines.openai_api import backoff_seconds, retry_after_seconds
+from tracelake.curate.scoring.scorers import LlmResponseLength
 
 from .chat_server import ChatServer, RateLimitProxy, answer_text
 
@@ -81,7 +87,7 @@ def test_scores_are_answer_lengths_and_a_rerun_asks_nothing(server, tmp_path):
 
 
 def _seed_of(m: ModelParams, key: str) -> int | None:
-    from tracelake.curate.engines import request_seed
+    from tracelake.curate.scoring.engines import request_seed
     return request_seed(m.seed, key)
 
 
@@ -223,7 +229,7 @@ def test_ctrl_c_keeps_the_answers_received(server, tmp_path):
 
 
 def test_many_cache_parts_are_compacted_without_losing_an_answer(server, tmp_path, monkeypatch):
-    import tracelake.curate.answers as answers
+    import tracelake.curate.scoring.answers as answers
     monkeypatch.setattr(answers, "FLUSH_ROWS", 1)
     con, scorer = task_con(70), LlmResponseLength()
     run = run_model_scorer(scorer, con, model(server.base_url), tmp_path)
@@ -252,7 +258,7 @@ def test_a_compaction_interrupted_after_its_write_loses_and_doubles_nothing(serv
 
 
 def test_requests_per_minute_limit_spaces_requests(server, tmp_path, monkeypatch):
-    from tracelake.curate.engines import openai_api
+    from tracelake.curate.scoring.engines import openai_api
     monkeypatch.setattr(openai_api.RateLimiter, "WINDOW_S", 1.0)   # a one-second "minute"
     started = time.monotonic()
     run = run_model_scorer(LlmResponseLength(), task_con(9), model(server.base_url, requests_per_minute=4), tmp_path)

@@ -16,8 +16,8 @@ import pyarrow.compute as pc
 import pytest
 import yaml
 
-from tracelake.core.lake import read_manifest, read_table
-from tracelake.core.layout import Lake
+from tracelake.core.lake import Lake
+from tracelake.core.tables import read_manifest, read_table
 
 from .helpers import run_ok, train_python
 

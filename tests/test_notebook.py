@@ -10,8 +10,8 @@ import tempfile
 
 import pytest
 
+from tracelake import open_lake  # the package root's one function (tracelake.explore.notebook)
 from tracelake.core.errors import BadInput
-from tracelake import open_lake   # the package root's one function (tracelake.explore.notebook)
 
 from .helpers import tree_bytes
 

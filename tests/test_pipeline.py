@@ -3,8 +3,7 @@
 `dvc repro` builds every stage (ingest -> score -> filter -> select at every scale -> report); a
 second `dvc repro` does nothing; changing one scale re-runs only that scale (and the report), and
 `dvc params diff` / `dvc metrics diff` show it; deleting the outputs and reproducing gives
-byte-identical files and an unchanged dvc.lock (the LanceDB table: the same rows, the same version
-id in its manifest; its own files have random names, so its DVC hash is left out).
+byte-identical files and an unchanged dvc.lock; a fresh clone's `dvc repro` leaves `git status` clean.
 """
 
 from __future__ import annotations
@@ -20,8 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tracelake.core.lake import read_manifest, read_table
-from tracelake.curate.dedup.vectors import vectors_digest
+from tracelake.core.tables import read_manifest, read_table
 
 from .helpers import copy_project
 
@@ -37,32 +35,9 @@ def sh(args: list[str], cwd: Path) -> str:
 
 
 def tree_digest(*dirs: Path) -> dict[str, str]:
-    """sha256 of every file; a LanceDB table (*.lance: its files carry random names and timestamps)
-    by its rows instead."""
-    digest = {}
-    for d in dirs:
-        for p in sorted(d.rglob("*")):
-            if p.suffix == ".lance" and p.is_dir():
-                digest[str(p.relative_to(d.parent))] = lance_rows_digest(p)
-            elif p.is_file() and not any(part.endswith(".lance") for part in p.relative_to(d).parts):
-                digest[str(p.relative_to(d.parent))] = hashlib.sha256(p.read_bytes()).hexdigest()
-    return digest
-
-
-def lance_rows_digest(table_dir: Path) -> str:
-    import lancedb
-
-    table = lancedb.connect(str(table_dir.parent)).open_table(table_dir.stem).to_arrow()
-    return vectors_digest(table.sort_by("text_sha256"))
-
-
-def lock_without_lance(lock: bytes) -> dict:
-    """dvc.lock with the hashes of the LanceDB output (lake/embeddings) left out."""
-    data = yaml.safe_load(lock)
-    for out in data["stages"]["dedup"]["outs"]:
-        if out["path"].endswith("/embeddings"):
-            out.pop("md5"), out.pop("size"), out.pop("nfiles")
-    return data
+    """sha256 of every file under the directories."""
+    return {str(p.relative_to(d.parent)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for d in dirs for p in sorted(d.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")
@@ -101,12 +76,23 @@ def test_rebuild_from_scratch_is_byte_identical(repo):
         shutil.rmtree(repo / d)
     sh(["dvc", "repro", "--force"], repo)
     assert tree_digest(*(repo / d for d in OUTPUTS)) == before
-    assert lock_without_lance((repo / "dvc.lock").read_bytes()) == lock_without_lance(lock)
-    sh(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "rebuilt: new LanceDB file names"], repo)
+    assert (repo / "dvc.lock").read_bytes() == lock
+    assert sh(["git", "status", "--porcelain"], repo).strip() == ""
+
+
+def test_a_fresh_clone_rebuilds_to_a_clean_git_status(repo, tmp_path):
+    """Every output and dvc.lock are the same bytes on another checkout: a newcomer's `dvc repro`
+    (no DVC cache, nothing built) leaves nothing to commit."""
+    clone = tmp_path / "clone"
+    sh(["git", "clone", "-q", str(repo), str(clone)], tmp_path)
+    out = sh(["dvc", "repro"], clone)
+    assert "Running stage 'dedup'" in out and "Running stage 'export_rl'" in out, out
+    assert sh(["git", "status", "--porcelain"], clone).strip() == ""
+    assert (clone / "dvc.lock").read_bytes() == (repo / "dvc.lock").read_bytes()
 
 
 def test_every_scale_is_a_content_addressed_dataset(repo):
-    scales = yaml.safe_load((repo / "params.yaml").read_text())["select"]["scales"]
+    scales = yaml.safe_load((repo / "params.yaml").read_text())["scales"]
     report = yaml.safe_load((repo / "metrics" / "report.json").read_text())
     for scale, n in scales.items():
         m = read_manifest(repo / "lake" / "selections" / scale)
@@ -138,13 +124,13 @@ def test_changing_one_scale_reruns_only_that_scale(repo):
     params_path = repo / "params.yaml"
     original = params_path.read_text()
     params = yaml.safe_load(original)
-    params["select"]["scales"]["1k"] = 1200
+    params["scales"]["1k"] = 1200
     params_path.write_text(yaml.safe_dump(params, sort_keys=False))
     try:
         out = sh(["dvc", "repro"], repo)
         ran = sorted(line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage"))
-        assert ran == ["export_sft@1k", "report", "select@1k", "train_config"], out
-        assert "select.scales.1k" in sh(["dvc", "params", "diff"], repo)
+        assert ran == ["check", "export_sft@1k", "report", "select@1k", "train_config"], out
+        assert "scales.1k" in sh(["dvc", "params", "diff"], repo)
         metrics_diff = sh(["dvc", "metrics", "diff", "--json"], repo)
         changed = yaml.safe_load(metrics_diff)
         assert changed["metrics/select/1k.json"]["rows"] == {"old": 1000, "new": 1200, "diff": 200}
@@ -168,8 +154,8 @@ def test_changing_a_training_hyperparameter_reruns_only_the_configs(repo):
     try:
         out = sh(["dvc", "repro"], repo)
         ran = sorted(line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage"))
-        assert ran == ["train_config"], out
-        for scale in yaml.safe_load(original)["select"]["scales"]:
+        assert ran == ["check", "train_config"], out
+        for scale in yaml.safe_load(original)["scales"]:
             config = yaml.safe_load((repo / "training" / "configs" / f"sft-{scale}.yaml").read_text())
             assert config["learning_rate"] == 1.0e-5
     finally:

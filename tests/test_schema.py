@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tracelake.core.errors import SchemaViolation
-from tracelake.core.lake import PartedTableWriter, TableWriter, read_table
 from tracelake.core.schema import TABLES, load_schema, parse_type
+from tracelake.core.tables import PartedTableWriter, TableWriter, read_table
 from tracelake.ingest.common import ROLES, trajectory_row
 
 

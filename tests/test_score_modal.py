@@ -14,11 +14,11 @@ import yaml
 
 from tracelake.core.errors import BadParams
 from tracelake.core.hashing import model_fingerprint
-from tracelake.curate.answers import run_model_scorer
-from tracelake.curate.engines.modal import PREFIX
 from tracelake.curate.params import ModelParams, ScoreParams
-from tracelake.curate.score_run import describe, plan_score
-from tracelake.curate.scorers import LlmResponseLength
+from tracelake.curate.scoring.answers import run_model_scorer
+from tracelake.curate.scoring.engines.modal import PREFIX
+from tracelake.curate.scoring.model_run import describe, plan_score
+from tracelake.curate.scoring.scorers import LlmResponseLength
 
 from .chat_server import ChatServer
 from .helpers import ROOT, copy_project, run_ok, train_python

@@ -1,4 +1,4 @@
-"""Task scores (tracelake.curate.score): the response-length proxy, the score cache, imported scores,
+"""Task scores (tracelake.curate.scoring.scores): the response-length proxy, the score cache, imported scores,
 and the score stage's check on import paths. Real DuckDB over real Parquet in a tmp lake."""
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from tracelake.core.duckdb_views import connect
 from tracelake.core.errors import BadInput
 from tracelake.core.hashing import sha256_bytes
 from tracelake.core.ids import task_id_for
-from tracelake.core.lake import read_manifest, read_table
-from tracelake.core.lakedb import connect
-from tracelake.core.layout import Lake
+from tracelake.core.lake import Lake
+from tracelake.core.tables import read_manifest, read_table
 from tracelake.curate.params import ImportParams
-from tracelake.curate.score import ScoreCache, import_scores, known_tasks_of, run_scorer
-from tracelake.curate.scorers import ResponseLengthProxy, Scorer, ScoreRequest
+from tracelake.curate.scoring.scorers import ResponseLengthProxy, Scorer, ScoreRequest
+from tracelake.curate.scoring.scores import ScoreCache, import_scores, known_tasks_of, run_scorer
 from tracelake.ingest.tasks import ingest_tasks
 from tracelake.ingest.traces import ingest_traces
 

@@ -112,7 +112,7 @@ def test_every_export_reject_reason_is_documented():
 
 
 def test_export_without_token_counting_says_rows_are_not_length_checked(tmp_path):
-    from tracelake.core.tokens import build_tokenizer, load_tokenizer
+    from tracelake.core.tokenizer import build_tokenizer, load_tokenizer
     from tracelake.export.sft import SftStats, convert_batch
     from tracelake.export.templates import template_slots
 
@@ -156,7 +156,7 @@ def test_export_recalls_counts_of_conversations_counted_before(tmp_path):
     """A rerun (or a new scale) counts no conversation again: the same tokenizer, template, same_role
     and content hash recall the total; any of them changed counts afresh, to the same exact value."""
     from tracelake.core.token_count import TokenCounter
-    from tracelake.core.tokens import build_tokenizer
+    from tracelake.core.tokenizer import build_tokenizer
     from tracelake.export.sft import SftStats, convert_batch
     from tracelake.export.templates import MODES, template_slots
 

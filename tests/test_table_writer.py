@@ -8,8 +8,8 @@ import duckdb
 import pytest
 
 from tracelake.core.errors import SchemaViolation
-from tracelake.core.lake import ShardWriter, TableWriter
 from tracelake.core.schema import load_schema
+from tracelake.core.tables import ShardWriter, TableWriter
 
 from .helpers import tree_bytes
 

@@ -21,9 +21,10 @@ from tokenizers import (
     trainers,
 )
 
-from tracelake.core import segment_cache, token_count
+from tracelake.core import token_cache
+from tracelake.core import token_count
 from tracelake.core.token_count import SPLIT_PATTERNS, SegmentRule, TokenCounter
-from tracelake.core.tokens import build_tokenizer
+from tracelake.core.tokenizer import build_tokenizer
 
 QWEN, LLAMA3 = sorted(SPLIT_PATTERNS, key=lambda p: "{1,3}" in p)
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -109,7 +110,7 @@ def test_real_trace_text_counts_exactly(family, monkeypatch):
     fixture = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "otagent" / "sample_raw.json"
     if not fixture.is_file():
         pytest.skip(f"{fixture} is absent (real rows live in ../shared/fixtures)")
-    from tracelake.core.tokens import render_chatml
+    from tracelake.core.tokenizer import render_chatml
 
     doc = json.loads(fixture.read_text())
     rows = [r.get("row", r) for r in (doc["rows"] if isinstance(doc, dict) else doc)]
@@ -197,10 +198,10 @@ def test_cache_lookup_across_runs_and_unsorted_parts(tmp_path):
     d = tmp_path / "cache"
     (d / "abcdef0123456789").mkdir(parents=True)
     keys = [bytes([i]) * 16 for i in range(1, 9)]
-    k1, k2 = segment_cache._halves(keys)
+    k1, k2 = token_cache._halves(keys)
     pl.DataFrame({"k1": k1[4:][::-1], "k2": k2[4:][::-1], "n": pl.Series([8, 7, 6, 5], dtype=pl.UInt32)}) \
         .write_parquet(d / "abcdef0123456789" / "part-unsorted.parquet")
-    cache = segment_cache.SegmentCache(d, "abcdef0123456789" + "0" * 48)
+    cache = token_cache.SegmentCache(d, "abcdef0123456789" + "0" * 48)
     cache.add(keys[:2], [1, 2])
     cache._flush()                      # a run of its own, and a part
     cache.add(keys[2:4], [3, 4])        # still pending
@@ -208,14 +209,14 @@ def test_cache_lookup_across_runs_and_unsorted_parts(tmp_path):
     assert cache.lookup([*keys, near, b"\xff" * 16]) == [1, 2, 3, 4, 5, 6, 7, 8, None, None]
     assert len(cache) == 8
     cache.save()
-    again = segment_cache.SegmentCache(d, "abcdef0123456789" + "0" * 48)
+    again = token_cache.SegmentCache(d, "abcdef0123456789" + "0" * 48)
     assert again.lookup(keys) == [1, 2, 3, 4, 5, 6, 7, 8]
 
 
 def test_lookup_searches_each_run_for_what_is_still_unknown(tmp_path, monkeypatch):
     """Keys spread over runs of different sizes, asked in any order and more than once: each gets its
     own run's count; a later run is searched only for the keys earlier runs did not hold."""
-    cache = segment_cache.SegmentCache(None, "")
+    cache = token_cache.SegmentCache(None, "")
     keys = [i.to_bytes(16, "little") for i in range(1, 40)]
     for lo, hi in ((0, 3), (3, 20), (20, 30)):          # three runs: 3, 17 and 10 entries
         cache.add(keys[lo:hi], list(range(lo, hi)))
@@ -223,8 +224,8 @@ def test_lookup_searches_each_run_for_what_is_still_unknown(tmp_path, monkeypatc
     cache.add(keys[30:35], list(range(30, 35)))          # pending
     asked = [keys[i] for i in (38, 0, 25, 5, 31, 5, 19, 2, 36, 25)]
     searched: list[int] = []
-    real = segment_cache.np.searchsorted
-    monkeypatch.setattr(segment_cache.np, "searchsorted", lambda a, v, **kw: searched.append(len(v)) or real(a, v, **kw))
+    real = token_cache.np.searchsorted
+    monkeypatch.setattr(token_cache.np, "searchsorted", lambda a, v, **kw: searched.append(len(v)) or real(a, v, **kw))
     assert cache.lookup(asked) == [None, 0, 25, 5, 31, 5, 19, 2, None, 25]
     # the 17-entry run first (all 10 asked), then the 10-entry run (7 left), then the 3-entry one (5 left)
     assert searched == [10, 7, 5]

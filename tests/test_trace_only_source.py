@@ -16,13 +16,16 @@ import pytest
 import yaml
 
 from tracelake.core.ids import base_task_name, task_id_for
-from tracelake.core.lake import read_manifest, read_table
-from tracelake.core.layout import Lake
+from tracelake.core.lake import Lake
+from tracelake.core.tables import read_manifest, read_table
 from tracelake.ingest.derived_tasks import DERIVE_RULE
 from tracelake.params import load_params
 
 from .helpers import FIXTURES, copy_project, need, run_ok
-from .test_export_rl import TRAINERS, skyrl_load  # SkyRL's own PromptDataset, in each trainer's environment
+from .test_export_rl import (  # SkyRL's own PromptDataset, in each trainer's environment
+    TRAINERS,
+    skyrl_load,
+)
 
 TRACES = "data/otagent/sample_raw.json"
 SCALE = "316"

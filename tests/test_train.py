@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tracelake.core.errors import BadInput, BadParams
-from tracelake.core.lake import read_manifest
+from tracelake.core.tables import read_manifest
 from tracelake.export.launch import make_plan, parse_sets, resolve_dataset
 from tracelake.export.params import SftTrainParams
 from tracelake.export.train_config import hydra_overrides, total_batch
@@ -173,7 +173,7 @@ def _rl_project(sample_project: Path, tmp_path: Path, trainer: str) -> Path:
     own function, with train.rl.trainer changed)."""
     import shutil
 
-    from tracelake.core.layout import Lake
+    from tracelake.core.lake import Lake
     from tracelake.export.train_config import write_train_configs
 
     project = tmp_path / "p"

@@ -38,7 +38,7 @@ from pathlib import Path  # noqa: E402
 
 EOS_TOKEN, PAD_TOKEN = "<|im_end|>", "<|endoftext|>"
 MODEL_MAX_LENGTH = 10**9
-CHAT_TEMPLATE = (  # ChatML, as tracelake.core.tokens writes it
+CHAT_TEMPLATE = (  # ChatML, as tracelake.core.tokenizer writes it
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
     "{% endfor %}"

@@ -1,5 +1,5 @@
 -- The rows every rule so far has kept, with their token counts (NULL until counted): the view each
--- rule in sql/filters/ reads.
+-- rule in sql/filter_rules/ reads.
 CREATE TEMP VIEW candidates AS
 SELECT b.*, t.n_tokens
 FROM base b

@@ -17,7 +17,7 @@ import typer
 
 from tracelake import __version__
 from tracelake.core.errors import BadParams, Bug, TracelakeError
-from tracelake.core.layout import Lake
+from tracelake.core.lake import Lake
 from tracelake.core.stage import interrupted_message
 from tracelake.core.ui import err, out, progress
 
@@ -204,8 +204,8 @@ def score(
     """Answer the model scorers' uncached requests into the answer cache (score.cache), here or on
     Modal. Writes nothing in the lake: `dvc repro score` then builds lake/scores from the cache
     without a model call."""
-    from tracelake.core.lakedb import connect
-    from tracelake.curate.score_run import describe, model_scorers, plan_score, run_plan
+    from tracelake.core.duckdb_views import connect
+    from tracelake.curate.scoring.model_run import describe, model_scorers, plan_score, run_plan
     from tracelake.params import load_params
 
     p = load_params(params)
@@ -285,7 +285,7 @@ def diff(
     import orjson
 
     from tracelake.explore.diff import diff_versions, resolve_version
-    from tracelake.explore.diff_view import render
+    from tracelake.explore.diff_terminal import render
 
     with ExitStack() as stack:
         va = resolve_version(a, stack, lake=lake)

@@ -1,430 +1,140 @@
-"""Lake I/O: deterministic Parquet tables, atomic output directories, manifests.
+"""Where every table and dataset lives in a lake, which of them are built, and how a name given on
+the command line (a scale, a dataset id, a unique prefix of one) finds its directory.
 
-An output directory (one per ingest source, later one per dataset) holds one Parquet file per table
-(the trajectories table: a directory of parts, see PartedTableWriter) and a manifest.json written
-last. It is built under a temporary name and swapped into place in one step (core/swap.py), so a
-crashed run never leaves a directory that looks finished, and the swap never leaves it missing.
+    <lake>/
+      trajectories/<source>/  trajectories/part-NNNNN.parquet rejects.parquet
+                              manifest.json                                        ingest@<source>
+      tasks/<source>/         tasks.parquet rejects.parquet manifest.json          ingest@<source>
+      scores/                 scores.parquet manifest.json                         score
+      dedup/                  task_clusters.parquet contamination.parquet
+                              manifest.json                                        dedup
+      pool/                   pool.parquet dropped.parquet manifest.json           filter
+      selections/<scale>/     selection.parquet manifest.json                      select@<scale>
+      exports/sft/<scale>/    <dataset id>/train-NNNNN.parquet dataset_info.json
+                              export_rejects.parquet manifest.json                 export_sft@<scale>
+      exports/rl/             prompts/ tasks/ export_rejects.parquet manifest.json export_rl
 
-Determinism: rows are written in the order the caller gives (callers sort), with fixed writer
-settings (zstd level 1, 1,000-row groups, no timestamps), so the same rows give the same bytes.
-zstd level 1 writes 10K real-sized trace rows (773 MB of Arrow) in 3.7 s against 5.6 s at level 3, and
-reads them back faster, for files 18% larger (benchmarks/pipeline.py measures the pipeline).
-1,000-row groups keep writer memory bounded and reads fast (one big group was 1.65x slower and 4x
-the memory on 20K real trace rows).
+Every directory is an output: built whole, swapped into place, `manifest.json` written last, so a
+directory is *built* exactly when its manifest exists. Names starting with a dot are a build's
+temporary, old or scratch directories (core/swap.py), never outputs, whatever they hold: every
+listing of built sources and scales skips them.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterable
 
-import orjson
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from tracelake import __version__
-from tracelake.core.background import InOrder
 from tracelake.core.errors import BadInput
-from tracelake.core.hashing import content_id
-from tracelake.core.schema import TableSchema, load_schema
-from tracelake.core.swap import remove_stale, replace_dir, temp_path
-from tracelake.core.table_digest import TableDigest
+from tracelake.core.ids import matches_id_prefix
+from tracelake.core.tables import table_paths
 
-ROW_GROUP_SIZE = 1000
-VERSION_HEX = 12
-# Tables stored as a directory of Parquet parts, <table>/part-00000.parquet, ...: ingest workers
-# write their own parts, and an input file that did not change brings back its parts unchanged.
-PARTED_TABLES = frozenset({"trajectories"})
-# Columns of long, unique text: dictionary encoding only hashes them in vain (15% of writing a part).
-_LONG_TEXT = frozenset({"messages", "conversations"})
-PART_ROWS = 1000   # rows per part when rows are written one by one (parallel ingest: one part per input batch)
-_PARQUET_OPTIONS = dict(
-    compression="zstd",
-    compression_level=1,
-    use_dictionary=True,
-    write_statistics=True,
-    version="2.6",
-    data_page_size=1 << 20,
-)
+MANIFEST = "manifest.json"
+INGESTED = ("trajectories", "tasks")
+
+
+def is_built(directory: Path) -> bool:
+    return (Path(directory) / MANIFEST).is_file()
+
+
+def built_children(parent: Path) -> list[Path]:
+    """The built output directories directly under `parent`, sorted: hidden names (a build's
+    temporary or leftover directories, which may hold a manifest) and unfinished ones left out."""
+    parent = Path(parent)
+    if not parent.is_dir():
+        return []
+    return sorted(d for d in parent.iterdir() if not d.name.startswith(".") and d.is_dir() and is_built(d))
 
 
 @dataclass(frozen=True)
-class TableInfo:
-    name: str
-    file: str
-    rows: int
-    version_id: str
-    schema_fingerprint: str
+class Lake:
+    """The paths of one lake (`params.lake`, default `lake`)."""
 
-    def with_file(self, file: str) -> "TableInfo":
-        return TableInfo(self.name, file, self.rows, self.version_id, self.schema_fingerprint)
+    root: Path
 
-    def as_json(self) -> dict[str, Any]:
-        return {"file": self.file, "rows": self.rows, "version_id": self.version_id,
-                "schema_fingerprint": self.schema_fingerprint}
+    def __init__(self, root: Path | str):
+        object.__setattr__(self, "root", Path(root))
 
+    # --- one directory per stage output -------------------------------------------------------
+    def table(self, table: str, source: str) -> Path:
+        """An ingested table of one source: <lake>/trajectories/<source>, <lake>/tasks/<source>."""
+        return self.root / table / source
 
-class TableWriter:
-    """Streams the rows of one table into a Parquet file in fixed row groups, validating each.
+    @property
+    def scores(self) -> Path:
+        return self.root / "scores"
 
-    Rows come as dicts (`write`, where a row is built in Python, as in ingest) or as Arrow data
-    (`write_batch`, e.g. a DuckDB result batch: no Python objects in between). Either way the
-    file holds the same row groups, so the same rows give the same bytes.
+    @property
+    def dedup(self) -> Path:
+        return self.root / "dedup"
 
-    The table's version id is sha256 over the schema fingerprint and the key column in row order,
-    so it names the content, not the file layout.
-    """
+    @property
+    def pool(self) -> Path:
+        return self.root / "pool"
 
-    def __init__(self, directory: Path, schema: TableSchema, row_group_size: int = ROW_GROUP_SIZE):
-        self.schema = schema
-        self.file = f"{schema.name}.parquet"
-        self._path = directory / self.file
-        self._row_group_size = row_group_size
-        self._dicts: list[dict] = []
-        self._pending: list[pa.Table] = []   # validated Arrow rows not yet written
-        self._rows = 0
-        self._hash = hashlib.sha256(schema.fingerprint.encode())
-        self._writer = pq.ParquetWriter(self._path, schema.arrow, **_PARQUET_OPTIONS)
+    @property
+    def selections(self) -> Path:
+        return self.root / "selections"
 
-    def write(self, row: dict) -> None:
-        self._dicts.append(row)
-        if len(self._dicts) >= self._row_group_size:
-            self._take_dicts()
-            self._drain(final=False)
+    def selection(self, scale: str) -> Path:
+        return self.selections / scale
 
-    def write_batch(self, data: pa.RecordBatch | pa.Table) -> None:
-        """Rows already in Arrow, columns named and ordered as the schema (types are cast to it)."""
-        self._take_dicts()
-        table = self.schema.conform(data)
-        if table.num_rows:
-            self._pending.append(table)
-            self._drain(final=False)
+    @property
+    def sft_exports(self) -> Path:
+        return self.root / "exports" / "sft"
 
-    def _take_dicts(self) -> None:
-        if self._dicts:
-            self._pending.append(self.schema.from_rows(self._dicts))
-            self._dicts = []
+    def sft_export(self, scale: str) -> Path:
+        return self.sft_exports / scale
 
-    def _drain(self, final: bool) -> None:
-        """Write every full row group (and, when final, the rest)."""
-        if not self._pending:
-            return
-        table = pa.concat_tables(self._pending) if len(self._pending) > 1 else self._pending[0]
-        size, start = self._row_group_size, 0
-        while table.num_rows - start >= size or (final and start < table.num_rows):
-            self._write_group(table.slice(start, size).combine_chunks())
-            start += size
-        rest = table.slice(min(start, table.num_rows))
-        self._pending = [rest] if rest.num_rows else []
+    @property
+    def rl_export(self) -> Path:
+        return self.root / "exports" / "rl"
 
-    def _write_group(self, group: pa.Table) -> None:
-        for key in group.column(self.schema.key).to_pylist():
-            self._hash.update(key.encode() + b"\n")
-        self._writer.write_table(group, row_group_size=self._row_group_size)
-        self._rows += group.num_rows
+    # --- what is built ----------------------------------------------------------------------
+    def table_files(self, table: str, sources: Iterable[str]) -> list[str]:
+        """The Parquet files of <lake>/<table>/<source> for each source (the trajectories table's
+        parts, the tasks table's one file), each source checked to be built."""
+        files = []
+        for source in sources:
+            directory = self.table(table, source)
+            if not is_built(directory):
+                raise BadInput(f"{directory} is not built: run `dvc repro` (or `tracelake ingest`) first")
+            files.extend(str(p) for p in table_paths(directory, table))
+        return files
 
-    def _flush(self) -> None:
-        self._take_dicts()
-        self._drain(final=True)
+    def ingested(self) -> list[tuple[str, str, Path]]:
+        """(table, source, directory) of every built ingest output, sorted."""
+        return sorted((table, d.name, d) for table in INGESTED for d in built_children(self.root / table))
 
-    def close(self) -> TableInfo:
-        self._flush()
-        self._writer.close()
-        return TableInfo(self.schema.name, self.file, self._rows,
-                         self._hash.hexdigest()[:VERSION_HEX], self.schema.fingerprint)
+    def built_selections(self) -> dict[str, Path]:
+        """scale -> directory of every built selection."""
+        return {d.name: d for d in built_children(self.selections)}
+
+    def built_sft_exports(self) -> dict[str, Path]:
+        """scale -> directory of every built SFT export."""
+        return {d.name: d for d in built_children(self.sft_exports)}
+
+    def versions(self) -> dict[str, Path]:
+        """Every built version that `diff` compares, by name: `pool`, `<scale>` (its selection) and
+        `sft-<scale>` (its SFT export)."""
+        found = {"pool": self.pool} if is_built(self.pool) else {}
+        found.update(self.built_selections())
+        found.update({f"sft-{scale}": d for scale, d in self.built_sft_exports().items()})
+        return found
 
 
-def write_part(path: Path, table: pa.Table) -> None:
-    """One part of a parted table: the rows in ROW_GROUP_SIZE groups, the fixed writer settings, so
-    the same rows give the same bytes in any process."""
-    options = {**_PARQUET_OPTIONS, "use_dictionary": [c for c in table.column_names if c not in _LONG_TEXT]}
-    pq.write_table(table.combine_chunks(), path, row_group_size=ROW_GROUP_SIZE, **options)
-
-
-class PartedTableWriter:
-    """One table as numbered Parquet parts, `<directory>/<table>/part-00000.parquet`, ...
-
-    A part comes whole (`add_part`: a file that a worker process wrote with `write_part`, with its
-    key column) or is cut here from rows (`write` / `write_batch`, PART_ROWS rows a part). The
-    version id hashes the key column in row order exactly as TableWriter's does: it names the
-    content, not how it was cut into parts. A table without rows still has one (empty) part, so a
-    reader always finds a file.
-    """
-
-    def __init__(self, directory: Path, schema: TableSchema):
-        self.schema = schema
-        self.file = f"{schema.name}/"
-        self.dir = Path(directory) / schema.name
-        self.dir.mkdir(parents=True)
-        self._dicts: list[dict] = []
-        self._parts = self._rows = 0
-        self._hash = hashlib.sha256(schema.fingerprint.encode())
-
-    def _next_path(self) -> Path:
-        return self.dir / f"part-{self._parts:05d}.parquet"
-
-    def _count(self, keys: list[str]) -> None:
-        for key in keys:
-            self._hash.update(key.encode() + b"\n")
-        self._rows += len(keys)
-        self._parts += 1
-
-    def write(self, row: dict) -> None:
-        self._dicts.append(row)
-        if len(self._dicts) >= PART_ROWS:
-            self._take_dicts()
-
-    def _take_dicts(self) -> None:
-        if self._dicts:
-            rows, self._dicts = self._dicts, []
-            self._add_table(self.schema.from_rows(rows))
-
-    def write_batch(self, data: pa.RecordBatch | pa.Table) -> None:
-        """Rows already in Arrow, as one part (columns named and ordered as the schema)."""
-        self._take_dicts()
-        table = self.schema.conform(data)
-        if table.num_rows:
-            self._add_table(table)
-
-    def _add_table(self, table: pa.Table) -> None:
-        write_part(self._next_path(), table)
-        self._count(table.column(self.schema.key).to_pylist())
-
-    def add_part(self, path: Path, keys: list[str]) -> None:
-        """A part written by `write_part` elsewhere on this file system, moved in as the next part;
-        `keys` is its key column (the caller has it: reading it back would cost a pass)."""
-        self._take_dicts()
-        if not keys:
-            Path(path).unlink()
-            return
-        os.replace(path, self._next_path())
-        self._count(keys)
-
-    def close(self) -> TableInfo:
-        self._take_dicts()
-        if self._parts == 0:
-            write_part(self._next_path(), self.schema.arrow.empty_table())
-            self._parts += 1
-        return TableInfo(self.schema.name, self.file, self._rows,
-                         self._hash.hexdigest()[:VERSION_HEX], self.schema.fingerprint)
-
-
-def table_writer(directory: Path, schema: TableSchema) -> TableWriter | PartedTableWriter:
-    """The writer a table is stored with: parts for PARTED_TABLES, else one file."""
-    return PartedTableWriter(directory, schema) if schema.name in PARTED_TABLES else TableWriter(directory, schema)
-
-
-def table_paths(directory: Path, name: str) -> list[Path]:
-    """The Parquet files of one table of an output directory, in row order."""
-    directory = Path(directory)
-    if name in PARTED_TABLES:
-        return sorted((directory / name).glob("part-*.parquet"))
-    return [directory / f"{name}.parquet"]
-
-
-class ShardWriter:
-    """Streams rows of one table into fixed-size Parquet shards `<dir>/<prefix>-00000.parquet`, ...
-
-    Rows come as dicts (`write`) or Arrow (`write_batch`). For training data: the version id is a
-    TableDigest of every row's full content in order (a training shard's order matters), not
-    just of its key. Row groups are digested, compressed and written on a background thread, in
-    order, while the caller converts the next rows (at most `ahead` groups wait). Use it as a
-    context manager: leaving the block on an error stops the thread before the caller removes the
-    directory; `close()` finishes the last shard and returns the table's info.
-    """
-
-    def __init__(self, directory: Path, schema: TableSchema, rows_per_shard: int, prefix: str = "train",
-                 row_group_size: int = ROW_GROUP_SIZE, ahead: int = 2):
-        if rows_per_shard < 1:
-            raise ValueError("rows_per_shard must be >= 1")
-        self.schema, self.directory, self.prefix = schema, Path(directory), prefix
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self._rows_per_shard, self._row_group_size = rows_per_shard, min(row_group_size, rows_per_shard)
-        self._dicts: list[dict] = []
-        self._pending: list[pa.Table] = []   # rows of the open shard not yet handed to the writer thread
-        self._pending_rows = 0
-        self._in_shard = 0                   # rows of the open shard written or pending
-        self._rows = 0
-        self._writer: pq.ParquetWriter | None = None   # used by the writer thread only
-        self._open = False                               # a shard file is named and not yet closed
-        self._background = InOrder(ahead, name="shard_writer")
-        self.files: list[str] = []
-        self._digest = TableDigest(schema.arrow)
-        self._options = {**_PARQUET_OPTIONS,
-                         "use_dictionary": [c for c in schema.arrow.names if c not in _LONG_TEXT]}
-
-    def __enter__(self) -> "ShardWriter":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._background.abandon()
-
-    def write(self, row: dict) -> None:
-        self._dicts.append(row)
-        if len(self._dicts) >= self._row_group_size:
-            self._take_dicts()
-
-    def _take_dicts(self) -> None:
-        if self._dicts:
-            rows, self._dicts = self._dicts, []
-            self._add(self.schema.from_rows(rows))
-
-    def write_batch(self, data: pa.Table | pa.RecordBatch) -> None:
-        """Rows already in Arrow, columns named and ordered as the schema."""
-        self._take_dicts()
-        self._add(self.schema.conform(data))
-
-    def _add(self, table: pa.Table) -> None:
-        """Cut the rows at shard ends; hand whole row groups to the writer thread as they fill."""
-        while table.num_rows:
-            take = min(table.num_rows, self._rows_per_shard - self._in_shard)
-            self._pending.append(table.slice(0, take))
-            self._pending_rows += take
-            self._in_shard += take
-            table = table.slice(take)
-            if self._in_shard == self._rows_per_shard:
-                self._flush(final=True)
-                self._background.submit(self._close_shard)
-                self._in_shard, self._open = 0, False
-            else:
-                self._flush(final=False)
-
-    def _flush(self, final: bool) -> None:
-        """Write the pending rows in row groups (all of them when final, else whole groups only)."""
-        if not self._pending_rows or (not final and self._pending_rows < self._row_group_size):
-            return
-        table = pa.concat_tables(self._pending)
-        cut = table.num_rows if final else table.num_rows - table.num_rows % self._row_group_size
-        if not self._open:
-            self.files.append(f"{self.prefix}-{len(self.files):05d}.parquet")
-            self._open = True
-        for start in range(0, cut, self._row_group_size):
-            group = table.slice(start, min(self._row_group_size, cut - start)).combine_chunks()
-            self._background.submit(self._write_group, self.directory / self.files[-1], group)
-        rest = table.slice(cut)
-        self._pending, self._pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
-        self._rows += cut
-
-    def _write_group(self, path: Path, group: pa.Table) -> None:   # on the writer thread
-        if self._writer is None:
-            self._writer = pq.ParquetWriter(path, self.schema.arrow, **self._options)
-        self._digest.update(group)
-        self._writer.write_table(group, row_group_size=self._row_group_size)
-
-    def _close_shard(self) -> None:   # on the writer thread
-        self._writer.close()
-        self._writer = None
-
-    def close(self) -> TableInfo:
-        self._take_dicts()
-        self._flush(final=True)
-        if self._open:
-            self._background.submit(self._close_shard)
-            self._open = False
-        self._background.join()
-        return TableInfo(self.schema.name, self.directory.name + "/", self._rows,
-                         self._digest.hexdigest()[:VERSION_HEX], self.schema.fingerprint)
-
-
-_UNFINISHED: list[Path] = []  # outputs whose build was abandoned in this process (for the Ctrl-C message)
-
-
-@contextmanager
-def output_dir(final: Path, clean_siblings: bool = True) -> Iterator[Path]:
-    """The one way an output directory is built: yield a fresh temporary directory beside `final`;
-    on success swap it into place whole, on any failure (Ctrl-C included) remove it. `final` is
-    always either the previous complete version or the new complete one, never a mix; the swap is
-    one atomic exchange where the system allows (core/swap.py). What a killed run left beside
-    `final` (its temporary, old or scratch directories) is removed first, and with `clean_siblings`
-    what it left beside the outputs next to `final` (off where the parent is a user's directory)."""
-    final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale(final, siblings=clean_siblings)
-    tmp = temp_path(final, "tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        _UNFINISHED.append(final)
-        raise
-    replace_dir(tmp, final, old=temp_path(final, "old"))
-
-
-def unfinished_outputs() -> list[Path]:
-    """Outputs this process started and did not finish (their previous versions are untouched)."""
-    return list(dict.fromkeys(_UNFINISHED))
-
-
-def write_json(path: Path, value: Any) -> None:
-    """Pretty, sorted, newline-terminated JSON (stable bytes for DVC and git), written to a temporary
-    file and renamed into place; a temporary file that a killed run left beside it is removed."""
-    path = Path(path)
-    data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n"
-    remove_stale(path, siblings=False)
-    tmp = temp_path(path, "tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-
-
-def write_manifest(directory: Path, *, kind: str, tables: list[TableInfo], inputs: dict[str, Any],
-                   params: dict[str, Any], formulas: dict[str, str], counts: dict[str, Any],
-                   dataset_id: str | None = None) -> dict:
-    """Write manifest.json (call last). The directory's version id hashes its tables and params;
-    a dataset (one scale's selection) also carries its content-addressed name, `dataset_id`."""
-    table_map = {t.name: t.as_json() for t in tables}
-    version_id = content_id(
-        "manifest",
-        {"kind": kind, "tables": {n: t["version_id"] for n, t in table_map.items()},
-         "params": params, "formulas": formulas},
-        n_hex=VERSION_HEX,
-    )
-    manifest = {
-        "kind": kind,
-        "version_id": version_id,
-        **({"dataset_id": dataset_id} if dataset_id else {}),
-        "tables": table_map,
-        "inputs": inputs,
-        "params": params,
-        "formulas": formulas,
-        "counts": counts,
-        "tracelake_version": __version__,
-    }
-    write_json(directory / "manifest.json", manifest)
-    return manifest
-
-
-def read_manifest(directory: Path) -> dict[str, Any]:
-    path = Path(directory) / "manifest.json"
-    if not path.is_file():
-        raise BadInput(f"{directory} is not a finished tracelake output (no manifest.json)")
-    return orjson.loads(path.read_bytes())
-
-
-def open_parquet(path: Path | str, what: str = "") -> pq.ParquetFile:
-    """A user's Parquet file, or a one-line BadInput saying it is missing or unreadable.
-    `what` prefixes the message (e.g. `score.imports.difficulty_v1: `)."""
-    path = Path(path)
-    if not path.is_file():
-        raise BadInput(f"{what}{path} does not exist or is not a file")
-    try:
-        return pq.ParquetFile(path)
-    except (pa.ArrowException, OSError) as e:
-        raise BadInput(f"{what}{path} is not a readable Parquet file ({e})") from None
-
-
-def read_table(directory: Path, name: str) -> pa.Table:
-    """Read one table of an output directory and validate it against its declared schema."""
-    schema = load_schema(name)
-    paths = table_paths(directory, name)
-    if not paths or not all(p.is_file() for p in paths):
-        missing = f"{name}/part-*.parquet" if name in PARTED_TABLES else f"{name}.parquet"
-        raise BadInput(f"{directory} has no {name} table ({missing} is missing)")
-    tables = [pq.read_table(p, pre_buffer=False) for p in paths]
-    return schema.validate(pa.concat_tables(tables) if len(tables) > 1 else tables[0])
+def pick_dataset(ref: str, named: dict[str, str], what: str = "dataset", where: str = "") -> str:
+    """The one name in `named` (name -> dataset id) that `ref` means: the name itself, the full
+    dataset id, or a unique prefix of the id's hash (6+ hex digits, like git). One-line errors for
+    no match (listing what is built) and for an ambiguous prefix (listing the candidates)."""
+    if ref in named:
+        return ref
+    matches = [n for n, i in named.items() if i == ref] or \
+              [n for n, i in named.items() if i and matches_id_prefix(ref, i)]
+    if len(matches) > 1:
+        raise BadInput(f"{ref!r} is ambiguous: {', '.join(named[n] for n in matches)}")
+    if not matches:
+        known = ", ".join(f"{n} ({i})" if i else n for n, i in named.items()) or "nothing built"
+        raise BadInput(f"no {what} {ref!r}{where} (known: {known})")
+    return matches[0]

@@ -8,7 +8,7 @@ through one entry point (`python -m stages NAME [KEY]`), which loads the declare
 their tables (through the declared schemas), their manifests (last), the stage's metrics file and
 its summary lines. A stage's own code never opens an output directory. Library functions that
 stream large tables while they read (ingest, the exports) write through the same `output_dir` and
-`write_manifest` from core/lake.py, and return their counts in the `Result`.
+`write_manifest` from core/tables.py, and return their counts in the `Result`.
 
     @dataclass  Stage(name, doc, run, params=("filter", ...), deps=("${lake}/trajectories", ...),
                       outs=("${lake}/pool",), metrics="metrics/filter.json", foreach=None)
@@ -106,7 +106,7 @@ def publish(stage: Stage, result: Result, key: str | None = None) -> list[dict]:
     """Write the result: each output directory whole (tables, then the manifest, then the swap), the
     metrics file, the summary lines. Returns the manifests written."""
     from tracelake.core.ids import dataset_id
-    from tracelake.core.lake import TableWriter, output_dir, write_json, write_manifest
+    from tracelake.core.tables import TableWriter, output_dir, write_json, write_manifest
 
     manifests = []
     for out in result.outputs:
@@ -167,7 +167,7 @@ def run_stage(main: Callable[[], None]) -> None:
 def interrupted_message() -> str:
     """What an interrupted run left: every output it had started is unwritten (the previous version,
     if any, is untouched)."""
-    from tracelake.core.lake import unfinished_outputs
+    from tracelake.core.tables import unfinished_outputs
 
     left = unfinished_outputs()
     if not left:

@@ -5,7 +5,7 @@ A build of `<dir>/<name>` works beside it under hidden names that carry the buil
 `.<name>.tmp-<pid>` (the new version being written), `.<name>.old-<pid>` (the previous version,
 only where the swap falls back to two renames) and `.<name>.parts-<pid>-<random>` (scratch space,
 `scratch_dir`). A SIGKILL leaves them behind. They are never read: readers skip hidden names
-(core/layout.py) and `.dvcignore` keeps them out of every DVC hash, so `dvc.lock` is the same as
+(core/lake.py) and `.dvcignore` keeps them out of every DVC hash, so `dvc.lock` is the same as
 after a clean run even where DVC restores the killed stage from its run cache instead of running it.
 The next build of an output removes every such name beside it whose process is gone
 (`remove_stale`), and its own scratch directories named without a pid (mkdtemp's) that are older

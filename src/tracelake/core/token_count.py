@@ -38,8 +38,8 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from tracelake.core.errors import BadParams
-from tracelake.core.segment_cache import SegmentCache
-from tracelake.core.tokens import load_tokenizer, render_chatml, tokenizer_file
+from tracelake.core.token_cache import SegmentCache
+from tracelake.core.tokenizer import load_tokenizer, render_chatml, tokenizer_file
 
 CHUNK_CHARS = 8192
 ENCODE_BATCH_CHARS = 4 << 20        # encode the missing segments this many characters at a time

@@ -1,4 +1,4 @@
-"""Rollout filters: named, versioned rules in DuckDB SQL (sql/filters/), applied in a fixed order.
+"""Rollout filters: named, versioned rules in DuckDB SQL (sql/filter_rules/), applied in a fixed order.
 
 Each rule is a query over the view `candidates` (the rows every earlier rule kept) returning the
 (trajectory_id, detail) pairs it drops. A row is dropped by the first rule that matches it, so
@@ -23,10 +23,10 @@ import pyarrow as pa
 from tracelake.core.assets import sql
 from tracelake.core.errors import BadInput, check
 from tracelake.core.ids import COPY_SUFFIX
-from tracelake.core.layout import Lake, is_built
+from tracelake.core.lake import Lake, is_built
 from tracelake.core.schema import load_schema
 from tracelake.core.token_count import CountStats, TokenCounter, count_chatml_tokens, rendering_key
-from tracelake.core.tokens import TOKEN_COUNT_RULE, tokenizer_fingerprint
+from tracelake.core.tokenizer import TOKEN_COUNT_RULE, tokenizer_fingerprint
 from tracelake.curate.params import FilterParams
 
 TOKEN_BATCH = 128   # conversations read and rendered at a time (~10 MB of text: memory stays flat)
@@ -35,7 +35,7 @@ TOKEN_BATCH = 128   # conversations read and rendered at a time (~10 MB of text:
 @dataclass(frozen=True)
 class Rule:
     name: str                                       # versioned: change the name when the meaning changes
-    query: str                                      # sql/filters/<query>.sql
+    query: str                                      # sql/filter_rules/<query>.sql
     enabled: Callable[[FilterParams], bool]
     bind: Callable[[FilterParams], dict[str, Any]]  # the query's bound parameters
 
@@ -95,7 +95,7 @@ def run_filters(con: duckdb.DuckDBPyConnection, params: FilterParams,
             formulas["tokens"] = f"{TOKEN_COUNT_RULE} tokenizer sha256 {tokenizer_fingerprint(params.tokenizer)}"
         if rule in enabled:
             con.execute(f"INSERT INTO dropped SELECT trajectory_id, $rule_name, detail "
-                        f"FROM ({sql('filters/' + rule.query)})", {"rule_name": rule.name, **rule.bind(params)})
+                        f"FROM ({sql('filter_rules/' + rule.query)})", {"rule_name": rule.name, **rule.bind(params)})
             formulas[rule.name] = rule.name
     con.execute(sql("filter/pool"))
     return FilterResult([r.name for r in enabled], _funnel(con, [r.name for r in enabled], sources), formulas,

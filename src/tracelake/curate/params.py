@@ -18,7 +18,7 @@ from tracelake.ingest.params import SourceSelection
 
 _SCORER = re.compile(r"^[a-z0-9_]+_v[0-9]+$")
 
-# The built-in scorers by name; their code is curate/scorers.py (BUILTIN_SCORERS, kept in step with
+# The built-in scorers by name; their code is curate/scoring/scorers.py (BUILTIN_SCORERS, kept in step with
 # these names by a test). Checking params imports no scorer, so no stage depends on scorer code.
 MODEL_FREE_SCORERS = ("response_length_proxy_v1",)
 MODEL_SCORERS = ("llm_response_length_v1",)   # need score.model

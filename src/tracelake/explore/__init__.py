@@ -2,7 +2,7 @@
 
 - sql.py        `tracelake sql`: read-only DuckDB views over every table and dataset
 - revisions.py  a lake as it was at a git revision, read through DVC (`--rev`, `REV:` in diff)
-- diff.py       `tracelake diff`: two versions row by row, each move explained (diff_view.py: terminal,
+- diff.py       `tracelake diff`: two versions row by row, each move explained (diff_terminal.py: terminal,
                 diff_html.py + svg.py: the HTML report)
 - show.py       `tracelake show`: one trajectory
 - status.py     `tracelake status` and `tracelake schema`

@@ -7,7 +7,7 @@ from html import escape
 from typing import Any
 
 from tracelake.explore import svg
-from tracelake.explore.diff_view import QUANTILES, fmt_value, scorer_line, signed
+from tracelake.explore.diff_terminal import QUANTILES, fmt_value, scorer_line, signed
 
 SHOW_MOVED = 500
 

@@ -15,8 +15,8 @@ from rich.console import Console
 from rich.text import Text
 
 from tracelake.core.errors import BadInput
-from tracelake.core.lake import read_manifest
-from tracelake.core.layout import Lake
+from tracelake.core.lake import Lake
+from tracelake.core.tables import read_manifest
 from tracelake.explore.show import fold
 
 
@@ -49,7 +49,7 @@ def _rows(directory: Path) -> int:
 
 def _encoder(row: dict[str, Any]):
     """len(ids) of a text with the export's tokenizer, each distinct text encoded once."""
-    from tracelake.core.tokens import load_tokenizer, tokenizer_fingerprint
+    from tracelake.core.tokenizer import load_tokenizer, tokenizer_fingerprint
 
     path = row["tokenizer"]
     if not path or not Path(path).exists():

@@ -31,13 +31,13 @@ from typing import Any, Iterable
 
 from tokenizers import Tokenizer
 
+from tracelake.core.duckdb_views import connect, input_versions
 from tracelake.core.errors import BadInput, check
 from tracelake.core.ids import dataset_id
-from tracelake.core.lake import ShardWriter, TableWriter, output_dir, write_manifest
-from tracelake.core.lakedb import connect, input_versions
-from tracelake.core.layout import Lake
+from tracelake.core.lake import Lake
 from tracelake.core.schema import load_schema
-from tracelake.core.tokens import load_tokenizer, render_chatml, tokenizer_fingerprint
+from tracelake.core.tables import ShardWriter, TableWriter, output_dir, write_manifest
+from tracelake.core.tokenizer import load_tokenizer, render_chatml, tokenizer_fingerprint
 from tracelake.core.ui import progress
 
 PROMPT_RULE = "skyrl_prompt_v1"

@@ -31,7 +31,9 @@ from tokenizers import Tokenizer
 from tracelake.core.background import read_ahead
 from tracelake.core.errors import BadInput, check
 from tracelake.core.ids import dataset_id
-from tracelake.core.lake import (
+from tracelake.core.lake import Lake
+from tracelake.core.schema import load_schema
+from tracelake.core.tables import (
     ShardWriter,
     TableWriter,
     output_dir,
@@ -40,10 +42,8 @@ from tracelake.core.lake import (
     write_json,
     write_manifest,
 )
-from tracelake.core.layout import Lake
-from tracelake.core.schema import load_schema
 from tracelake.core.token_count import TokenCounter, rendering_key
-from tracelake.core.tokens import tokenizer_fingerprint
+from tracelake.core.tokenizer import tokenizer_fingerprint
 from tracelake.core.ui import progress
 from tracelake.export.params import ExportSftParams, SftTrainParams
 from tracelake.export.sharegpt import (
@@ -55,7 +55,14 @@ from tracelake.export.sharegpt import (
     sharegpt_batch,
     to_sharegpt,
 )
-from tracelake.export.templates import MODES, LfMode, TemplateSlots, render_pieces, template_slots, truncated_trained
+from tracelake.export.templates import (
+    MODES,
+    LfMode,
+    TemplateSlots,
+    render_pieces,
+    template_slots,
+    truncated_trained,
+)
 
 TOKEN_RULE = "lf_template_tokens_v1"
 TRAINED_RULE = "lf_trained_tokens_v1"    # tokens each LLaMA-Factory mode trains on (templates.MODES)

@@ -19,7 +19,8 @@ import pyarrow.parquet as pq
 from tracelake.core.errors import RejectedInput, check
 from tracelake.core.hashing import canonical_json, content_id, sha256_bytes
 from tracelake.core.ids import task_id_for
-from tracelake.core.lake import (
+from tracelake.core.schema import load_schema
+from tracelake.core.tables import (
     PartedTableWriter,
     output_dir,
     table_writer,
@@ -27,7 +28,6 @@ from tracelake.core.lake import (
     write_manifest,
     write_part,
 )
-from tracelake.core.schema import load_schema
 
 # reason -> what it means; schemas/README.md lists the same reasons for users.
 REASONS: dict[str, str] = {

@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 
 from tracelake.core.errors import BadInput
 from tracelake.core.hashing import canonical_json, sha256_bytes
-from tracelake.core.lake import open_parquet, output_dir
+from tracelake.core.tables import open_parquet, output_dir
 from tracelake.ingest.archive_read import (
     DEFAULT_LIMITS,
     Entry,

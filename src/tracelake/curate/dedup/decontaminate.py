@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from tracelake.core.errors import BadInput
-from tracelake.core.lake import open_parquet
+from tracelake.core.tables import open_parquet
 from tracelake.curate.dedup.shingles import WordHasher, ngram_hashes, normalize
 
 DECONTAMINATION_RULE = "contaminated_v1"

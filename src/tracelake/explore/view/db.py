@@ -1,13 +1,13 @@
 """The queries behind `tracelake view`, on one `open_lake` connection (the same sandboxed, read-only
 views as `tracelake sql`), one request at a time (a DuckDB connection is not thread-safe).
 
-The list is `view_index`, built in memory once when the viewer opens the lake (sql/view/rows.sql:
+The list is `view_index`, built in memory once when the viewer opens the lake (sql/viewer/rows.sql:
 the trajectories' slim columns with the filter's outcome, sorted by id, and where each row lives), so
 a page, a facet count or a search's rows never scan the lake's files; a trajectory's messages are read
 from the one file that holds it. A lake rebuilt while the viewer runs is seen after a restart (a
 trajectory whose file changed says so in one line).
 
-Every query is a file in sql/view/ with its values bound as $parameters. The WHERE box's text is the
+Every query is a file in sql/viewer/ with its values bound as $parameters. The WHERE box's text is the
 only SQL a request brings: `SELECT * FROM view_rows WHERE <text>` must be one statement that
 `guard_query` accepts, and then runs as the CTE `matched` that the facets narrow.
 """
@@ -24,8 +24,8 @@ import duckdb
 
 from tracelake.core import assets
 from tracelake.core.errors import BadInput
-from tracelake.core.lake import read_manifest
-from tracelake.core.layout import Lake
+from tracelake.core.lake import Lake
+from tracelake.core.tables import read_manifest
 from tracelake.explore.sql import guard_query, open_lake, query_error
 from tracelake.explore.view.search import BATCH_ROWS, MAX_HITS, SearchIndex
 
@@ -110,7 +110,7 @@ class LakeView:
         self.lock = threading.Lock()
         none = "(SELECT NULL::VARCHAR AS trajectory_id, NULL::BIGINT AS n_tokens, NULL::VARCHAR AS rule, " \
                "NULL::VARCHAR AS detail WHERE false)"
-        rows = assets.sql("view/rows").format(filtered=str(self.filtered).lower(),
+        rows = assets.sql("viewer/rows").format(filtered=str(self.filtered).lower(),
                                               pool_rows="pool" if self.filtered else none,
                                               dropped_rows="dropped" if self.filtered else none)
         for statement in rows.split(";\n"):
@@ -121,7 +121,7 @@ class LakeView:
         names = {name for _, name in self.selections}
         self.dataset_ids = {what: view for view, what in self.views.items() if what in names}  # view -> its id
         self.columns = [r["column_name"] for r in self._rows("DESCRIBE view_rows")]
-        rows = self._rows(assets.sql("view/facet_values"))
+        rows = self._rows(assets.sql("viewer/facet_values"))
         self.facet_values = {facet: [(r["value"], r["n"]) for r in rows if r["facet"] == facet]
                              for facet in ("source", "rule")}
         self.datasets = self._datasets()
@@ -201,9 +201,9 @@ class LakeView:
 
     def page(self, query: Query, n: int = PAGE_ROWS) -> tuple[list[dict], int, str | None]:
         """(rows of this page, rows matched in all, the `after` of the next page or None)."""
-        sql, params = self._faceted(query, "view/page")
+        sql, params = self._faceted(query, "viewer/page")
         rows = self._rows(sql, {**params, "after": query.after, "n": n + 1})
-        sql, params = self._faceted(query, "view/count")
+        sql, params = self._faceted(query, "viewer/count")
         total = self._rows(sql, params)[0]["n"]
         more = len(rows) > n
         rows = rows[:n]
@@ -222,7 +222,7 @@ class LakeView:
         that building the index never holds the pages' connection."""
         con, _ = open_lake(self.lake)
         total = con.execute("SELECT coalesce(sum(n_messages), 0) FROM trajectories").fetchall()[0][0]
-        reader = con.sql(assets.sql("view/search_messages")).to_arrow_reader(BATCH_ROWS)
+        reader = con.sql(assets.sql("viewer/search_messages")).to_arrow_reader(BATCH_ROWS)
 
         def batches():
             try:
@@ -243,7 +243,7 @@ class LakeView:
         best: dict[str, list] = {}
         for h in hits:
             best.setdefault(h.trajectory_id, []).append(h)
-        sql, params = self._faceted(query, "view/search_rows")
+        sql, params = self._faceted(query, "viewer/search_rows")
         rows = {r["trajectory_id"]: r for r in self._rows(sql, {**params, "ids": list(best)})}
         return [rows[tid] for tid in best if tid in rows], best, len(hits) >= MAX_HITS, "ready"
 
@@ -266,21 +266,21 @@ class LakeView:
         if not found:
             return None
         listed = found[0]
-        whole = self._rows(assets.sql("view/trajectory"), {"file": listed["file"], "id": trajectory_id})
+        whole = self._rows(assets.sql("viewer/trajectory"), {"file": listed["file"], "id": trajectory_id})
         if not whole:
             raise BadInput(f"the lake is being rebuilt ({listed['file']} changed); restart tracelake view")
         row = {**whole[0], **{k: listed[k] for k in ("n_tokens", "kept", "rule", "detail")}}
-        row["related"] = [] if row["trial_name"] is None else self._rows(assets.sql("view/related"), {
+        row["related"] = [] if row["trial_name"] is None else self._rows(assets.sql("viewer/related"), {
             "id": trajectory_id, "source": row["source"], "trial_name": row["trial_name"],
             "run_id": row["run_id"], "trace_source": row["trace_source"]})
-        row["tasks"] = self._rows(assets.sql("view/task"), {"task_id": row["task_id"]}) if "tasks" in self.views else []
-        template = assets.sql("view/copies")
+        row["tasks"] = self._rows(assets.sql("viewer/task"), {"task_id": row["task_id"]}) if "tasks" in self.views else []
+        template = assets.sql("viewer/copies")
         row["copies"] = {scale: (self.dataset_ids.get(name, ""),
                                  self._rows(template.replace("{selection}", f'"{name}"'), {"id": trajectory_id})[0]["copies"])
                          for scale, name in self.selections}
-        row["export_rejects"] = (self._rows(assets.sql("view/export_rejects"), {"id": trajectory_id})
+        row["export_rejects"] = (self._rows(assets.sql("viewer/export_rejects"), {"id": trajectory_id})
                                  if "export_rejects" in self.views else [])
-        row["rollouts"] = self._rows(assets.sql("view/rollouts"), {"id": trajectory_id, "task_id": row["task_id"],
+        row["rollouts"] = self._rows(assets.sql("viewer/rollouts"), {"id": trajectory_id, "task_id": row["task_id"],
                                                                   "trace_source": row["trace_source"]})
         row["export"] = self.export_row(trajectory_id)
         row["turn_tokens"] = self.turn_tokens(row["messages"])
@@ -304,7 +304,7 @@ class LakeView:
         its n_tokens) with the pool's tokenizer; None when that tokenizer is not here."""
         if self.tokenizer is None or not messages:
             return None
-        from tracelake.core.tokens import render_chatml
+        from tracelake.core.tokenizer import render_chatml
 
         encoded = self.tokenizer[1].encode_batch([render_chatml([m]) for m in messages], add_special_tokens=False)
         return [len(e.ids) for e in encoded]
@@ -335,7 +335,7 @@ def _tokenizer(lake: Path):
     if found is None:
         return None
     path = str(found)
-    from tracelake.core.tokens import load_tokenizer, tokenizer_fingerprint
+    from tracelake.core.tokenizer import load_tokenizer, tokenizer_fingerprint
 
     recorded = {read_manifest(d).get("inputs", {}).get("tokenizer") for d in Lake(lake).built_sft_exports().values()}
     recorded.discard(None)

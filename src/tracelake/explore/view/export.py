@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tracelake.core.errors import BadInput, check
-from tracelake.core.layout import Lake
+from tracelake.core.lake import Lake
 from tracelake.explore.view.db import LakeView, Query
 
 BATCH = 256
@@ -37,7 +37,7 @@ def selected_ids(db: LakeView, query: Query) -> list[str]:
         if state != "ready":     # never an empty file for a search that could not run
             raise BadInput(f"view: cannot export the search: {state}")
         return [r["trajectory_id"] for r in rows]
-    sql, params = db._faceted(query, "view/export_ids")
+    sql, params = db._faceted(query, "viewer/export_ids")
     return [r["trajectory_id"] for r in db._rows(sql, params)]
 
 

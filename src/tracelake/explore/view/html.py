@@ -10,7 +10,14 @@ from typing import Any, Iterable
 
 from tracelake.explore.view.db import Query
 from tracelake.explore.view.render import esc, render, text_html, trace_url, url
-from tracelake.explore.view.trace import messages_html, side, task_files, tool_calls, trace_body, trace_context
+from tracelake.explore.view.trace import (
+    messages_html,
+    side,
+    task_files,
+    tool_calls,
+    trace_body,
+    trace_context,
+)
 
 __all__ = ["esc", "url", "text_html", "messages_html", "task_files", "tool_calls", "trace_body", "snippet",
            "list_page", "trace_page", "compare_page", "not_found"]

@@ -1,7 +1,7 @@
 """Answer chat requests with vLLM (offline `LLM.generate`) or transformers (`generate`).
 
 Runs in the environment that holds the engine (its own interpreter: vLLM and torch are not
-tracelake's dependencies), started by tracelake.curate.engines.local; imports only the standard
+tracelake's dependencies), started by tracelake.curate.scoring.engines.local; imports only the standard
 library and the engine. Protocol, one JSON object per line:
 
     stdin   {"key", "messages", "temperature", "max_tokens", "n", "seed"}        (one per request)

@@ -24,10 +24,17 @@ from tracelake.core.assets import sql
 from tracelake.core.errors import BadInput, BadParams
 from tracelake.core.hashing import canonical_json, content_id, sha256_bytes
 from tracelake.core.schema import load_schema
-from tracelake.curate.engines import Answer, Engine, Failure, GenRequest, Usage, request_seed
 from tracelake.curate.params import ModelParams
-from tracelake.curate.score import ScorerRun, score_row, write_cache_part
-from tracelake.curate.scorers import ModelScorer
+from tracelake.curate.scoring.engines import (
+    Answer,
+    Engine,
+    Failure,
+    GenRequest,
+    Usage,
+    request_seed,
+)
+from tracelake.curate.scoring.scorers import ModelScorer
+from tracelake.curate.scoring.scores import ScorerRun, score_row, write_cache_part
 
 FLUSH_ROWS = 256
 FLUSH_SECONDS = 2.0
@@ -143,7 +150,7 @@ class ModelRun(ScorerRun):
 def make_engine(model: ModelParams) -> Engine:
     """The engine `score.model` names, checked before any request is sent."""
     if model.backend == "openai":
-        from tracelake.curate.engines.openai_api import OpenAIEngine
+        from tracelake.curate.scoring.engines.openai_api import OpenAIEngine
 
         key = None
         if model.api_key_env is not None:
@@ -156,7 +163,7 @@ def make_engine(model: ModelParams) -> Engine:
                             tokens_per_minute=model.tokens_per_minute, timeout_s=model.timeout_s,
                             max_retries=model.max_retries, backoff_s=model.backoff_s,
                             max_backoff_s=model.max_backoff_s)
-    from tracelake.curate.engines.local import LocalEngine, engine_python
+    from tracelake.curate.scoring.engines.local import LocalEngine, engine_python
 
     path = model.path or model.name
     return LocalEngine(backend=model.backend, python=engine_python(model.backend, model.python), model_path=path,

@@ -22,7 +22,7 @@ import orjson
 
 from tracelake.core.envs import ENVIRONMENTS, env_dir, env_program
 from tracelake.core.errors import BadInput, BadParams
-from tracelake.curate.engines import Answer, Engine, Failure, GenRequest, Sample
+from tracelake.curate.scoring.engines import Answer, Engine, Failure, GenRequest, Sample
 
 WORKER = Path(__file__).with_name("worker.py")
 ENVIRONMENT = {"transformers": "training", "vllm": "vllm"}   # backend -> its default environment

@@ -22,7 +22,8 @@ import duckdb
 
 from tracelake.core.errors import BadInput, BadParams, check
 from tracelake.core.ui import progress_status
-from tracelake.curate.answers import (
+from tracelake.curate.params import ModelParams, ScoreParams
+from tracelake.curate.scoring.answers import (
     AnswerCache,
     ModelRun,
     failure_lines,
@@ -31,9 +32,8 @@ from tracelake.curate.answers import (
     run_model_scorer,
     summary,
 )
-from tracelake.curate.engines import Engine
-from tracelake.curate.params import ModelParams, ScoreParams
-from tracelake.curate.scorers import BUILTIN_SCORERS, ModelScorer
+from tracelake.curate.scoring.engines import Engine
+from tracelake.curate.scoring.scorers import BUILTIN_SCORERS, ModelScorer
 
 BACKENDS = ("local", "modal")
 
@@ -64,7 +64,12 @@ def plan_score(scorer: ModelScorer, con: duckdb.DuckDBPyConnection, score: Score
     if backend == "local":
         return ScorePlan(scorer, backend, len(keyed), len(keyed) - len(missing), make_engine,
                          [f"engine:   {model.backend} {model.path or model.name} (this machine)"])
-    from tracelake.curate.engines.modal import FORWARDED_ENV, MODELS_DIR, ModalEngine, model_source
+    from tracelake.curate.scoring.engines.modal import (
+        FORWARDED_ENV,
+        MODELS_DIR,
+        ModalEngine,
+        model_source,
+    )
 
     if model.backend != "vllm":
         raise BadParams(f"tracelake score --backend modal runs the vllm engine: set score.model.backend: vllm "

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Iterator
 import httpx
 
 from tracelake.core.errors import BadInput
-from tracelake.curate.engines import Answer, Engine, Failure, GenRequest, Sample
+from tracelake.curate.scoring.engines import Answer, Engine, Failure, GenRequest, Sample
 
 RETRIED_STATUS = frozenset({429, 500, 502, 503, 504, 529})
 FATAL_STATUS = {401: "refused the API key", 403: "refused the API key", 404: "does not know this model or path"}

@@ -22,10 +22,10 @@ import pyarrow.parquet as pq
 from tracelake.core.errors import BadInput, check
 from tracelake.core.hashing import content_id, sha256_bytes
 from tracelake.core.ids import COPY_SUFFIX, base_task_name
-from tracelake.core.lake import open_parquet
 from tracelake.core.schema import TableSchema, load_schema
+from tracelake.core.tables import open_parquet
 from tracelake.curate.params import ImportParams
-from tracelake.curate.scorers import Scorer, ScoreRequest
+from tracelake.curate.scoring.scorers import Scorer, ScoreRequest
 
 
 def score_row(task_id: str, scorer: str, model: str | None, prompt_sha256: str | None, score: float,
