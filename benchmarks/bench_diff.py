@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tracelake.core.tables import read_manifest
+from tracelake.core.outputs import read_manifest
 from tracelake.explore.diff import diff_versions, resolve_version
 from tracelake.explore.diff_html import render_html
 from tracelake.params import load_params

@@ -83,8 +83,9 @@ def phase_plain(args, base_url: str) -> dict:
 
 
 def phase_scorer(args, base_url: str) -> dict:
+    from tracelake.core.outputs import output_dir
     from tracelake.core.schema import load_schema
-    from tracelake.core.tables import TableWriter, output_dir
+    from tracelake.core.tables import TableWriter
     from tracelake.curate.scoring.answers import run_model_scorer
     from tracelake.curate.scoring.scorers import LlmResponseLength
 

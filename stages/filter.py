@@ -8,9 +8,9 @@ from pathlib import Path
 from tracelake.core.assets import sql
 from tracelake.core.duckdb_views import connect, input_versions
 from tracelake.core.lake import Lake
+from tracelake.core.outputs import read_manifest
 from tracelake.core.schema import load_schema
 from tracelake.core.stage import Context, Output, Result, Stage, Table
-from tracelake.core.tables import read_manifest
 from tracelake.core.ui import progress
 from tracelake.curate.filter import attach_dedup, run_filters
 

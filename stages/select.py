@@ -6,9 +6,10 @@ from __future__ import annotations
 import pyarrow.compute as pc
 
 from tracelake.core.lake import Lake
+from tracelake.core.outputs import read_manifest
 from tracelake.core.schema import load_schema
 from tracelake.core.stage import Context, Output, Result, Stage, Table
-from tracelake.core.tables import read_manifest, read_table
+from tracelake.core.tables import read_table
 from tracelake.curate.select import SELECTION_RULE, group_pool, select
 
 

@@ -193,8 +193,9 @@ def lf_config(table, tiny_model: Path, tmp_path: Path, template: str, rows_per_s
     under tmp_path/data, and a LLaMA-Factory SFT config over every shard, in order, with no cutoff."""
     import yaml
 
+    from tracelake.core.outputs import write_json
     from tracelake.core.schema import load_schema
-    from tracelake.core.tables import ShardWriter, write_json
+    from tracelake.core.tables import ShardWriter
     from tracelake.export.sft import dataset_info
 
     dataset = tmp_path / "data"

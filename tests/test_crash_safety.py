@@ -31,7 +31,7 @@ import pytest
 from rich.console import Console
 
 from tracelake.core.lake import Lake
-from tracelake.core.tables import output_dir, write_json
+from tracelake.core.outputs import output_dir, write_json
 from tracelake.explore.status import render_status
 
 from .helpers import run_ok
@@ -153,7 +153,7 @@ def test_temporary_names_carry_the_pid(tmp_path):
 _KILL_AT_STEP = """
 import os, signal, sys
 from pathlib import Path
-from tracelake.core.tables import output_dir, write_json
+from tracelake.core.outputs import output_dir, write_json
 final, step, text = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 steps = 0
 armed = False

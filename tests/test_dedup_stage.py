@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tracelake.core.tables import read_manifest, read_table
+from tracelake.core.outputs import read_manifest
+from tracelake.core.tables import read_table
 
 from .helpers import copy_project, run_ok
 

@@ -12,7 +12,8 @@ import pytest
 from tracelake.core.duckdb_views import connect
 from tracelake.core.ids import base_task_name, task_id_for
 from tracelake.core.lake import Lake
-from tracelake.core.tables import read_manifest, read_table
+from tracelake.core.outputs import read_manifest
+from tracelake.core.tables import read_table
 from tracelake.curate.scoring.scorers import LlmResponseLength
 from tracelake.ingest.derived_tasks import DERIVE_RULE, derive_tasks, derived_instruction
 from tracelake.ingest.traces import ingest_traces

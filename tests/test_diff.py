@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from tracelake.core.errors import BadInput
-from tracelake.core.tables import read_manifest
+from tracelake.core.outputs import read_manifest
 from tracelake.explore.diff import diff_versions, resolve_version
 
 from .helpers import CHROMIUM_ARGS, chromium, run_ok
@@ -353,8 +353,9 @@ def fmt_score(x: float | None) -> str:
 
 
 def write_pool(lake: Path) -> list[dict]:
+    from tracelake.core.outputs import output_dir, write_manifest
     from tracelake.core.schema import load_schema
-    from tracelake.core.tables import TableWriter, output_dir, write_manifest
+    from tracelake.core.tables import TableWriter
 
     rows = [{"trajectory_id": f"{tid}-r{i}", "task_id": tid, "source": source, "task": f"task_{tid}",
              "trace_source": "harbor", "episode": None, "n_messages": 4 + i, "n_assistant_turns": 2 + i,
@@ -374,8 +375,9 @@ def write_selection(lake: Path, scale: str, scorer: str, scores: dict[str, float
                     unscored: str = "zero") -> list[dict]:
     """As stages/select_scale.py writes it, through the real select()."""
     from tracelake.core.ids import dataset_id
+    from tracelake.core.outputs import output_dir, read_manifest, write_manifest
     from tracelake.core.schema import load_schema
-    from tracelake.core.tables import TableWriter, output_dir, read_manifest, write_manifest
+    from tracelake.core.tables import TableWriter
     from tracelake.curate.params import MixParams
     from tracelake.curate.select import group_pool, select
 
@@ -399,8 +401,9 @@ def write_selection(lake: Path, scale: str, scorer: str, scores: dict[str, float
 def write_export(lake: Path, scale: str) -> None:
     """A minimal SFT export of a selection: one example per slot, nothing rejected."""
     from tracelake.core.ids import dataset_id
+    from tracelake.core.outputs import output_dir, read_manifest, write_manifest
     from tracelake.core.schema import load_schema
-    from tracelake.core.tables import ShardWriter, output_dir, read_manifest, write_manifest
+    from tracelake.core.tables import ShardWriter
 
     sel = lake / "selections" / scale
     manifest = read_manifest(sel)

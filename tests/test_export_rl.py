@@ -26,8 +26,8 @@ import yaml
 
 from stages.__main__ import main as run_stage_here
 from tracelake.core.ids import dataset_label
+from tracelake.core.outputs import read_manifest
 from tracelake.core.schema import load_schema
-from tracelake.core.tables import read_manifest
 from tracelake.core.token_count import count_chatml_tokens
 from tracelake.core.tokenizer import build_tokenizer, load_tokenizer
 from tracelake.export.rl import (

@@ -23,8 +23,9 @@ from hypothesis import strategies as st
 
 from tracelake.core.duckdb_views import connect
 from tracelake.core.lake import Lake
+from tracelake.core.outputs import read_manifest
 from tracelake.core.schema import load_schema
-from tracelake.core.tables import read_manifest, read_table
+from tracelake.core.tables import read_table
 from tracelake.core.token_count import count_chatml_tokens
 from tracelake.core.tokenizer import (
     build_tokenizer,

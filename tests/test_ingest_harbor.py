@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from tracelake.core.errors import BadInput, RejectedInput
-from tracelake.core.tables import read_manifest, read_table
+from tracelake.core.outputs import read_manifest
+from tracelake.core.tables import read_table
 from tracelake.ingest.harbor import discover, ingest_harbor
 
 from .helpers import make_trial, result_json, simple_trajectory, tree_bytes

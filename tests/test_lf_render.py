@@ -21,7 +21,7 @@ import pytest
 import yaml
 from tokenizers import Tokenizer
 
-from tracelake.core.tables import read_manifest
+from tracelake.core.outputs import read_manifest
 from tracelake.core.tokenizer import load_tokenizer
 from tracelake.export.sft import SftStats, convert_batch, count_trained_tokens, dataset_info_v1
 from tracelake.export.sharegpt import SharegptRow

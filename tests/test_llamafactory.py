@@ -21,7 +21,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tracelake.core.tables import read_manifest, read_table
+from tracelake.core.outputs import read_manifest
+from tracelake.core.tables import read_table
 from tracelake.core.tokenizer import load_tokenizer
 from tracelake.export.sft import SftStats, convert_batch
 from tracelake.export.templates import template_slots

@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from tracelake.core.lake import Lake
-from tracelake.core.tables import read_manifest, read_table
+from tracelake.core.outputs import read_manifest
+from tracelake.core.tables import read_table
 
 from .helpers import run_ok, train_python
 

@@ -18,7 +18,8 @@ from tracelake.core.errors import BadInput
 from tracelake.core.hashing import sha256_bytes
 from tracelake.core.ids import task_id_for
 from tracelake.core.lake import Lake
-from tracelake.core.tables import read_manifest, read_table
+from tracelake.core.outputs import read_manifest
+from tracelake.core.tables import read_table
 from tracelake.curate.params import ImportParams
 from tracelake.curate.scoring.scorers import ResponseLengthProxy, Scorer, ScoreRequest
 from tracelake.curate.scoring.scores import ScoreCache, import_scores, known_tasks_of, run_scorer

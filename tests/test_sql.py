@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tracelake.core.errors import BadInput
-from tracelake.core.tables import read_manifest
+from tracelake.core.outputs import read_manifest
 from tracelake.explore.sql import open_lake, run_query
 
 from .helpers import ROOT

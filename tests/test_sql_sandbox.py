@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tracelake.core.errors import BadInput
-from tracelake.core.tables import read_manifest
+from tracelake.core.outputs import read_manifest
 from tracelake.explore.sql import open_lake, run_query
 
 from .helpers import run_ok

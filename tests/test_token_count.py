@@ -21,8 +21,7 @@ from tokenizers import (
     trainers,
 )
 
-from tracelake.core import token_cache
-from tracelake.core import token_count
+from tracelake.core import token_cache, token_count
 from tracelake.core.token_count import SPLIT_PATTERNS, SegmentRule, TokenCounter
 from tracelake.core.tokenizer import build_tokenizer
 
@@ -142,8 +141,8 @@ def test_cache_survives_runs_and_encodes_each_segment_once(tmp_path, family):
 
 def test_cache_merges_and_compacts(tmp_path, monkeypatch):
     path = build_tokenizer(tmp_path / "tok")
-    monkeypatch.setattr(segment_cache, "MERGE_EVERY", 3)
-    monkeypatch.setattr(segment_cache, "MAX_PARTS", 2)
+    monkeypatch.setattr(token_cache, "MERGE_EVERY", 3)
+    monkeypatch.setattr(token_cache, "MAX_PARTS", 2)
     cache = tmp_path / "cache"
     texts = [f"line {i}\nnext {i * 7}" for i in range(40)]
     want = [_encode_len(Tokenizer.from_file(str(path / "tokenizer.json")), t) for t in texts]
@@ -173,7 +172,7 @@ def test_cache_runs_keep_what_an_interrupted_run_counted(tmp_path, monkeypatch):
     """Every MERGE_EVERY new entries become a part at once: a run stopped half way keeps them, and
     the next run encodes only what the stopped one had not reached."""
     path = build_tokenizer(tmp_path / "tok")
-    monkeypatch.setattr(segment_cache, "MERGE_EVERY", 4)
+    monkeypatch.setattr(token_cache, "MERGE_EVERY", 4)
     cache = tmp_path / "cache"
     texts = [f"row {i}\nwith its own words {i * 13}" for i in range(30)]
     want = [_encode_len(Tokenizer.from_file(str(path / "tokenizer.json")), t) for t in texts]

@@ -17,7 +17,8 @@ import yaml
 
 from tracelake.core.ids import base_task_name, task_id_for
 from tracelake.core.lake import Lake
-from tracelake.core.tables import read_manifest, read_table
+from tracelake.core.outputs import read_manifest
+from tracelake.core.tables import read_table
 from tracelake.ingest.derived_tasks import DERIVE_RULE
 from tracelake.params import load_params
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tracelake.core.errors import BadInput, BadParams
-from tracelake.core.tables import read_manifest
+from tracelake.core.outputs import read_manifest
 from tracelake.export.launch import make_plan, parse_sets, resolve_dataset
 from tracelake.export.params import SftTrainParams
 from tracelake.export.train_config import hydra_overrides, total_batch

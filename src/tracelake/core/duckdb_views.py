@@ -8,7 +8,7 @@ from typing import Iterable
 import duckdb
 
 from tracelake.core.lake import Lake
-from tracelake.core.tables import read_manifest
+from tracelake.core.outputs import read_manifest
 
 
 def connect(lake: Path | str, sources: Iterable[str], tables: Iterable[str] = ("trajectories", "tasks"),

@@ -59,3 +59,8 @@ def matches_id_prefix(ref: str, dataset_id: str) -> bool:
     if head and ref.startswith(head + "-"):
         ref = ref[len(head) + 1:]
     return len(ref) >= MIN_PREFIX and digest.startswith(ref)
+
+
+def shard_entry_name(dataset_id: str, index: int) -> str:
+    """A dataset's shard as LLaMA-Factory's dataset_info names it: `<dataset id>.<shard, 5 digits>`."""
+    return f"{dataset_id}.{index:05d}"

@@ -28,10 +28,20 @@ from typing import Iterable
 
 from tracelake.core.errors import BadInput
 from tracelake.core.ids import matches_id_prefix
-from tracelake.core.tables import table_paths
 
+# Tables stored as a directory of Parquet parts, <table>/part-00000.parquet, ...: ingest workers
+# write their own parts, and an input file that did not change brings back its parts unchanged.
+PARTED_TABLES = frozenset({"trajectories"})
 MANIFEST = "manifest.json"
 INGESTED = ("trajectories", "tasks")
+
+
+def table_paths(directory: Path, name: str) -> list[Path]:
+    """The Parquet files of one table of an output directory, in row order."""
+    directory = Path(directory)
+    if name in PARTED_TABLES:
+        return sorted((directory / name).glob("part-*.parquet"))
+    return [directory / f"{name}.parquet"]
 
 
 def is_built(directory: Path) -> bool:

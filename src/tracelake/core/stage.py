@@ -106,7 +106,8 @@ def publish(stage: Stage, result: Result, key: str | None = None) -> list[dict]:
     """Write the result: each output directory whole (tables, then the manifest, then the swap), the
     metrics file, the summary lines. Returns the manifests written."""
     from tracelake.core.ids import dataset_id
-    from tracelake.core.tables import TableWriter, output_dir, write_json, write_manifest
+    from tracelake.core.outputs import output_dir, write_json, write_manifest
+    from tracelake.core.tables import TableWriter
 
     manifests = []
     for out in result.outputs:
@@ -167,7 +168,7 @@ def run_stage(main: Callable[[], None]) -> None:
 def interrupted_message() -> str:
     """What an interrupted run left: every output it had started is unwritten (the previous version,
     if any, is untouched)."""
-    from tracelake.core.tables import unfinished_outputs
+    from tracelake.core.outputs import unfinished_outputs
 
     left = unfinished_outputs()
     if not left:

@@ -17,29 +17,21 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tracelake import __version__
 from tracelake.core.background import InOrder
 from tracelake.core.errors import BadInput
-from tracelake.core.hashing import content_id
+from tracelake.core.lake import PARTED_TABLES, table_paths
+from tracelake.core.outputs import VERSION_HEX
 from tracelake.core.schema import TableSchema, load_schema
-from tracelake.core.swap import remove_stale, replace_dir, temp_path
 from tracelake.core.table_digest import TableDigest
 
 ROW_GROUP_SIZE = 1000
-VERSION_HEX = 12
-# Tables stored as a directory of Parquet parts, <table>/part-00000.parquet, ...: ingest workers
-# write their own parts, and an input file that did not change brings back its parts unchanged.
-PARTED_TABLES = frozenset({"trajectories"})
 # Columns of long, unique text: dictionary encoding only hashes them in vain (15% of writing a part).
 _LONG_TEXT = frozenset({"messages", "conversations"})
 PART_ROWS = 1000   # rows per part when rows are written one by one (parallel ingest: one part per input batch)
@@ -219,14 +211,6 @@ def table_writer(directory: Path, schema: TableSchema) -> TableWriter | PartedTa
     return PartedTableWriter(directory, schema) if schema.name in PARTED_TABLES else TableWriter(directory, schema)
 
 
-def table_paths(directory: Path, name: str) -> list[Path]:
-    """The Parquet files of one table of an output directory, in row order."""
-    directory = Path(directory)
-    if name in PARTED_TABLES:
-        return sorted((directory / name).glob("part-*.parquet"))
-    return [directory / f"{name}.parquet"]
-
-
 class ShardWriter:
     """Streams rows of one table into fixed-size Parquet shards `<dir>/<prefix>-00000.parquet`, ...
 
@@ -329,82 +313,6 @@ class ShardWriter:
         self._background.join()
         return TableInfo(self.schema.name, self.directory.name + "/", self._rows,
                          self._digest.hexdigest()[:VERSION_HEX], self.schema.fingerprint)
-
-
-_UNFINISHED: list[Path] = []  # outputs whose build was abandoned in this process (for the Ctrl-C message)
-
-
-@contextmanager
-def output_dir(final: Path, clean_siblings: bool = True) -> Iterator[Path]:
-    """The one way an output directory is built: yield a fresh temporary directory beside `final`;
-    on success swap it into place whole, on any failure (Ctrl-C included) remove it. `final` is
-    always either the previous complete version or the new complete one, never a mix; the swap is
-    one atomic exchange where the system allows (core/swap.py). What a killed run left beside
-    `final` (its temporary, old or scratch directories) is removed first, and with `clean_siblings`
-    what it left beside the outputs next to `final` (off where the parent is a user's directory)."""
-    final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale(final, siblings=clean_siblings)
-    tmp = temp_path(final, "tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        _UNFINISHED.append(final)
-        raise
-    replace_dir(tmp, final, old=temp_path(final, "old"))
-
-
-def unfinished_outputs() -> list[Path]:
-    """Outputs this process started and did not finish (their previous versions are untouched)."""
-    return list(dict.fromkeys(_UNFINISHED))
-
-
-def write_json(path: Path, value: Any) -> None:
-    """Pretty, sorted, newline-terminated JSON (stable bytes for DVC and git), written to a temporary
-    file and renamed into place; a temporary file that a killed run left beside it is removed."""
-    path = Path(path)
-    data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n"
-    remove_stale(path, siblings=False)
-    tmp = temp_path(path, "tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-
-
-def write_manifest(directory: Path, *, kind: str, tables: list[TableInfo], inputs: dict[str, Any],
-                   params: dict[str, Any], formulas: dict[str, str], counts: dict[str, Any],
-                   dataset_id: str | None = None) -> dict:
-    """Write manifest.json (call last). The directory's version id hashes its tables and params;
-    a dataset (one scale's selection) also carries its content-addressed name, `dataset_id`."""
-    table_map = {t.name: t.as_json() for t in tables}
-    version_id = content_id(
-        "manifest",
-        {"kind": kind, "tables": {n: t["version_id"] for n, t in table_map.items()},
-         "params": params, "formulas": formulas},
-        n_hex=VERSION_HEX,
-    )
-    manifest = {
-        "kind": kind,
-        "version_id": version_id,
-        **({"dataset_id": dataset_id} if dataset_id else {}),
-        "tables": table_map,
-        "inputs": inputs,
-        "params": params,
-        "formulas": formulas,
-        "counts": counts,
-        "tracelake_version": __version__,
-    }
-    write_json(directory / "manifest.json", manifest)
-    return manifest
-
-
-def read_manifest(directory: Path) -> dict[str, Any]:
-    path = Path(directory) / "manifest.json"
-    if not path.is_file():
-        raise BadInput(f"{directory} is not a finished tracelake output (no manifest.json)")
-    return orjson.loads(path.read_bytes())
 
 
 def open_parquet(path: Path | str, what: str = "") -> pq.ParquetFile:

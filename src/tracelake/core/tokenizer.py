@@ -22,7 +22,7 @@ from pathlib import Path
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from tracelake.core.errors import BadInput, BadParams
-from tracelake.core.tables import output_dir
+from tracelake.core.outputs import output_dir
 
 TOKEN_COUNT_RULE = "chatml_tokens_v1"
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>",  # ids 0..8

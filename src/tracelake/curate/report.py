@@ -15,7 +15,7 @@ import duckdb
 from tracelake.core.assets import sql
 from tracelake.core.ids import dataset_label
 from tracelake.core.lake import Lake
-from tracelake.core.tables import read_manifest
+from tracelake.core.outputs import read_manifest
 
 PLOTS = {  # plot -> (x column, y column); `group` is the source or the scale, as noted
     "rows_by_source": ("scale", "rows"),        # group: source

@@ -34,7 +34,7 @@ import duckdb
 from tracelake.core import assets
 from tracelake.core.errors import BadInput
 from tracelake.core.lake import Lake, is_built, pick_dataset
-from tracelake.core.tables import read_manifest
+from tracelake.core.outputs import read_manifest
 from tracelake.explore.revisions import split_spec, tree_at
 
 DIFF_FORMAT = "tracelake_diff_v1"

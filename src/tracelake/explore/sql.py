@@ -47,7 +47,7 @@ import pyarrow as pa
 from tracelake.core import assets
 from tracelake.core.errors import BadInput
 from tracelake.core.lake import Lake, is_built
-from tracelake.core.tables import read_manifest
+from tracelake.core.outputs import read_manifest
 
 SELECT_LIKE = "SELECT, WITH, FROM, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN"
 _EXPLAIN = re.compile(r"\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?P<rest>.*)\Z", re.I | re.S)

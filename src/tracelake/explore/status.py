@@ -17,9 +17,9 @@ from rich.table import Table
 
 from tracelake.core.assets import sql
 from tracelake.core.errors import BadInput
-from tracelake.core.lake import Lake, is_built
+from tracelake.core.lake import Lake, is_built, table_paths
+from tracelake.core.outputs import read_manifest
 from tracelake.core.schema import TABLES, load_schema
-from tracelake.core.tables import read_manifest, table_paths
 
 # DVC's state files that a killed `dvc repro` can leave empty: path, what reads it, the fix.
 _DVC_STATE = (

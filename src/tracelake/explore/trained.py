@@ -16,7 +16,7 @@ from rich.text import Text
 
 from tracelake.core.errors import BadInput
 from tracelake.core.lake import Lake
-from tracelake.core.tables import read_manifest
+from tracelake.core.outputs import read_manifest
 from tracelake.explore.show import fold
 
 

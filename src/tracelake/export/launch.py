@@ -33,7 +33,7 @@ import yaml
 from tracelake.core.envs import ENVIRONMENTS, env_command, env_program
 from tracelake.core.errors import BadInput, BadParams
 from tracelake.core.lake import Lake, is_built, pick_dataset
-from tracelake.core.tables import read_manifest
+from tracelake.core.outputs import read_manifest
 from tracelake.curate.params import SelectParams
 from tracelake.export.params import RL_TRAINERS, TrainParams
 from tracelake.export.train_config import RL_FILE, hydra_overrides, override_value, sft_config_name

@@ -35,8 +35,9 @@ from tracelake.core.duckdb_views import connect, input_versions
 from tracelake.core.errors import BadInput, check
 from tracelake.core.ids import dataset_id
 from tracelake.core.lake import Lake
+from tracelake.core.outputs import output_dir, write_manifest
 from tracelake.core.schema import load_schema
-from tracelake.core.tables import ShardWriter, TableWriter, output_dir, write_manifest
+from tracelake.core.tables import ShardWriter, TableWriter
 from tracelake.core.tokenizer import load_tokenizer, render_chatml, tokenizer_fingerprint
 from tracelake.core.ui import progress
 

@@ -30,18 +30,11 @@ from tokenizers import Tokenizer
 
 from tracelake.core.background import read_ahead
 from tracelake.core.errors import BadInput, check
-from tracelake.core.ids import dataset_id
+from tracelake.core.ids import dataset_id, shard_entry_name
 from tracelake.core.lake import Lake
+from tracelake.core.outputs import output_dir, read_manifest, write_json, write_manifest
 from tracelake.core.schema import load_schema
-from tracelake.core.tables import (
-    ShardWriter,
-    TableWriter,
-    output_dir,
-    read_manifest,
-    read_table,
-    write_json,
-    write_manifest,
-)
+from tracelake.core.tables import ShardWriter, TableWriter, read_table
 from tracelake.core.token_count import TokenCounter, rendering_key
 from tracelake.core.tokenizer import tokenizer_fingerprint
 from tracelake.core.ui import progress
@@ -281,10 +274,6 @@ def _recalled(counter: TokenCounter, batch: SharegptBatch, hashes: pa.ChunkedArr
 def _reject(r: dict[str, Any], reason: str, detail: str) -> dict[str, Any]:
     return {"item_id": r["slot_id"], "trajectory_id": r["trajectory_id"], "source": r["source"],
             "name": r["name"], "reason": reason, "detail": detail}
-
-
-def shard_entry_name(dataset_id: str, index: int) -> str:
-    return f"{dataset_id}.{index:05d}"
 
 
 def dataset_info(dataset_id: str, shard_files: list[str]) -> dict[str, Any]:

@@ -17,10 +17,10 @@ from typing import Any
 
 import yaml
 
+from tracelake.core.ids import shard_entry_name
 from tracelake.core.lake import Lake
-from tracelake.core.tables import output_dir, read_manifest
+from tracelake.core.outputs import output_dir, read_manifest
 from tracelake.export.params import ExportRlParams, RlTrainParams, SftTrainParams, TrainParams
-from tracelake.export.sft import shard_entry_name
 from tracelake.export.templates import lf_mode
 
 SFT_PREFIX = "sft-"

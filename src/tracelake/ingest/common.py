@@ -19,15 +19,9 @@ import pyarrow.parquet as pq
 from tracelake.core.errors import RejectedInput, check
 from tracelake.core.hashing import canonical_json, content_id, sha256_bytes
 from tracelake.core.ids import task_id_for
+from tracelake.core.outputs import output_dir, write_json, write_manifest
 from tracelake.core.schema import load_schema
-from tracelake.core.tables import (
-    PartedTableWriter,
-    output_dir,
-    table_writer,
-    write_json,
-    write_manifest,
-    write_part,
-)
+from tracelake.core.tables import PartedTableWriter, table_writer, write_part
 
 # reason -> what it means; schemas/README.md lists the same reasons for users.
 REASONS: dict[str, str] = {

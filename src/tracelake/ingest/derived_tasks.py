@@ -23,7 +23,7 @@ from tracelake.core.assets import sql
 from tracelake.core.hashing import sha256_bytes
 from tracelake.core.ids import COPY_SUFFIX
 from tracelake.core.lake import Lake
-from tracelake.core.tables import read_manifest
+from tracelake.core.outputs import read_manifest
 from tracelake.ingest.common import IngestResult, Reject, Unit, run_ingest
 
 DERIVE_RULE = "derived_task_v1"

@@ -35,7 +35,8 @@ import pyarrow.parquet as pq
 
 from tracelake.core.errors import BadInput
 from tracelake.core.hashing import canonical_json, sha256_bytes
-from tracelake.core.tables import open_parquet, output_dir
+from tracelake.core.outputs import output_dir
+from tracelake.core.tables import open_parquet
 from tracelake.ingest.archive_read import (
     DEFAULT_LIMITS,
     Entry,

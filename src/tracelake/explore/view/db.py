@@ -25,7 +25,7 @@ import duckdb
 from tracelake.core import assets
 from tracelake.core.errors import BadInput
 from tracelake.core.lake import Lake
-from tracelake.core.tables import read_manifest
+from tracelake.core.outputs import read_manifest
 from tracelake.explore.sql import guard_query, open_lake, query_error
 from tracelake.explore.view.search import BATCH_ROWS, MAX_HITS, SearchIndex
 

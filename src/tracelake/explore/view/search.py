@@ -28,8 +28,8 @@ from typing import Any, Callable
 import orjson
 
 from tracelake.core.lake import Lake
+from tracelake.core.outputs import read_manifest
 from tracelake.core.swap import remove_stale, temp_path
-from tracelake.core.tables import read_manifest
 
 SEARCH_FORMAT = "tracelake_search_v1"
 DEFAULT_CACHE = Path(".tracelake/cache/search")
