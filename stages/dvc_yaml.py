@@ -43,7 +43,10 @@ def code_deps(stage: Stage, root: Path = ROOT) -> list[str]:
     """The project files running the stage imports or loads, as repository paths, sorted."""
     homes = {SECTION_HOMES[section_root(p)] for p in (*stage.params, *stage.untracked)}
     entries = [root / "stages" / "__main__.py", root / "stages" / f"{stage.name}.py"]
-    entries += [root / "src" / Path(*m.split(".")).with_suffix(".py") for m in sorted(homes)]
+    for module in sorted(homes):   # importing a.b.c runs a/__init__.py and a/b/__init__.py first
+        parts = module.split(".")
+        entries += [root / "src" / Path(*parts[:i]) / "__init__.py" for i in range(1, len(parts))]
+        entries.append(root / "src" / Path(*parts).with_suffix(".py"))
     return collapse(sorted(closure(entries, root, resolvers=_PARSED.setdefault(root, {})).files), root)
 
 

@@ -42,7 +42,7 @@ def in_project(sample_project, monkeypatch):
 def test_generated_sft_config_is_the_seed_recipe(sample_project):
     params = load_params(sample_project / "params.yaml")
     assert total_batch(params.train.sft) == 16
-    for scale in params.select.scales:
+    for scale in params.scales:
         config = yaml.safe_load((sample_project / "training" / "configs" / f"sft-{scale}.yaml").read_text())
         assert {k: config[k] for k in SEED} == SEED
         ds = json.loads((sample_project / "training" / "deepspeed" / "ds_z3_config.json").read_text())
@@ -186,7 +186,7 @@ def _rl_project(sample_project: Path, tmp_path: Path, trainer: str) -> Path:
     cwd = Path.cwd()
     os.chdir(project)
     try:
-        write_train_configs(Path(params.train.configs), Lake(params.lake), list(params.select.scales), params.train,
+        write_train_configs(Path(params.train.configs), Lake(params.lake), list(params.scales), params.train,
                             params.export_rl)
     finally:
         os.chdir(cwd)

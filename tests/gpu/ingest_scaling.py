@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import multiprocessing
 import os
 import resource
 import shutil
-import sys
 import time
 from pathlib import Path
+
+from report import report  # tests/gpu/report.py: run as a script, this folder is sys.path[0]
 
 SOURCE = "openthoughts"
 _PLAN: tuple = ()
@@ -166,29 +166,16 @@ def main() -> None:
     parser.add_argument("--cpu-smoke", action="store_true")
     args = parser.parse_args()
     started = time.perf_counter()
-    try:
-        result = check(args, started)
-    except Exception as exc:   # noqa: BLE001 - a check reports; the next check still runs
-        import traceback
 
-        result = {"check": "ingest_scaling", "error": f"{type(exc).__name__}: {exc}",
-                  "traceback": traceback.format_exc().splitlines()[-12:]}
-    result["wall_s"] = round(time.perf_counter() - started, 2)
-    result["status"] = "FAIL" if "error" in result else "PASS"
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "ingest_scaling.json").write_text(json.dumps(result, indent=2))
-    corpus = result.get("corpus", {})
-    runs = "; ".join(f"w{r['workers']} {r['wall_s']} s {r['rows_per_s']:.0f} rows/s x{r['speedup']}" if "wall_s" in r
-                     else f"w{r['workers']} skipped" for r in result.get("runs", []))
-    detail = (f"{corpus.get('rows')} rows / {corpus.get('bytes', 0) / 1e9:.2f} GB generated in {corpus.get('seconds')} s; "
-              f"{runs}; same version ids")
-    print(f"{result['status']} ingest_scaling: " + (result["error"] + (f" ({runs})" if runs else "")
-                                                  if "error" in result else detail))
-    for line in result.get("traceback", []):
-        print("    " + line)
-    sys.exit(0 if result["status"] == "PASS" else 1)
-
+    def detail(result: dict) -> str:
+        corpus = result.get("corpus", {})
+        runs = "; ".join(f"w{r['workers']} {r['wall_s']} s {r['rows_per_s']:.0f} rows/s x{r['speedup']}"
+                         if "wall_s" in r else f"w{r['workers']} skipped" for r in result.get("runs", []))
+        if "error" in result:
+            return result["error"] + (f" ({runs})" if runs else "")
+        return (f"{corpus.get('rows')} rows / {corpus.get('bytes', 0) / 1e9:.2f} GB generated in "
+                f"{corpus.get('seconds')} s; {runs}; same version ids")
+    report("ingest_scaling", args.out, "ingest_scaling.json", lambda: check(args, started), detail)
 
 if __name__ == "__main__":
     main()

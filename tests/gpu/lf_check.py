@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 import yaml
+from report import report  # tests/gpu/report.py: run as a script, this folder is sys.path[0]
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_QWEN3 = ROOT / "tests" / "train_env" / "tiny_qwen3.py"
@@ -225,27 +226,15 @@ def main() -> None:
     args = parser.parse_args()
     if args.config is None:
         args.config = str(ROOT / "training" / "configs" / f"sft-{Path(args.export).name}.yaml")
-    started = time.perf_counter()
-    try:
-        result = check(args)
-    except Exception as exc:   # noqa: BLE001 - a check reports; the next check still runs
-        result = {"check": "lf_sft", "error": f"{type(exc).__name__}: {exc}"}
-    result["wall_s"] = round(time.perf_counter() - started, 2)
-    result["status"] = "FAIL" if "error" in result else "PASS"
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "lf_check.json").write_text(json.dumps(result, indent=2))
-    peak = result.get("peak_gpu_mem_bytes")
-    detail = (f"{result.get('steps')} steps on {result.get('device')}, loss {result.get('loss_start')} -> "
-              f"{result.get('loss_end')}, {result.get('samples_per_s')} samples/s, peak GPU mem "
-              f"{peak / 2**20:.0f} MiB" if peak else
-              f"{result.get('steps')} steps on {result.get('device')}, loss {result.get('loss_start')} -> "
-              f"{result.get('loss_end')}, {result.get('samples_per_s')} samples/s")
-    print(f"{result['status']} lf_sft: " + result.get("error", detail))
-    for line in result.get("log_tail", []):
-        print("    " + line)
-    sys.exit(0 if result["status"] == "PASS" else 1)
 
+    def detail(result: dict) -> str:
+        if "error" in result:
+            return result["error"]
+        peak = result.get("peak_gpu_mem_bytes")
+        return (f"{result.get('steps')} steps on {result.get('device')}, loss {result.get('loss_start')} -> "
+                f"{result.get('loss_end')}, {result.get('samples_per_s')} samples/s"
+                + (f", peak GPU mem {peak / 2**20:.0f} MiB" if peak else ""))
+    report("lf_sft", args.out, "lf_check.json", lambda: check(args), detail, tail_key="log_tail")
 
 if __name__ == "__main__":
     main()

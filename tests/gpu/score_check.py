@@ -37,6 +37,8 @@ import threading
 import time
 from pathlib import Path
 
+from report import report  # tests/gpu/report.py: run as a script, this folder is sys.path[0]
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY_QWEN3 = ROOT / "tests" / "train_env" / "tiny_qwen3.py"
 
@@ -225,28 +227,15 @@ def main() -> None:
     parser.add_argument("--worker-python", default=None, help="interpreter with torch + transformers")
     parser.add_argument("--cpu-smoke", action="store_true", help="5 tasks on the CPU (no GPU needed)")
     args = parser.parse_args()
-    started = time.perf_counter()
-    try:
-        result = check(args)
-    except Exception as exc:   # noqa: BLE001 - a check reports; the next check still runs
-        import traceback
 
-        result = {"check": "model_score", "error": f"{type(exc).__name__}: {exc}",
-                  "traceback": traceback.format_exc().splitlines()[-12:]}
-    result["check_wall_s"] = round(time.perf_counter() - started, 2)
-    result["status"] = "FAIL" if "error" in result else "PASS"
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "score_check.json").write_text(json.dumps(result, indent=2))
-    detail = (f"{result.get('answered')} answers ({result.get('engine')}) in {result.get('wall_s')} s: "
-              f"{result.get('answers_per_s')} answers/s overall, {result.get('answers_per_s_after_load')} after the "
-              f"model loaded; rerun {result.get('rerun', {}).get('cached')} cached; GPU used {result.get('gpu_used')} "
-              f"(max {result.get('gpu_mem_max_used_mib')} MiB)")
-    print(f"{result['status']} model_score: " + result.get("error", detail))
-    for line in result.get("traceback", []):
-        print("    " + line)
-    sys.exit(0 if result["status"] == "PASS" else 1)
-
+    def detail(result: dict) -> str:
+        if "error" in result:
+            return result["error"]
+        return (f"{result.get('answered')} answers ({result.get('engine')}) in {result.get('wall_s')} s: "
+                f"{result.get('answers_per_s')} answers/s overall, {result.get('answers_per_s_after_load')} after "
+                f"the model loaded; rerun {result.get('rerun', {}).get('cached')} cached; GPU used "
+                f"{result.get('gpu_used')} (max {result.get('gpu_mem_max_used_mib')} MiB)")
+    report("model_score", args.out, "score_check.json", lambda: check(args), detail, wall_key="check_wall_s")
 
 if __name__ == "__main__":
     main()

@@ -57,6 +57,16 @@ def built_children(parent: Path) -> list[Path]:
     return sorted(d for d in parent.iterdir() if not d.name.startswith(".") and d.is_dir() and is_built(d))
 
 
+class _Under:
+    """A fixed directory under the lake's root: `Lake.pool` is `<root>/pool`."""
+
+    def __init__(self, *parts: str):
+        self.parts = parts
+
+    def __get__(self, lake: "Lake | None", owner: type | None = None) -> Path:
+        return lake.root.joinpath(*self.parts) if lake is not None else Path(*self.parts)
+
+
 @dataclass(frozen=True)
 class Lake:
     """The paths of one lake (`params.lake`, default `lake`)."""
@@ -71,35 +81,18 @@ class Lake:
         """An ingested table of one source: <lake>/trajectories/<source>, <lake>/tasks/<source>."""
         return self.root / table / source
 
-    @property
-    def scores(self) -> Path:
-        return self.root / "scores"
-
-    @property
-    def dedup(self) -> Path:
-        return self.root / "dedup"
-
-    @property
-    def pool(self) -> Path:
-        return self.root / "pool"
-
-    @property
-    def selections(self) -> Path:
-        return self.root / "selections"
+    scores = _Under("scores")
+    dedup = _Under("dedup")
+    pool = _Under("pool")
+    selections = _Under("selections")
+    sft_exports = _Under("exports", "sft")
+    rl_export = _Under("exports", "rl")
 
     def selection(self, scale: str) -> Path:
         return self.selections / scale
 
-    @property
-    def sft_exports(self) -> Path:
-        return self.root / "exports" / "sft"
-
     def sft_export(self, scale: str) -> Path:
         return self.sft_exports / scale
-
-    @property
-    def rl_export(self) -> Path:
-        return self.root / "exports" / "rl"
 
     # --- what is built ----------------------------------------------------------------------
     def table_files(self, table: str, sources: Iterable[str]) -> list[str]:

@@ -195,7 +195,7 @@ class LakeView:
                                f"{', '.join(d['view'] for d in self.datasets) or 'none'}")
             matched = (f"SELECT * FROM (\n{matched}\n) WHERE trajectory_id IN "
                        f'(SELECT trajectory_id FROM "{query.dataset}")')
-        sql = (f"WITH matched AS (\n{matched}\n),\nfaceted AS (\n{assets.sql('view/facets')}\n)\n"
+        sql = (f"WITH matched AS (\n{matched}\n),\nfaceted AS (\n{assets.sql('viewer/facets')}\n)\n"
                f"{assets.sql(tail)}")
         return sql, query.facets()
 
