@@ -138,7 +138,7 @@ def env_class_note(env_class: str | None) -> str | None:
     version = importlib.metadata.version("skyrl-gym")
     return (f"environment.env_class {env_class!r} is not registered in skyrl-gym {version} "
             f"({', '.join(sorted(registry))}): register it before main_base makes environments, or run SkyRL's "
-            f"Harbor integration for Harbor tasks (README, Train on GPUs)")
+            f"Harbor integration for Harbor tasks (docs/exports-and-training.md, Train on GPUs)")
 
 
 if __name__ == "__main__":
