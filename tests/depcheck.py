@@ -1,4 +1,4 @@
-"""The machinery of tests/test_dvc_deps.py's dynamic check: dvc.yaml's stages expanded, each run
+"""The machinery of tests/project/test_dvc_deps.py's dynamic check: dvc.yaml's stages expanded, each run
 under an audit hook (and strace), and every project file it opened checked against its deps. The
 static deps (import closure, SQL and schemas) are computed by stages/closure.py, which writes them.
 """

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Chromium for the browser checks of HTML reports (tests/test_diff.py): Debian's package, used headless
+# Chromium for the browser checks of HTML reports (tests/explore/test_diff.py): Debian's package, used headless
 # through Playwright (playwright-core, in the dev dependencies) with executable_path; no browser download.
 # Idempotent: does nothing when /usr/bin/chromium is there.
 set -euo pipefail

@@ -8,7 +8,7 @@ __main__, sys.argv and sys.path[0] set the same way) and, however it ends, write
 order as [absolute path, "r" or "w"] ("r": a file opened for reading, "w": opened for writing only), and
 `tracelake`, the file the tracelake package was imported from (None when it was not imported).
 
-Used by tests/test_dvc_deps.py. Only opens that go through Python raise the event (open(),
+Used by tests/project/test_dvc_deps.py. Only opens that go through Python raise the event (open(),
 pathlib, io.open_code for imports, os.open); files that native code opens by itself (DuckDB, Arrow
 C++, tokenizers) are not seen.
 """

@@ -46,7 +46,7 @@ ENCODE_BATCH_CHARS = 4 << 20        # encode the missing segments this many char
 
 _GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 # Split patterns (tokenizer.json `pre_tokenizer`) known to keep a newline between two non-space
-# characters a pre-token of its own: tests/test_token_count.py checks each against real encodes.
+# characters a pre-token of its own: tests/core/test_token_count.py checks each against real encodes.
 SPLIT_PATTERNS = frozenset({
     # Qwen2, Qwen2.5, Qwen3
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",

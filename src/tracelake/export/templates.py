@@ -1,7 +1,7 @@
 """LLaMA-Factory 0.9.5 chat templates as the pieces it encodes one by one (rule
 lf_template_tokens_v1 in sft.py counts tokens with them), without any engine: params.yaml checks
 train.sft.template against TEMPLATES. render_segments gives those pieces, and which are trained, in
-each LF training mode (LfMode, MODES); tests/test_lf_render.py checks every mode against LF's own
+each LF training mode (LfMode, MODES); tests/export/test_lf_render.py checks every mode against LF's own
 get_dataset.
 
 How LF 0.9.5 renders a sharegpt row (paths under llamafactory/, line numbers of the installed 0.9.5):

@@ -6,7 +6,7 @@ included: the entities the pages always had; None is empty), then through Jinja'
 leaves the already-escaped Markup alone. A value the templates must show as HTML is Markup made by
 code that escapes: `text_html` (the ANSI converter of ansi.py, or plain escaping), the diff report of
 explore/diff_html.py and the package's own stylesheets in an exported file (`trusted`). No template
-uses `|safe` or turns autoescape off; tests/test_view_templates.py holds them to it.
+uses `|safe` or turns autoescape off; tests/explore/test_view_templates.py holds them to it.
 """
 
 from __future__ import annotations

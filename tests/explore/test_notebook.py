@@ -1,0 +1,67 @@
+"""`tracelake.explore.notebook.open_lake`: the lake's views as DuckDB relations and Polars LazyFrames,
+read-only (the guard and the sandbox of `tracelake sql`), in the work tree and at a git revision."""
+
+from __future__ import annotations
+
+import glob
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+from tracelake import open_lake  # the package root's one function (tracelake.explore.notebook)
+from tracelake.core.errors import BadInput
+
+from ..helpers import tree_bytes
+
+
+@pytest.fixture(scope="module")
+def committed(sample_project, tmp_path_factory):
+    """A copy of the built sample, committed (its lake tracked by DVC through dvc.lock)."""
+    repo = tmp_path_factory.mktemp("notebook") / "repo"
+    shutil.copytree(sample_project, repo, symlinks=True)
+    for args in (["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "built"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    return repo
+
+
+def test_relations_and_lazyframes_over_the_same_views(committed):
+    import polars as pl
+
+    before = tree_bytes(committed / "lake")
+    with open_lake(committed / "lake") as lake:
+        n = lake.sql("SELECT count(*) AS n FROM pool").fetchall()[0][0]
+        assert n > 0
+        pool = lake.scan("pool")
+        assert isinstance(pool, pl.LazyFrame)
+        assert pool.select(pl.len()).collect().item() == n
+        long = pool.filter(pl.col("n_assistant_turns") >= 10).select("trajectory_id").collect()
+        assert long.height == lake.sql("SELECT count(*) FROM pool WHERE n_assistant_turns >= 10").fetchall()[0][0]
+        assert "messages" in lake.views and "selection_1k" in lake.views
+        for statement in ("COPY pool TO 'evil.parquet'", "WITH x AS (COPY pool TO 'evil.parquet') SELECT 1",
+                          "CREATE TABLE t AS SELECT 1"):
+            with pytest.raises(BadInput, match="read-only"):
+                lake.sql(statement)
+        with pytest.raises(BadInput, match="Permission Error"):
+            lake.sql("SELECT * FROM read_text('/etc/passwd')").fetchall()
+        with pytest.raises(BadInput, match="no view 'nope'"):
+            lake.scan("nope")
+    assert tree_bytes(committed / "lake") == before
+    assert not list(committed.rglob("evil.parquet"))
+
+
+def test_a_revision_is_read_from_the_dvc_cache(committed):
+    before = set(glob.glob(f"{tempfile.gettempdir()}/tracelake-*"))
+    with open_lake(committed / "lake") as now:
+        expected = now.sql("SELECT count(*) FROM trajectories").fetchall()[0][0]
+    lake = open_lake("lake", rev="HEAD", root=committed)
+    try:
+        assert lake.revision is not None and len(lake.revision.sha) == 40
+        assert lake.sql("SELECT count(*) FROM trajectories").fetchall()[0][0] == expected
+        assert lake.scan("trajectories").select("trajectory_id").collect().height == expected
+    finally:
+        lake.close()
+    assert set(glob.glob(f"{tempfile.gettempdir()}/tracelake-*")) == before      # its temporary tree is gone
+    with pytest.raises(BadInput, match="unknown revision"):
+        open_lake("lake", rev="no-such-branch", root=committed)

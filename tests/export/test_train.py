@@ -1,0 +1,252 @@
+"""Generated training configs and the `tracelake train` launcher (dry runs, offline)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tracelake.core.errors import BadInput, BadParams
+from tracelake.core.outputs import read_manifest
+from tracelake.export.launch import make_plan, parse_sets, resolve_dataset
+from tracelake.export.params import SftTrainParams
+from tracelake.export.train_config import hydra_overrides, total_batch
+from tracelake.params import load_params
+
+from ..helpers import ROOT, run_ok, train_python
+
+# The seed recipe (OpenThoughts-Agent SFT model card), written out independently of params.yaml.
+SEED = {"model_name_or_path": "Qwen/Qwen3-8B", "stage": "sft", "finetuning_type": "full", "learning_rate": 4e-5,
+        "lr_scheduler_type": "cosine", "warmup_ratio": 0.1, "num_train_epochs": 7.0,
+        "per_device_train_batch_size": 1, "gradient_accumulation_steps": 2, "optim": "adamw_torch_fused",
+        "adam_beta1": 0.9, "adam_beta2": 0.98, "adam_epsilon": 1e-8, "seed": 42, "bf16": True,
+        "cutoff_len": 32768, "template": "qwen3"}
+
+
+def tracelake(project: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tracelake", *args], cwd=project, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.fixture()
+def in_project(sample_project, monkeypatch):
+    monkeypatch.chdir(sample_project)
+    return sample_project
+
+
+def test_generated_sft_config_is_the_seed_recipe(sample_project):
+    params = load_params(sample_project / "params.yaml")
+    assert total_batch(params.train.sft) == 16
+    for scale in params.scales:
+        config = yaml.safe_load((sample_project / "training" / "configs" / f"sft-{scale}.yaml").read_text())
+        assert {k: config[k] for k in SEED} == SEED
+        ds = json.loads((sample_project / "training" / "deepspeed" / "ds_z3_config.json").read_text())
+        assert config["deepspeed"] == "training/deepspeed/ds_z3_config.json" and ds["zero_optimization"]["stage"] == 3
+        manifest = read_manifest(sample_project / "lake" / "exports" / "sft" / scale)
+        assert config["dataset"].split(",") == [f"{manifest['dataset_id']}.{i:05d}" for i in range(manifest["counts"]["shards"])]
+        assert config["dataset_dir"] == f"lake/exports/sft/{scale}"
+        assert manifest["dataset_id"] in (sample_project / "training" / "configs" / f"sft-{scale}.yaml").read_text().splitlines()[0]
+
+
+def test_sft_config_states_the_training_mode(sample_project):
+    """mask_history, enable_thinking, train_on_prompt and preserve_thinking are written out, so no run
+    depends on LLaMA-Factory's defaults; train.sft.mode picks them (a v0 mode only)."""
+    from tracelake.export.train_config import sft_config
+
+    config = yaml.safe_load((sample_project / "training" / "configs" / "sft-316.yaml").read_text())
+    assert {k: config[k] for k in ("mask_history", "enable_thinking", "train_on_prompt", "preserve_thinking")} == \
+        {"mask_history": False, "enable_thinking": True, "train_on_prompt": False, "preserve_thinking": False}
+    sft = SftTrainParams(mode="mask_history_preserve_thinking")
+    config = sft_config(sft, dataset_id="sft-1-x", n_shards=1, dataset_dir="d", runs="r")
+    assert (config["mask_history"], config["preserve_thinking"], config["train_on_prompt"]) == (True, True, False)
+    with pytest.raises(Exception, match="must be one of default"):
+        SftTrainParams(mode="v1")
+
+
+def test_default_params_match_the_seed_recipe():
+    sft = SftTrainParams()
+    assert (sft.learning_rate, sft.num_train_epochs, sft.adam_beta2, sft.seed, total_batch(sft)) == (4e-5, 7.0, 0.98, 42, 16)
+    assert load_params(ROOT / "params.yaml").train.sft == sft
+
+
+def test_rl_config_lists_explicit_parquet_files(sample_project):
+    config = yaml.safe_load((sample_project / "training" / "configs" / "rl.yaml").read_text())
+    manifest = read_manifest(sample_project / "lake" / "exports" / "rl")
+    files = config["overrides"]["data.train_data"]
+    assert files == [f"lake/exports/rl/{f}" for f in manifest["counts"]["files"]["prompts"]]
+    assert all(f.endswith(".parquet") and (sample_project / f).is_file() for f in files)
+    assert config["dataset_id"] == manifest["dataset_id"]
+    o = config["overrides"]
+    assert (o["trainer.algorithm.advantage_estimator"], o["generator.n_samples_per_prompt"], o["generator.max_turns"]) == ("grpo", 8, 32)
+
+
+def test_modal_dry_run_offline_shows_command_gpu_volumes_and_dataset(sample_project, tmp_path):
+    secret = "hf_do_not_print_me_123"
+    proc = tracelake(sample_project, "train", "sft", "--dataset", "3k", "--backend", "modal", "--dry-run",
+                     env={"HF_TOKEN": secret, "MODAL_TOKEN_SECRET": secret, "HOME": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    dataset_id = read_manifest(sample_project / "lake" / "exports" / "sft" / "3k")["dataset_id"]
+    assert f"dataset:  {dataset_id}" in text and "gpu:      H100:8" in text
+    assert "tracelake-datasets -> /datasets" in text and "tracelake-runs -> /runs" in text
+    assert f"tracelake-datasets:/{dataset_id} (skipped when" in text
+    assert "modal run training/modal_app.py::sft" in text
+    assert f"dataset_dir: /datasets/{dataset_id}" in text and "HF_TOKEN (set)" in text
+    assert secret not in text and secret not in proc.stderr
+    assert not list(tmp_path.iterdir())                      # nothing written (no credentials file)
+
+
+def test_modal_rl_plan_names_the_trainer_and_remote_paths(in_project):
+    plan = make_plan(load_params("params.yaml"), "rl", "rl", "modal", ["trainer.epochs=2"])
+    assert plan.env["TRACELAKE_MODAL_RL_TRAINER"] == "skyrl" and plan.environment == "skyrl"
+    assert plan.remote_command[:3] == ["python", "-m", "skyrl.train.entrypoints.main_base"]
+    assert plan.rl_overrides == plan.remote_command[3:] and "trainer.epochs=2" in plan.rl_overrides
+    data = next(o for o in plan.rl_overrides if o.startswith("data.train_data="))
+    assert data == f"data.train_data=['/datasets/{plan.dataset.dataset_id}/prompts/train-00000.parquet']"
+
+
+def test_local_dry_run_and_dataset_resolution(in_project):
+    params = load_params("params.yaml")
+    manifest = read_manifest(Path("lake/exports/sft/1k"))
+    dataset_id = manifest["dataset_id"]
+    digest = dataset_id.rsplit("-", 1)[1]
+    for ref in ("1k", dataset_id, digest[:6], dataset_id[:-4]):
+        assert resolve_dataset(params, "sft", ref).dataset_id == dataset_id
+    for ref in ("abc", digest[:5], "nope"):
+        with pytest.raises(BadInput):
+            resolve_dataset(params, "sft", ref)
+    plan = make_plan(params, "sft", "1k", "local", ["max_steps=3", "save_strategy=no"], gpus=None)
+    assert plan.command[1:] == ["train", "training/configs/sft-1k.yaml", "max_steps=3", "save_strategy='no'"]
+    assert plan.env["NPROC_PER_NODE"] == "8" and plan.env["FORCE_TORCHRUN"] == "1"
+    assert make_plan(params, "sft", "1k", "local", [], gpus=1).env == {}
+    rl = make_plan(params, "rl", "rl", "local", ["trainer.epochs=2"])
+    assert rl.command[1:3] == ["-m", "skyrl.train.entrypoints.main_base"] and "trainer.epochs=2" in rl.command
+    assert rl.environment == "skyrl" and rl.rl_overrides == rl.command[3:]
+
+
+def test_bad_launch_requests_fail_with_one_line(in_project):
+    for args in (["train", "sft", "--dataset", "nope", "--dry-run"],
+                 ["train", "sft", "--dataset", "1k", "--backend", "slurm", "--dry-run"],
+                 ["train", "sft", "--dataset", "1k", "--set", "novalue", "--dry-run"]):
+        proc = tracelake(in_project, *args)
+        assert proc.returncode == 2 and proc.stderr.startswith("tracelake: ") and proc.stderr.count("\n") == 1, args
+    with pytest.raises(BadParams):
+        parse_sets(["=3"])
+
+
+def test_stale_config_is_refused(sample_project, tmp_path, monkeypatch):
+    import shutil
+
+    project = tmp_path / "p"
+    shutil.copytree(sample_project, project, symlinks=True)
+    config = project / "training" / "configs" / "sft-316.yaml"
+    config.write_text(config.read_text().replace("sft-316-", "sft-316-0"))
+    monkeypatch.chdir(project)
+    with pytest.raises(BadInput, match="dvc repro"):
+        resolve_dataset(load_params("params.yaml"), "sft", "316")
+
+
+def test_set_values_are_typed_like_the_trainers_read_them():
+    assert parse_sets(["a=3", "b=0.5", "c=true", "d=null", "e=no", "f=epoch"]) == \
+        {"a": 3, "b": 0.5, "c": True, "d": None, "e": "no", "f": "epoch"}
+    assert hydra_overrides({"x": ["a", "b"], "y": False}) == ["x=['a','b']", "y=false"]
+
+
+@pytest.mark.train_env
+def test_modal_app_defines_its_functions_offline(sample_project, tmp_path):
+    code = ("import sys; sys.path.insert(0, 'training'); import modal_app as m; "
+            "print(m.app.name, sorted(m.app.registered_functions), m.GPU, m.DATASETS, m.RL_PACKAGES[m.RL_TRAINER])")
+    env = {"HOME": str(tmp_path), "TRACELAKE_MODAL_GPU": "A100:2", "TRACELAKE_MODAL_APP": "t-app"}
+    text = run_ok([str(train_python()), "-c", code], sample_project, env=env)
+    assert "t-app ['train_rl', 'train_sft'] A100:2 tracelake-datasets skyrl[fsdp]==0.4.0" in text
+    text = run_ok([str(train_python()), "-c", code], sample_project, env={**env, "TRACELAKE_MODAL_RL_TRAINER": "skyrl-train"})
+    assert "tracelake-datasets skyrl-train[vllm]==0.3.1" in text
+
+
+def _rl_project(sample_project: Path, tmp_path: Path, trainer: str) -> Path:
+    """A copy of the sample project whose rl.yaml is written for `trainer` (the train_config stage's
+    own function, with train.rl.trainer changed)."""
+    import shutil
+
+    from tracelake.core.lake import Lake
+    from tracelake.export.train_config import write_train_configs
+
+    project = tmp_path / "p"
+    shutil.copytree(sample_project, project, symlinks=True)
+    raw = yaml.safe_load((project / "params.yaml").read_text())
+    raw["train"]["rl"]["trainer"] = trainer
+    (project / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    params = load_params(project / "params.yaml")
+    assert params.train.rl.trainer == trainer
+    cwd = Path.cwd()
+    os.chdir(project)
+    try:
+        write_train_configs(Path(params.train.configs), Lake(params.lake), list(params.scales), params.train,
+                            params.export_rl)
+    finally:
+        os.chdir(cwd)
+    return project
+
+
+@pytest.mark.train_env
+@pytest.mark.parametrize("trainer,entrypoint,engine_key", [
+    ("skyrl", "skyrl.train.entrypoints.main_base", "generator.inference_engine.num_engines"),
+    ("skyrl-train", "skyrl_train.entrypoints.main_base", "generator.num_inference_engines"),
+])
+def test_rl_dry_run_is_checked_against_the_installed_skyrl(trainer, entrypoint, engine_key, sample_project, tmp_path):
+    """`tracelake train rl --dry-run` runs the trainer's own config parse (skyrl 0.4's typed config,
+    skyrl-train 0.3.1's Hydra compose) over the exact overrides it would pass: every generated key is
+    known, and an unknown key or an inconsistent GPU placement is refused in one line."""
+    from ..helpers import rl_trainer_python
+
+    python = rl_trainer_python(trainer)
+    project = _rl_project(sample_project, tmp_path, trainer)
+    env = {"TRACELAKE_SKYRL_ENV" if trainer == "skyrl" else "TRACELAKE_TRAIN_ENV": str(python.parents[1])}
+    config = yaml.safe_load((project / "training" / "configs" / "rl.yaml").read_text())
+    assert config["trainer"] == trainer and config["entrypoint"] == entrypoint
+    assert config["overrides"][engine_key] * config["overrides"][engine_key.replace(
+        "num_engines", "tensor_parallel_size").replace("num_inference_engines", "inference_engine_tensor_parallel_size")] \
+        == config["overrides"]["trainer.placement.policy_num_gpus_per_node"]
+
+    proc = tracelake(project, "train", "rl", "--dataset", "rl", "--dry-run", env=env)
+    assert proc.returncode == 0, proc.stderr
+    command = next(line for line in proc.stdout.splitlines() if line.startswith("command:"))
+    assert command.split()[1] == str(python) and command.split()[3] == entrypoint
+    n = len(config["overrides"])
+    version = "0.4.0" if trainer == "skyrl" else "0.3.1"
+    assert f"check:    ok: {n} overrides are keys of {trainer} {version}'s config" in proc.stdout
+    # the export's env_class (harbor) is no SkyRL-Gym environment: said, not refused (an entrypoint may register it)
+    assert "note:     environment.env_class 'harbor' is not registered in skyrl-gym 0.4.0 (aime, gsm8k" in proc.stdout
+    proc = tracelake(project, "train", "rl", "--dataset", "rl", "--dry-run", "--set", "environment.env_class=gsm8k",
+                     env=env)
+    assert proc.returncode == 0 and "check:    ok:" in proc.stdout and "note:" not in proc.stdout, proc.stderr
+
+    for bad, words in ((["trainer.not_a_key=1"], "not_a_key"),
+                       ([f"{engine_key}=3"], "colocate_all needs policy GPUs (8")):
+        proc = tracelake(project, "train", "rl", "--dataset", "rl", "--dry-run",
+                         *(x for b in bad for x in ("--set", b)), env=env)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert proc.stderr.startswith(f"tracelake: train rl: {trainer} {version}") and words in proc.stderr
+
+
+def test_rl_check_without_the_environment_says_so(in_project, tmp_path, monkeypatch):
+    from tracelake.export.launch import check_rl
+
+    monkeypatch.setenv("TRACELAKE_SKYRL_ENV", str(tmp_path / "none"))
+    plan = make_plan(load_params("params.yaml"), "rl", "rl", "local", [])
+    check = check_rl(plan)
+    assert check.ok is None and "bash training/setup-skyrl-env.sh" in check.line
+
+
+def test_rl_gpus_must_fill_the_engines():
+    from tracelake.export.params import RlTrainParams
+
+    with pytest.raises(Exception, match="inference_engines x tensor_parallel_size"):
+        RlTrainParams(gpus=8, inference_engines=3, tensor_parallel_size=2)
+    assert RlTrainParams(gpus=4, inference_engines=4, tensor_parallel_size=1).resolved_entrypoint == \
+        "skyrl.train.entrypoints.main_base"
