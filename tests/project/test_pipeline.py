@@ -163,3 +163,29 @@ def test_changing_a_training_hyperparameter_reruns_only_the_configs(repo):
         params_path.write_text(original)
         sh(["dvc", "repro"], repo)
     assert sh(["git", "status", "--porcelain"], repo).strip() == ""
+
+
+@pytest.mark.parametrize(("edit", "line"), [
+    (lambda p: p["filter"].update(sucess_only=True),
+     "tracelake: params.yaml: unknown key filter.sucess_only (known: "),
+    (lambda p: p.update(filtr={"min_assistant_turns": 3}),
+     "tracelake: params.yaml: unknown top-level key 'filtr' (known: "),
+])
+def test_a_misspelled_param_stops_dvc_repro_in_one_line(repo, edit, line):
+    """Not "Data and pipelines are up to date": the stage that owns the section (or `check`, for a
+    key no stage reads) reruns, because it tracks its section whole, and stops on the unknown key."""
+    params_path = repo / "params.yaml"
+    original = params_path.read_text()
+    params = yaml.safe_load(original)
+    edit(params)
+    params_path.write_text(yaml.safe_dump(params, sort_keys=False))
+    try:
+        env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+        proc = subprocess.run(["dvc", "repro"], cwd=repo, env=env, capture_output=True, text=True)
+        assert proc.returncode != 0, proc.stdout
+        ours = [x for x in proc.stderr.splitlines() if x.startswith("tracelake:")]
+        assert len(ours) == 1 and ours[0].startswith(line), proc.stderr
+    finally:
+        params_path.write_text(original)
+        sh(["dvc", "repro"], repo)
+    assert sh(["git", "status", "--porcelain"], repo).strip() == ""
