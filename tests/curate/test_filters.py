@@ -545,6 +545,7 @@ def test_real_harbor_episode_export_keeps_last_episode(tmp_path, tokenizer):
 
 # --- the DVC stage ---------------------------------------------------------------------------
 
+@pytest.mark.e2e   # runs the pipeline's stages in a project: not the fast loop
 def test_filter_stage_end_to_end(tmp_path, tokenizer):
     rows = mixed_sources(seed=2)
     build_lake(tmp_path, rows)

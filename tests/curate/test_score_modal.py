@@ -85,6 +85,7 @@ def test_only_the_vllm_engine_runs_on_modal(tmp_path):
         plan_score(LlmResponseLength(), task_con(3), score, "ray")
 
 
+@pytest.mark.e2e   # runs the pipeline's stages in a project: not the fast loop
 def test_the_command_line_dry_run_in_a_project(tmp_path):
     """`tracelake score --backend modal --dry-run` in a project whose sample is ingested."""
     repo = copy_project(tmp_path / "project", trials=40, tasks=12)
@@ -103,6 +104,7 @@ def test_the_command_line_dry_run_in_a_project(tmp_path):
         "tracelake: missing.yaml not found (run from the repository root, or pass --params)"
 
 
+@pytest.mark.e2e   # runs the pipeline's stages in a project: not the fast loop
 def test_local_backend_fills_the_cache_and_dvc_repro_score_asks_nothing(tmp_path):
     """`tracelake score` answers every task into the cache and writes nothing in the lake; the score
     stage then builds lake/scores from the cache without a model call."""

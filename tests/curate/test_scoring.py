@@ -381,6 +381,7 @@ def test_score_stage_refuses_imports_outside_imports_dir(tmp_path, where):
     assert not (tmp_path / "lake").exists() and not (tmp_path / "metrics").exists()
 
 
+@pytest.mark.e2e   # runs the pipeline's stages in a project: not the fast loop
 def test_score_stage_end_to_end_with_an_import(tmp_path):
     sources = {"alpha": corpus()["alpha"]}
     lake = build_lake(tmp_path, sources)

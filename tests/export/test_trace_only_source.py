@@ -28,6 +28,7 @@ from .test_export_rl import (  # SkyRL's own PromptDataset, in each trainer's en
     skyrl_load,
 )
 
+pytestmark = pytest.mark.e2e   # builds a project with `dvc repro`
 TRACES = "data/otagent/sample_raw.json"
 SCALE = "316"
 
