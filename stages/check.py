@@ -1,7 +1,7 @@
 """Stage `check`: params.yaml checked whole whenever it changes: every section, the checks that span
-sections (a mix weight names a source, select.score a configured scorer, ...), and dvc.yaml in step
-with it. Each other stage checks the sections it reads; this one catches what no stage reads, such
-as a misspelled top-level key, which DVC would otherwise let pass as "up to date"."""
+sections (a mix weight names a source, select.score a configured scorer, ...), and dvc.yaml listing
+the same sources. Each other stage checks the sections it reads; this one catches what no stage
+reads, such as a misspelled top-level key, which DVC would otherwise let pass as "up to date"."""
 
 from __future__ import annotations
 
