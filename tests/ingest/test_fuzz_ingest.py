@@ -199,6 +199,9 @@ def _golden() -> dict[str, object]:
 
 
 GOLDEN_DOCS = _golden()
+# decided at collection: hypothesis draws from the golden documents before a test body could skip
+NEEDS_GOLDEN = pytest.mark.skipif(not GOLDEN_DOCS, reason=f"real fixtures not available: {GOLDEN} "
+                                                          "(they live in ../shared/fixtures)")
 OTAGENT = FIXTURES / "otagent" / "sample_raw.json"
 OTAGENT_ROWS = json.loads(OTAGENT.read_text()) if OTAGENT.exists() else []
 
@@ -265,20 +268,18 @@ def _harbor_golden(trials):
     check_harbor(trials, "harbor_golden_mutations")
 
 
+@NEEDS_GOLDEN
 @SHORT
 @given(st.lists(golden_trial(), min_size=1, max_size=3))
 def test_fuzz_harbor_golden_mutations(trials):
-    if not GOLDEN_DOCS:
-        pytest.skip(f"real fixtures not available: {GOLDEN}")
     _harbor_golden(trials)
 
 
+@NEEDS_GOLDEN
 @pytest.mark.long
 @LONG
 @given(st.lists(golden_trial(), min_size=1, max_size=3))
 def test_fuzz_harbor_golden_mutations_long(trials):
-    if not GOLDEN_DOCS:
-        pytest.skip(f"real fixtures not available: {GOLDEN}")
     _harbor_golden(trials)
 
 
