@@ -56,8 +56,7 @@ def collapse(files: list[str], root: Path = ROOT) -> list[str]:
     for package in sorted({str(Path(f).parent) for f in files if f.endswith(".py")}, key=len):
         modules = {p.relative_to(root).as_posix() for p in (root / package).rglob("*.py")
                    if "__pycache__" not in p.parts}
-        if package in deps or not modules <= deps or any(d + "/" in package + "/" for d in deps if d != package
-                                                        and package.startswith(d + "/")):
+        if not modules <= deps:   # a module is missing, or a directory above already stands for them
             continue
         deps = {d for d in deps if not d.startswith(package + "/")} | {package}
     return sorted(deps)
