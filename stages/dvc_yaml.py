@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -68,8 +69,7 @@ def _block(key: str, items: list[str], indent: str) -> list[str]:
 
 def stage_lines(stage: Stage, sources: dict[str, dict[str, str]], root: Path = ROOT) -> list[str]:
     lines = [f"  {stage.name}:"]
-    doc = " ".join(stage.doc.split()).split(". ")[0].rstrip(".").removeprefix(f"Stage `{stage.name}`: ")
-    doc = doc.removeprefix(f"Stage `{stage.name}@<source>`: ").removeprefix(f"Stage `{stage.name}@<scale>`: ")
+    doc = re.sub(r"^Stage `[^`]+`: ", "", " ".join(stage.doc.split()).split(". ")[0].rstrip("."))
     lines += [f"    # {line}" for line in textwrap.wrap(doc + ".", 96)]
     ind = "    "
     key = ""

@@ -54,11 +54,6 @@ class SourceParams(Section):
         """True when the source has no tasks of its own: they are derived from its traces."""
         return self.tasks is None or PurePath(self.tasks) == PurePath(self.path)
 
-    @property
-    def inputs(self) -> list[str]:
-        """The files and directories the source's ingest reads (its DVC dependencies)."""
-        return [self.path] if self.derives_tasks else [self.path, self.tasks]
-
 
 def _sources(value: Any) -> Any:
     if not isinstance(value, dict) or not value:
