@@ -37,12 +37,21 @@ SHARD_ROWS = 5000
 
 def manifest(directory: Path, kind: str, dataset_id: str, version_id: str, **extra) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "manifest.json").write_bytes(orjson.dumps({"kind": kind, "dataset_id": dataset_id,
-                                                            "version_id": version_id, **extra}))
+    (directory / "manifest.json").write_bytes(
+        orjson.dumps({"kind": kind, "dataset_id": dataset_id, "version_id": version_id, **extra})
+    )
 
 
-def build_version(root: Path, name: str, pool: pa.Table, dropped: pa.Table, slots: pa.Array,
-                  sft_source: pa.Table, funnel: dict, min_turns: int) -> None:
+def build_version(
+    root: Path,
+    name: str,
+    pool: pa.Table,
+    dropped: pa.Table,
+    slots: pa.Array,
+    sft_source: pa.Table,
+    funnel: dict,
+    min_turns: int,
+) -> None:
     """One lake: pool (+ dropped), a selection whose rows are pool rows `slots`, and its SFT export."""
     lake = root / name / "lake"
     (lake / "pool").mkdir(parents=True)
@@ -50,15 +59,29 @@ def build_version(root: Path, name: str, pool: pa.Table, dropped: pa.Table, slot
     pq.write_table(dropped, lake / "pool" / "dropped.parquet")
     manifest(lake / "pool", "pool", None, f"{name}pool", params={"min_assistant_turns": min_turns}, counts=funnel)
     picked = pool.take(slots)
-    selection = pa.table({"slot_id": pa.array([f"{name}{i:015x}" for i in range(len(slots))]),
-                          "trajectory_id": picked["trajectory_id"], "task_id": picked["task_id"],
-                          "source": picked["source"], "task": picked["task"], "copy": pa.array([0] * len(slots), pa.int32()),
-                          "name": picked["task"], "score": pa.array([0.0] * len(slots))})
+    selection = pa.table(
+        {
+            "slot_id": pa.array([f"{name}{i:015x}" for i in range(len(slots))]),
+            "trajectory_id": picked["trajectory_id"],
+            "task_id": picked["task_id"],
+            "source": picked["source"],
+            "task": picked["task"],
+            "copy": pa.array([0] * len(slots), pa.int32()),
+            "name": picked["task"],
+            "score": pa.array([0.0] * len(slots)),
+        }
+    )
     sel = lake / "selections" / "100k"
     sel.mkdir(parents=True)
     pq.write_table(selection, sel / "selection.parquet")
-    manifest(sel, "selection", f"sel-100k-{name * 12}", f"{name}sel", inputs={"pool": f"{name}pool"},
-             params={"scale": "100k", "rows": len(slots)})
+    manifest(
+        sel,
+        "selection",
+        f"sel-100k-{name * 12}",
+        f"{name}sel",
+        inputs={"pool": f"{name}pool"},
+        params={"scale": "100k", "rows": len(slots)},
+    )
     export = lake / "exports" / "sft" / "100k"
     shard_dir = export / "shards"
     shard_dir.mkdir(parents=True)
@@ -67,13 +90,31 @@ def build_version(root: Path, name: str, pool: pa.Table, dropped: pa.Table, slot
         part = selection.slice(start, SHARD_ROWS)
         rows = picked["bench_row"].slice(start, SHARD_ROWS).to_pylist()
         body = sft_source.take(pa.array([r % len(sft_source) for r in rows]))
-        shard = pa.table({"id": part["slot_id"], "conversations": body["conversations"], "system": body["system"],
-                          "slot_id": part["slot_id"], "trajectory_id": part["trajectory_id"], "task_id": part["task_id"],
-                          "source": part["source"], "task": part["task"], "copy": part["copy"], "n_tokens": body["n_tokens"]})
+        shard = pa.table(
+            {
+                "id": part["slot_id"],
+                "conversations": body["conversations"],
+                "system": body["system"],
+                "slot_id": part["slot_id"],
+                "trajectory_id": part["trajectory_id"],
+                "task_id": part["task_id"],
+                "source": part["source"],
+                "task": part["task"],
+                "copy": part["copy"],
+                "n_tokens": body["n_tokens"],
+            }
+        )
         files.append(f"shards/train-{start // SHARD_ROWS:05d}.parquet")
         pq.write_table(shard, export / files[-1], compression="zstd")
-    manifest(export, "export_sft", f"sft-100k-{name * 12}", f"{name}sft",
-             inputs={"selection": f"{name}sel"}, params={"scale": "100k"}, counts={"files": files})
+    manifest(
+        export,
+        "export_sft",
+        f"sft-100k-{name * 12}",
+        f"{name}sft",
+        inputs={"selection": f"{name}sel"},
+        params={"scale": "100k"},
+        counts={"files": files},
+    )
 
 
 def main() -> None:
@@ -83,43 +124,78 @@ def main() -> None:
     args = ap.parse_args()
     lake = Path(load_params(args.params).lake)
     sample_pool = pq.read_table(lake / "pool" / "pool.parquet")
-    sft_dir = max((d for d in (lake / "exports" / "sft").iterdir() if (d / "manifest.json").is_file()),
-                  key=lambda d: read_manifest(d)["counts"]["rows_out"])
-    sft_source = pq.read_table([str(sft_dir / f) for f in read_manifest(sft_dir)["counts"]["files"]],
-                               columns=["conversations", "system", "n_tokens"])
+    sft_dir = max(
+        (d for d in (lake / "exports" / "sft").iterdir() if (d / "manifest.json").is_file()),
+        key=lambda d: read_manifest(d)["counts"]["rows_out"],
+    )
+    sft_source = pq.read_table(
+        [str(sft_dir / f) for f in read_manifest(sft_dir)["counts"]["files"]],
+        columns=["conversations", "system", "n_tokens"],
+    )
     n = args.rows
     pool_a = sample_pool.take(pa.array([i % len(sample_pool) for i in range(n)]))
     pool_a = pool_a.set_column(0, "trajectory_id", pa.array([f"{i * 2654435761 % (1 << 64):016x}" for i in range(n)]))
-    pool_a = pool_a.append_column("bench_row", pa.array(range(n)))   # which SFT body the trajectory exports as
+    pool_a = pool_a.append_column("bench_row", pa.array(range(n)))  # which SFT body the trajectory exports as
     keep = pc.greater_equal(pool_a["n_assistant_turns"], NEW_MIN_TURNS)
     pool_b = pool_a.filter(keep)
     gone = pool_a.filter(pc.invert(keep))
-    dropped_b = pa.table({"trajectory_id": gone["trajectory_id"], "task_id": gone["task_id"], "source": gone["source"],
-                          "rule": pa.array(["min_assistant_turns_v1"] * len(gone)),
-                          "detail": pc.binary_join_element_wise(pc.cast(gone["n_assistant_turns"], pa.string()),
-                                                                f" assistant turns < {NEW_MIN_TURNS}", "")})
+    dropped_b = pa.table(
+        {
+            "trajectory_id": gone["trajectory_id"],
+            "task_id": gone["task_id"],
+            "source": gone["source"],
+            "rule": pa.array(["min_assistant_turns_v1"] * len(gone)),
+            "detail": pc.binary_join_element_wise(
+                pc.cast(gone["n_assistant_turns"], pa.string()), f" assistant turns < {NEW_MIN_TURNS}", ""
+            ),
+        }
+    )
     dropped_a = dropped_b.slice(0, 0)
-    funnel = lambda dropped, kept: {"total": {"in": n, "kept": kept, "dropped": {"min_assistant_turns_v1": dropped}},  # noqa: E731
-                                    "sources": {}}
+
+    def funnel(dropped: int, kept: int) -> dict:
+        return {"total": {"in": n, "kept": kept, "dropped": {"min_assistant_turns_v1": dropped}}, "sources": {}}
+
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         t = time.perf_counter()
         build_version(root, "a", pool_a, dropped_a, pa.array(range(n)), sft_source, funnel(0, n), 5)
-        build_version(root, "b", pool_b, dropped_b, pa.array([i % len(pool_b) for i in range(n)]), sft_source,
-                      funnel(len(gone), len(pool_b)), NEW_MIN_TURNS)
-        print(f"built two versions of {n:,} rows in {time.perf_counter() - t:.1f} s "
-              f"(B drops {len(gone):,} trajectories; SFT shards "
-              f"{sum(f.stat().st_size for f in root.rglob('*.parquet')) / 1e6:.0f} MB in all)")
-        for kind, rel in (("pool", "lake/pool"), ("selection", "lake/selections/100k"), ("export_sft", "lake/exports/sft/100k")):
+        build_version(
+            root,
+            "b",
+            pool_b,
+            dropped_b,
+            pa.array([i % len(pool_b) for i in range(n)]),
+            sft_source,
+            funnel(len(gone), len(pool_b)),
+            NEW_MIN_TURNS,
+        )
+        print(
+            f"built two versions of {n:,} rows in {time.perf_counter() - t:.1f} s "
+            f"(B drops {len(gone):,} trajectories; SFT shards "
+            f"{sum(f.stat().st_size for f in root.rglob('*.parquet')) / 1e6:.0f} MB in all)"
+        )
+        for kind, rel in (
+            ("pool", "lake/pool"),
+            ("selection", "lake/selections/100k"),
+            ("export_sft", "lake/exports/sft/100k"),
+        ):
             with ExitStack() as stack:
                 a = resolve_version(str(root / "a" / rel), stack)
                 b = resolve_version(str(root / "b" / rel), stack)
                 files = a.files() + b.files()
-                cols = "trajectory_id, n_tokens, hash(system, conversations)" if kind == "export_sft" else \
-                    ("trajectory_id, n_tokens, n_assistant_turns" if kind == "pool" else "trajectory_id, task_id, source")
+                cols = (
+                    "trajectory_id, n_tokens, hash(system, conversations)"
+                    if kind == "export_sft"
+                    else (
+                        "trajectory_id, n_tokens, n_assistant_turns"
+                        if kind == "pool"
+                        else "trajectory_id, task_id, source"
+                    )
+                )
                 t = time.perf_counter()
-                duckdb.execute(f"SELECT count(*), sum(hash({cols})) FROM read_parquet($f, union_by_name := true)",
-                               {"f": files}).fetchall()
+                duckdb.execute(
+                    f"SELECT count(*), sum(hash({cols})) FROM read_parquet($f, union_by_name := true)", {"f": files}
+                ).fetchall()
                 floor = time.perf_counter() - t
                 t = time.perf_counter()
                 report = diff_versions(a, b)
@@ -128,10 +204,12 @@ def main() -> None:
                 size = len(orjson.dumps(report)) + len(render_html(report))
                 rendered = time.perf_counter() - t
             s = report["summary"]["trajectories"]
-            print(f"{kind:<11} diff {took:5.2f} s  (reference scan {floor:.2f} s, {took / floor:.1f}x)  "
-                  f"rows {report['summary']['rows_a']:,} -> {report['summary']['rows_b']:,}; "
-                  + ", ".join(f"{k} {v['trajectories']:,}" for k, v in s.items())
-                  + f"; JSON + HTML {rendered:.2f} s ({size / 1e6:.1f} MB)")
+            print(
+                f"{kind:<11} diff {took:5.2f} s  (reference scan {floor:.2f} s, {took / floor:.1f}x)  "
+                f"rows {report['summary']['rows_a']:,} -> {report['summary']['rows_b']:,}; "
+                + ", ".join(f"{k} {v['trajectories']:,}" for k, v in s.items())
+                + f"; JSON + HTML {rendered:.2f} s ({size / 1e6:.1f} MB)"
+            )
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB")
 
 

@@ -30,8 +30,15 @@ from tracelake.params import load_params
 
 def fake_slots(pool: Path, rows: int) -> list[dict]:
     ids = pq.read_table(pool, columns=["trajectory_id", "task_id", "source", "task"]).to_pylist()
-    return [{"slot_id": f"{i:016x}", **ids[i % len(ids)], "copy": i // len(ids),
-             "name": f"{ids[i % len(ids)]['task']}_copy{i // len(ids):04d}"} for i in range(rows)]
+    return [
+        {
+            "slot_id": f"{i:016x}",
+            **ids[i % len(ids)],
+            "copy": i // len(ids),
+            "name": f"{ids[i % len(ids)]['task']}_copy{i // len(ids):04d}",
+        }
+        for i in range(rows)
+    ]
 
 
 def main() -> None:
@@ -58,9 +65,15 @@ def main() -> None:
         t = time.perf_counter()
         writer = ShardWriter(Path(tmp) / "shards", load_schema("sft_rows"), params.export_sft.rows_per_shard)
         for trajectories, by_id in trajectories_with_slots(slots, files):
-            rows, _ = convert_batch(trajectories, by_id, same_role=params.export_sft.same_role,
-                                    cutoff_len=params.train.sft.cutoff_len, tokenizer=tokenizer,
-                                    template=template, stats=stats)
+            rows, _ = convert_batch(
+                trajectories,
+                by_id,
+                same_role=params.export_sft.same_role,
+                cutoff_len=params.train.sft.cutoff_len,
+                tokenizer=tokenizer,
+                template=template,
+                stats=stats,
+            )
             writer.write_batch(rows)
         info = writer.close()
         export = time.perf_counter() - t
@@ -68,8 +81,10 @@ def main() -> None:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"rows: {n:,} ({info.rows:,} exported, {len(writer.files)} shards, {size / 1e6:.0f} MB zstd)")
     print(f"reference (stream the selected rollouts' messages into Python): {floor:.1f} s ({n / floor:,.0f} rows/s)")
-    print(f"export_sft (convert + count tokens + write): {export:.1f} s ({n / export:,.0f} rows/s), "
-          f"{export / floor:.1f}x the reference")
+    print(
+        f"export_sft (convert + count tokens + write): {export:.1f} s ({n / export:,.0f} rows/s), "
+        f"{export / floor:.1f}x the reference"
+    )
     print(f"peak RSS {rss:,.0f} MB ({rss_before:,.0f} MB before streaming: interpreter, libraries, the slots)")
 
 

@@ -28,7 +28,9 @@ def parse_floor(root: Path) -> float:
     for p in sorted(root.rglob("*.json*")):
         data = p.read_bytes()
         try:
-            [orjson.loads(line) for line in data.splitlines() if line.strip()] if p.suffix == ".jsonl" else orjson.loads(data)
+            [
+                orjson.loads(line) for line in data.splitlines() if line.strip()
+            ] if p.suffix == ".jsonl" else orjson.loads(data)
         except orjson.JSONDecodeError:
             pass
     return time.perf_counter() - t
@@ -55,9 +57,13 @@ def main() -> None:
             rows, inputs = rows + r.rows, inputs + r.inputs
         wall = time.perf_counter() - t
         size = sum(p.stat().st_size for p in lake.rglob("*.parquet"))
-        print(f"ingest: {inputs} inputs -> {rows} rows in {wall:.1f}s ({rows / wall:,.0f} rows/s), "
-              f"parquet {size / 1e6:.1f} MB")
-        print(f"reference, orjson parse of every input file: {floor:.1f}s (ingest = {wall / floor:.1f}x the parse floor)")
+        print(
+            f"ingest: {inputs} inputs -> {rows} rows in {wall:.1f}s ({rows / wall:,.0f} rows/s), "
+            f"parquet {size / 1e6:.1f} MB"
+        )
+        print(
+            f"reference, orjson parse of every input file: {floor:.1f}s (ingest = {wall / floor:.1f}x the parse floor)"
+        )
         print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 

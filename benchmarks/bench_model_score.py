@@ -57,8 +57,16 @@ def tables(n: int, chars: int, directory: Path) -> duckdb.DuckDBPyConnection:
 def model_params(base_url: str, concurrency: int):
     from tracelake.curate.params import ModelParams
 
-    return ModelParams(backend="openai", name=MODEL, base_url=base_url, api_key_env=None, concurrency=concurrency,
-                       max_tokens=100_000, temperature=1.0, seed=0)
+    return ModelParams(
+        backend="openai",
+        name=MODEL,
+        base_url=base_url,
+        api_key_env=None,
+        concurrency=concurrency,
+        max_tokens=100_000,
+        temperature=1.0,
+        seed=0,
+    )
 
 
 def phase_plain(args, base_url: str) -> dict:
@@ -78,8 +86,7 @@ def phase_plain(args, base_url: str) -> dict:
     start = time.perf_counter()
     with ThreadPoolExecutor(args.concurrency) as pool:
         texts = list(pool.map(ask, prompts))
-    return {"seconds": time.perf_counter() - start, "answered": len(texts),
-            "answer_chars": sum(map(len, texts))}
+    return {"seconds": time.perf_counter() - start, "answered": len(texts), "answer_chars": sum(map(len, texts))}
 
 
 def phase_scorer(args, base_url: str) -> dict:
@@ -93,7 +100,7 @@ def phase_scorer(args, base_url: str) -> dict:
     start = time.perf_counter()
     run = run_model_scorer(LlmResponseLength(), con, model_params(base_url, args.concurrency), args.cache)
     scored = time.perf_counter()
-    with output_dir(Path(args.out)) as tmp:   # as stages/score.py writes them
+    with output_dir(Path(args.out)) as tmp:  # as stages/score.py writes them
         scores, answers = TableWriter(tmp, load_schema("scores")), TableWriter(tmp, load_schema("responses"))
         for row in sorted(run.rows, key=lambda r: r["task_id"]):
             scores.write(row)
@@ -101,9 +108,16 @@ def phase_scorer(args, base_url: str) -> dict:
             answers.write_batch(batch)
         scores.close(), answers.close()
     end = time.perf_counter()
-    return {"seconds": end - start, "scoring_seconds": scored - start, "writing_seconds": end - scored,
-            "answered": run.computed, "cached": run.cached, "scored": len(run.rows), "failed": len(run.failures),
-            "cache_parts": len(list(Path(args.cache).rglob("part-*.parquet")))}
+    return {
+        "seconds": end - start,
+        "scoring_seconds": scored - start,
+        "writing_seconds": end - scored,
+        "answered": run.computed,
+        "cached": run.cached,
+        "scored": len(run.rows),
+        "failed": len(run.failures),
+        "cache_parts": len(list(Path(args.cache).rglob("part-*.parquet"))),
+    }
 
 
 def free_port() -> int:
@@ -124,23 +138,40 @@ def main() -> None:
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
-    if args.phase:   # one phase, in this fresh process
+    if args.phase:  # one phase, in this fresh process
         result = phase_plain(args, args.base_url) if args.phase == "plain" else phase_scorer(args, args.base_url)
         result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(json.dumps(result))
         return
 
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "tests.chat_server", str(port), str(args.answer_chars)],
-                              cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.chat_server", str(port), str(args.answer_chars)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     base_url = server.stdout.readline().strip()
     results = {}
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            tables(args.tasks, args.instruction_chars, Path(tmp) / "lake").close()   # the lake files, made here
-            common = [sys.executable, __file__, "--tasks", str(args.tasks), "--instruction-chars",
-                      str(args.instruction_chars), "--concurrency", str(args.concurrency), "--base-url", base_url,
-                      "--cache", f"{tmp}/cache", "--out", f"{tmp}/scores"]
+            tables(args.tasks, args.instruction_chars, Path(tmp) / "lake").close()  # the lake files, made here
+            common = [
+                sys.executable,
+                __file__,
+                "--tasks",
+                str(args.tasks),
+                "--instruction-chars",
+                str(args.instruction_chars),
+                "--concurrency",
+                str(args.concurrency),
+                "--base-url",
+                base_url,
+                "--cache",
+                f"{tmp}/cache",
+                "--out",
+                f"{tmp}/scores",
+            ]
             for phase in ("plain", "answer", "cached"):
                 out = subprocess.run([*common, "--phase", phase], capture_output=True, text=True)
                 if out.returncode:
@@ -150,15 +181,22 @@ def main() -> None:
     finally:
         server.kill()
     ratio = results["answer"]["scoring_seconds"] / results["plain"]["seconds"]
-    print(f"\n{args.tasks} tasks, instructions {args.instruction_chars} chars, answers ~{args.answer_chars} chars, "
-          f"concurrency {args.concurrency}:")
-    print(f"  plain httpx client (reference): {results['plain']['seconds']:.1f} s, "
-          f"peak {results['plain']['peak_rss_mb']:.0f} MB")
-    print(f"  answer (empty cache): {results['answer']['scoring_seconds']:.1f} s scoring "
-          f"({ratio:.2f}x the reference) + {results['answer']['writing_seconds']:.1f} s writing the tables, "
-          f"peak {results['answer']['peak_rss_mb']:.0f} MB, {results['answer']['cache_parts']} cache parts")
-    print(f"  cached (no request): {results['cached']['seconds']:.1f} s, "
-          f"peak {results['cached']['peak_rss_mb']:.0f} MB")
+    print(
+        f"\n{args.tasks} tasks, instructions {args.instruction_chars} chars, answers ~{args.answer_chars} chars, "
+        f"concurrency {args.concurrency}:"
+    )
+    print(
+        f"  plain httpx client (reference): {results['plain']['seconds']:.1f} s, "
+        f"peak {results['plain']['peak_rss_mb']:.0f} MB"
+    )
+    print(
+        f"  answer (empty cache): {results['answer']['scoring_seconds']:.1f} s scoring "
+        f"({ratio:.2f}x the reference) + {results['answer']['writing_seconds']:.1f} s writing the tables, "
+        f"peak {results['answer']['peak_rss_mb']:.0f} MB, {results['answer']['cache_parts']} cache parts"
+    )
+    print(
+        f"  cached (no request): {results['cached']['seconds']:.1f} s, peak {results['cached']['peak_rss_mb']:.0f} MB"
+    )
 
 
 if __name__ == "__main__":

@@ -62,6 +62,7 @@ SEARCHES = ("error", "permission denied", "xyzzy-not-there")
 
 # --- the lake ---------------------------------------------------------------------------------
 
+
 def nice(cmd: list[str]) -> list[str]:
     return ["nice", "-n", "10", *cmd]
 
@@ -81,10 +82,12 @@ def build(work: Path, rows: int, keep_input: bool) -> tuple[Path, dict]:
     start = time.perf_counter()
     if not (data / "synth_manifest.json").is_file() or not (data / "traces").is_dir():
         shutil.rmtree(data, ignore_errors=True)
-        code = ("import sys; from pathlib import Path; "
-                "from tracelake.sample.openthoughts import synthesize_openthoughts; "
-                f"synthesize_openthoughts(Path(sys.argv[1]), rows={rows}, "
-                f"rows_per_file={max(1, rows // 100)})")
+        code = (
+            "import sys; from pathlib import Path; "
+            "from tracelake.sample.openthoughts import synthesize_openthoughts; "
+            f"synthesize_openthoughts(Path(sys.argv[1]), rows={rows}, "
+            f"rows_per_file={max(1, rows // 100)})"
+        )
         steps.append(pipeline.measure("synth", nice([PY, "-c", code, str(data)]), ROOT, log))
     input_mb = pipeline.input_mb(data)
     caches = proj / "caches"
@@ -92,8 +95,7 @@ def build(work: Path, rows: int, keep_input: bool) -> tuple[Path, dict]:
     pipeline.project(work, proj.name, data, work / "no-tokenizer", count=False, caches=caches)
 
     def stage(name: str, script: str, *args: str) -> None:
-        steps.append(pipeline.measure(name, nice([PY, "-m", "stages", script, *args]),
-                                      proj, log))
+        steps.append(pipeline.measure(name, nice([PY, "-m", "stages", script, *args]), proj, log))
 
     stage("ingest", "ingest", pipeline.SOURCE)
     if not keep_input:
@@ -104,9 +106,15 @@ def build(work: Path, rows: int, keep_input: bool) -> tuple[Path, dict]:
     pipeline.set_scale(proj, "all", pipeline.kept(proj))
     stage("select", "select", "all")
     shutil.rmtree(caches, ignore_errors=True)
-    info = {"rows": rows, "input_mb": round(input_mb, 1), "build_s": round(time.perf_counter() - start, 1),
-            "steps": [{"name": s.name, "wall_s": round(s.wall_s, 1), "cpu_s": round(s.cpu_s, 1),
-                       "rss_mb": round(s.rss_mb)} for s in steps]}
+    info = {
+        "rows": rows,
+        "input_mb": round(input_mb, 1),
+        "build_s": round(time.perf_counter() - start, 1),
+        "steps": [
+            {"name": s.name, "wall_s": round(s.wall_s, 1), "cpu_s": round(s.cpu_s, 1), "rss_mb": round(s.rss_mb)}
+            for s in steps
+        ],
+    }
     done.write_text(json.dumps(info, indent=2) + "\n")
     return proj / "lake", info
 
@@ -117,11 +125,16 @@ def disk_mb(path: Path) -> float:
 
 # --- timing -----------------------------------------------------------------------------------
 
+
 def stats(ms: list[float]) -> dict:
     s = sorted(ms)
     p90 = s[min(len(s) - 1, max(0, round(0.9 * len(s)) - 1))]
-    return {"n": len(s), "median_ms": round(statistics.median(s), 2), "p90_ms": round(p90, 2),
-            "max_ms": round(s[-1], 2)}
+    return {
+        "n": len(s),
+        "median_ms": round(statistics.median(s), 2),
+        "p90_ms": round(p90, 2),
+        "max_ms": round(s[-1], 2),
+    }
 
 
 def get(url: str) -> tuple[float, str]:
@@ -152,8 +165,14 @@ class Server:
         cmd = [str(exe)] if exe.is_file() else [PY, "-m", "tracelake.cli"]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "400"}
         start = time.perf_counter()
-        self.proc = subprocess.Popen([*cmd, "view", "--lake", str(lake), "--port", "0", *args], cwd=ROOT,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        self.proc = subprocess.Popen(
+            [*cmd, "view", "--lake", str(lake), "--port", "0", *args],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
         seen, m = "", None
         while m is None and (line := self.proc.stdout.readline()):
             seen += line
@@ -194,18 +213,28 @@ def ids_at(lake: Path) -> dict[str, str]:
     lv = LakeView(lake)
     con = lv.con
     n = con.execute("SELECT count(*) FROM view_rows").fetchone()[0]
-    at99 = con.execute(f"SELECT trajectory_id FROM view_rows ORDER BY trajectory_id "
-                   f"LIMIT 1 OFFSET {int(n * 0.99)}").fetchone()[0]
-    longest, most = con.execute("SELECT trajectory_id, n_messages FROM view_rows "
-                            "ORDER BY n_messages DESC, trajectory_id LIMIT 1").fetchone()
-    median, med_n = con.execute(f"SELECT trajectory_id, n_messages FROM view_rows ORDER BY n_messages, "
-                            f"trajectory_id LIMIT 1 OFFSET {n // 2}").fetchone()
+    at99 = con.execute(
+        f"SELECT trajectory_id FROM view_rows ORDER BY trajectory_id LIMIT 1 OFFSET {int(n * 0.99)}"
+    ).fetchone()[0]
+    longest, most = con.execute(
+        "SELECT trajectory_id, n_messages FROM view_rows ORDER BY n_messages DESC, trajectory_id LIMIT 1"
+    ).fetchone()
+    median, med_n = con.execute(
+        f"SELECT trajectory_id, n_messages FROM view_rows ORDER BY n_messages, trajectory_id LIMIT 1 OFFSET {n // 2}"
+    ).fetchone()
     rules = sorted((c, v) for v, c in lv.facet_values["rule"])
     sources = sorted(((c, v) for v, c in lv.facet_values["source"]), reverse=True)
     lv.con.close()
-    return {"n": n, "at99": at99, "longest": longest, "longest_messages": most, "median": median,
-            "median_messages": med_n, "rule": rules[0][1] if rules else "kept",
-            "source": sources[0][1]}
+    return {
+        "n": n,
+        "at99": at99,
+        "longest": longest,
+        "longest_messages": most,
+        "median": median,
+        "median_messages": med_n,
+        "rule": rules[0][1] if rules else "kept",
+        "source": sources[0][1],
+    }
 
 
 def main() -> None:
@@ -219,16 +248,20 @@ def main() -> None:
     work = args.work.resolve()
     lake, built = build(work, args.rows, args.keep_input)
     facts = ids_at(lake)
-    variants = {"no filter": {}, f"source={facts['source']}": {"source": facts["source"]},
-                f"rule={facts['rule']}": {"rule": facts["rule"]}, f"where {WHERE}": {"where": WHERE}}
+    variants = {
+        "no filter": {},
+        f"source={facts['source']}": {"source": facts["source"]},
+        f"rule={facts['rule']}": {"rule": facts["rule"]},
+        f"where {WHERE}": {"where": WHERE},
+    }
     results: list[dict] = []
     R = args.repeats
 
-    server = Server(lake, "--no-search")     # pages alone: no index built meanwhile
+    server = Server(lake, "--no-search")  # pages alone: no index built meanwhile
     try:
         warm_ms, _ = get(server.base + "/")
         print(f"server start {server.start_ms:.0f} ms, first request {warm_ms:.0f} ms", flush=True)
-        pages: dict[str, dict[str, dict]] = {}   # variant -> measurement -> its URL parameters
+        pages: dict[str, dict[str, dict]] = {}  # variant -> measurement -> its URL parameters
         for name, params in variants.items():
             first = "/?" + urllib.parse.urlencode(params) if params else "/"
             walk, url, reached, page2, last = [], first, 0, None, first
@@ -240,11 +273,21 @@ def main() -> None:
                 if reached == 2:
                     page2 = url
                 url = next_link(body)
-            pages[name] = {"page 1": params, "page 2": params_of(page2) if page2 else None,
-                           f"page {reached}": params_of(last),
-                           "after the 99% id": {**params, "after": facts["at99"]}}
-            results.append({"variant": name, "what": f"walk: pages 1-{reached}", "matched": None,
-                            "server": stats(walk), "in_process": None})
+            pages[name] = {
+                "page 1": params,
+                "page 2": params_of(page2) if page2 else None,
+                f"page {reached}": params_of(last),
+                "after the 99% id": {**params, "after": facts["at99"]},
+            }
+            results.append(
+                {
+                    "variant": name,
+                    "what": f"walk: pages 1-{reached}",
+                    "matched": None,
+                    "server": stats(walk),
+                    "in_process": None,
+                }
+            )
             for what, q in pages[name].items():
                 if q is None:
                     continue
@@ -252,11 +295,14 @@ def main() -> None:
                 ms = [get(server.base + url)[0] for _ in range(R)]
                 results.append({"variant": name, "what": what, "params": q, "server": stats(ms)})
             print(f"  {name}: walked {reached} pages", flush=True)
-        for what, tid, n in (("longest", facts["longest"], facts["longest_messages"]),
-                             ("median", facts["median"], facts["median_messages"])):
+        for what, tid, n in (
+            ("longest", facts["longest"], facts["longest_messages"]),
+            ("median", facts["median"], facts["median_messages"]),
+        ):
             ms = [get(f"{server.base}/t/{tid}")[0] for _ in range(R)]
-            results.append({"variant": "trajectory", "what": f"/t/ {what} ({n} messages)", "id": tid,
-                            "server": stats(ms)})
+            results.append(
+                {"variant": "trajectory", "what": f"/t/ {what} ({n} messages)", "id": tid, "server": stats(ms)}
+            )
     finally:
         server.close()
 
@@ -267,8 +313,12 @@ def main() -> None:
     server = Server(lake, "--search-cache", str(cache))
     try:
         ready = server.wait_for("search index ready")
-        search = {"build_line": ready.strip(), "build_s": round((time.perf_counter() - server.started) , 1),
-                  "peak_rss_mb": round(server.peak_rss_mb(), 1), "index_mb": round(disk_mb(cache), 1)}
+        search = {
+            "build_line": ready.strip(),
+            "build_s": round((time.perf_counter() - server.started), 1),
+            "peak_rss_mb": round(server.peak_rss_mb(), 1),
+            "index_mb": round(disk_mb(cache), 1),
+        }
         print(f"search index: {ready.strip()} (peak RSS {search['peak_rss_mb']:.0f} MB)", flush=True)
         for words in SEARCHES:
             url = f"{server.base}/?" + urllib.parse.urlencode({"q": words})
@@ -282,7 +332,7 @@ def main() -> None:
     lv = LakeView(lake)
     for r in results:
         if r["variant"] == "trajectory":
-            lv.trajectory(r["id"])   # untimed, as the server's were after the walk
+            lv.trajectory(r["id"])  # untimed, as the server's were after the walk
             ms = []
             for _ in range(R):
                 start = time.perf_counter()
@@ -300,36 +350,59 @@ def main() -> None:
             r["in_process"], r["matched"] = stats(ms), total
     lv.con.close()
 
-    meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
-            f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
-            "python": platform.python_version(), "duckdb": duckdb.__version__,
-            "rows": facts["n"], "lake_mb": round(disk_mb(lake), 1), "repeats": R,
-            "command": f"uv run python benchmarks/bench_view.py --rows {args.rows}"
-                       + (f" --repeats {R}" if R != 20 else ""),
-            "server": "tracelake view --no-search (pages), then with search",
-            "server_start_ms": round(server.start_ms, 1), "first_request_ms": round(warm_ms, 1)}
+    meta = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
+        f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
+        "python": platform.python_version(),
+        "duckdb": duckdb.__version__,
+        "rows": facts["n"],
+        "lake_mb": round(disk_mb(lake), 1),
+        "repeats": R,
+        "command": f"uv run python benchmarks/bench_view.py --rows {args.rows}"
+        + (f" --repeats {R}" if R != 20 else ""),
+        "server": "tracelake view --no-search (pages), then with search",
+        "server_start_ms": round(server.start_ms, 1),
+        "first_request_ms": round(warm_ms, 1),
+    }
     worst = max(r["server"]["max_ms"] for r in results)
     worst_median = max(r["server"]["median_ms"] for r in results)
-    out = {"meta": meta, "build": built, "facts": facts, "search": search, "results": results,
-           "under_300ms": {"every_median": worst_median < BAR_MS, "every_max": worst < BAR_MS}}
+    out = {
+        "meta": meta,
+        "build": built,
+        "facts": facts,
+        "search": search,
+        "results": results,
+        "under_300ms": {"every_median": worst_median < BAR_MS, "every_max": worst < BAR_MS},
+    }
 
-    print(f"\n### tracelake view, {facts['n']:,} rows ({meta['lake_mb']:,.0f} MB lake), "
-          f"{meta['machine']}, DuckDB {meta['duckdb']}, {meta['date']}\n")
-    print(f"Server start {server.start_ms:,.0f} ms; first request after it (warm-up, not below) "
-          f"{warm_ms:,.0f} ms. {R} requests each; ms.\n")
-    print(f"Search index built from scratch by the server in {search['build_s']:,.0f} s (peak RSS "
-          f"{search['peak_rss_mb']:,.0f} MB, {search['index_mb']:,.0f} MB on disk).\n")
+    print(
+        f"\n### tracelake view, {facts['n']:,} rows ({meta['lake_mb']:,.0f} MB lake), "
+        f"{meta['machine']}, DuckDB {meta['duckdb']}, {meta['date']}\n"
+    )
+    print(
+        f"Server start {server.start_ms:,.0f} ms; first request after it (warm-up, not below) "
+        f"{warm_ms:,.0f} ms. {R} requests each; ms.\n"
+    )
+    print(
+        f"Search index built from scratch by the server in {search['build_s']:,.0f} s (peak RSS "
+        f"{search['peak_rss_mb']:,.0f} MB, {search['index_mb']:,.0f} MB on disk).\n"
+    )
     print("| list / page | rows matched | server median | p90 | max | in-process median | p90 | max |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         s, p = r["server"], r.get("in_process")
         inp = f"{p['median_ms']:.1f} | {p['p90_ms']:.1f} | {p['max_ms']:.1f}" if p else "– | – | –"
         matched = f"{r['matched']:,}" if r.get("matched") is not None else ""
-        print(f"| {r['variant']}: {r['what']} | {matched} | {s['median_ms']:.1f} | {s['p90_ms']:.1f} | "
-              f"{s['max_ms']:.1f} | {inp} |")
-    print(f"\nEvery page under {BAR_MS:.0f} ms: median {out['under_300ms']['every_median']} "
-          f"(worst median {worst_median:.0f} ms), max {out['under_300ms']['every_max']} "
-          f"(worst {worst:.0f} ms)")
+        print(
+            f"| {r['variant']}: {r['what']} | {matched} | {s['median_ms']:.1f} | {s['p90_ms']:.1f} | "
+            f"{s['max_ms']:.1f} | {inp} |"
+        )
+    print(
+        f"\nEvery page under {BAR_MS:.0f} ms: median {out['under_300ms']['every_median']} "
+        f"(worst median {worst_median:.0f} ms), max {out['under_300ms']['every_max']} "
+        f"(worst {worst:.0f} ms)"
+    )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=2) + "\n")

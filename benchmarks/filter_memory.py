@@ -40,7 +40,9 @@ def high_water_mb() -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--params", default="params.yaml", help="the project's params.yaml (paths relative to its directory)")
+    ap.add_argument(
+        "--params", default="params.yaml", help="the project's params.yaml (paths relative to its directory)"
+    )
     args = ap.parse_args()
     params_path = Path(args.params).resolve()
     os.chdir(params_path.parent)

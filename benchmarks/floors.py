@@ -1,7 +1,7 @@
 """The floors any ingest pays, on the same JSONL files as the pipeline benchmark.
 
-    python benchmarks/floors.py orjson TRACES_DIR            # parse every line, 2 processes
-    python benchmarks/floors.py duckdb TRACES_DIR OUT.parquet  # read_json -> COPY, 1,000-row groups
+python benchmarks/floors.py orjson TRACES_DIR            # parse every line, 2 processes
+python benchmarks/floors.py duckdb TRACES_DIR OUT.parquet  # read_json -> COPY, 1,000-row groups
 """
 
 from __future__ import annotations

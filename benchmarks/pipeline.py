@@ -72,19 +72,21 @@ class Step:
     rc: int
 
     def line(self, mb: float, rows: int) -> str:
-        return (f"| {self.name} | {self.wall_s:.1f} | {self.cpu_s:.1f} | {self.rss_mb:,.0f} | "
-                f"{rows / self.wall_s:,.0f} | {mb / self.wall_s:,.1f} |")
+        return (
+            f"| {self.name} | {self.wall_s:.1f} | {self.cpu_s:.1f} | {self.rss_mb:,.0f} | "
+            f"{rows / self.wall_s:,.0f} | {mb / self.wall_s:,.1f} |"
+        )
 
 
 # Every measured process may cache its bytecode, as a user's Python does (a machine that sets
 # PYTHONDONTWRITEBYTECODE recompiles every imported module in every process: about 1 s a stage,
 # and more for the references' heavier imports); `warm_bytecode` writes the caches before timing.
 _ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-_ENV["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), _ENV.get("PYTHONPATH", "")]))   # stages/
+_ENV["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), _ENV.get("PYTHONPATH", "")]))  # stages/
 WARM_IMPORTS = {
     "tracelake": "import duckdb, polars, pyarrow.parquet, tokenizers, tracelake.cli, tracelake.params, "
-                 "tracelake.ingest.traces, tracelake.ingest.tasks, tracelake.curate.scoring.scores, tracelake.curate.filter, "
-                 "tracelake.curate.select, tracelake.export.sft, tracelake.core.token_count",
+    "tracelake.ingest.traces, tracelake.ingest.tasks, tracelake.curate.scoring.scores, tracelake.curate.filter, "
+    "tracelake.curate.select, tracelake.export.sft, tracelake.core.token_count",
     "hf": "import datasets, orjson",
     "lf": "import transformers, llamafactory.data, llamafactory.hparams",
 }
@@ -93,8 +95,14 @@ WARM_IMPORTS = {
 def warm_bytecode(python: Path | str, what: str, log: Path) -> None:
     """Import what a measured step imports once, untimed, so that its bytecode is cached."""
     with open(log, "ab") as out:
-        subprocess.run([str(python), "-c", WARM_IMPORTS[what]], cwd=ROOT, env=_ENV, stdout=out,
-                       stderr=subprocess.STDOUT, check=True)
+        subprocess.run(
+            [str(python), "-c", WARM_IMPORTS[what]],
+            cwd=ROOT,
+            env=_ENV,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            check=True,
+        )
 
 
 def measure(name: str, cmd: list[str], cwd: Path, log: Path, env: dict | None = None) -> Step:
@@ -104,8 +112,7 @@ def measure(name: str, cmd: list[str], cwd: Path, log: Path, env: dict | None = 
         out.write(f"\n$ {' '.join(map(str, cmd))}\n".encode())
         out.flush()
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                env={**_ENV, **(env or {})})
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env={**_ENV, **(env or {})})
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start
     rc = os.waitstatus_to_exitcode(status)
@@ -119,14 +126,17 @@ def measure(name: str, cmd: list[str], cwd: Path, log: Path, env: dict | None = 
 
 # --- inputs -----------------------------------------------------------------------------------
 
+
 def synth(work: Path, rows: int, log: Path) -> Path:
     """`tracelake synth --profile openthoughts` data in 100 files of 1% each (row content does not
     depend on the file split), so that a 1% append is one more file."""
     data = work / f"data-{rows}"
     if not (data / "synth_manifest.json").is_file():
         shutil.rmtree(data, ignore_errors=True)
-        code = ("import sys; from pathlib import Path; from tracelake.sample.openthoughts import synthesize_openthoughts; "
-                f"synthesize_openthoughts(Path(sys.argv[1]), rows={rows}, rows_per_file={max(1, rows // 100)})")
+        code = (
+            "import sys; from pathlib import Path; from tracelake.sample.openthoughts import synthesize_openthoughts; "
+            f"synthesize_openthoughts(Path(sys.argv[1]), rows={rows}, rows_per_file={max(1, rows // 100)})"
+        )
         measure("synth", [PY, "-c", code, str(data)], ROOT, log)
     return data
 
@@ -151,8 +161,9 @@ def append_last(data: Path, before: Path) -> None:
 def tokenizer(work: Path, data: Path, log: Path) -> Path:
     out = work / "tokenizer-qwen-style"
     if not (out / "tokenizer.json").is_file():
-        measure("train tokenizer", [PY, str(BENCH / "qwen_style_tokenizer.py"), str(data / "traces"), str(out)],
-                ROOT, log)
+        measure(
+            "train tokenizer", [PY, str(BENCH / "qwen_style_tokenizer.py"), str(data / "traces"), str(out)], ROOT, log
+        )
     return out
 
 
@@ -173,29 +184,41 @@ def input_mb(data: Path) -> float:
 
 # --- the pipeline -----------------------------------------------------------------------------
 
+
 def source_names(copies: int) -> list[str]:
     return [SOURCE] + [f"{SOURCE}{k + 1}" for k in range(1, copies)]
 
 
-def project(work: Path, name: str, data: Path, tok: Path, *, count: bool, caches: Path,
-            traces: Path | None = None, copies: int = 1) -> Path:
+def project(
+    work: Path,
+    name: str,
+    data: Path,
+    tok: Path,
+    *,
+    count: bool,
+    caches: Path,
+    traces: Path | None = None,
+    copies: int = 1,
+) -> Path:
     """A project directory whose params.yaml runs the pipeline over one traces source (or the same
     input as `copies` sources: other source names, so other trajectory ids, copies times the rows)."""
     proj = work / name
     shutil.rmtree(proj, ignore_errors=True)
     proj.mkdir(parents=True)
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["sources"] = {name: {"format": "traces", "path": str(traces or data / "traces"), "tasks": str(data / "tasks")}
-                         for name in source_names(copies)}
+    params["sources"] = {
+        name: {"format": "traces", "path": str(traces or data / "traces"), "tasks": str(data / "tasks")}
+        for name in source_names(copies)
+    }
     params["tokenizer"]["cache"] = str(caches / "tokens")
     params["ingest"]["cache"] = str(caches / "ingest")
     params["filter"].update(tokenizer=str(tok), count_tokens=count, max_tokens=32768 if count else None)
     params["export_sft"].update(tokenizer=str(tok), count_tokens=count)
     params["scales"] = {"all": 1}
     params["dedup"]["cache"] = str(caches / "embeddings")
-    if not count:   # same work as the references: no near-duplicate search
+    if not count:  # same work as the references: no near-duplicate search
         params["dedup"]["minhash"]["enabled"] = params["dedup"]["embedding"]["enabled"] = False
-    params["decontaminate"] = {"root": str(data), "benchmarks": {}}   # no benchmark beside the generated data
+    params["decontaminate"] = {"root": str(data), "benchmarks": {}}  # no benchmark beside the generated data
     (proj / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     return proj
 
@@ -209,6 +232,7 @@ def set_scale(proj: Path, name: str, rows: int) -> None:
 @dataclass
 class Profiler:
     """Runs steps under py-spy (benchmarks/profiles.py), one raw profile a step in `out`."""
+
     exe: Path
     out: Path
     raws: dict[str, Path]
@@ -233,15 +257,21 @@ def pipeline(proj: Path, data: Path, log: Path, copies: int = 1, spy: Profiler |
     for name in source_names(copies):
         warm_input(data)
         steps.append(stage(proj, log, "ingest" if copies == 1 else f"ingest {name}", "ingest", name, spy=spy))
-    steps += [stage(proj, log, "score", "score", spy=spy), stage(proj, log, "dedup", "dedup", spy=spy),
-              stage(proj, log, "filter", "filter", spy=spy)]
+    steps += [
+        stage(proj, log, "score", "score", spy=spy),
+        stage(proj, log, "dedup", "dedup", spy=spy),
+        stage(proj, log, "filter", "filter", spy=spy),
+    ]
     set_scale(proj, "all", kept(proj))
-    steps += [stage(proj, log, "select", "select", "all", spy=spy),
-              stage(proj, log, "export_sft", "export_sft", "all", spy=spy)]
+    steps += [
+        stage(proj, log, "select", "select", "all", spy=spy),
+        stage(proj, log, "export_sft", "export_sft", "all", spy=spy),
+    ]
     return steps
 
 
 # --- references -------------------------------------------------------------------------------
+
 
 def hf_python(work: Path, log: Path) -> Path:
     venv = work / "hf-venv"
@@ -260,23 +290,48 @@ def references(work: Path, data: Path, proj: Path | None, tok: Path, skip: set[s
         shutil.rmtree(scratch, ignore_errors=True)
         scratch.mkdir()
         warm_input(data)
-        steps.append(measure("floor: orjson parse, 2 processes",
-                             [PY, str(BENCH / "floors.py"), "orjson", str(data / "traces")], ROOT, log))
+        steps.append(
+            measure(
+                "floor: orjson parse, 2 processes",
+                [PY, str(BENCH / "floors.py"), "orjson", str(data / "traces")],
+                ROOT,
+                log,
+            )
+        )
         warm_input(data)
-        steps.append(measure("floor: DuckDB read_json -> COPY parquet (1,000-row groups)",
-                             [PY, str(BENCH / "floors.py"), "duckdb", str(data / "traces"), str(scratch / "duck.parquet")],
-                             ROOT, log))
+        steps.append(
+            measure(
+                "floor: DuckDB read_json -> COPY parquet (1,000-row groups)",
+                [PY, str(BENCH / "floors.py"), "duckdb", str(data / "traces"), str(scratch / "duck.parquet")],
+                ROOT,
+                log,
+            )
+        )
     if "hf" not in skip:
         py = hf_python(work, log)
         warm_bytecode(py, "hf", log)
         for num_proc in (1, 2):
-            shutil.rmtree(scratch, ignore_errors=True)   # a cold HF cache every time
+            shutil.rmtree(scratch, ignore_errors=True)  # a cold HF cache every time
             scratch.mkdir()
             warm_input(data)
-            steps.append(measure(f"HF datasets, num_proc={num_proc}",
-                                 [str(py), str(BENCH / "references" / "hf_datasets.py"), "--num-proc", str(num_proc),
-                                  "--cache", str(scratch / "hf-cache"), "--out", str(scratch / "hf.parquet"), *files],
-                                 ROOT, log))
+            steps.append(
+                measure(
+                    f"HF datasets, num_proc={num_proc}",
+                    [
+                        str(py),
+                        str(BENCH / "references" / "hf_datasets.py"),
+                        "--num-proc",
+                        str(num_proc),
+                        "--cache",
+                        str(scratch / "hf-cache"),
+                        "--out",
+                        str(scratch / "hf.parquet"),
+                        *files,
+                    ],
+                    ROOT,
+                    log,
+                )
+            )
     if "lf" not in skip and proj is not None:
         train_py = ROOT / ".venv-train" / "bin" / "python"
         if not train_py.is_file():
@@ -286,9 +341,22 @@ def references(work: Path, data: Path, proj: Path | None, tok: Path, skip: set[s
             warm_bytecode(train_py, "lf", log)
             shutil.rmtree(scratch, ignore_errors=True)
             scratch.mkdir()
-            steps.append(measure("LLaMA-Factory preprocessing, 2 workers",
-                                 [str(train_py), str(BENCH / "references" / "lf_tokenize.py"), "--tokenizer", str(tok),
-                                  "--work", str(scratch), *map(str, shards)], ROOT, log))
+            steps.append(
+                measure(
+                    "LLaMA-Factory preprocessing, 2 workers",
+                    [
+                        str(train_py),
+                        str(BENCH / "references" / "lf_tokenize.py"),
+                        "--tokenizer",
+                        str(tok),
+                        "--work",
+                        str(scratch),
+                        *map(str, shards),
+                    ],
+                    ROOT,
+                    log,
+                )
+            )
     shutil.rmtree(scratch, ignore_errors=True)
     return steps
 
@@ -320,40 +388,67 @@ def targets(result: dict) -> list[dict]:
 
     def judge(target: str, measured: str | None, ok: bool, runs: list[str], why: str = "") -> None:
         verdict = "not measured" if measured is None else "met" if ok else "missed"
-        out.append({"target": target, "measured": measured or why, "verdict": verdict,
-                    "profile": runs if verdict == "missed" else []})
+        out.append(
+            {
+                "target": target,
+                "measured": measured or why,
+                "verdict": verdict,
+                "profile": runs if verdict == "missed" else [],
+            }
+        )
 
     if same and hf:
-        judge("same work >=4x faster than HF datasets (the faster of num_proc 1 and 2)",
-              f"{hf / same['wall_s']:.2f}x ({same['wall_s']:.1f} s against {hf:.1f} s)",
-              hf / same["wall_s"] >= 4, ["same_work"])
+        judge(
+            "same work >=4x faster than HF datasets (the faster of num_proc 1 and 2)",
+            f"{hf / same['wall_s']:.2f}x ({same['wall_s']:.1f} s against {hf:.1f} s)",
+            hf / same["wall_s"] >= 4,
+            ["same_work"],
+        )
     else:
         judge("same work >=4x faster than HF datasets", None, False, [], "HF reference skipped")
     if same and duck:
-        judge("same work <=3x the DuckDB read_json -> COPY floor",
-              f"{same['wall_s'] / duck:.2f}x ({same['wall_s']:.1f} s against {duck:.1f} s)",
-              same["wall_s"] <= 3 * duck, ["same_work"])
+        judge(
+            "same work <=3x the DuckDB read_json -> COPY floor",
+            f"{same['wall_s'] / duck:.2f}x ({same['wall_s']:.1f} s against {duck:.1f} s)",
+            same["wall_s"] <= 3 * duck,
+            ["same_work"],
+        )
     else:
         judge("same work <=3x the DuckDB floor", None, False, [], "floors skipped")
     if first and lf:
-        judge("exact first run no slower than LLaMA-Factory's tokenizer pass (2 workers)",
-              f"{first['wall_s'] / lf:.2f}x ({first['wall_s']:.1f} s against {lf:.1f} s)",
-              first["wall_s"] <= lf, ["exact_first"])
+        judge(
+            "exact first run no slower than LLaMA-Factory's tokenizer pass (2 workers)",
+            f"{first['wall_s'] / lf:.2f}x ({first['wall_s']:.1f} s against {lf:.1f} s)",
+            first["wall_s"] <= lf,
+            ["exact_first"],
+        )
     else:
-        judge("exact first run no slower than LLaMA-Factory's tokenizer pass", None, False, [],
-              "no exact run" if not first else "LLaMA-Factory reference skipped")
+        judge(
+            "exact first run no slower than LLaMA-Factory's tokenizer pass",
+            None,
+            False,
+            [],
+            "no exact run" if not first else "LLaMA-Factory reference skipped",
+        )
     if first and append:
-        judge("a 1% append reruns in <=10% of the first run",
-              f"{100 * append['wall_s'] / first['wall_s']:.1f}% ({append['wall_s']:.1f} s against "
-              f"{first['wall_s']:.1f} s)", append["wall_s"] <= 0.10 * first["wall_s"], ["exact_append"])
+        judge(
+            "a 1% append reruns in <=10% of the first run",
+            f"{100 * append['wall_s'] / first['wall_s']:.1f}% ({append['wall_s']:.1f} s against "
+            f"{first['wall_s']:.1f} s)",
+            append["wall_s"] <= 0.10 * first["wall_s"],
+            ["exact_append"],
+        )
     else:
         judge("a 1% append reruns in <=10% of the first run", None, False, [], "no exact run")
     ours = [s for k in ("same_work", "exact_first", "exact_append", "exact_new_scale") for s in result.get(k) or []]
     if ours:
         peak = max(ours, key=lambda s: s["rss_mb"])
-        judge(f"peak RSS <={RSS_LIMIT_MB:,} MB at {result['rows']:,} rows",
-              f"{peak['rss_mb']:,.0f} MB ({peak['name']})", peak["rss_mb"] <= RSS_LIMIT_MB,
-              [])   # py-spy samples time, not memory: benchmarks/filter_memory.py is the memory tool
+        judge(
+            f"peak RSS <={RSS_LIMIT_MB:,} MB at {result['rows']:,} rows",
+            f"{peak['rss_mb']:,.0f} MB ({peak['name']})",
+            peak["rss_mb"] <= RSS_LIMIT_MB,
+            [],
+        )  # py-spy samples time, not memory: benchmarks/filter_memory.py is the memory tool
     return out
 
 
@@ -400,18 +495,18 @@ def profile_misses(work: Path, rows: int, data: Path, tok: Path, result: dict, l
         for s in steps:
             if s.wall_s >= 0.10 * total:
                 summary = profiles.summarize(spies[run].raws[s.name])
-                out.append({"run": run, "stage": s.name, "wall_s": s.wall_s, "share": s.wall_s / total,
-                            "summary": summary})
+                out.append(
+                    {"run": run, "stage": s.name, "wall_s": s.wall_s, "share": s.wall_s / total, "summary": summary}
+                )
     return out
 
 
 # --- report -----------------------------------------------------------------------------------
 
+
 def table(title: str, steps: list[Step], mb: float, rows: int) -> str:
-    head = (f"\n**{title}**\n\n| step | wall s | CPU s | peak RSS MB | rows/s | MB/s |\n"
-            "|---|---:|---:|---:|---:|---:|")
-    total = Step("total", sum(s.wall_s for s in steps), sum(s.cpu_s for s in steps),
-                 max(s.rss_mb for s in steps), 0)
+    head = f"\n**{title}**\n\n| step | wall s | CPU s | peak RSS MB | rows/s | MB/s |\n|---|---:|---:|---:|---:|---:|"
+    total = Step("total", sum(s.wall_s for s in steps), sum(s.cpu_s for s in steps), max(s.rss_mb for s in steps), 0)
     return "\n".join([head, *(s.line(mb, rows) for s in steps), total.line(mb, rows)])
 
 
@@ -421,13 +516,14 @@ def target_table(judged: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def run_size(work: Path, rows: int, skip: set[str], exact_runs: bool = True, copies: int = 1,
-             profile: bool = False) -> dict:
+def run_size(
+    work: Path, rows: int, skip: set[str], exact_runs: bool = True, copies: int = 1, profile: bool = False
+) -> dict:
     result = measure_size(work, rows, skip, exact_runs, copies)
     result["targets"] = targets(result)
     if profile:
         log = work / f"log-{rows}.txt"
-        data = synth(work, rows, log)   # made by measure_size: these return the existing input and tokenizer
+        data = synth(work, rows, log)  # made by measure_size: these return the existing input and tokenizer
         result["profiles"] = profile_misses(work, rows, data, tokenizer(work, data, log), result, log)
     return result
 
@@ -446,7 +542,7 @@ def measure_size(work: Path, rows: int, skip: set[str], exact_runs: bool, copies
     same = project(work, f"same-work-{rows}", data, tok, count=False, caches=caches / "same-work", copies=copies)
     result["same_work"] = [asdict(s) for s in pipeline(same, data, log, copies)]
     if copies > 1:
-        return result   # the references read the input once: not the same work
+        return result  # the references read the input once: not the same work
     if not exact_runs:
         result["references"] = [asdict(s) for s in references(work, data, None, tok, skip | {"lf"}, log)]
         return result
@@ -459,8 +555,10 @@ def measure_size(work: Path, rows: int, skip: set[str], exact_runs: bool, copies
     result["exact_append"] = [asdict(s) for s in pipeline(exact, data, log)]
     print("exact (a new scale)", flush=True)
     set_scale(exact, "half", max(1, kept(exact) // 2))
-    result["exact_new_scale"] = [asdict(stage(exact, log, "select", "select", "half")),
-                                 asdict(stage(exact, log, "export_sft", "export_sft", "half"))]
+    result["exact_new_scale"] = [
+        asdict(stage(exact, log, "select", "select", "half")),
+        asdict(stage(exact, log, "export_sft", "export_sft", "half")),
+    ]
     set_scale(exact, "all", kept(exact))
     print("references", flush=True)
     result["references"] = [asdict(s) for s in references(work, data, exact, tok, skip, log)]
@@ -473,38 +571,62 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=ROOT / ".bench", help="data, venvs and projects (reused)")
     ap.add_argument("--skip", default="", help="comma list of references to skip: hf, lf, floors")
     ap.add_argument("--json", type=Path, help="write every measurement here")
-    ap.add_argument("--same-work-only", action="store_true",
-                    help="only the same-work pipeline and the HF and floor references (no token counting runs)")
-    ap.add_argument("--copies", type=int, default=1,
-                    help="ingest the same input as this many sources (copies x the rows, with the disk of one "
-                         "input): the same-work pipeline only, no references; for memory at 300K")
-    ap.add_argument("--profile", action="store_true",
-                    help="for each missed target, rerun the runs behind it under py-spy (pinned, installed under "
-                         "--work) and report the functions holding the samples of their main stages")
+    ap.add_argument(
+        "--same-work-only",
+        action="store_true",
+        help="only the same-work pipeline and the HF and floor references (no token counting runs)",
+    )
+    ap.add_argument(
+        "--copies",
+        type=int,
+        default=1,
+        help="ingest the same input as this many sources (copies x the rows, with the disk of one "
+        "input): the same-work pipeline only, no references; for memory at 300K",
+    )
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="for each missed target, rerun the runs behind it under py-spy (pinned, installed under "
+        "--work) and report the functions holding the samples of their main stages",
+    )
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     skip = {s for s in args.skip.split(",") if s}
-    results = [run_size(args.work.resolve(), rows, skip, not args.same_work_only and args.copies == 1, args.copies,
-                        args.profile) for rows in (args.rows or [10000])]
-    meta = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
-            f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
-            "command": "uv run python benchmarks/pipeline.py " + " ".join(f"--rows {n}" for n in (args.rows or [10000]))
-            + (" --same-work-only" if args.same_work_only else "")
-            + (f" --copies {args.copies}" if args.copies > 1 else "")
-            + (f" --skip {args.skip}" if skip else "") + (" --profile" if args.profile else "")}   # no local paths
+    results = [
+        run_size(
+            args.work.resolve(), rows, skip, not args.same_work_only and args.copies == 1, args.copies, args.profile
+        )
+        for rows in (args.rows or [10000])
+    ]
+    meta = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
+        f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
+        "command": "uv run python benchmarks/pipeline.py "
+        + " ".join(f"--rows {n}" for n in (args.rows or [10000]))
+        + (" --same-work-only" if args.same_work_only else "")
+        + (f" --copies {args.copies}" if args.copies > 1 else "")
+        + (f" --skip {args.skip}" if skip else "")
+        + (" --profile" if args.profile else ""),
+    }  # no local paths
     for r in results:
         print(f"\n### {r['rows']:,} rows, {r['input_mb']:,.0f} MB of JSONL")
-        for key, title in (("same_work", "same work as the HF reference (no token counting)"),
-                           ("exact_first", "exact token counts, first run on 99% of the rows"),
-                           ("exact_append", "exact token counts, after a 1% append"),
-                           ("exact_new_scale", "exact token counts, a new scale"),
-                           ("references", "references (same input)")):
+        for key, title in (
+            ("same_work", "same work as the HF reference (no token counting)"),
+            ("exact_first", "exact token counts, first run on 99% of the rows"),
+            ("exact_append", "exact token counts, after a 1% append"),
+            ("exact_new_scale", "exact token counts, a new scale"),
+            ("references", "references (same input)"),
+        ):
             if r.get(key):
                 print(table(title, [Step(**s) for s in r[key]], r["input_mb"], r["rows"]))
         print(target_table(r["targets"]))
         for p in r.get("profiles") or []:
-            print(profiles.render(f"{p['run']} / {p['stage']} ({p['wall_s']:.1f} s, {100 * p['share']:.0f}% of the run)",
-                                  p["summary"]))
+            print(
+                profiles.render(
+                    f"{p['run']} / {p['stage']} ({p['wall_s']:.1f} s, {100 * p['share']:.0f}% of the run)", p["summary"]
+                )
+            )
     if args.json:
         args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
 

@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 PY_SPY_PIN = "py-spy==0.4.3"
-RATE = 50   # samples a second in each process: enough for stages of seconds to minutes
+RATE = 50  # samples a second in each process: enough for stages of seconds to minutes
 _PROCESS = re.compile(r'^process \d+:".*"$')
 _FILE = re.compile(r"\((.*)\)$")
 
@@ -28,15 +28,27 @@ def py_spy(work: Path) -> Path:
     exe = venv / "bin" / "py-spy"
     if not exe.is_file():
         subprocess.run(["uv", "venv", "-q", "--python", "3.11", str(venv)], check=True)
-        subprocess.run(["uv", "pip", "install", "-q", "--python", str(venv / "bin" / "python"), PY_SPY_PIN],
-                       check=True)
+        subprocess.run(["uv", "pip", "install", "-q", "--python", str(venv / "bin" / "python"), PY_SPY_PIN], check=True)
     return exe
 
 
 def wrap(exe: Path, raw: Path, cmd: list[str]) -> list[str]:
     """cmd run under py-spy: CPU samples of it and every process it starts, folded into raw."""
-    return [str(exe), "record", "--subprocesses", "--nolineno", "--nonblocking", "--format", "raw",
-            "--rate", str(RATE), "--output", str(raw), "--", *cmd]
+    return [
+        str(exe),
+        "record",
+        "--subprocesses",
+        "--nolineno",
+        "--nonblocking",
+        "--format",
+        "raw",
+        "--rate",
+        str(RATE),
+        "--output",
+        str(raw),
+        "--",
+        *cmd,
+    ]
 
 
 def _frame(frame: str) -> str:
@@ -89,8 +101,11 @@ def summarize(raw: Path, top: int = 15) -> dict:
 
 def render(title: str, summary: dict) -> str:
     """A profile summary as Markdown: the top self and inclusive functions side by side."""
-    lines = [f"\n**profile: {title}** ({summary['samples']:,} samples at {RATE}/s a process)\n",
-             "| self % | function | inclusive % | function |", "|---:|---|---:|---|"]
+    lines = [
+        f"\n**profile: {title}** ({summary['samples']:,} samples at {RATE}/s a process)\n",
+        "| self % | function | inclusive % | function |",
+        "|---:|---|---:|---|",
+    ]
     rows = max(len(summary["self"]), len(summary["inclusive"]))
     for i in range(rows):
         s = summary["self"][i] if i < len(summary["self"]) else ["", ""]

@@ -49,13 +49,20 @@ def main() -> None:
     args = ap.parse_args()
     tok = Tokenizer(models.BPE())
     tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=args.vocab, min_frequency=2, show_progress=False,
-                                  special_tokens=[AddedToken(t, special=True, normalized=False) for t in SPECIAL],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=args.vocab,
+        min_frequency=2,
+        show_progress=False,
+        special_tokens=[AddedToken(t, special=True, normalized=False) for t in SPECIAL],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(texts(args.traces, args.mb << 20), trainer=trainer)
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in ADDED])
     args.out.mkdir(parents=True, exist_ok=True)

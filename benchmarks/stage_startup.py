@@ -28,12 +28,12 @@ sys.path.insert(0, str(ROOT))
 from stages import NAMES  # noqa: E402
 
 KEYS = {"ingest": "swesmith", "select": "1k", "export_sft": "1k"}
-OLD_SCRIPTS = {"select": "select_scale.py"}   # stages whose script had another name
+OLD_SCRIPTS = {"select": "select_scale.py"}  # stages whose script had another name
 
 
 def wall_ms(cmd: list[str], cwd: Path, runs: int) -> float:
     """Median wall milliseconds of `cmd` over `runs` runs (after one warm-up run)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(cwd / "src"), str(cwd)])}   # this tree's code
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(cwd / "src"), str(cwd)])}  # this tree's code
     times = []
     for i in range(runs + 1):
         start = time.perf_counter()
@@ -71,8 +71,9 @@ def main() -> None:
     if args.before:
         tmp = Path(tempfile.mkdtemp(prefix="startup-"))
         try:
-            subprocess.run(["git", "worktree", "add", "-q", "--detach", str(tmp / "wt"), args.before], cwd=ROOT,
-                           check=True)
+            subprocess.run(
+                ["git", "worktree", "add", "-q", "--detach", str(tmp / "wt"), args.before], cwd=ROOT, check=True
+            )
             result["before"] = measure(tmp / "wt", args.runs, old=True)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(tmp / "wt")], cwd=ROOT, check=False)

@@ -51,8 +51,16 @@ image = (
 @app.function(image=image, gpu=GPU, volumes={MODELS: volume}, secrets=secrets, timeout=TIMEOUT_S)
 def generate(requests: list[str], model: str, batch_size: int, max_model_len: int | None):
     """worker.py over `requests` (protocol lines); yields each answer line as it is written."""
-    command = [sys.executable, "/opt/tracelake/worker.py", "--engine", "vllm", "--model", model,
-               "--batch-size", str(batch_size)]
+    command = [
+        sys.executable,
+        "/opt/tracelake/worker.py",
+        "--engine",
+        "vllm",
+        "--model",
+        model,
+        "--batch-size",
+        str(batch_size),
+    ]
     if max_model_len:
         command += ["--max-model-len", str(max_model_len)]
     with tempfile.TemporaryFile("w+") as stdin:
@@ -64,7 +72,7 @@ def generate(requests: list[str], model: str, batch_size: int, max_model_len: in
                 yield line
         finally:
             code = proc.wait()
-            volume.commit()   # the hub cache, so the next run downloads nothing
+            volume.commit()  # the hub cache, so the next run downloads nothing
     if code:
         raise RuntimeError(f"worker.py exited with code {code}")
 
@@ -80,8 +88,9 @@ def upload_once(local_dir: str, fingerprint: str) -> None:
 
 
 @app.local_entrypoint()
-def score(model: str, batch_size: int = 64, max_model_len: int = 0, local_model_dir: str = "",
-          fingerprint: str = "") -> None:
+def score(
+    model: str, batch_size: int = 64, max_model_len: int = 0, local_model_dir: str = "", fingerprint: str = ""
+) -> None:
     if local_model_dir:
         upload_once(local_model_dir, fingerprint)
     requests = [line for line in sys.stdin if line.strip()]

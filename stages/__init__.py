@@ -10,8 +10,20 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-NAMES = ("synth", "tokenizer", "ingest", "score", "dedup", "filter", "select", "export_sft", "export_rl",
-         "train_config", "report", "check")
+NAMES = (
+    "synth",
+    "tokenizer",
+    "ingest",
+    "score",
+    "dedup",
+    "filter",
+    "select",
+    "export_sft",
+    "export_rl",
+    "train_config",
+    "report",
+    "check",
+)
 
 
 def declared(name: str) -> Any:
@@ -39,9 +51,11 @@ def check_sources_current(params: Any, dvc_yaml: str = "dvc.yaml") -> None:
 
     path = Path(dvc_yaml)
     if not path.is_file():
-        return   # run outside a pipeline (a scratch copy of a stage)
+        return  # run outside a pipeline (a scratch copy of a stage)
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     listed = (yaml.load(path.read_text(), Loader=loader) or {}).get("stages", {}).get("ingest", {}).get("foreach")
     if listed != source_items(params.sources):
-        raise BadParams("dvc.yaml does not ingest the sources params.yaml names (sources changed): run "
-                        "`python -m stages.dvc_yaml` to rewrite it, then `dvc repro`")
+        raise BadParams(
+            "dvc.yaml does not ingest the sources params.yaml names (sources changed): run "
+            "`python -m stages.dvc_yaml` to rewrite it, then `dvc repro`"
+        )

@@ -26,8 +26,11 @@ def main(argv: list[str] | None = None) -> None:
         names = ", ".join(NAMES)
         raise BadParams(f"usage: python -m stages NAME [KEY] [--params FILE] (NAME: one of {names})")
     stage: Stage = declared(argv[0])
-    parser = argparse.ArgumentParser(prog=f"python -m stages {stage.name}", description=stage.doc,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=f"python -m stages {stage.name}",
+        description=stage.doc,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     if stage.foreach:
         parser.add_argument(_ITEM[stage.foreach])
     parser.add_argument("--params", default="params.yaml")

@@ -10,7 +10,9 @@ from tracelake.params import SECTION_HOMES
 
 
 def run(ctx: Context) -> Result:
-    return Result(summary=[f"check: params.yaml: {len(SECTION_HOMES)} sections, all valid; dvc.yaml lists every source"])
+    return Result(
+        summary=[f"check: params.yaml: {len(SECTION_HOMES)} sections, all valid; dvc.yaml lists every source"]
+    )
 
 
 STAGE = Stage("check", __doc__, run, params=(), untracked=tuple(SECTION_HOMES), deps=("params.yaml",))

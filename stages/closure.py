@@ -45,8 +45,6 @@ def covered(path: str, deps: list[str] | tuple[str, ...]) -> bool:
     return any(path == d or path.startswith(d.rstrip("/") + "/") for d in deps)
 
 
-
-
 def _rel(path: Path, root: Path) -> str:
     return path.resolve().relative_to(root.resolve()).as_posix()
 
@@ -122,7 +120,8 @@ class Project:
 def _is_type_checking(node: ast.If) -> bool:
     test = node.test
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _walk(node: ast.AST) -> Iterator[ast.AST]:
@@ -187,8 +186,12 @@ def _imported_names(project: Project, module: ModuleFile) -> Iterator[tuple[str,
         # the package root: every module imports it (for __version__), but only its top level runs
         # then; its one function, open_lake, is for notebooks, and no library module or stage calls
         # it (test_architecture.test_nothing_in_the_project_calls_the_roots_open_lake)
-        nodes = (n for stmt in module.tree.body if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))
-                 for n in _walk(stmt))
+        nodes = (
+            n
+            for stmt in module.tree.body
+            if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for n in _walk(stmt)
+        )
     for node in nodes:
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -199,9 +202,13 @@ def _imported_names(project: Project, module: ModuleFile) -> Iterator[tuple[str,
             for alias in node.names:
                 if alias.name != "*" and project.find(f"{base}.{alias.name}"):
                     yield f"{base}.{alias.name}", node.lineno
-        elif (isinstance(node, ast.Call) and _dotted(node.func) in ("importlib.import_module", "import_module")
-              and node.args and isinstance(node.args[0], ast.Constant)
-              and isinstance(node.args[0].value, str)):
+        elif (
+            isinstance(node, ast.Call)
+            and _dotted(node.func) in ("importlib.import_module", "import_module")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
             yield node.args[0].value, node.lineno
 
 
@@ -291,11 +298,13 @@ class Resolver:
         for qualname, asset in LOADERS.items():
             module_name, _, func_name = qualname.rpartition(".")
             module = project.module(module_name)
-            func = module and next((n for n in module.tree.body if isinstance(n, ast.FunctionDef)
-                                    and n.name == func_name), None)
+            func = module and next(
+                (n for n in module.tree.body if isinstance(n, ast.FunctionDef) and n.name == func_name), None
+            )
             if not func:
-                raise LookupError(f"asset loader {qualname} is not defined any more: update LOADERS in "
-                                  f"{Path(__file__).name}")
+                raise LookupError(
+                    f"asset loader {qualname} is not defined any more: update LOADERS in {Path(__file__).name}"
+                )
             self.loaders[qualname] = Loader(asset, 0, func.args.args[0].arg if func.args.args else None)
         self._find_wrappers()
 
@@ -368,20 +377,19 @@ class Resolver:
                         changed = True
                         break
 
-    def refs(self, scope: FunctionScope,
-             nodes: list[ast.AST]) -> Iterator[tuple[ast.Call, Loader, list[Ref]]]:
+    def refs(self, scope: FunctionScope, nodes: list[ast.AST]) -> Iterator[tuple[ast.Call, Loader, list[Ref]]]:
         """Each loader call the scope makes itself, with the names it can load (forwarded parameters
         of a wrapper are left to the wrapper's callers)."""
         for call, target, loader in self.calls(scope, nodes):
             arg = self.argument(call, loader)
-            if (scope.qualname in self.loaders and isinstance(arg, ast.Name)
-                    and _parameter(scope.function, arg.id)):
+            if scope.qualname in self.loaders and isinstance(arg, ast.Name) and _parameter(scope.function, arg.id):
                 continue
             yield call, loader, (_values(arg, scope) if arg is not None else [Ref("", False)])
 
 
-def _parameter(func: ast.FunctionDef | ast.AsyncFunctionDef | None,
-               name: str) -> tuple[int | None, str, ast.expr | None] | None:
+def _parameter(
+    func: ast.FunctionDef | ast.AsyncFunctionDef | None, name: str
+) -> tuple[int | None, str, ast.expr | None] | None:
     """(position, keyword, default) when `name` is a parameter of func."""
     if func is None:
         return None
@@ -474,8 +482,11 @@ def _names(target: ast.AST) -> set[str]:
 def _unpack(target: ast.expr, value: ast.expr, name: str) -> ast.expr | None:
     if isinstance(target, ast.Name):
         return value if target.id == name else None
-    if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) \
-            and len(target.elts) == len(value.elts):
+    if (
+        isinstance(target, (ast.Tuple, ast.List))
+        and isinstance(value, (ast.Tuple, ast.List))
+        and len(target.elts) == len(value.elts)
+    ):
         for t, v in zip(target.elts, value.elts):
             found = _unpack(t, v, name)
             if found is not None:
@@ -508,8 +519,12 @@ def stage_closure(script: str, root: Path = ROOT, resolvers: dict[Path, Resolver
     return closure([root / script], root, script_dir=(root / script).parent, resolvers=resolvers)
 
 
-def closure(entries: list[Path], root: Path = ROOT, script_dir: Path | None = None,
-            resolvers: dict[Path, Resolver] | None = None) -> Closure:
+def closure(
+    entries: list[Path],
+    root: Path = ROOT,
+    script_dir: Path | None = None,
+    resolvers: dict[Path, Resolver] | None = None,
+) -> Closure:
     """The project files importing `entries` (modules under `root` or src/) depends on: their import
     closure and the assets its code names. Modules are found under `script_dir` (default: the root,
     as `python -m` finds them) and src/; `resolvers` shares parsed modules between calls."""

@@ -28,33 +28,55 @@ def run(ctx: Context) -> Result:
     cache = Path(p.dedup.cache) if p.dedup.cache else None
     if cache:
         cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".lance-", dir=cache) as lance_dir, \
-            progress_status("dedup") as (_, advance):
-        result = run_dedup(tasks, p.dedup, p.decontaminate, lance_dir=Path(lance_dir), cache_root=cache,
-                           progress=lambda what, n: advance(n, what))
+    with (
+        tempfile.TemporaryDirectory(prefix=".lance-", dir=cache) as lance_dir,
+        progress_status("dedup") as (_, advance),
+    ):
+        result = run_dedup(
+            tasks,
+            p.dedup,
+            p.decontaminate,
+            lance_dir=Path(lance_dir),
+            cache_root=cache,
+            progress=lambda what, n: advance(n, what),
+        )
     dedup_params = {k: v for k, v in p.section("dedup").items() if k != "cache"}
-    out = Output(lake.dedup, "dedup",
-                 [Table(load_schema("task_clusters"), result.task_clusters), Table(load_schema("contamination"), result.contamination)],
-                 inputs={"tasks": input_versions(lake.root, "tasks", sources),
-                         "trajectories": input_versions(lake.root, "trajectories", sources)},
-                 params={"dedup": dedup_params, "decontaminate": p.section("decontaminate")},
-                 formulas=result.formulas, counts=result.counts)
+    out = Output(
+        lake.dedup,
+        "dedup",
+        [
+            Table(load_schema("task_clusters"), result.task_clusters),
+            Table(load_schema("contamination"), result.contamination),
+        ],
+        inputs={
+            "tasks": input_versions(lake.root, "tasks", sources),
+            "trajectories": input_versions(lake.root, "trajectories", sources),
+        },
+        params={"dedup": dedup_params, "decontaminate": p.section("decontaminate")},
+        formulas=result.formulas,
+        counts=result.counts,
+    )
 
     def summary(manifests: list[dict]) -> list[str]:
         c = result.counts
-        lines = [f"dedup: {c['tasks']} tasks, {c['clusters']['clusters']} clusters of "
-                 f"{c['clusters']['clustered_tasks']} tasks, {c['clusters']['dropped_tasks']} dropped "
-                 f"(keep: {p.dedup.keep}); {c['contamination']['tasks']} contaminated -> {lake.dedup} "
-                 f"(version {manifests[0]['version_id']})"]
+        lines = [
+            f"dedup: {c['tasks']} tasks, {c['clusters']['clusters']} clusters of "
+            f"{c['clusters']['clustered_tasks']} tasks, {c['clusters']['dropped_tasks']} dropped "
+            f"(keep: {p.dedup.keep}); {c['contamination']['tasks']} contaminated -> {lake.dedup} "
+            f"(version {manifests[0]['version_id']})"
+        ]
         if "embedding" in c:
             e = c["embedding"]
             lines.append(f"dedup: embeddings: {result.cache.summary()}; {e['texts']} texts, {e['index']} search")
         return lines
+
     return Result([out], metrics=result.counts, summary=summary)
 
 
 STAGE = Stage(
-    "dedup", __doc__, run,
+    "dedup",
+    __doc__,
+    run,
     params=("dedup", "decontaminate", "sources", "lake"),
     # every benchmark of decontaminate.benchmarks lives under decontaminate.root
     deps=("${lake}/tasks", "${lake}/trajectories", "${decontaminate.root}"),

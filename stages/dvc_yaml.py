@@ -37,14 +37,14 @@ HEADER = """\
 """
 
 
-_PARSED: dict[Path, dict] = {}   # the parsed project per root, shared by every stage of one run
+_PARSED: dict[Path, dict] = {}  # the parsed project per root, shared by every stage of one run
 
 
 def code_deps(stage: Stage, root: Path = ROOT) -> list[str]:
     """The project files running the stage imports or loads, as repository paths, sorted."""
     homes = {SECTION_HOMES[section_root(p)] for p in (*stage.params, *stage.untracked)}
     entries = [root / "stages" / "__main__.py", root / "stages" / f"{stage.name}.py"]
-    for module in sorted(homes):   # importing a.b.c runs a/__init__.py and a/b/__init__.py first
+    for module in sorted(homes):  # importing a.b.c runs a/__init__.py and a/b/__init__.py first
         parts = module.split(".")
         entries += [root / "src" / Path(*parts[:i]) / "__init__.py" for i in range(1, len(parts))]
         entries.append(root / "src" / Path(*parts).with_suffix(".py"))
@@ -55,9 +55,10 @@ def collapse(files: list[str], root: Path = ROOT) -> list[str]:
     """A package directory stands for its modules when the stage needs every one of them."""
     deps = set(files)
     for package in sorted({str(Path(f).parent) for f in files if f.endswith(".py")}, key=len):
-        modules = {p.relative_to(root).as_posix() for p in (root / package).rglob("*.py")
-                   if "__pycache__" not in p.parts}
-        if not modules <= deps:   # a module is missing, or a directory above already stands for them
+        modules = {
+            p.relative_to(root).as_posix() for p in (root / package).rglob("*.py") if "__pycache__" not in p.parts
+        }
+        if not modules <= deps:  # a module is missing, or a directory above already stands for them
             continue
         deps = {d for d in deps if not d.startswith(package + "/")} | {package}
     return sorted(deps)
@@ -107,16 +108,22 @@ def render(params_file: Path = Path("params.yaml"), root: Path = ROOT) -> str:
     report = importlib.import_module("stages.report")
     lines.append("plots:")
     for file, (template, x, y, title) in report.PLOT_SPECS.items():
-        lines += [f"  - {report.PLOTS}/{file}:", f"      template: {template}", f"      x: {x}", f"      y: {y}",
-                  f"      title: {title}"]
+        lines += [
+            f"  - {report.PLOTS}/{file}:",
+            f"      template: {template}",
+            f"      x: {x}",
+            f"      y: {y}",
+            f"      title: {title}",
+        ]
     text = "\n".join(lines) + "\n"
-    yaml.safe_load(text)   # well-formed, whatever the declarations hold
+    yaml.safe_load(text)  # well-formed, whatever the declarations hold
     return text
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stages.dvc_yaml", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m stages.dvc_yaml", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--check", action="store_true", help="only compare; exit 1 when dvc.yaml is out of date")
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--out", default="dvc.yaml")
@@ -128,8 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         diff = difflib.unified_diff(old.splitlines(), text.splitlines(), str(out), "generated", lineterm="", n=1)
         print("\n".join(list(diff)[:80]))
-        print(f"{out} is out of date with the stage declarations: run `python -m stages.dvc_yaml`",
-              file=sys.stderr)
+        print(f"{out} is out of date with the stage declarations: run `python -m stages.dvc_yaml`", file=sys.stderr)
         return 1
     if old != text:
         out.write_text(text)
@@ -139,4 +145,5 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     from tracelake.core.stage import run_stage
+
     run_stage(lambda: sys.exit(main()))

@@ -13,23 +13,40 @@ def run(ctx: Context) -> Result:
     p = ctx.params
     cfg, lake = p.export_rl, Lake(p.lake)
     sources = list(p.sources) if cfg.sources == "all" else list(cfg.sources)
-    settings = RlSettings(env_class=cfg.env_class, reward_method=cfg.reward_method, system_prompt=cfg.system_prompt,
-                          max_turns=cfg.max_turns, max_prompt_length=cfg.max_prompt_length,
-                          without_binary=cfg.without_binary)
-    counts = export_rl(lake, sources, settings, tokenizer_path=cfg.tokenizer, rows_per_shard=cfg.rows_per_shard,
-                       params=p.section("export_rl"))
+    settings = RlSettings(
+        env_class=cfg.env_class,
+        reward_method=cfg.reward_method,
+        system_prompt=cfg.system_prompt,
+        max_turns=cfg.max_turns,
+        max_prompt_length=cfg.max_prompt_length,
+        without_binary=cfg.without_binary,
+    )
+    counts = export_rl(
+        lake,
+        sources,
+        settings,
+        tokenizer_path=cfg.tokenizer,
+        rows_per_shard=cfg.rows_per_shard,
+        params=p.section("export_rl"),
+    )
     rej = ", ".join(f"{k} {v}" for k, v in counts["rejected"].items() if v) or "none"
-    lines = [f"export_rl: {counts['dataset_id']}: {counts['tasks_out']} of {counts['tasks_in']} tasks from "
-             f"{len(sources)} source(s) in {counts['shards']} shard(s), rejected: {rej} -> {lake.rl_export}"]
+    lines = [
+        f"export_rl: {counts['dataset_id']}: {counts['tasks_out']} of {counts['tasks_in']} tasks from "
+        f"{len(sources)} source(s) in {counts['shards']} shard(s), rejected: {rej} -> {lake.rl_export}"
+    ]
     if counts["prompt_only"]:
-        lines.append(f"export_rl: {counts['prompt_only']} prompts have no task binary (tasks derived from trace "
-                     f"tables), hence no row in the task table: their environment must come from elsewhere "
-                     f"(export_rl.without_binary: reject leaves them out)")
+        lines.append(
+            f"export_rl: {counts['prompt_only']} prompts have no task binary (tasks derived from trace "
+            f"tables), hence no row in the task table: their environment must come from elsewhere "
+            f"(export_rl.without_binary: reject leaves them out)"
+        )
     return Result(metrics=counts, summary=lines)
 
 
 STAGE = Stage(
-    "export_rl", __doc__, run,
+    "export_rl",
+    __doc__,
+    run,
     params=("export_rl", "sources", "lake"),
     deps=("${lake}/tasks", "${export_rl.tokenizer}"),
     outs=("${lake}/exports/rl",),

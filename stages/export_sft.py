@@ -14,25 +14,42 @@ from tracelake.export.sft import export_sft
 def run(ctx: Context) -> Result:
     p, scale = ctx.params, ctx.key
     lake, sft = Lake(p.lake), p.train.sft
-    counts = export_sft(lake, scale, list(p.sources), p.export_sft, sft,
-                        params={"scale": scale, "export_sft": p.section("export_sft"),
-                                "template": sft.template, "cutoff_len": sft.cutoff_len},
-                        token_cache=Path(p.tokenizer.cache))
+    counts = export_sft(
+        lake,
+        scale,
+        list(p.sources),
+        p.export_sft,
+        sft,
+        params={
+            "scale": scale,
+            "export_sft": p.section("export_sft"),
+            "template": sft.template,
+            "cutoff_len": sft.cutoff_len,
+        },
+        token_cache=Path(p.tokenizer.cache),
+    )
     token_counts = counts.pop("token_counts")
     rej = ", ".join(f"{k} {v}" for k, v in sorted(counts["rejected"].items())) or "none"
-    lines = [f"export_sft {scale}: {counts['dataset_id']}: {counts['rows_out']} of {counts['rows_in']} rows in "
-             f"{counts['shards']} shard(s), rejected: {rej}; merged messages in {counts['rows_merged']} rows "
-             f"-> {lake.sft_export(scale)}"]
+    lines = [
+        f"export_sft {scale}: {counts['dataset_id']}: {counts['rows_out']} of {counts['rows_in']} rows in "
+        f"{counts['shards']} shard(s), rejected: {rej}; merged messages in {counts['rows_merged']} rows "
+        f"-> {lake.sft_export(scale)}"
+    ]
     if token_counts:
         lines.append(f"export_sft {scale}: token counts: {token_counts}")
     if not counts["length_checked"]:
-        lines.append(f"export_sft {scale}: rows were not length-checked (export_sft.count_tokens: false): "
-                     f"LLaMA-Factory cuts any row longer than cutoff_len {sft.cutoff_len} silently")
+        lines.append(
+            f"export_sft {scale}: rows were not length-checked (export_sft.count_tokens: false): "
+            f"LLaMA-Factory cuts any row longer than cutoff_len {sft.cutoff_len} silently"
+        )
     return Result(metrics=counts, summary=lines)
 
 
 STAGE = Stage(
-    "export_sft", __doc__, run, foreach="scales",
+    "export_sft",
+    __doc__,
+    run,
+    foreach="scales",
     # the training template and cutoff decide how rows render and which are too long
     params=("scales.${key}", "export_sft", "train.sft.template", "train.sft.cutoff_len", "sources", "lake"),
     untracked=("tokenizer.cache",),

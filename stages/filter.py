@@ -28,29 +28,43 @@ def run(ctx: Context) -> Result:
     con = connect(lake.root, sources, tables=("trajectories",))
     attach_dedup(con, lake)
     with progress("count tokens") as (_, advance):
-        result = run_filters(con, p.filter, on_tokens=advance, sources=sources,
-                             token_cache=Path(p.tokenizer.cache))
-    out = Output(lake.pool, "pool",
-                 [Table(load_schema("pool"), _batches(con, "SELECT * FROM pool ORDER BY trajectory_id")),
-                  Table(load_schema("dropped"), _batches(con, sql("filter/dropped")))],
-                 inputs={"trajectories": input_versions(lake.root, "trajectories", sources),
-                         "dedup": read_manifest(lake.dedup)["version_id"]},
-                 params=p.section("filter"), formulas=result.formulas, counts=result.metrics())
+        result = run_filters(con, p.filter, on_tokens=advance, sources=sources, token_cache=Path(p.tokenizer.cache))
+    out = Output(
+        lake.pool,
+        "pool",
+        [
+            Table(load_schema("pool"), _batches(con, "SELECT * FROM pool ORDER BY trajectory_id")),
+            Table(load_schema("dropped"), _batches(con, sql("filter/dropped"))),
+        ],
+        inputs={
+            "trajectories": input_versions(lake.root, "trajectories", sources),
+            "dedup": read_manifest(lake.dedup)["version_id"],
+        },
+        params=p.section("filter"),
+        formulas=result.formulas,
+        counts=result.metrics(),
+    )
 
     def summary(manifests: list[dict]) -> list[str]:
         totals = result.totals()
         dropped = ", ".join(f"{r} {n}" for r, n in totals["dropped"].items())
-        lines = [f"filter: {totals['in']} in, {totals['kept']} kept; dropped: {dropped} -> {lake.pool} "
-                 f"(version {manifests[0]['version_id']})"]
+        lines = [
+            f"filter: {totals['in']} in, {totals['kept']} kept; dropped: {dropped} -> {lake.pool} "
+            f"(version {manifests[0]['version_id']})"
+        ]
         if result.token_stats is not None:
             lines.append(f"filter: token counts: {result.token_stats.summary()}")
         return lines
+
     return Result([out], metrics=result.metrics(), summary=summary)
 
 
 STAGE = Stage(
-    "filter", __doc__, run,
-    params=("filter", "sources", "lake"), untracked=("tokenizer.cache",),
+    "filter",
+    __doc__,
+    run,
+    params=("filter", "sources", "lake"),
+    untracked=("tokenizer.cache",),
     deps=("${lake}/trajectories", "${lake}/dedup", "${filter.tokenizer}"),
     outs=("${lake}/pool",),
     metrics="metrics/filter.json",

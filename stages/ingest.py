@@ -21,26 +21,40 @@ def run(ctx: Context) -> Result:
     if src.format == "harbor":
         traj = ingest_harbor(Path(src.path), source=source, out_dir=out, strict=strict, workers=workers)
     else:
-        traj = ingest_traces([Path(src.path)], source=source, out_dir=out, strict=strict, workers=workers,
-                             cache=Path(p.ingest.cache))
+        traj = ingest_traces(
+            [Path(src.path)], source=source, out_dir=out, strict=strict, workers=workers, cache=Path(p.ingest.cache)
+        )
     if src.derives_tasks:
         tasks = derive_tasks(lake, source=source, out_dir=lake.table("tasks", source), strict=strict)
     else:
-        tasks = ingest_tasks(Path(src.tasks), source=source, out_dir=lake.table("tasks", source), strict=strict,
-                             workers=workers, archive=p.ingest.archive)
+        tasks = ingest_tasks(
+            Path(src.tasks),
+            source=source,
+            out_dir=lake.table("tasks", source),
+            strict=strict,
+            workers=workers,
+            archive=p.ingest.archive,
+        )
     lines = []
     for name, r in (("trajectories", traj), ("tasks", tasks)):
-        cached = f"; {r.files_from_cache} input files unchanged, read from the ingest cache" if r.files_from_cache else ""
+        cached = (
+            f"; {r.files_from_cache} input files unchanged, read from the ingest cache" if r.files_from_cache else ""
+        )
         derived = f" derived from the traces ({DERIVE_RULE})" if name == "tasks" and src.derives_tasks else ""
-        lines.append(f"ingest {source} {name}{derived}: {r.rows} rows, {r.rejects} rejects of {r.inputs} inputs "
-                     f"(version {r.manifest['version_id']}){cached}")
+        lines.append(
+            f"ingest {source} {name}{derived}: {r.rows} rows, {r.rejects} rejects of {r.inputs} inputs "
+            f"(version {r.manifest['version_id']}){cached}"
+        )
     return Result(metrics={"trajectories": traj.metrics(), "tasks": tasks.metrics()}, summary=lines)
 
 
 STAGE = Stage(
-    "ingest", __doc__, run, foreach="sources",
+    "ingest",
+    __doc__,
+    run,
+    foreach="sources",
     params=("sources.${key}", "ingest", "lake"),
-    deps=("${item.path}", "${item.tasks}"),   # the source's inputs (dvc.yaml lists them per source)
+    deps=("${item.path}", "${item.tasks}"),  # the source's inputs (dvc.yaml lists them per source)
     outs=("${lake}/trajectories/${key}", "${lake}/tasks/${key}"),
     metrics="metrics/ingest/${key}.json",
 )

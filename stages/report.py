@@ -12,8 +12,12 @@ PLOTS = "reports/plots"
 # dvc.yaml's `plots`: file -> how `dvc plots show` draws it
 PLOT_SPECS = {
     "rows_by_source.csv": ("grouped_bars", "scale", "rows", "Rows per source at each scale"),
-    "rollouts_per_task.csv": ("grouped_lines", "rollouts", "tasks",
-                              "Tasks by number of rollouts (upsampling), per scale"),
+    "rollouts_per_task.csv": (
+        "grouped_lines",
+        "rollouts",
+        "tasks",
+        "Tasks by number of rollouts (upsampling), per scale",
+    ),
     "assistant_turns.csv": ("grouped_lines", "turns", "share", "Share of rows by assistant turns, per scale"),
     "tokens.csv": ("grouped_lines", "tokens", "share", "Share of rows by length (1,024-token buckets), per scale"),
     "funnel.csv": ("grouped_bars", "rule", "dropped", "Filter funnel per source (in, dropped by each rule, kept)"),
@@ -23,14 +27,20 @@ PLOT_SPECS = {
 def run(ctx: Context) -> Result:
     metrics, plots = build_report(Path(ctx.params.lake), ctx.params.scales)
     write_plots(plots, Path(PLOTS))
-    return Result(metrics=metrics, summary=[
-        f"report {scale}: {m['dataset_id']}: {m['rows']} rows, {m['tasks']} tasks, turns p50 "
-        f"{m['turns_p10_p50_p90'][1]}, rollouts/task {m['rollouts_per_task_min']}-{m['rollouts_per_task_max']}"
-        for scale, m in metrics.items()])
+    return Result(
+        metrics=metrics,
+        summary=[
+            f"report {scale}: {m['dataset_id']}: {m['rows']} rows, {m['tasks']} tasks, turns p50 "
+            f"{m['turns_p10_p50_p90'][1]}, rollouts/task {m['rollouts_per_task_min']}-{m['rollouts_per_task_max']}"
+            for scale, m in metrics.items()
+        ],
+    )
 
 
 STAGE = Stage(
-    "report", __doc__, run,
+    "report",
+    __doc__,
+    run,
     params=("scales", "lake"),
     deps=("${lake}/selections", "${lake}/pool"),
     plots=PLOTS,

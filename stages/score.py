@@ -25,8 +25,10 @@ def run(ctx: Context) -> Result:
     imports = {name: ImportParams(**raw) for name, raw in p.score.imports.items()}
     for name, spec in imports.items():
         if IMPORTS_DIR.resolve() not in Path(spec.path).resolve().parents:
-            raise BadParams(f"params.yaml: score.imports.{name}.path must be under {IMPORTS_DIR}/ "
-                            f"(the score stage's DVC dependency), got {spec.path}")
+            raise BadParams(
+                f"params.yaml: score.imports.{name}.path must be under {IMPORTS_DIR}/ "
+                f"(the score stage's DVC dependency), got {spec.path}"
+            )
     lake, sources = Lake(p.lake), list(p.sources)
     con = connect(lake.root, sources)
     cache = ScoreCache(p.score.cache)
@@ -47,29 +49,39 @@ def run(ctx: Context) -> Result:
         for r in runs:
             yield from sorted(r.rows, key=lambda row: row["task_id"])
 
-    def answers():   # streamed from the answer cache, ordered by (task_id, sample)
+    def answers():  # streamed from the answer cache, ordered by (task_id, sample)
         for r in runs:
             if isinstance(r, ModelRun):
                 yield from r.answer_batches()
 
     metrics = {r.scorer: r.metrics() for r in runs}
-    out = Output(lake.scores, "scores", [Table(load_schema("scores"), scores()), Table(load_schema("responses"), answers())],
-                 inputs={"trajectories": input_versions(lake.root, "trajectories", sources)},
-                 # where the cache lives and where answers are fetched change nothing they are keyed by
-                 params={k: v for k, v in p.section("score").items() if k not in ("cache", "modal")},
-                 formulas={r.scorer: r.scorer for r in runs},
-                 counts={"rows": sum(len(r.rows) for r in runs), "scorers": metrics})
+    out = Output(
+        lake.scores,
+        "scores",
+        [Table(load_schema("scores"), scores()), Table(load_schema("responses"), answers())],
+        inputs={"trajectories": input_versions(lake.root, "trajectories", sources)},
+        # where the cache lives and where answers are fetched change nothing they are keyed by
+        params={k: v for k, v in p.section("score").items() if k not in ("cache", "modal")},
+        formulas={r.scorer: r.scorer for r in runs},
+        counts={"rows": sum(len(r.rows) for r in runs), "scorers": metrics},
+    )
 
     def summary(manifests: list[dict]) -> list[str]:
-        return [f"score {r.scorer}: {len(r.rows)} tasks ({r.cached} cached, {r.computed} computed"
-                f"{f', {r.unmatched} unmatched import rows' if r.unmatched else ''}) "
-                f"-> {lake.scores} (version {manifests[0]['version_id']})"
-                for r in runs if not isinstance(r, ModelRun)]   # a model run is summarised as it ends
+        return [
+            f"score {r.scorer}: {len(r.rows)} tasks ({r.cached} cached, {r.computed} computed"
+            f"{f', {r.unmatched} unmatched import rows' if r.unmatched else ''}) "
+            f"-> {lake.scores} (version {manifests[0]['version_id']})"
+            for r in runs
+            if not isinstance(r, ModelRun)
+        ]  # a model run is summarised as it ends
+
     return Result([out], metrics=metrics, summary=summary)
 
 
 STAGE = Stage(
-    "score", __doc__, run,
+    "score",
+    __doc__,
+    run,
     params=("score", "sources", "lake"),
     deps=("imports", "scoring/prompts", "${lake}/trajectories", "${lake}/tasks"),
     outs=("${lake}/scores",),

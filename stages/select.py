@@ -23,23 +23,42 @@ def run(ctx: Context) -> Result:
     clusters = read_table(lake.dedup, "task_clusters").filter(pc.greater(pc.field("cluster_size"), 1))
     cluster_of = dict(zip(clusters["task_id"].to_pylist(), clusters["cluster_id"].to_pylist()))
     selection = select(group_pool(pool.to_pylist()), score_of, p.mix, n, p.select.unscored, cluster_of)
-    out = Output(lake.selection(scale), "selection", [Table(load_schema("selection"), selection.rows)],
-                 inputs={"pool": read_manifest(lake.pool)["version_id"],
-                         "scores": read_manifest(lake.scores)["version_id"],
-                         "dedup": read_manifest(lake.dedup)["version_id"]},
-                 params={"scale": scale, "rows": n, "score": p.select.score, "unscored": p.select.unscored,
-                         "mix": p.section("mix")},
-                 formulas={"selection": SELECTION_RULE}, counts=selection.counts, dataset=("sel", n))
+    out = Output(
+        lake.selection(scale),
+        "selection",
+        [Table(load_schema("selection"), selection.rows)],
+        inputs={
+            "pool": read_manifest(lake.pool)["version_id"],
+            "scores": read_manifest(lake.scores)["version_id"],
+            "dedup": read_manifest(lake.dedup)["version_id"],
+        },
+        params={
+            "scale": scale,
+            "rows": n,
+            "score": p.select.score,
+            "unscored": p.select.unscored,
+            "mix": p.section("mix"),
+        },
+        formulas={"selection": SELECTION_RULE},
+        counts=selection.counts,
+        dataset=("sel", n),
+    )
 
     def summary(manifests: list[dict]) -> list[str]:
         c, m = selection.counts, manifests[0]
-        return [f"select {scale}: {m['dataset_id']}: {c['rows']} rows over {c['tasks']} of {c['tasks_available']} "
-                f"tasks, {c['distinct_trajectories']} distinct rollouts -> {out.path} (version {m['version_id']})"]
+        return [
+            f"select {scale}: {m['dataset_id']}: {c['rows']} rows over {c['tasks']} of {c['tasks_available']} "
+            f"tasks, {c['distinct_trajectories']} distinct rollouts -> {out.path} (version {m['version_id']})"
+        ]
+
     return Result([out], metrics=lambda manifests: manifests[0]["counts"], summary=summary)
 
 
 STAGE = Stage(
-    "select", __doc__, run, foreach="scales",
+    "select",
+    __doc__,
+    run,
+    foreach="scales",
     # mix.weights and top_k name sources, select.score a configured scorer: checked by `check`
     params=("scales.${key}", "select", "mix", "lake"),
     # clusters whose tasks all stay in the pool (dedup.keep: all) share one quota

@@ -15,8 +15,9 @@ def run(ctx: Context) -> Result:
     out = Path(p.out)
     shutil.rmtree(out, ignore_errors=True)  # a stage output is rebuilt from scratch
     summary = synthesize(out, seed=p.seed, trials=p.trials, tasks=p.tasks)
-    return Result(summary=[f"synth: {sum(summary.trials.values())} trials, {sum(summary.tasks.values())} "
-                           f"tasks -> {out}"])
+    return Result(
+        summary=[f"synth: {sum(summary.trials.values())} trials, {sum(summary.tasks.values())} tasks -> {out}"]
+    )
 
 
 STAGE = Stage("synth", __doc__, run, params=("synth",), outs=("${synth.out}",))

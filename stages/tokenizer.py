@@ -16,5 +16,4 @@ def run(ctx: Context) -> Result:
     return Result(summary=[f"tokenizer: byte-level BPE, vocab {p.vocab_size} -> {out}"])
 
 
-STAGE = Stage("tokenizer", __doc__, run, params=("tokenizer",),
-              outs=("${tokenizer.out}",))
+STAGE = Stage("tokenizer", __doc__, run, params=("tokenizer",), outs=("${tokenizer.out}",))

@@ -18,9 +18,10 @@ def run(ctx: Context) -> Result:
 
 
 STAGE = Stage(
-    "train_config", __doc__, run,
-    params=("train", "scales", "export_rl.max_turns", "export_rl.max_prompt_length", "export_rl.env_class",
-            "lake"),
+    "train_config",
+    __doc__,
+    run,
+    params=("train", "scales", "export_rl.max_turns", "export_rl.max_prompt_length", "export_rl.env_class", "lake"),
     deps=("${lake}/exports",),
     outs_uncached=("${train.configs}",),
 )

@@ -28,7 +28,7 @@ def send_json(handler: BaseHTTPRequestHandler, status: int, data: bytes, headers
 
 class Server(ThreadingHTTPServer):
     daemon_threads = True
-    request_queue_size = 256   # many clients connecting at once (benchmarks) are queued, not reset
+    request_queue_size = 256  # many clients connecting at once (benchmarks) are queued, not reset
 
 
 def answer_text(messages: list[dict], seed: Any, i: int, chars: int | None = None) -> str:
@@ -44,8 +44,9 @@ class ChatServer:
     containing it gets a 400. `answer_chars`: answers of about that many characters (default: 1-40
     words). `requests` counts the chat requests it answered (any status)."""
 
-    def __init__(self, api_key: str | None = None, fail_marker: str | None = None, port: int = 0,
-                 answer_chars: int | None = None):
+    def __init__(
+        self, api_key: str | None = None, fail_marker: str | None = None, port: int = 0, answer_chars: int | None = None
+    ):
         self.api_key, self.fail_marker, self.answer_chars = api_key, fail_marker, answer_chars
         self.requests = 0
         self.answered = 0
@@ -78,13 +79,25 @@ class ChatServer:
                 for i in range(body.get("n", 1)):
                     words = answer_text(body["messages"], body.get("seed"), i, server.answer_chars).split()
                     cut = len(words) > limit
-                    choices.append({"index": i, "finish_reason": "length" if cut else "stop",
-                                    "message": {"role": "assistant", "content": " ".join(words[:limit])}})
+                    choices.append(
+                        {
+                            "index": i,
+                            "finish_reason": "length" if cut else "stop",
+                            "message": {"role": "assistant", "content": " ".join(words[:limit])},
+                        }
+                    )
                 with server._lock:
                     server.answered += 1
-                self._send(200, {"choices": choices, "usage": {
-                    "prompt_tokens": sum(len(m["content"].split()) for m in body["messages"]),
-                    "completion_tokens": sum(len(c["message"]["content"].split()) for c in choices)}})
+                self._send(
+                    200,
+                    {
+                        "choices": choices,
+                        "usage": {
+                            "prompt_tokens": sum(len(m["content"].split()) for m in body["messages"]),
+                            "completion_tokens": sum(len(c["message"]["content"].split()) for c in choices),
+                        },
+                    },
+                )
 
             def _send(self, status, payload):
                 send_json(self, status, json.dumps(payload).encode())
@@ -122,11 +135,16 @@ class RateLimitProxy:
                     refuse = proxy.refused < proxy.limited
                     proxy.refused += refuse
                 if refuse:
-                    return self._reply(429, b'{"error": {"message": "Rate limit reached"}}',
-                                       [("Retry-After", proxy.retry_after)])
-                path = self.path[len("/v1"):] if self.path.startswith("/v1") else self.path
-                request = urllib.request.Request(proxy.upstream + path, data=data, method="POST", headers={
-                    k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization")})
+                    return self._reply(
+                        429, b'{"error": {"message": "Rate limit reached"}}', [("Retry-After", proxy.retry_after)]
+                    )
+                path = self.path[len("/v1") :] if self.path.startswith("/v1") else self.path
+                request = urllib.request.Request(
+                    proxy.upstream + path,
+                    data=data,
+                    method="POST",
+                    headers={k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization")},
+                )
                 try:
                     with urllib.request.urlopen(request, timeout=600) as response:
                         return self._reply(response.status, response.read())
@@ -148,7 +166,7 @@ class RateLimitProxy:
         self.httpd.server_close()
 
 
-if __name__ == "__main__":   # python -m tests.chat_server PORT [ANSWER_CHARS]: serve until killed (benchmarks)
+if __name__ == "__main__":  # python -m tests.chat_server PORT [ANSWER_CHARS]: serve until killed (benchmarks)
     import sys
     import time
 

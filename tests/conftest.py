@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from .helpers import ROOT, copy_project, run_ok, train_python
+
+# Cache compiled modules (in the git-ignored __pycache__ directories) even where PYTHONDONTWRITEBYTECODE
+# is set: without it every test run, and every stage or CLI process a test starts, compiles tracelake
+# and the test modules from source again (measured: collection 8.9 s -> 2.4 s, a stage's start-up
+# 0.36 s -> 0.22 s).
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 @pytest.fixture(scope="session")
@@ -24,8 +32,15 @@ def tiny_model(sample_project, tmp_path_factory) -> Path:
     """A tiny random Qwen3 with the sample project's tokenizer, built in the training environment
     (tests/train_env/tiny_qwen3.py)."""
     out = tmp_path_factory.mktemp("tiny-qwen3")
-    run_ok([str(train_python()), str(ROOT / "tests" / "train_env" / "tiny_qwen3.py"),
-            str(sample_project / "data" / "tokenizer"), str(out)], sample_project)
+    run_ok(
+        [
+            str(train_python()),
+            str(ROOT / "tests" / "train_env" / "tiny_qwen3.py"),
+            str(sample_project / "data" / "tokenizer"),
+            str(out),
+        ],
+        sample_project,
+    )
     return out
 
 

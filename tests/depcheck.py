@@ -79,8 +79,7 @@ def _context(dvc: dict[str, Any], params: dict[str, Any], root: Path) -> dict[st
     return context
 
 
-def expand_stages(dvc: dict[str, Any], params: dict[str, Any],
-                  root: Path = ROOT) -> dict[str, dict[str, Any]]:
+def expand_stages(dvc: dict[str, Any], params: dict[str, Any], root: Path = ROOT) -> dict[str, dict[str, Any]]:
     """Stage name (`name@key` for foreach items) -> the stage with every ${...} resolved."""
     context = _context(dvc, params, root)
     stages: dict[str, dict[str, Any]] = {}
@@ -119,8 +118,10 @@ def script_of(stage_name: str, stage: dict[str, Any]) -> str:
     cmd = stage["cmd"] if isinstance(stage["cmd"], str) else stage["cmd"][0]
     words = shlex.split(cmd)
     if not words or Path(words[0]).name not in PYTHON_NAMES or not any(w.endswith(".py") for w in words):
-        raise ValueError(f"dvc.yaml stage {stage_name}: cmd {cmd!r} is not `python <script>.py ...`; "
-                         "this checker cannot find its code")
+        raise ValueError(
+            f"dvc.yaml stage {stage_name}: cmd {cmd!r} is not `python <script>.py ...`; "
+            "this checker cannot find its code"
+        )
     return next(w for w in words if w.endswith(".py"))
 
 
@@ -130,10 +131,12 @@ def load_yaml(path: Path) -> dict[str, Any]:
 
 def explain(missing: list[Missing], what: str) -> str:
     stages = sorted({m.stage for m in missing})
-    return (f"dvc.yaml misses {len(missing)} dependenc{'y' if len(missing) == 1 else 'ies'} of "
-            f"{len(stages)} stage(s) ({what}); `dvc repro` would not rerun them when these change:\n"
-            + "\n".join(map(str, missing))
-            + "\nAdd each file, or a directory above it, to the stage's deps in dvc.yaml.")
+    return (
+        f"dvc.yaml misses {len(missing)} dependenc{'y' if len(missing) == 1 else 'ies'} of "
+        f"{len(stages)} stage(s) ({what}); `dvc repro` would not rerun them when these change:\n"
+        + "\n".join(map(str, missing))
+        + "\nAdd each file, or a directory above it, to the stage's deps in dvc.yaml."
+    )
 
 
 FAKE_PROJECT = {  # a tiny project exercising each rule of the closure and of loader arguments
@@ -141,8 +144,9 @@ FAKE_PROJECT = {  # a tiny project exercising each rule of the closure and of lo
     "src/tracelake/core/__init__.py": "",
     "src/tracelake/core/assets.py": "def sql(name):\n    return name\n",
     "src/tracelake/core/schema.py": "def load_schema(name):\n    return name\n",
-    "src/tracelake/core/tables.py": ("from .schema import load_schema\n\n"
-                                   "def read_table(directory, name):\n    return load_schema(name)\n"),
+    "src/tracelake/core/tables.py": (
+        "from .schema import load_schema\n\ndef read_table(directory, name):\n    return load_schema(name)\n"
+    ),
     "src/tracelake/lib.py": (
         "from tracelake.core import assets\n"
         "from .core.assets import sql as q\n"
@@ -156,7 +160,8 @@ FAKE_PROJECT = {  # a tiny project exercising each rule of the closure and of lo
         "        load_schema(name)\n\n"
         "def g():\n"
         "    from tracelake.core.schema import load_schema as ls\n"
-        "    ls(TABLE)\n"),
+        "    ls(TABLE)\n"
+    ),
     "src/tracelake/typed.py": "from tracelake.core.assets import sql\nsql('typed')\n",
     "src/tracelake/unused.py": "from tracelake.core.assets import sql\nsql('unused')\n",
     "stages/s.py": (
@@ -165,7 +170,8 @@ FAKE_PROJECT = {  # a tiny project exercising each rule of the closure and of lo
         "if TYPE_CHECKING:\n    from tracelake import typed\n\n"
         "def main():\n"
         "    import tracelake.lib\n"
-        "    read_table('.', 'pool')\n"),
+        "    read_table('.', 'pool')\n"
+    ),
 }
 
 
@@ -229,7 +235,8 @@ def _reads(opens: Iterable[tuple[str, str]], project: Path, cmd: str) -> list[Re
 
 
 _STRACE_OPEN = re.compile(  # pid, dirfd, path (C-escaped), flags
-    r'^(\d+)\s+(?:open|openat|openat2)\((?:(AT_FDCWD|\d+), )?"((?:[^"\\]|\\.)*)", ([^,)<]+)')
+    r'^(\d+)\s+(?:open|openat|openat2)\((?:(AT_FDCWD|\d+), )?"((?:[^"\\]|\\.)*)", ([^,)<]+)'
+)
 
 
 _STRACE_RESUMED = re.compile(r"^(\d+)\s+<\.\.\. (?:open|openat|openat2) resumed>.*= (-?\d+)")
@@ -276,12 +283,28 @@ def trace_stage(project: Path, cmd: str, strace_path: str | None) -> Trace:
     words = shlex.split(cmd)
     assert Path(words[0]).name in PYTHON_NAMES, f"{cmd!r}: not a python command"
     logs = project.parent / f"trace-{time.monotonic_ns()}"
-    env = dict(os.environ, PYTHONPATH=str(project / "src"), PYTHONDONTWRITEBYTECODE="1",
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(project / "src"),
+        PYTHONDONTWRITEBYTECODE="1",
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    )
     args = [sys.executable, str(TRACER), f"{logs}.json", *words[1:]]
     if strace_path:
-        args = [strace_path, "-f", "-qq", "-s", "65535", "-e", "trace=open,openat,openat2", "-e", "signal=none",
-                "-o", f"{logs}.strace", *args]
+        args = [
+            strace_path,
+            "-f",
+            "-qq",
+            "-s",
+            "65535",
+            "-e",
+            "trace=open,openat,openat2",
+            "-e",
+            "signal=none",
+            "-o",
+            f"{logs}.strace",
+            *args,
+        ]
     proc = subprocess.run(args, cwd=project, env=env, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, f"`{cmd}` failed in {project}:\n{proc.stdout}\n{proc.stderr}"
     record = json.loads(Path(f"{logs}.json").read_text())
@@ -291,8 +314,7 @@ def trace_stage(project: Path, cmd: str, strace_path: str | None) -> Trace:
     return Trace(_reads(record["opens"], project, cmd), native, record["tracelake"])
 
 
-def unexplained_reads(name: str, stage: dict[str, Any], reads: list[Read],
-                      params: dict[str, Any]) -> list[Missing]:
+def unexplained_reads(name: str, stage: dict[str, Any], reads: list[Read], params: dict[str, Any]) -> list[Missing]:
     """The reads no dep of the stage covers (its own outputs, caches, and params.yaml when the stage
     declares `params` aside)."""
     deps, outs = _paths(stage.get("deps")), outputs_of(stage)

@@ -15,6 +15,9 @@ from tracelake.core.envs import ENVIRONMENTS
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT.parent / "shared" / "fixtures"
 GOLDEN = FIXTURES / "harbor" / "tests" / "golden" / "terminus_2"
+FUZZ_EXAMPLES = int(os.environ.get("TRACELAKE_FUZZ_EXAMPLES") or 25)
+"""Examples per bounded fuzz test: 25 in the fast loop, 100 in CI (.ci/run sets TRACELAKE_FUZZ_EXAMPLES);
+the `long` variants run thousands."""
 
 
 def tree_bytes(directory: Path) -> dict[str, bytes]:
@@ -49,15 +52,19 @@ def need(path: Path) -> Path:
     return path
 
 
-def result_json(task: str, trial: str, *, exception: str | None = None, reward: float | None = 1.0,
-                job: str = "job-1") -> dict:
+def result_json(
+    task: str, trial: str, *, exception: str | None = None, reward: float | None = 1.0, job: str = "job-1"
+) -> dict:
     """A per-trial result.json in Harbor's TrialResult shape (the fields ingest reads)."""
     return {
         "task_name": task,
         "trial_name": trial,
         "config": {"job_id": job, "agent": {"name": "terminus-2", "model_name": "openai/gpt-4o"}},
-        "agent_info": {"name": "terminus-2", "version": "2.0.0",
-                       "model_info": {"name": "gpt-4o", "provider": "openai"}},
+        "agent_info": {
+            "name": "terminus-2",
+            "version": "2.0.0",
+            "model_info": {"name": "gpt-4o", "provider": "openai"},
+        },
         "exception_info": {"exception_type": exception, "exception_message": "x"} if exception else None,
         "verifier_result": None if reward is None else {"rewards": {"reward": reward}},
         "started_at": "2026-01-01T00:00:00Z",
@@ -67,18 +74,38 @@ def result_json(task: str, trial: str, *, exception: str | None = None, reward: 
 def simple_trajectory(n_agent_steps: int = 3) -> dict:
     steps = [{"step_id": 1, "source": "user", "message": "Task: say hello"}]
     for i in range(n_agent_steps):
-        steps.append({"step_id": i + 2, "source": "agent", "message": f"Analysis: step {i}\nPlan: go on",
-                      "tool_calls": [{"tool_call_id": f"c{i}", "function_name": "bash_command",
-                                      "arguments": {"keystrokes": "echo hi\n", "duration": 0.1}}],
-                      "observation": {"results": [{"content": f"hi {i}"}]}})
-    return {"schema_version": "ATIF-v1.5", "session_id": "s",
-            "agent": {"name": "terminus-2", "version": "2.0.0", "model_name": "openai/gpt-4o",
-                      "extra": {"parser": "json"}},
-            "steps": steps}
+        steps.append(
+            {
+                "step_id": i + 2,
+                "source": "agent",
+                "message": f"Analysis: step {i}\nPlan: go on",
+                "tool_calls": [
+                    {
+                        "tool_call_id": f"c{i}",
+                        "function_name": "bash_command",
+                        "arguments": {"keystrokes": "echo hi\n", "duration": 0.1},
+                    }
+                ],
+                "observation": {"results": [{"content": f"hi {i}"}]},
+            }
+        )
+    return {
+        "schema_version": "ATIF-v1.5",
+        "session_id": "s",
+        "agent": {"name": "terminus-2", "version": "2.0.0", "model_name": "openai/gpt-4o", "extra": {"parser": "json"}},
+        "steps": steps,
+    }
 
 
-def make_trial(jobs: Path, name: str, *, task: str = "hello", job: str = "job-1",
-               result: dict | None | bool = True, files: dict[str, object] | None = None) -> Path:
+def make_trial(
+    jobs: Path,
+    name: str,
+    *,
+    task: str = "hello",
+    job: str = "job-1",
+    result: dict | None | bool = True,
+    files: dict[str, object] | None = None,
+) -> Path:
     """Write jobs/<job>/<name>/ with result.json (True: a default one, None: none) and agent files.
 
     `files` maps names under agent/ to a dict (written as JSON), bytes (written raw) or a Path (copied).
@@ -134,8 +161,21 @@ def vllm_python() -> Path:
     return _env_python("vLLM environment", "vllm", "TRACELAKE_REQUIRE_VLLM_ENV")
 
 
-PROJECT_FILES = ["dvc.yaml", "params.yaml", "stages", "src", "schemas", "sql", "imports", "training", "scoring",
-                 ".dvc/config", ".dvc/plots", ".dvcignore", ".gitignore"]
+PROJECT_FILES = [
+    "dvc.yaml",
+    "params.yaml",
+    "stages",
+    "src",
+    "schemas",
+    "sql",
+    "imports",
+    "training",
+    "scoring",
+    ".dvc/config",
+    ".dvc/plots",
+    ".dvcignore",
+    ".gitignore",
+]
 
 
 def run_ok(args: list[str], cwd: Path, env: dict | None = None) -> str:
@@ -177,15 +217,25 @@ def chromium() -> Path:
     path = Path(os.environ.get("TRACELAKE_CHROMIUM") or "/usr/bin/chromium")
     if not path.is_file():
         if os.environ.get("TRACELAKE_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"Chromium required (TRACELAKE_REQUIRE_BROWSER=1) but {path} is missing: bash tests/setup-browser.sh")
+            pytest.fail(
+                f"Chromium required (TRACELAKE_REQUIRE_BROWSER=1) but {path} is missing: bash tests/setup-browser.sh"
+            )
         pytest.skip("Chromium not installed: bash tests/setup-browser.sh")
     return path
 
 
 # Flags for headless Chromium on a machine without network: no sandbox (root), and no background
 # connections that a closed network refuses.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--disable-default-apps"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-default-apps",
+]
 
 
 def lf_config(table, tiny_model: Path, tmp_path: Path, template: str, rows_per_shard: int = 3) -> Path:
@@ -204,10 +254,22 @@ def lf_config(table, tiny_model: Path, tmp_path: Path, template: str, rows_per_s
     writer.close()
     write_json(dataset / "dataset_info.json", dataset_info("d", writer.files))
     config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump({
-        "model_name_or_path": str(tiny_model), "stage": "sft", "do_train": True, "finetuning_type": "full",
-        "dataset": ",".join(f"d.{i:05d}" for i in range(len(writer.files))), "dataset_dir": str(dataset),
-        "template": template, "cutoff_len": 1_000_000, "overwrite_cache": True, "report_to": "none"}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model_name_or_path": str(tiny_model),
+                "stage": "sft",
+                "do_train": True,
+                "finetuning_type": "full",
+                "dataset": ",".join(f"d.{i:05d}" for i in range(len(writer.files))),
+                "dataset_dir": str(dataset),
+                "template": template,
+                "cutoff_len": 1_000_000,
+                "overwrite_cache": True,
+                "report_to": "none",
+            }
+        )
+    )
     return config
 
 
@@ -216,5 +278,6 @@ def run_stage(cwd: Path, name: str, *args: str, **kwargs) -> subprocess.Complete
     project copy's own stages/ comes first: `python -m` puts cwd first on sys.path)."""
     env = {**os.environ, **kwargs.pop("env", {})}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, "-m", "stages", name, *args], cwd=cwd, capture_output=True, text=True,
-                          env=env, **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", "stages", name, *args], cwd=cwd, capture_output=True, text=True, env=env, **kwargs
+    )

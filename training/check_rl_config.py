@@ -29,7 +29,7 @@ from typing import Any
 
 def _one_line(e: BaseException) -> str:
     text = " ".join(str(e).split())
-    text = re.sub(r"\.? Valid fields are \{.*?\}\.?", ".", text)   # hundreds of names, in set order
+    text = re.sub(r"\.? Valid fields are \{.*?\}\.?", ".", text)  # hundreds of names, in set order
     cause = e.__cause__ or e.__context__
     if cause is not None and str(cause) and str(cause) not in text:
         text += " (" + " ".join(str(cause).split()) + ")"
@@ -42,7 +42,7 @@ def check_skyrl(args: list[str]) -> tuple[str, Any]:
 
     try:
         return "SkyRLTrainConfig.from_cli_overrides", SkyRLTrainConfig.from_cli_overrides(args)
-    except ImportError as e:   # the root's __post_init__ imports the inference servers (torch)
+    except ImportError as e:  # the root's __post_init__ imports the inference servers (torch)
         missing = getattr(e, "name", None) or str(e)
     from omegaconf import OmegaConf
     from skyrl.train.config.config import _resolve_class_type, build_nested_dataclass
@@ -95,26 +95,30 @@ def placement_error(cfg: Any, new: bool) -> str | None:
     for size in ("tensor", "pipeline", "data"):
         keys[size] = engine + (f"{size}_parallel_size" if new else f"inference_engine_{size}_parallel_size")
     values = {k: int(_get(cfg, key, 1)) for k, key in keys.items()}
-    policy = int(_get(cfg, "trainer.placement.policy_num_gpus_per_node", 1)) * \
-        int(_get(cfg, "trainer.placement.policy_num_nodes", 1))
+    policy = int(_get(cfg, "trainer.placement.policy_num_gpus_per_node", 1)) * int(
+        _get(cfg, "trainer.placement.policy_num_nodes", 1)
+    )
     engines_gpus = values["num_engines"] * values["tensor"] * values["pipeline"] * values["data"]
     if policy == engines_gpus:
         return None
-    return (f"colocate_all needs policy GPUs ({policy} = policy_num_gpus_per_node x policy_num_nodes) equal to "
-            f"the inference engines' GPUs ({engines_gpus} = {keys['num_engines']} {values['num_engines']} x "
-            f"tensor {values['tensor']} x pipeline {values['pipeline']} x data {values['data']})")
+    return (
+        f"colocate_all needs policy GPUs ({policy} = policy_num_gpus_per_node x policy_num_nodes) equal to "
+        f"the inference engines' GPUs ({engines_gpus} = {keys['num_engines']} {values['num_engines']} x "
+        f"tensor {values['tensor']} x pipeline {values['pipeline']} x data {values['data']})"
+    )
 
 
 def main(args: list[str]) -> int:
     try:
         import skyrl.train.config  # noqa: F401
+
         package, new = "skyrl", True
     except ImportError:
         package, new = "skyrl-train", False
     version = importlib.metadata.version(package)
     try:
         how, cfg = check_skyrl(args) if new else check_skyrl_train(args)
-    except Exception as e:   # the package's own refusal, as one line
+    except Exception as e:  # the package's own refusal, as one line
         print(f"error: {package} {version} refuses the overrides: {_one_line(e)}")
         return 1
     problem = placement_error(cfg, new)
@@ -136,9 +140,11 @@ def env_class_note(env_class: str | None) -> str | None:
     if env_class is None or env_class in registry:
         return None
     version = importlib.metadata.version("skyrl-gym")
-    return (f"environment.env_class {env_class!r} is not registered in skyrl-gym {version} "
-            f"({', '.join(sorted(registry))}): register it before main_base makes environments, or run SkyRL's "
-            f"Harbor integration for Harbor tasks (docs/exports-and-training.md, Train on GPUs)")
+    return (
+        f"environment.env_class {env_class!r} is not registered in skyrl-gym {version} "
+        f"({', '.join(sorted(registry))}): register it before main_base makes environments, or run SkyRL's "
+        f"Harbor integration for Harbor tasks (docs/exports-and-training.md, Train on GPUs)"
+    )
 
 
 if __name__ == "__main__":

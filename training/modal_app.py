@@ -39,15 +39,14 @@ runs_volume = modal.Volume.from_name(RUNS, create_if_missing=True)
 volumes = {DATASETS_MOUNT: datasets_volume, RUNS_MOUNT: runs_volume}
 secrets = [modal.Secret.from_local_environ([n for n in FORWARDED_ENV if os.environ.get(n)])]
 
-CUDA_BASE = "nvidia/cuda:12.8.1-devel-ubuntu22.04"   # nvcc: DeepSpeed and flash-attn build against it
+CUDA_BASE = "nvidia/cuda:12.8.1-devel-ubuntu22.04"  # nvcc: DeepSpeed and flash-attn build against it
 sft_image = (
     modal.Image.from_registry(CUDA_BASE, add_python=PYTHON)
-    .pip_install("torch==2.13.0", "llamafactory==0.9.5", "transformers==4.57.6", "datasets==4.0.0",
-                 "deepspeed==0.18.2")
+    .pip_install("torch==2.13.0", "llamafactory==0.9.5", "transformers==4.57.6", "datasets==4.0.0", "deepspeed==0.18.2")
     .add_local_dir(HERE / "deepspeed", "/opt/tracelake/deepspeed")
 )
-RL_TRAINER = os.environ.get("TRACELAKE_MODAL_RL_TRAINER", "skyrl")   # train.rl.trainer, as rl.yaml records it
-RL_PACKAGES = {   # both need Python 3.12; their GPU extras pin vLLM, CUDA torch and flash-attn
+RL_TRAINER = os.environ.get("TRACELAKE_MODAL_RL_TRAINER", "skyrl")  # train.rl.trainer, as rl.yaml records it
+RL_PACKAGES = {  # both need Python 3.12; their GPU extras pin vLLM, CUDA torch and flash-attn
     "skyrl": "skyrl[fsdp]==0.4.0",
     "skyrl-train": "skyrl-train[vllm]==0.3.1",
 }
@@ -58,7 +57,7 @@ def _run(job: dict, dataset_id: str) -> None:
     """Write the job's config file (if any) and run its command; the runs volume is committed even
     after a failure, so logs survive."""
     if job.get("config") is not None:
-        Path(job["config_path"]).write_text(json.dumps(job["config"]))   # JSON is valid YAML
+        Path(job["config_path"]).write_text(json.dumps(job["config"]))  # JSON is valid YAML
     print("running:", " ".join(job["command"]), flush=True)
     try:
         subprocess.run(job["command"], check=True, env={**os.environ, **job.get("env", {})})

@@ -45,10 +45,19 @@ CHAT_TEMPLATE = (  # ChatML, as tracelake.core.tokenizer writes it
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 # src/tracelake/export/sharegpt.py dataset_info_entry (kept literal: this runs outside tracelake's env)
-DATASET_ENTRY = {"formatting": "sharegpt", "columns": {"messages": "conversations", "system": "system"},
-                 "tags": {"role_tag": "from", "content_tag": "value", "user_tag": "human", "assistant_tag": "gpt",
-                          "observation_tag": "observation", "function_tag": "function_call",
-                          "system_tag": "system"}}
+DATASET_ENTRY = {
+    "formatting": "sharegpt",
+    "columns": {"messages": "conversations", "system": "system"},
+    "tags": {
+        "role_tag": "from",
+        "content_tag": "value",
+        "user_tag": "human",
+        "assistant_tag": "gpt",
+        "observation_tag": "observation",
+        "function_tag": "function_call",
+        "system_tag": "system",
+    },
+}
 DATASET = "shards"
 
 
@@ -66,22 +75,40 @@ def model_dir(tokdir: Path, out: Path) -> Path:
     if (tokdir / "special_tokens_map.json").is_file():
         shutil.copy(tokdir / "special_tokens_map.json", out / "special_tokens_map.json")
     cfg_path = tokdir / "tokenizer_config.json"
-    cfg = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {
-        "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": EOS_TOKEN, "pad_token": PAD_TOKEN,
-        "bos_token": None, "unk_token": None, "chat_template": CHAT_TEMPLATE,
-        "clean_up_tokenization_spaces": False, "add_prefix_space": False}
+    cfg = (
+        json.loads(cfg_path.read_text())
+        if cfg_path.is_file()
+        else {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "eos_token": EOS_TOKEN,
+            "pad_token": PAD_TOKEN,
+            "bos_token": None,
+            "unk_token": None,
+            "chat_template": CHAT_TEMPLATE,
+            "clean_up_tokenization_spaces": False,
+            "add_prefix_space": False,
+        }
+    )
     cfg["model_max_length"] = MODEL_MAX_LENGTH  # 32768 would only warn (LF never truncates by it)
     (out / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     from tokenizers import Tokenizer
     from transformers import Qwen3Config
 
     tok = Tokenizer.from_file(str(out / "tokenizer.json"))
-    Qwen3Config(vocab_size=tok.get_vocab_size(with_added_tokens=True), hidden_size=64, intermediate_size=128,
-                num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
-                max_position_embeddings=65536, tie_word_embeddings=True, bos_token_id=None,
-                eos_token_id=tok.token_to_id(_content(cfg.get("eos_token")) or EOS_TOKEN),
-                pad_token_id=tok.token_to_id(_content(cfg.get("pad_token")) or PAD_TOKEN),
-                ).to_json_file(out / "config.json")
+    Qwen3Config(
+        vocab_size=tok.get_vocab_size(with_added_tokens=True),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=65536,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tok.token_to_id(_content(cfg.get("eos_token")) or EOS_TOKEN),
+        pad_token_id=tok.token_to_id(_content(cfg.get("pad_token")) or PAD_TOKEN),
+    ).to_json_file(out / "config.json")
     return out
 
 
@@ -108,6 +135,7 @@ def data_dir(shards: list[Path], out: Path) -> Path:
 
 def total_tokens(ds) -> int:
     import pyarrow.compute as pc
+
     if getattr(ds, "_indices", None) is None:
         lengths = pc.list_value_length(ds.data.table.column("input_ids"))
         return int(pc.sum(lengths).as_py() or 0)
@@ -117,8 +145,9 @@ def total_tokens(ds) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokenizer", type=Path, required=True, help="directory with tokenizer.json")
-    ap.add_argument("--work", type=Path, required=True,
-                    help="scratch directory (its model/ data/ hf-datasets/ out/ are replaced)")
+    ap.add_argument(
+        "--work", type=Path, required=True, help="scratch directory (its model/ data/ hf-datasets/ out/ are replaced)"
+    )
     ap.add_argument("--workers", type=int, default=2, help="preprocessing_num_workers (default 2)")
     ap.add_argument("--template", default="qwen3_nothink")
     ap.add_argument("shards", type=Path, nargs="+")
@@ -143,10 +172,21 @@ def main() -> None:
         from llamafactory.model import load_tokenizer
 
         lf_args = {
-            "model_name_or_path": str(model), "stage": "sft", "do_train": True, "finetuning_type": "full",
-            "dataset": DATASET, "dataset_dir": str(data), "template": args.template, "cutoff_len": 1_000_000,
-            "preprocessing_num_workers": args.workers, "overwrite_cache": True, "cache_dir": str(cache),
-            "output_dir": str(work / "out"), "report_to": "none", "bf16": False, "fp16": False,
+            "model_name_or_path": str(model),
+            "stage": "sft",
+            "do_train": True,
+            "finetuning_type": "full",
+            "dataset": DATASET,
+            "dataset_dir": str(data),
+            "template": args.template,
+            "cutoff_len": 1_000_000,
+            "preprocessing_num_workers": args.workers,
+            "overwrite_cache": True,
+            "cache_dir": str(cache),
+            "output_dir": str(work / "out"),
+            "report_to": "none",
+            "bf16": False,
+            "fp16": False,
         }
         model_args, data_args, training_args, _finetuning_args, _ = get_train_args(lf_args)
         tokenizer_module = load_tokenizer(model_args)
@@ -155,8 +195,17 @@ def main() -> None:
         module = get_dataset(template, model_args, data_args, training_args, stage="sft", **tokenizer_module)
         t2 = time.perf_counter()
     ds = module["train_dataset"]
-    print(json.dumps({"examples": len(ds), "tokens": total_tokens(ds), "seconds": round(t2 - t1, 3),
-                      "setup_seconds": round(t1 - T0, 3)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "examples": len(ds),
+                "tokens": total_tokens(ds),
+                "seconds": round(t2 - t1, 3),
+                "setup_seconds": round(t1 - T0, 3),
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 """The `tracelake` command line. Each command's docstring is its --help.
 
-    tracelake synth --out data/sample            # the embedded sample corpus
-    tracelake ingest harbor JOBS --source NAME --out lake
-    tracelake status                             # what is built
-    tracelake tasks extract TABLE --out DIR      # task directories back out of a task table
-    tracelake train sft --dataset 3k --backend modal --dry-run
+tracelake synth --out data/sample            # the embedded sample corpus
+tracelake ingest harbor JOBS --source NAME --out lake
+tracelake status                             # what is built
+tracelake tasks extract TABLE --out DIR      # task directories back out of a task table
+tracelake train sft --dataset 3k --backend modal --dry-run
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from tracelake.core.ui import err, out, progress
 app = typer.Typer(
     name="tracelake",
     help="Curate agentic training data: ingest agent runs into a content-addressed lake, "
-         "see what is built. Run `tracelake COMMAND --help` for each command.",
+    "see what is built. Run `tracelake COMMAND --help` for each command.",
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode=None,
@@ -42,30 +42,67 @@ app.add_typer(tasks_app, name="tasks")
 
 SourceOpt = Annotated[str, typer.Option("--source", "-s", help="Source name recorded in every row, e.g. swesmith.")]
 OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Lake root; writes OUT/<table>/<source>/.")]
-StrictOpt = Annotated[bool, typer.Option("--strict", help="Stop with an error at the first reject instead of recording it.")]
+StrictOpt = Annotated[
+    bool, typer.Option("--strict", help="Stop with an error at the first reject instead of recording it.")
+]
 MetricsOpt = Annotated[Optional[Path], typer.Option("--metrics", help="Also write the counts as a JSON metrics file.")]
-WorkersOpt = Annotated[int, typer.Option("--workers", min=0, help="Worker processes; 0: one per core. The output is the same bytes whatever the count.")]
+WorkersOpt = Annotated[
+    int,
+    typer.Option(
+        "--workers", min=0, help="Worker processes; 0: one per core. The output is the same bytes whatever the count."
+    ),
+]
 
 
-def _ingest(kind: str, table: str, run, inputs, *, source: str, lake: Path, strict: bool,
-            metrics: Path | None, **options) -> None:
+def _ingest(
+    kind: str, table: str, run, inputs, *, source: str, lake: Path, strict: bool, metrics: Path | None, **options
+) -> None:
     """Run one ingest function with a progress bar and print its one-line report."""
     with progress(f"{kind} {source}") as (set_total, advance):
-        result = run(inputs, source=source, out_dir=Lake(lake).table(table, source), strict=strict,
-                     metrics_path=metrics, on_start=set_total, on_progress=advance, **options)
-    out.print(f"{kind} {source}: {result.rows} rows, {result.rejects} rejects of {result.inputs} inputs "
-              f"-> {result.out_dir} (version {result.manifest['version_id']})")
+        result = run(
+            inputs,
+            source=source,
+            out_dir=Lake(lake).table(table, source),
+            strict=strict,
+            metrics_path=metrics,
+            on_start=set_total,
+            on_progress=advance,
+            **options,
+        )
+    out.print(
+        f"{kind} {source}: {result.rows} rows, {result.rejects} rejects of {result.inputs} inputs "
+        f"-> {result.out_dir} (version {result.manifest['version_id']})"
+    )
     if result.by_reason:
         out.print("  rejects: " + ", ".join(f"{k} {v}" for k, v in sorted(result.by_reason.items())))
 
 
 @app.command()
 def synth(
-    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Directory to create (must be empty or absent).")] = Path("data/sample"),
-    trials: Annotated[int, typer.Option(help="Trials (Harbor trial dirs or trace rows) over all sources; with --profile openthoughts, trace rows.")] = 2000,
-    tasks: Annotated[Optional[int], typer.Option(help="Task directories over all sources [default: 300; with --profile openthoughts, base tasks, trials/6].", show_default=False)] = None,
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Directory to create (must be empty or absent).")] = Path(
+        "data/sample"
+    ),
+    trials: Annotated[
+        int,
+        typer.Option(
+            help="Trials (Harbor trial dirs or trace rows) over all sources; with --profile openthoughts, trace rows."
+        ),
+    ] = 2000,
+    tasks: Annotated[
+        Optional[int],
+        typer.Option(
+            help="Task directories over all sources [default: 300; with --profile openthoughts, base tasks, trials/6].",
+            show_default=False,
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Random seed; same seed and sizes give byte-identical files.")] = 0,
-    profile: Annotated[str, typer.Option(metavar="[sample|openthoughts]", help="sample: the embedded sample corpus; openthoughts: an OpenThoughts-Agent-style trace table at realistic size (OUT/traces/part-*.jsonl, OUT/tasks/), for benchmarks.")] = "sample",
+    profile: Annotated[
+        str,
+        typer.Option(
+            metavar="[sample|openthoughts]",
+            help="sample: the embedded sample corpus; openthoughts: an OpenThoughts-Agent-style trace table at realistic size (OUT/traces/part-*.jsonl, OUT/tasks/), for benchmarks.",
+        ),
+    ] = "sample",
 ) -> None:
     """Write a deterministic, realistic sample corpus: Harbor job dirs, task dirs and a trace table,
     several sources, timeouts, subagents, continuations and a few malformed files. With --profile
@@ -78,19 +115,22 @@ def synth(
         with progress("synth openthoughts") as (set_total, advance):
             set_total(trials)
             m = synthesize_openthoughts(out_dir, rows=trials, seed=seed, tasks=tasks, progress=advance)
-        out.print(f"synth openthoughts: {m['rows']} rows, {m['tasks']} tasks, {len(m['files'])} files, "
-                  f"{m['total_bytes'] / 1e9:.2f} GB, median {m['stats']['bytes_per_row']['median'] / 1e3:.1f} KB/row "
-                  f"-> {out_dir}")
+        out.print(
+            f"synth openthoughts: {m['rows']} rows, {m['tasks']} tasks, {len(m['files'])} files, "
+            f"{m['total_bytes'] / 1e9:.2f} GB, median {m['stats']['bytes_per_row']['median'] / 1e3:.1f} KB/row "
+            f"-> {out_dir}"
+        )
         return
     from tracelake.sample.synth import synthesize
 
     with progress("synth") as (set_total, advance):
         set_total(trials)
-        summary = synthesize(out_dir, seed=seed, trials=trials, tasks=300 if tasks is None else tasks,
-                             progress=advance)
+        summary = synthesize(out_dir, seed=seed, trials=trials, tasks=300 if tasks is None else tasks, progress=advance)
     faults = sum(sum(f.values()) for f in summary.faults.values())
-    out.print(f"synth: {sum(summary.trials.values())} trials, {sum(summary.tasks.values())} tasks, "
-              f"{faults} injected faults in {len(summary.trials)} sources -> {out_dir}")
+    out.print(
+        f"synth: {sum(summary.trials.values())} trials, {sum(summary.tasks.values())} tasks, "
+        f"{faults} injected faults in {len(summary.trials)} sources -> {out_dir}"
+    )
 
 
 @ingest_app.command("harbor")
@@ -105,13 +145,24 @@ def ingest_harbor_cmd(
     """Ingest Harbor job directories (result.json + ATIF agent/trajectory*.json) into OUT/trajectories/SOURCE."""
     from tracelake.ingest.harbor import ingest_harbor
 
-    _ingest("harbor", "trajectories", ingest_harbor, jobs_dir, source=source, lake=out_dir, strict=strict,
-            metrics=metrics, workers=workers)
+    _ingest(
+        "harbor",
+        "trajectories",
+        ingest_harbor,
+        jobs_dir,
+        source=source,
+        lake=out_dir,
+        strict=strict,
+        metrics=metrics,
+        workers=workers,
+    )
 
 
 @ingest_app.command("traces")
 def ingest_traces_cmd(
-    files: Annotated[list[Path], typer.Argument(help="Trace tables: .parquet, .jsonl or .json files (or directories of them).")],
+    files: Annotated[
+        list[Path], typer.Argument(help="Trace tables: .parquet, .jsonl or .json files (or directories of them).")
+    ],
     source: SourceOpt,
     out_dir: OutOpt = Path("lake"),
     strict: StrictOpt = False,
@@ -122,35 +173,82 @@ def ingest_traces_cmd(
     trace_source, result, ...) into OUT/trajectories/SOURCE."""
     from tracelake.ingest.traces import ingest_traces
 
-    _ingest("traces", "trajectories", ingest_traces, files, source=source, lake=out_dir, strict=strict,
-            metrics=metrics, workers=workers)
+    _ingest(
+        "traces",
+        "trajectories",
+        ingest_traces,
+        files,
+        source=source,
+        lake=out_dir,
+        strict=strict,
+        metrics=metrics,
+        workers=workers,
+    )
 
 
 @ingest_app.command("tasks")
 def ingest_tasks_cmd(
-    path: Annotated[Path, typer.Argument(help="A task directory, a directory of task directories, or a (path, task_binary) table.")],
+    path: Annotated[
+        Path, typer.Argument(help="A task directory, a directory of task directories, or a (path, task_binary) table.")
+    ],
     source: SourceOpt,
     out_dir: OutOpt = Path("lake"),
     strict: StrictOpt = False,
     metrics: MetricsOpt = None,
-    binary: Annotated[bool, typer.Option("--binary/--no-binary", help="Store each task as a deterministic gzipped tar (task_binary).")] = True,
+    binary: Annotated[
+        bool, typer.Option("--binary/--no-binary", help="Store each task as a deterministic gzipped tar (task_binary).")
+    ] = True,
     workers: WorkersOpt = 0,
 ) -> None:
     """Ingest Harbor task directories (instruction.md, task.toml, environment/, tests/) or task tables
     into OUT/tasks/SOURCE."""
     from tracelake.ingest.tasks import ingest_tasks
 
-    _ingest("tasks", "tasks", ingest_tasks, path, source=source, lake=out_dir, strict=strict,
-            metrics=metrics, with_binary=binary, workers=workers)
+    _ingest(
+        "tasks",
+        "tasks",
+        ingest_tasks,
+        path,
+        source=source,
+        lake=out_dir,
+        strict=strict,
+        metrics=metrics,
+        with_binary=binary,
+        workers=workers,
+    )
 
 
 @tasks_app.command("extract")
 def tasks_extract_cmd(
     table: Annotated[Path, typer.Argument(help="A Parquet task table with columns path and task_binary.")],
-    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Directory to extract into; each task goes to OUT/<path>, which must not exist.")],
-    task: Annotated[Optional[list[str]], typer.Option("--task", "-t", metavar="NAME", help="Only this task (its path or its last path component); repeatable.")] = None,
-    max_members: Annotated[Optional[int], typer.Option("--max-members", min=1, help="Refuse a task with more files and directories (default: ingest.archive.max_members's, 100000).")] = None,
-    max_total_bytes: Annotated[Optional[int], typer.Option("--max-total-bytes", min=1, help="Refuse a task whose files hold more bytes uncompressed (default: ingest.archive.max_total_bytes's, 2 GiB).")] = None,
+    out_dir: Annotated[
+        Path,
+        typer.Option(
+            "--out", "-o", help="Directory to extract into; each task goes to OUT/<path>, which must not exist."
+        ),
+    ],
+    task: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--task", "-t", metavar="NAME", help="Only this task (its path or its last path component); repeatable."
+        ),
+    ] = None,
+    max_members: Annotated[
+        Optional[int],
+        typer.Option(
+            "--max-members",
+            min=1,
+            help="Refuse a task with more files and directories (default: ingest.archive.max_members's, 100000).",
+        ),
+    ] = None,
+    max_total_bytes: Annotated[
+        Optional[int],
+        typer.Option(
+            "--max-total-bytes",
+            min=1,
+            help="Refuse a task whose files hold more bytes uncompressed (default: ingest.archive.max_total_bytes's, 2 GiB).",
+        ),
+    ] = None,
 ) -> None:
     """Extract Harbor task directories from a (path, task_binary) table, e.g.
     lake/exports/rl/tasks/*.parquet, for SkyRL's Harbor integration. Nothing is written outside
@@ -167,12 +265,45 @@ def tasks_extract_cmd(
 @app.command()
 def train(
     kind: Annotated[str, typer.Argument(metavar="sft|rl", help="sft: LLaMA-Factory full SFT; rl: SkyRL GRPO.")],
-    dataset: Annotated[str, typer.Option("--dataset", "-d", help="A scale name (3k), a dataset id (sft-3.16k-396828c45111) or a unique prefix of one; `rl` for the RL export.")],
-    backend: Annotated[str, typer.Option("--backend", "-b", help="local: run the trainer here; modal: upload the dataset once and run on Modal GPUs.")] = "local",
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the dataset, config, GPU, volumes and exact command (rl: and check the overrides against the installed SkyRL's config); run nothing (works offline).")] = False,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", metavar="KEY=VALUE", help="Override one trainer config key for this run, e.g. --set max_steps=3; repeatable.")] = None,
-    gpus: Annotated[Optional[int], typer.Option("--gpus", help="Local SFT: processes (GPUs) for this run instead of train.sft.gpus; 1 runs without torchrun.")] = None,
-    params: Annotated[Path, typer.Option("--params", help="The params file that generated the configs.")] = Path("params.yaml"),
+    dataset: Annotated[
+        str,
+        typer.Option(
+            "--dataset",
+            "-d",
+            help="A scale name (3k), a dataset id (sft-3.16k-396828c45111) or a unique prefix of one; `rl` for the RL export.",
+        ),
+    ],
+    backend: Annotated[
+        str,
+        typer.Option(
+            "--backend", "-b", help="local: run the trainer here; modal: upload the dataset once and run on Modal GPUs."
+        ),
+    ] = "local",
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Print the dataset, config, GPU, volumes and exact command (rl: and check the overrides against the installed SkyRL's config); run nothing (works offline).",
+        ),
+    ] = False,
+    set_: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--set",
+            metavar="KEY=VALUE",
+            help="Override one trainer config key for this run, e.g. --set max_steps=3; repeatable.",
+        ),
+    ] = None,
+    gpus: Annotated[
+        Optional[int],
+        typer.Option(
+            "--gpus",
+            help="Local SFT: processes (GPUs) for this run instead of train.sft.gpus; 1 runs without torchrun.",
+        ),
+    ] = None,
+    params: Annotated[Path, typer.Option("--params", help="The params file that generated the configs.")] = Path(
+        "params.yaml"
+    ),
 ) -> None:
     """Train on an exported dataset with the config generated from params.yaml (training/configs/):
     locally with llamafactory-cli / SkyRL, or on Modal. Credentials come only from the environment."""
@@ -197,8 +328,21 @@ def train(
 
 @app.command()
 def score(
-    backend: Annotated[str, typer.Option("--backend", "-b", help="local: the engine score.model names, here; modal: the vllm engine on a Modal GPU (score.modal).")] = "local",
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the requests (cached, to send), the model, GPU, volume and exact command; send nothing (works offline).")] = False,
+    backend: Annotated[
+        str,
+        typer.Option(
+            "--backend",
+            "-b",
+            help="local: the engine score.model names, here; modal: the vllm engine on a Modal GPU (score.modal).",
+        ),
+    ] = "local",
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Print the requests (cached, to send), the model, GPU, volume and exact command; send nothing (works offline).",
+        ),
+    ] = False,
     params: Annotated[Path, typer.Option("--params", help="The params file.")] = Path("params.yaml"),
 ) -> None:
     """Answer the model scorers' uncached requests into the answer cache (score.cache), here or on
@@ -211,8 +355,9 @@ def score(
     p = load_params(params)
     scorers = model_scorers(p.score)
     if not scorers:
-        raise BadParams(f"params.yaml: score.scorers ({', '.join(p.score.scorers)}) has no model scorer "
-                        f"(llm_response_length_v1)")
+        raise BadParams(
+            f"params.yaml: score.scorers ({', '.join(p.score.scorers)}) has no model scorer (llm_response_length_v1)"
+        )
     con = connect(p.lake, list(p.sources))
     for scorer in scorers:
         plan = plan_score(scorer, con, p.score, backend)
@@ -223,12 +368,29 @@ def score(
 
 @app.command()
 def sql(
-    query: Annotated[Optional[str], typer.Argument(help="SQL to run; omit it (and --file) for an interactive prompt.")] = None,
-    file: Annotated[Optional[Path], typer.Option("--file", "-f", help="Run the SQL in this file, e.g. sql/examples/longest_traces.sql.")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="table, csv, json (one object per line) or parquet (needs --out).")] = "table",
-    out_file: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the result here instead of stdout.")] = None,
-    rev: Annotated[Optional[str], typer.Option("--rev", help="Query the lake as it was at this git revision (commit, HEAD~1, branch, tag, `dvc exp` name), read through DVC from its cache; nothing is checked out.")] = None,
-    lake: Annotated[Path, typer.Option("--lake", help="Lake root (with --rev: its path in the repository).")] = Path("lake"),
+    query: Annotated[
+        Optional[str], typer.Argument(help="SQL to run; omit it (and --file) for an interactive prompt.")
+    ] = None,
+    file: Annotated[
+        Optional[Path],
+        typer.Option("--file", "-f", help="Run the SQL in this file, e.g. sql/examples/longest_traces.sql."),
+    ] = None,
+    fmt: Annotated[
+        str, typer.Option("--format", help="table, csv, json (one object per line) or parquet (needs --out).")
+    ] = "table",
+    out_file: Annotated[
+        Optional[Path], typer.Option("--out", "-o", help="Write the result here instead of stdout.")
+    ] = None,
+    rev: Annotated[
+        Optional[str],
+        typer.Option(
+            "--rev",
+            help="Query the lake as it was at this git revision (commit, HEAD~1, branch, tag, `dvc exp` name), read through DVC from its cache; nothing is checked out.",
+        ),
+    ] = None,
+    lake: Annotated[Path, typer.Option("--lake", help="Lake root (with --rev: its path in the repository).")] = Path(
+        "lake"
+    ),
 ) -> None:
     """Query every table of the lake with DuckDB SQL, read-only. Views: tasks, trajectories, messages
     (one row per message), scores, rejects, pool, dropped, funnel, selection_<scale>, sft_<scale>
@@ -270,10 +432,20 @@ def sql(
 
 @app.command()
 def diff(
-    a: Annotated[str, typer.Argument(metavar="A", help="The base version: a dataset directory, `pool`, a scale (its selection), `sft-<scale>`, a dataset id or a unique prefix (6+ hex); REV:any of these reads it at a git revision (main:1k, HEAD~1:lake/pool, my-ablation:sft-3k).")],
+    a: Annotated[
+        str,
+        typer.Argument(
+            metavar="A",
+            help="The base version: a dataset directory, `pool`, a scale (its selection), `sft-<scale>`, a dataset id or a unique prefix (6+ hex); REV:any of these reads it at a git revision (main:1k, HEAD~1:lake/pool, my-ablation:sft-3k).",
+        ),
+    ],
     b: Annotated[str, typer.Argument(metavar="B", help="The version to compare with A (same forms).")],
-    json_out: Annotated[bool, typer.Option("--json", help="Print the whole report as JSON (every moved trajectory) instead.")] = False,
-    html: Annotated[Optional[Path], typer.Option("--html", help="Also write a self-contained HTML report with plots to this file.")] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the whole report as JSON (every moved trajectory) instead.")
+    ] = False,
+    html: Annotated[
+        Optional[Path], typer.Option("--html", help="Also write a self-contained HTML report with plots to this file.")
+    ] = None,
     lake: Annotated[str, typer.Option("--lake", help="Lake root, as a path inside the repository.")] = "lake",
 ) -> None:
     """Compare two dataset versions row by row: trajectories added, removed, reweighted (copies),
@@ -307,7 +479,15 @@ def diff(
 
 @app.command()
 def dedup(
-    explain: Annotated[Optional[str], typer.Option("--explain", "-e", metavar="TASK", help="Show this task's cluster side by side: a task name, source/name, task_id or a unique prefix of one.")] = None,
+    explain: Annotated[
+        Optional[str],
+        typer.Option(
+            "--explain",
+            "-e",
+            metavar="TASK",
+            help="Show this task's cluster side by side: a task name, source/name, task_id or a unique prefix of one.",
+        ),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the rows as JSON instead.")] = False,
     lake: Annotated[Path, typer.Option("--lake", help="Lake root.")] = Path("lake"),
 ) -> None:
@@ -331,11 +511,25 @@ def dedup(
 
 @app.command()
 def show(
-    trajectory: Annotated[str, typer.Argument(metavar="ID", help="A trajectory id or a unique prefix of it (6+ hex digits).")],
+    trajectory: Annotated[
+        str, typer.Argument(metavar="ID", help="A trajectory id or a unique prefix of it (6+ hex digits).")
+    ],
     json_out: Annotated[bool, typer.Option("--json", help="Print the whole row as JSON instead.")] = False,
     full: Annotated[bool, typer.Option("--full", help="Do not fold long messages and thoughts.")] = False,
-    trained: Annotated[bool, typer.Option("--trained", help="Show its SFT export row as LLaMA-Factory renders it, the tokens it trains on highlighted, and the trained tokens of every LLaMA-Factory mode.")] = False,
-    mode: Annotated[str, typer.Option("--mode", help="With --trained: the LLaMA-Factory mode to render (default, mask_history, mask_history_preserve_thinking, no_thinking, train_on_prompt; v1: the v1 data engine, USE_V1=1).")] = "default",
+    trained: Annotated[
+        bool,
+        typer.Option(
+            "--trained",
+            help="Show its SFT export row as LLaMA-Factory renders it, the tokens it trains on highlighted, and the trained tokens of every LLaMA-Factory mode.",
+        ),
+    ] = False,
+    mode: Annotated[
+        str,
+        typer.Option(
+            "--mode",
+            help="With --trained: the LLaMA-Factory mode to render (default, mask_history, mask_history_preserve_thinking, no_thinking, train_on_prompt; v1: the v1 data engine, USE_V1=1).",
+        ),
+    ] = "default",
     lake: Annotated[Path, typer.Option("--lake", help="Lake root.")] = Path("lake"),
 ) -> None:
     """Show one trajectory: every message with its role, <think> blocks dimmed, long terminal
@@ -358,11 +552,29 @@ def show(
 
 @app.command()
 def view(
-    rev: Annotated[Optional[str], typer.Option("--rev", help="Serve the lake as it was at this git revision (commit, HEAD~1, branch, tag, `dvc exp` name), read through DVC from its cache.")] = None,
-    port: Annotated[int, typer.Option("--port", "-p", min=0, max=65535, help="Port on 127.0.0.1 (0: any free port).")] = 8765,
-    lake: Annotated[Path, typer.Option("--lake", help="Lake root (with --rev: its path in the repository).")] = Path("lake"),
-    search_cache: Annotated[Path, typer.Option("--search-cache", help="Where the full-text index of the messages is kept, one directory per content of the lake's trajectories (built on first use, in the background).")] = Path(".tracelake/cache/search"),
-    no_search: Annotated[bool, typer.Option("--no-search", help="Serve without full-text search (no index is read or built).")] = False,
+    rev: Annotated[
+        Optional[str],
+        typer.Option(
+            "--rev",
+            help="Serve the lake as it was at this git revision (commit, HEAD~1, branch, tag, `dvc exp` name), read through DVC from its cache.",
+        ),
+    ] = None,
+    port: Annotated[
+        int, typer.Option("--port", "-p", min=0, max=65535, help="Port on 127.0.0.1 (0: any free port).")
+    ] = 8765,
+    lake: Annotated[Path, typer.Option("--lake", help="Lake root (with --rev: its path in the repository).")] = Path(
+        "lake"
+    ),
+    search_cache: Annotated[
+        Path,
+        typer.Option(
+            "--search-cache",
+            help="Where the full-text index of the messages is kept, one directory per content of the lake's trajectories (built on first use, in the background).",
+        ),
+    ] = Path(".tracelake/cache/search"),
+    no_search: Annotated[
+        bool, typer.Option("--no-search", help="Serve without full-text search (no index is read or built).")
+    ] = False,
 ) -> None:
     """Browse the trajectories in a web page served on 127.0.0.1 only (never another interface): find
     rows by source, task, reward, timeout, subagent, turn and token ranges, the filter rule that dropped
@@ -386,8 +598,14 @@ def view(
                 raise typer.BadParameter("with --rev, --lake is the lake's path inside the repository")
             tree = stack.enter_context(tree_at(rev, [str(lake)]))
             root, label = tree.root / lake, f"{lake} at {rev} ({tree.revision.sha[:10]})"
-        serve(root, port, label=label, announce=lambda line: out.print(line, markup=False, highlight=False),
-              search_cache=None if no_search else search_cache, lake_in_repo=str(lake))
+        serve(
+            root,
+            port,
+            label=label,
+            announce=lambda line: out.print(line, markup=False, highlight=False),
+            search_cache=None if no_search else search_cache,
+            lake_in_repo=str(lake),
+        )
 
 
 @app.command()
@@ -404,7 +622,10 @@ def status(
 
 @app.command()
 def schema(
-    table: Annotated[Optional[str], typer.Argument(help="tasks, trajectories, rejects, scores, pool, dropped or selection; all when omitted.")] = None,
+    table: Annotated[
+        Optional[str],
+        typer.Argument(help="tasks, trajectories, rejects, scores, pool, dropped or selection; all when omitted."),
+    ] = None,
 ) -> None:
     """Print the declared schema of a table (columns, types, meaning): the data contract."""
     from tracelake.explore.status import render_schema
@@ -439,8 +660,12 @@ def main() -> None:
         import traceback
 
         traceback.print_exc()
-        err.print("tracelake: this is a bug in tracelake (an internal check failed); please report it with "
-                  "the traceback above", markup=False, soft_wrap=True)
+        err.print(
+            "tracelake: this is a bug in tracelake (an internal check failed); please report it with "
+            "the traceback above",
+            markup=False,
+            soft_wrap=True,
+        )
         sys.exit(Bug.exit_code)
     if rc == 130:  # typer's answer to KeyboardInterrupt (a trainer interrupted under `train` too)
         err.print(f"tracelake: {interrupted_message()}", markup=False, soft_wrap=True)

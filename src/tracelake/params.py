@@ -72,8 +72,9 @@ def _mix_draws_on_sources(p: Any) -> None:
 def _select_uses_a_configured_scorer(p: Any) -> None:
     known = [*p.score.scorers, *p.score.imports]
     if p.select.score not in known:
-        raise Invalid(f": {p.select.score!r} is not a configured scorer ({', '.join(known) or 'none'})",
-                      at=("select", "score"))
+        raise Invalid(
+            f": {p.select.score!r} is not a configured scorer ({', '.join(known) or 'none'})", at=("select", "score")
+        )
 
 
 def _dedup_names_sources(p: Any) -> None:
@@ -85,8 +86,9 @@ def _dedup_names_sources(p: Any) -> None:
 def _export_rl_draws_on_sources(p: Any) -> None:
     rl = p.export_rl.sources
     if rl != "all" and any(name not in p.sources for name in rl):
-        raise Invalid(f'must be "all" or a list of source names ({", ".join(p.sources)}), got {rl!r}',
-                      at=("export_rl", "sources"))
+        raise Invalid(
+            f'must be "all" or a list of source names ({", ".join(p.sources)}), got {rl!r}', at=("export_rl", "sources")
+        )
 
 
 CHECKS: list[tuple[tuple[str, ...], Callable[[Any], None]]] = [
@@ -121,6 +123,7 @@ def _after(check: Callable[[Any], None]) -> Callable[[Any], Any]:
     def run(self: Any) -> Any:
         check(self)
         return self
+
     run.__name__ = check.__name__
     return run
 

@@ -43,7 +43,7 @@ def test_read_ahead_stops_its_thread_when_the_loop_ends_early():
         if x == 5:
             break
     assert threading.active_count() == before
-    assert len(produced) <= 5 + 1 + 2 + 1   # the consumed ones, the queue, the one being put
+    assert len(produced) <= 5 + 1 + 2 + 1  # the consumed ones, the queue, the one being put
 
 
 def test_in_order_runs_calls_in_submission_order_with_bounded_backlog():
@@ -89,4 +89,4 @@ def test_shard_writer_stops_writing_when_its_block_fails(tmp_path):
             raise RuntimeError("conversion failed")
     before = sorted(p.stat().st_size for p in (tmp_path / "d").iterdir())
     time.sleep(0.2)
-    assert sorted(p.stat().st_size for p in (tmp_path / "d").iterdir()) == before   # nothing writes any more
+    assert sorted(p.stat().st_size for p in (tmp_path / "d").iterdir()) == before  # nothing writes any more

@@ -41,14 +41,15 @@ def query_in_process(lake: Path) -> tuple[str, object]:
             con.close()
     except BadInput as e:
         return "error", str(e)
-    except Exception:   # noqa: BLE001 - the point: any other failure is a bug the test reports
+    except Exception:  # noqa: BLE001 - the point: any other failure is a bug the test reports
         return "traceback", traceback.format_exc()
 
 
 def query_cli(repo: Path) -> tuple[str, object]:
     """The same through `tracelake sql` (a process of its own: what a user runs)."""
-    proc = subprocess.run(["tracelake", "sql", QUERY, "--format", "csv"], cwd=repo, env=_env(),
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["tracelake", "sql", QUERY, "--format", "csv"], cwd=repo, env=_env(), capture_output=True, text=True
+    )
     if "Traceback" in proc.stdout + proc.stderr:
         return "traceback", proc.stdout + proc.stderr
     if proc.returncode == 0:
@@ -59,8 +60,7 @@ def query_cli(repo: Path) -> tuple[str, object]:
 def readers_during(repo: Path, rebuild: list[str], query, *, max_queries: int, max_seconds: float) -> list:
     """Run `rebuild` in repo and `query` in a loop until it ends (or the bounds are reached); the
     answers. The rebuild must succeed."""
-    proc = subprocess.Popen(rebuild, cwd=repo, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    proc = subprocess.Popen(rebuild, cwd=repo, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     answers, start = [], time.monotonic()
     while proc.poll() is None and len(answers) < max_queries and time.monotonic() - start < max_seconds:
         answers.append(query())
@@ -70,10 +70,14 @@ def readers_during(repo: Path, rebuild: list[str], query, *, max_queries: int, m
 
 
 def check(answers: list, expected: int, minimum: int) -> None:
-    bad = [a for a in answers if not (a == ("ok", expected) or (
-        a[0] == "error" and REBUILDING in a[1] and "\n" not in a[1].strip()))]
-    assert not bad, f"{len(bad)} of {len(answers)} answers were neither {expected} nor 'being rebuilt':\n" + \
-        "\n".join(f"{kind}: {value}" for kind, value in bad[:5])
+    bad = [
+        a
+        for a in answers
+        if not (a == ("ok", expected) or (a[0] == "error" and REBUILDING in a[1] and "\n" not in a[1].strip()))
+    ]
+    assert not bad, f"{len(bad)} of {len(answers)} answers were neither {expected} nor 'being rebuilt':\n" + "\n".join(
+        f"{kind}: {value}" for kind, value in bad[:5]
+    )
     assert len(answers) >= minimum, f"only {len(answers)} queries ran during the rebuild"
     assert any(a == ("ok", expected) for a in answers)
 
@@ -87,8 +91,13 @@ def repo(sample_project, tmp_path) -> Path:
 def test_readers_during_a_forced_ingest_see_one_version_or_an_error(repo):
     expected = query_in_process(repo / "lake")
     assert expected[0] == "ok" and expected[1] > 0
-    answers = readers_during(repo, ["dvc", "repro", "--force", "--single-item", "ingest"],
-                             lambda: query_in_process(repo / "lake"), max_queries=200, max_seconds=90)
+    answers = readers_during(
+        repo,
+        ["dvc", "repro", "--force", "--single-item", "ingest"],
+        lambda: query_in_process(repo / "lake"),
+        max_queries=200,
+        max_seconds=90,
+    )
     check(answers, expected[1], minimum=10)
 
 

@@ -18,8 +18,9 @@ from tracelake.core.ids import (
 from tracelake.core.lake import Lake, is_built, pick_dataset
 
 
-@pytest.mark.parametrize(("n", "label"), [(316, "316"), (999, "999"), (1000, "1k"), (3160, "3.16k"),
-                                          (31600, "31.6k"), (100000, "100k")])
+@pytest.mark.parametrize(
+    ("n", "label"), [(316, "316"), (999, "999"), (1000, "1k"), (3160, "3.16k"), (31600, "31.6k"), (100000, "100k")]
+)
 def test_dataset_labels(n, label):
     assert dataset_label(n) == label
     assert dataset_id("sft", n, "9b6b602e9f63") == f"sft-{label}-9b6b602e9f63"
@@ -36,8 +37,17 @@ def test_copies_are_the_same_task():
     assert task_id_for("src", "t_copy0003") == task_id_for("src", "t") != task_id_for("other", "t")
 
 
-@pytest.mark.parametrize(("ref", "ok"), [("9b6b60", True), ("9b6b", False), ("sft-3.16k-9b6b60", True),
-                                         ("sft-1k-9b6b60", False), ("9b6b602e9f63", True), ("9b6b61", False)])
+@pytest.mark.parametrize(
+    ("ref", "ok"),
+    [
+        ("9b6b60", True),
+        ("9b6b", False),
+        ("sft-3.16k-9b6b60", True),
+        ("sft-1k-9b6b60", False),
+        ("9b6b602e9f63", True),
+        ("9b6b61", False),
+    ],
+)
 def test_prefixes_need_six_hex_digits(ref, ok):
     assert matches_id_prefix(ref, "sft-3.16k-9b6b602e9f63") is ok
 

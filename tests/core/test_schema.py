@@ -17,7 +17,8 @@ from tracelake.ingest.common import ROLES, trajectory_row
 
 def test_type_language():
     assert parse_type("list<struct<role: string, content: string>>") == pa.list_(
-        pa.struct([("role", pa.string()), ("content", pa.string())]))
+        pa.struct([("role", pa.string()), ("content", pa.string())])
+    )
     assert parse_type("int32") == pa.int32()
     for bad in ("list<string", "struct<a string>", "float128", "string extra"):
         with pytest.raises(ValueError):
@@ -33,8 +34,15 @@ def test_every_table_declared_with_docs_and_key():
 
 def test_validation_names_the_problem():
     s = load_schema("scores")
-    good = {"score_id": "a", "task_id": "t", "scorer": "x_v1", "model": None, "prompt_sha256": None, "sampling": None,
-            "score": 1.0}
+    good = {
+        "score_id": "a",
+        "task_id": "t",
+        "scorer": "x_v1",
+        "model": None,
+        "prompt_sha256": None,
+        "sampling": None,
+        "score": 1.0,
+    }
     s.from_rows([good])
     with pytest.raises(SchemaViolation, match="scores.score: null"):
         s.from_rows([dict(good, score=None)])
@@ -47,21 +55,31 @@ def test_validation_names_the_problem():
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
 opt_text = st.none() | text
 message = st.fixed_dictionaries({"role": st.sampled_from(ROLES), "content": text})
-conversation = st.lists(message, min_size=1, max_size=6).filter(
-    lambda ms: any(m["role"] == "assistant" for m in ms))
+conversation = st.lists(message, min_size=1, max_size=6).filter(lambda ms: any(m["role"] == "assistant" for m in ms))
 
 
 @st.composite
 def trajectory_rows(draw):
     return trajectory_row(
-        source=draw(st.sampled_from(["swesmith", "tezos", "ünïcode-src"])), task=draw(text.filter(bool)),
-        messages=draw(conversation), trace_source=draw(st.sampled_from(["main", "summarization-1-summary"])),
-        run_id=draw(opt_text), trial_name=draw(opt_text), episode=draw(opt_text),
-        n_episodes=draw(st.none() | st.integers(0, 10_000)), agent=draw(opt_text), model=draw(opt_text),
-        model_provider=draw(opt_text), date=draw(opt_text), result=draw(opt_text),
-        reward=draw(st.none() | st.floats(allow_nan=False)), exception_type=draw(opt_text),
-        renderer="test-v1", provenance=[{"path": draw(text), "sha256": "0" * 64}],
-        row_index=draw(st.none() | st.integers(0, 2**40)))
+        source=draw(st.sampled_from(["swesmith", "tezos", "ünïcode-src"])),
+        task=draw(text.filter(bool)),
+        messages=draw(conversation),
+        trace_source=draw(st.sampled_from(["main", "summarization-1-summary"])),
+        run_id=draw(opt_text),
+        trial_name=draw(opt_text),
+        episode=draw(opt_text),
+        n_episodes=draw(st.none() | st.integers(0, 10_000)),
+        agent=draw(opt_text),
+        model=draw(opt_text),
+        model_provider=draw(opt_text),
+        date=draw(opt_text),
+        result=draw(opt_text),
+        reward=draw(st.none() | st.floats(allow_nan=False)),
+        exception_type=draw(opt_text),
+        renderer="test-v1",
+        provenance=[{"path": draw(text), "sha256": "0" * 64}],
+        row_index=draw(st.none() | st.integers(0, 2**40)),
+    )
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -77,19 +95,52 @@ def test_trajectories_round_trip(tmp_path_factory, rows):
     assert [r["trajectory_id"] for r in back] == [r["trajectory_id"] for r in rows]
     # ids are recomputable from content: rebuilding each row from its own fields gives the same id
     for r in back:
-        again = trajectory_row(**{k: r[k] for k in (
-            "source", "task", "messages", "trace_source", "run_id", "trial_name", "episode", "n_episodes",
-            "agent", "model", "model_provider", "date", "result", "reward", "exception_type", "renderer",
-            "provenance", "row_index")})
+        again = trajectory_row(
+            **{
+                k: r[k]
+                for k in (
+                    "source",
+                    "task",
+                    "messages",
+                    "trace_source",
+                    "run_id",
+                    "trial_name",
+                    "episode",
+                    "n_episodes",
+                    "agent",
+                    "model",
+                    "model_provider",
+                    "date",
+                    "result",
+                    "reward",
+                    "exception_type",
+                    "renderer",
+                    "provenance",
+                    "row_index",
+                )
+            }
+        )
         assert again["trajectory_id"] == r["trajectory_id"] and again["task_id"] == r["task_id"]
     assert info.rows == len(rows)
 
 
 @settings(max_examples=30, deadline=None)
-@given(rows=st.lists(st.fixed_dictionaries({
-    "source": text, "input_kind": st.sampled_from(["harbor", "traces", "tasks"]), "path": text,
-    "row_index": st.none() | st.integers(0, 2**40), "trace_source": opt_text,
-    "reason": st.sampled_from(["unparsable_json", "unknown_role"]), "detail": text}), max_size=5))
+@given(
+    rows=st.lists(
+        st.fixed_dictionaries(
+            {
+                "source": text,
+                "input_kind": st.sampled_from(["harbor", "traces", "tasks"]),
+                "path": text,
+                "row_index": st.none() | st.integers(0, 2**40),
+                "trace_source": opt_text,
+                "reason": st.sampled_from(["unparsable_json", "unknown_role"]),
+                "detail": text,
+            }
+        ),
+        max_size=5,
+    )
+)
 def test_rejects_round_trip(tmp_path_factory, rows):
     from tracelake.core.hashing import content_id
 

@@ -15,8 +15,16 @@ from ..helpers import tree_bytes
 
 
 def _rows(n: int) -> list[dict]:
-    return [{"trajectory_id": f"{i:016x}", "task_id": f"t{i % 7}", "source": "s", "rule": "timeout_v1",
-             "detail": f"detail {i}" * (i % 3)} for i in range(n)]
+    return [
+        {
+            "trajectory_id": f"{i:016x}",
+            "task_id": f"t{i % 7}",
+            "source": "s",
+            "rule": "timeout_v1",
+            "detail": f"detail {i}" * (i % 3),
+        }
+        for i in range(n)
+    ]
 
 
 @pytest.mark.parametrize(("n", "batch"), [(0, 10), (5, 2), (2500, 1000), (2500, 333), (1000, 1000)])
@@ -47,19 +55,36 @@ def test_a_batch_that_breaks_the_schema_is_refused(tmp_path):
     with pytest.raises(SchemaViolation, match="columns differ"):
         writer.write_batch(con.sql("SELECT 'x' AS trajectory_id").to_arrow_table())
     with pytest.raises(SchemaViolation, match="null values in a non-null column"):
-        writer.write_batch(con.sql("SELECT NULL::VARCHAR AS trajectory_id, 't' AS task_id, 's' AS source, "
-                                   "'r' AS rule, 'd' AS detail").to_arrow_table())
+        writer.write_batch(
+            con.sql(
+                "SELECT NULL::VARCHAR AS trajectory_id, 't' AS task_id, 's' AS source, 'r' AS rule, 'd' AS detail"
+            ).to_arrow_table()
+        )
 
 
 def _sft_rows(n: int) -> list[dict]:
-    return [{"id": f"s/t{i}_copy0000", "conversations": [{"from": "human", "value": "q" * (i % 5)},
-                                                        {"from": "gpt", "value": f"a{i}"}][: 2 * (i % 3 > 0)],
-             "system": "" if i % 2 else "be brief", "slot_id": f"{i:016x}", "trajectory_id": f"{i:016x}",
-             "task_id": "k", "source": "s", "task": f"t{i}", "copy": 0, "n_tokens": None if i % 4 else i}
-            for i in range(n)]
+    return [
+        {
+            "id": f"s/t{i}_copy0000",
+            "conversations": [{"from": "human", "value": "q" * (i % 5)}, {"from": "gpt", "value": f"a{i}"}][
+                : 2 * (i % 3 > 0)
+            ],
+            "system": "" if i % 2 else "be brief",
+            "slot_id": f"{i:016x}",
+            "trajectory_id": f"{i:016x}",
+            "task_id": "k",
+            "source": "s",
+            "task": f"t{i}",
+            "copy": 0,
+            "n_tokens": None if i % 4 else i,
+        }
+        for i in range(n)
+    ]
 
 
-@pytest.mark.parametrize(("n", "rows_per_shard", "cuts"), [(0, 3, []), (10, 3, [1, 4, 4, 9]), (2500, 1000, [999, 1700])])
+@pytest.mark.parametrize(
+    ("n", "rows_per_shard", "cuts"), [(0, 3, []), (10, 3, [1, 4, 4, 9]), (2500, 1000, [999, 1700])]
+)
 def test_shards_from_dicts_and_from_arrow_batches_cut_anywhere_are_identical(tmp_path, n, rows_per_shard, cuts):
     """ShardWriter: the same rows as dicts or as Arrow batches split anywhere give the same shard
     files and the same version id (a TableDigest of the rows, blind to batching)."""
@@ -79,4 +104,4 @@ def test_shards_from_dicts_and_from_arrow_batches_cut_anywhere_are_identical(tmp
     assert tree_bytes(tmp_path / "a") == tree_bytes(tmp_path / "b")
     changed = ShardWriter(tmp_path / "c" / "d", schema, rows_per_shard)
     changed.write_batch(schema.from_rows(rows[::-1]))
-    assert n < 2 or changed.close().version_id != info_a.version_id   # order is content
+    assert n < 2 or changed.close().version_id != info_a.version_id  # order is content

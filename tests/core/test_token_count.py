@@ -27,11 +27,12 @@ from tracelake.core.tokenizer import build_tokenizer
 
 QWEN, LLAMA3 = sorted(SPLIT_PATTERNS, key=lambda p: "{1,3}" in p)
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-PLAIN_ADDED = ["<think>", "</think>", "<tool_call>", "</tool_call>"]   # Qwen: added, not special
+PLAIN_ADDED = ["<think>", "</think>", "<tool_call>", "</tool_call>"]  # Qwen: added, not special
 CORPUS = [
-    "ls -la\ncd /app && git status\n", "def f(x):\n    return x + 1\n\n\nprint(f(2))\n",
+    "ls -la\ncd /app && git status\n",
+    "def f(x):\n    return x + 1\n\n\nprint(f(2))\n",
     '{\n  "analysis": "The tests pass.",\n  "commands": [{"keystrokes": "ls\\n", "duration": 0.1}]\n}',
-    "Traceback (most recent call last):\n  File \"main.py\", line 3\nValueError: bad\n",
+    'Traceback (most recent call last):\n  File "main.py", line 3\nValueError: bad\n',
     "It's done; they'll see. Numbers 12345 and 3.14159, dates 2024-05-09.\r\n\r\nEnd  \n\n  x",
     "café naïve Straße 日本語 🚀 e\u0301 \u00a0nbsp\t\ttabs\n\n\n",
 ] * 20
@@ -43,17 +44,25 @@ def _train(pre_tokenizer, normalizer=None, vocab: int = 600) -> Tokenizer:
         tok.normalizer = normalizer
     tok.pre_tokenizer = pre_tokenizer
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab, min_frequency=1, show_progress=False,
-                                  special_tokens=[AddedToken(t, special=True, normalized=False) for t in SPECIAL],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab,
+        min_frequency=1,
+        show_progress=False,
+        special_tokens=[AddedToken(t, special=True, normalized=False) for t in SPECIAL],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(CORPUS, trainer=trainer)
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in PLAIN_ADDED])
     return tok
 
 
 def _split_byte_level(pattern: str):
-    return pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
-                                    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
 
 
 FAMILIES = {
@@ -63,8 +72,13 @@ FAMILIES = {
     "prefix_space": lambda: _train(pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True)),
     "whitespace": lambda: _train(pre_tokenizers.Whitespace()),
 }
-EXPECTED_RULE = {"gpt2_byte_level": "split", "qwen2": "split", "llama3": "split",
-                 "prefix_space": "whole", "whitespace": "whole"}
+EXPECTED_RULE = {
+    "gpt2_byte_level": "split",
+    "qwen2": "split",
+    "llama3": "split",
+    "prefix_space": "whole",
+    "whitespace": "whole",
+}
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
@@ -90,15 +104,45 @@ def test_project_tokenizer_splits(tmp_path):
 
 # Characters that stress pre-token boundaries: newlines next to spaces, punctuation and letters,
 # CRLF, tabs, contractions, digits, combining marks, NBSP, and the added tokens themselves.
-_ATOMS = ["\n", "\n\n", " ", "  ", "\t", "\r\n", "a", "Z", "é", "e\u0301", "\u00a0", "日本", "🚀", "'s", "'ll",
-          "7", "123", "3.14", ".", "}", "{", '"', "-", "_", "x = 1", "</", ">", "<", *SPECIAL, *PLAIN_ADDED]
+_ATOMS = [
+    "\n",
+    "\n\n",
+    " ",
+    "  ",
+    "\t",
+    "\r\n",
+    "a",
+    "Z",
+    "é",
+    "e\u0301",
+    "\u00a0",
+    "日本",
+    "🚀",
+    "'s",
+    "'ll",
+    "7",
+    "123",
+    "3.14",
+    ".",
+    "}",
+    "{",
+    '"',
+    "-",
+    "_",
+    "x = 1",
+    "</",
+    ">",
+    "<",
+    *SPECIAL,
+    *PLAIN_ADDED,
+]
 texts = st.lists(st.sampled_from(_ATOMS), max_size=80).map("".join)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batch=st.lists(texts, min_size=1, max_size=6), chunk=st.sampled_from([1, 3, 16, 10_000]))
 def test_counts_equal_encode(family, batch, chunk, monkeypatch):
-    monkeypatch.setattr(token_count, "CHUNK_CHARS", chunk)   # cut at every safe newline, or never
+    monkeypatch.setattr(token_count, "CHUNK_CHARS", chunk)  # cut at every safe newline, or never
     _, path = family
     counter = TokenCounter.open(path)
     assert counter.count(batch) == [_encode_len(counter.tokenizer, t) for t in batch]
@@ -118,16 +162,19 @@ def test_real_trace_text_counts_exactly(family, monkeypatch):
     counter = TokenCounter.open(family[1])
     assert counter.count(texts) == [_encode_len(counter.tokenizer, t) for t in texts]
     if counter.rule.name == "split":
-        assert counter.stats.segments > 20 * len(texts)   # really cut, not counted whole
+        assert counter.stats.segments > 20 * len(texts)  # really cut, not counted whole
 
 
 def test_cache_survives_runs_and_encodes_each_segment_once(tmp_path, family):
     _, path = family
     cache = tmp_path / "cache"
-    texts = ["<|im_start|>user\nhello there\nfriend<|im_end|>\n", "<|im_start|>assistant\n<think>hm</think>ok<|im_end|>\n"] * 3
+    texts = [
+        "<|im_start|>user\nhello there\nfriend<|im_end|>\n",
+        "<|im_start|>assistant\n<think>hm</think>ok<|im_end|>\n",
+    ] * 3
     with TokenCounter.open(path, cache) as first:
         want = first.count(texts)
-    assert first.stats.encoded <= 6          # each distinct segment once, not once per text
+    assert first.stats.encoded <= 6  # each distinct segment once, not once per text
     with TokenCounter.open(path, cache) as second:
         assert second.count(texts) == want
     assert second.stats.encoded == 0 and second.stats.cached == second.stats.segments
@@ -146,7 +193,7 @@ def test_cache_merges_and_compacts(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     texts = [f"line {i}\nnext {i * 7}" for i in range(40)]
     want = [_encode_len(Tokenizer.from_file(str(path / "tokenizer.json")), t) for t in texts]
-    for k in range(4):   # four runs, each adding 10 new texts: parts pile up, then compact
+    for k in range(4):  # four runs, each adding 10 new texts: parts pile up, then compact
         with TokenCounter.open(path, cache) as c:
             assert c.count(texts[: 10 * (k + 1)]) == want[: 10 * (k + 1)]
             assert c.stats.encoded == 10
@@ -179,12 +226,12 @@ def test_cache_runs_keep_what_an_interrupted_run_counted(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         with TokenCounter.open(path, cache) as c:
             assert c.count(texts[:20]) == want[:20]
-            raise KeyboardInterrupt   # no save(): only the parts written on the way survive
+            raise KeyboardInterrupt  # no save(): only the parts written on the way survive
     kept = list(next(cache.iterdir()).glob("part-*.parquet"))
     assert kept
     with TokenCounter.open(path, cache) as c:
         assert c.count(texts) == want
-        assert 10 <= c.stats.encoded < 30   # the first 20 rows' parts were kept (a few pending ones lost)
+        assert 10 <= c.stats.encoded < 30  # the first 20 rows' parts were kept (a few pending ones lost)
     with TokenCounter.open(path, cache) as c:
         assert c.count(texts) == want and c.stats.encoded == 0
 
@@ -198,13 +245,14 @@ def test_cache_lookup_across_runs_and_unsorted_parts(tmp_path):
     (d / "abcdef0123456789").mkdir(parents=True)
     keys = [bytes([i]) * 16 for i in range(1, 9)]
     k1, k2 = token_cache._halves(keys)
-    pl.DataFrame({"k1": k1[4:][::-1], "k2": k2[4:][::-1], "n": pl.Series([8, 7, 6, 5], dtype=pl.UInt32)}) \
-        .write_parquet(d / "abcdef0123456789" / "part-unsorted.parquet")
+    pl.DataFrame({"k1": k1[4:][::-1], "k2": k2[4:][::-1], "n": pl.Series([8, 7, 6, 5], dtype=pl.UInt32)}).write_parquet(
+        d / "abcdef0123456789" / "part-unsorted.parquet"
+    )
     cache = token_cache.SegmentCache(d, "abcdef0123456789" + "0" * 48)
     cache.add(keys[:2], [1, 2])
-    cache._flush()                      # a run of its own, and a part
-    cache.add(keys[2:4], [3, 4])        # still pending
-    near = keys[0][:8] + bytes(8)       # shares k1 with keys[0], not k2
+    cache._flush()  # a run of its own, and a part
+    cache.add(keys[2:4], [3, 4])  # still pending
+    near = keys[0][:8] + bytes(8)  # shares k1 with keys[0], not k2
     assert cache.lookup([*keys, near, b"\xff" * 16]) == [1, 2, 3, 4, 5, 6, 7, 8, None, None]
     assert len(cache) == 8
     cache.save()
@@ -217,10 +265,10 @@ def test_lookup_searches_each_run_for_what_is_still_unknown(tmp_path, monkeypatc
     own run's count; a later run is searched only for the keys earlier runs did not hold."""
     cache = token_cache.SegmentCache(None, "")
     keys = [i.to_bytes(16, "little") for i in range(1, 40)]
-    for lo, hi in ((0, 3), (3, 20), (20, 30)):          # three runs: 3, 17 and 10 entries
+    for lo, hi in ((0, 3), (3, 20), (20, 30)):  # three runs: 3, 17 and 10 entries
         cache.add(keys[lo:hi], list(range(lo, hi)))
         cache._flush()
-    cache.add(keys[30:35], list(range(30, 35)))          # pending
+    cache.add(keys[30:35], list(range(30, 35)))  # pending
     asked = [keys[i] for i in (38, 0, 25, 5, 31, 5, 19, 2, 36, 25)]
     searched: list[int] = []
     real = token_cache.np.searchsorted
@@ -234,7 +282,9 @@ def test_a_segment_repeated_in_a_batch_is_looked_up_once(tmp_path, family):
     """Renderings of one conversation in several modes share their messages: count() hashes and
     looks up each distinct segment of a batch once, and still counts every occurrence."""
     _, path = family
-    texts = ["<|im_start|>user\nsame words here<|im_end|>\n"] * 5 + ["<|im_start|>assistant\nsame words here<|im_end|>\n"]
+    texts = ["<|im_start|>user\nsame words here<|im_end|>\n"] * 5 + [
+        "<|im_start|>assistant\nsame words here<|im_end|>\n"
+    ]
     counter = TokenCounter.open(path, tmp_path / "cache")
     asked: list[int] = []
     real = counter.cache.lookup
@@ -244,4 +294,4 @@ def test_a_segment_repeated_in_a_batch_is_looked_up_once(tmp_path, family):
     assert counter.stats.cached == 0 and counter.stats.encoded == asked[0]
     again = counter.count(texts)
     assert again == [_encode_len(counter.tokenizer, t) for t in texts]
-    assert counter.stats.cached == counter.stats.segments // 2   # the second call: every occurrence from the cache
+    assert counter.stats.cached == counter.stats.segments // 2  # the second call: every occurrence from the cache

@@ -55,10 +55,15 @@ def _n(tok: Tokenizer, text: str) -> int:
 
 def test_build_is_byte_identical_in_process_and_in_another_process(tok_dir: Path, tmp_path: Path):
     again = build_tokenizer(tmp_path / "again")
-    code = ("import sys; from pathlib import Path; from tracelake.core.tokenizer import build_tokenizer;"
-            " build_tokenizer(Path(sys.argv[1]))")
-    env = {**os.environ, "RAYON_NUM_THREADS": "4",
-           "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    code = (
+        "import sys; from pathlib import Path; from tracelake.core.tokenizer import build_tokenizer;"
+        " build_tokenizer(Path(sys.argv[1]))"
+    )
+    env = {
+        **os.environ,
+        "RAYON_NUM_THREADS": "4",
+        "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
+    }
     subprocess.run([sys.executable, "-c", code, str(tmp_path / "sub")], check=True, env=env)
     first = _digests(tok_dir)
     assert set(first) == FILES
@@ -100,8 +105,13 @@ def test_chat_template_renders_chatml():
 
 
 def _in_train_env(code: str, payload) -> object:
-    proc = subprocess.run([str(train_python()), "-c", code], input=json.dumps(payload), capture_output=True,
-                          text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    proc = subprocess.run(
+        [str(train_python()), "-c", code],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

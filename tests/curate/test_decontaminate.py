@@ -14,8 +14,10 @@ from tracelake.curate.dedup.decontaminate import load_benchmark, ngram_matches
 from tracelake.curate.dedup.shingles import WordHasher, words
 from tracelake.curate.params import DecontaminateParams
 
-ITEM = ("Write a script that reads every CSV file under /data/raw, drops the rows whose amount is "
-        "negative, and writes the totals per customer to /data/out/totals.json sorted by customer id.")
+ITEM = (
+    "Write a script that reads every CSV file under /data/raw, drops the rows whose amount is "
+    "negative, and writes the totals per customer to /data/out/totals.json sorted by customer id."
+)
 BOILERPLATE = "Please make sure all the tests pass and do not modify the tests themselves in any way at all"
 
 
@@ -31,13 +33,16 @@ def test_every_benchmark_format_loads_the_same_items(tmp_path):
     assert [(i.item, i.text) for i in load_benchmark("k", tmp_path / "b.json")] == [("0", ITEM)]
 
 
-@pytest.mark.parametrize("setup, message", [
-    (lambda p: p / "missing", "does not exist"),
-    (lambda p: (p / "empty").mkdir() or p / "empty", "holds no task directory"),
-    (lambda p: (p / "x.csv").write_text("a") and p / "x.csv", "a benchmark is a directory of tasks"),
-    (lambda p: (p / "x.jsonl").write_text('{"text": "a"}\n') and p / "x.jsonl", "has no column 'instruction'"),
-    (lambda p: (p / "x.jsonl").write_text("{not json\n") and p / "x.jsonl", "is not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "setup, message",
+    [
+        (lambda p: p / "missing", "does not exist"),
+        (lambda p: (p / "empty").mkdir() or p / "empty", "holds no task directory"),
+        (lambda p: (p / "x.csv").write_text("a") and p / "x.csv", "a benchmark is a directory of tasks"),
+        (lambda p: (p / "x.jsonl").write_text('{"text": "a"}\n') and p / "x.jsonl", "has no column 'instruction'"),
+        (lambda p: (p / "x.jsonl").write_text("{not json\n") and p / "x.jsonl", "is not valid JSON"),
+    ],
+)
 def test_bad_benchmarks_are_one_line(tmp_path, setup, message):
     with pytest.raises(BadInput, match=message) as err:
         load_benchmark("b", setup(tmp_path))
@@ -48,14 +53,16 @@ def test_a_copy_matches_and_shared_boilerplate_does_not(tmp_path):
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "instruction.md").write_text(f"{ITEM} {BOILERPLATE}")
     items = load_benchmark("b", tmp_path)
-    tasks = [f"Hello! {ITEM.upper()} Thanks.",                      # the item inside a longer task
-             f"Rename the module core.py to util.py everywhere. {BOILERPLATE}",   # boilerplate only
-             "short task"]
+    tasks = [
+        f"Hello! {ITEM.upper()} Thanks.",  # the item inside a longer task
+        f"Rename the module core.py to util.py everywhere. {BOILERPLATE}",  # boilerplate only
+        "short task",
+    ]
     found = ngram_matches([words(t) for t in tasks], items, 13, 0.8, WordHasher())
     assert set(found) == {0} and found[0].method == "ngram" and found[0].similarity >= 0.8
     assert found[0].evidence == " ".join(words(ITEM)[:13])
     anything = ngram_matches([words(t) for t in tasks], items, 13, 0.0, WordHasher())
-    assert set(anything) == {0, 1}   # ngram_min_share 0: any shared 13-gram, boilerplate included
+    assert set(anything) == {0, 1}  # ngram_min_share 0: any shared 13-gram, boilerplate included
 
 
 def test_benchmark_paths_must_be_under_the_root(tmp_path):

@@ -25,12 +25,12 @@ from tracelake.curate.dedup.shingles import words
 from tracelake.curate.params import DecontaminateParams, DedupParams
 from tracelake.sample.synth import synthesize
 
-METHODS = {   # method -> the dedup params that use it alone (exact matching always runs)
+METHODS = {  # method -> the dedup params that use it alone (exact matching always runs)
     "exact": {"minhash": {"enabled": False}, "embedding": {"enabled": False}},
     "minhash": {"embedding": {"enabled": False}},
     "embed.95": {"minhash": {"enabled": False}},
     "embed.90": {"minhash": {"enabled": False}, "embedding": {"threshold": 0.9}},
-    "all": {},     # the defaults: exact + minhash + embedding at 0.95
+    "all": {},  # the defaults: exact + minhash + embedding at 0.95
 }
 
 
@@ -42,9 +42,16 @@ def sample(tmp_path_factory) -> Path:
 
 
 def tasks_of(sample: Path) -> pa.Table:
-    rows = [{"task_id": f"{p.parent.parent.parent.name}/{p.parent.name}", "source": p.parent.parent.parent.name,
-             "task": p.parent.name, "instruction": p.read_text(), "n_trajectories": 1}
-            for p in sorted(sample.glob("*/tasks/*/instruction.md"))]
+    rows = [
+        {
+            "task_id": f"{p.parent.parent.parent.name}/{p.parent.name}",
+            "source": p.parent.parent.parent.name,
+            "task": p.parent.name,
+            "instruction": p.read_text(),
+            "n_trajectories": 1,
+        }
+        for p in sorted(sample.glob("*/tasks/*/instruction.md"))
+    ]
     return pa.Table.from_pylist(rows)
 
 
@@ -81,23 +88,28 @@ def measure(sample: Path, tmp_path: Path, overrides: dict) -> tuple[dict, pa.Tab
     planted = json.loads((sample / "synth_manifest.json").read_text())["planted"]
     tasks = tasks_of(sample)
     decon = DecontaminateParams(root=str(sample / "benchmark"), benchmarks={"planted": str(sample / "benchmark")})
-    result = run_dedup(tasks, DedupParams.model_validate(overrides), decon,
-                       lance_dir=tmp_path / "lance", cache_root=None)
+    result = run_dedup(
+        tasks, DedupParams.model_validate(overrides), decon, lance_dir=tmp_path / "lance", cache_root=None
+    )
     group = truth_groups(planted, tasks)
-    truth = {pair for pair in itertools.combinations(sorted(group), 2)
-             if group[pair[0]] == group[pair[1]]}
+    truth = {pair for pair in itertools.combinations(sorted(group), 2) if group[pair[0]] == group[pair[1]]}
     predicted = same_cluster_pairs(result.task_clusters)
-    cluster_of = dict(zip(result.task_clusters.column("task_id").to_pylist(),
-                          result.task_clusters.column("cluster_id").to_pylist()))
+    cluster_of = dict(
+        zip(result.task_clusters.column("task_id").to_pylist(), result.task_clusters.column("cluster_id").to_pylist())
+    )
     recall_by_kind: dict[str, list[bool]] = {}
     for d in planted["near_duplicates"]:
         a, b = f"{d['source']}/{d['task']}", f"{d['source']}/{d['of']}"
         recall_by_kind.setdefault(d["kind"], []).append(cluster_of[a] == cluster_of[b])
     tp = len(predicted & truth)
-    stats = {"precision": tp / len(predicted) if predicted else 1.0, "recall": tp / len(truth) if truth else 1.0,
-             "predicted": len(predicted), "truth": len(truth),
-             "recall_by_kind": {k: sum(v) / len(v) for k, v in sorted(recall_by_kind.items())},
-             "n_by_kind": {k: len(v) for k, v in sorted(recall_by_kind.items())}}
+    stats = {
+        "precision": tp / len(predicted) if predicted else 1.0,
+        "recall": tp / len(truth) if truth else 1.0,
+        "predicted": len(predicted),
+        "truth": len(truth),
+        "recall_by_kind": {k: sum(v) / len(v) for k, v in sorted(recall_by_kind.items())},
+        "n_by_kind": {k: len(v) for k, v in sorted(recall_by_kind.items())},
+    }
     return stats, result.task_clusters, result.contamination
 
 
@@ -108,14 +120,16 @@ def test_precision_and_recall_per_method(sample, tmp_path):
         stats, _, _ = measure(sample, tmp_path / name, overrides)
         measured[name] = stats
         kinds = ", ".join(f"{k} {v:.2f} (n={stats['n_by_kind'][k]})" for k, v in stats["recall_by_kind"].items())
-        lines.append(f"{name:9s} precision {stats['precision']:.3f} ({stats['predicted']} pairs) "
-                     f"recall {stats['recall']:.3f} ({stats['truth']} pairs); by kind: {kinds}")
+        lines.append(
+            f"{name:9s} precision {stats['precision']:.3f} ({stats['predicted']} pairs) "
+            f"recall {stats['recall']:.3f} ({stats['truth']} pairs); by kind: {kinds}"
+        )
     print("\n" + "\n".join(lines))
-    for name in METHODS:   # exact and near-exact copies: found by every method (normalised text)
+    for name in METHODS:  # exact and near-exact copies: found by every method (normalised text)
         for kind in ("exact", "near_exact"):
             assert measured[name]["recall_by_kind"][kind] >= 0.95, (name, kind, measured[name])
     assert measured["embed.90"]["recall_by_kind"]["paraphrase"] >= 0.8, measured["embed.90"]
-    assert measured["exact"]["precision"] == 1.0    # equal normalised texts are duplicates by definition
+    assert measured["exact"]["precision"] == 1.0  # equal normalised texts are duplicates by definition
 
 
 def test_planted_benchmark_copies_are_found(sample, tmp_path):
@@ -125,6 +139,8 @@ def test_planted_benchmark_copies_are_found(sample, tmp_path):
     found = dict(zip(contamination.column("task_id").to_pylist(), contamination.column("benchmark_item").to_pylist()))
     hits = sum(1 for t, item in truth.items() if found.get(t) == item)
     precision = sum(1 for t in found if t in truth) / len(found) if found else 1.0
-    print(f"\ndecontamination: recall {hits / len(truth):.3f} ({hits}/{len(truth)} planted copies), "
-          f"precision {precision:.3f} ({len(found)} flagged)")
+    print(
+        f"\ndecontamination: recall {hits / len(truth):.3f} ({hits}/{len(truth)} planted copies), "
+        f"precision {precision:.3f} ({len(found)} flagged)"
+    )
     assert len(truth) >= 5 and hits / len(truth) >= 0.95

@@ -23,8 +23,13 @@ from tracelake.core.tables import read_table
 from ..helpers import copy_project, run_ok
 
 pytestmark = pytest.mark.e2e
-SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "LANCE_CPU_THREADS": "1", "RAYON_NUM_THREADS": "1",
-                 "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+SINGLE_THREAD = {
+    "OMP_NUM_THREADS": "1",
+    "LANCE_CPU_THREADS": "1",
+    "RAYON_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
 
 
 @pytest.fixture(scope="module")
@@ -36,14 +41,19 @@ def repo(tmp_path_factory) -> Path:
 
 def set_params(repo: Path, **sections) -> None:
     params = yaml.safe_load((repo / "params.yaml").read_text())
-    for section, values in sections.items():   # sources are replaced, other sections updated
+    for section, values in sections.items():  # sources are replaced, other sections updated
         params[section] = values if section == "sources" else {**params[section], **values}
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
 
 
 def dedup_stage(repo: Path, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run([sys.executable, "-m", "stages", "dedup"], cwd=repo, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})})
+    proc = subprocess.run(
+        [sys.executable, "-m", "stages", "dedup"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -65,10 +75,12 @@ def test_clusters_contamination_and_the_filter_rules(repo):
         if d["kind"] in ("exact", "near_exact"):
             a, b = by_task[(d["source"], d["task"])], by_task[(d["source"], d["of"])]
             assert a["cluster_id"] == b["cluster_id"], (a, b)
-    for r in clusters:   # a dropped task names a kept representative of its own cluster
+    for r in clusters:  # a dropped task names a kept representative of its own cluster
         assert r["dropped"] == (r["method"] not in ("representative", "unique"))
     contamination = read_table(lake / "dedup", "contamination").to_pylist()
-    assert {(d["source"], d["task"]) for d in planted["benchmark_copies"]} <= {(c["source"], c["task"]) for c in contamination}
+    assert {(d["source"], d["task"]) for d in planted["benchmark_copies"]} <= {
+        (c["source"], c["task"]) for c in contamination
+    }
 
     dropped = read_table(lake / "pool", "dropped").to_pylist()
     rules = {d["rule"] for d in dropped}
@@ -112,20 +124,36 @@ def test_keep_all_drops_nothing_and_clusters_share_a_quota(repo, tmp_path):
 
 @pytest.mark.parametrize("search", ["flat", "ivf_flat"])
 def test_same_outputs_whatever_the_thread_count(repo, search):
-    if search == "ivf_flat":   # the index path on the sample: an index above 50 texts
-        set_params(repo, dedup={"embedding": {**yaml.safe_load((repo / "params.yaml").read_text())["dedup"]["embedding"],
-                                              "exact_below": 50, "nprobes": 4}})
+    if search == "ivf_flat":  # the index path on the sample: an index above 50 texts
+        set_params(
+            repo,
+            dedup={
+                "embedding": {
+                    **yaml.safe_load((repo / "params.yaml").read_text())["dedup"]["embedding"],
+                    "exact_below": 50,
+                    "nprobes": 4,
+                }
+            },
+        )
     try:
         first = dedup_stage(repo)
         one = outputs(repo)
         dedup_stage(repo, SINGLE_THREAD)
         assert outputs(repo) == one
         assert json.loads((repo / "metrics/dedup.json").read_text())["embedding"]["index"] == search
-        assert " 0 embedded" in first   # the cache answered every text
+        assert " 0 embedded" in first  # the cache answered every text
     finally:
         if search == "ivf_flat":
-            set_params(repo, dedup={"embedding": {**yaml.safe_load((repo / "params.yaml").read_text())["dedup"]["embedding"],
-                                                  "exact_below": 20000, "nprobes": 16}})
+            set_params(
+                repo,
+                dedup={
+                    "embedding": {
+                        **yaml.safe_load((repo / "params.yaml").read_text())["dedup"]["embedding"],
+                        "exact_below": 20000,
+                        "nprobes": 16,
+                    }
+                },
+            )
 
 
 def test_a_new_source_embeds_only_its_own_texts(repo, tmp_path):
@@ -134,7 +162,7 @@ def test_a_new_source_embeds_only_its_own_texts(repo, tmp_path):
     last = sorted(sources)[-1]
     fresh_cache = str(tmp_path / "cache")
     set_params(repo, sources={k: v for k, v in sources.items() if k != last}, dedup={"cache": fresh_cache})
-    write_dvc_yaml = [sys.executable, "-m", "stages.dvc_yaml"]   # dvc.yaml lists the sources
+    write_dvc_yaml = [sys.executable, "-m", "stages.dvc_yaml"]  # dvc.yaml lists the sources
     try:
         run_ok(write_dvc_yaml, repo)
         out = dedup_stage(repo)
@@ -156,8 +184,13 @@ def test_a_new_source_embeds_only_its_own_texts(repo, tmp_path):
 
 
 def tracelake(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tracelake", *args], cwd=repo, capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": "200"})
+    return subprocess.run(
+        [sys.executable, "-m", "tracelake", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
 
 
 def test_explain_a_planted_copy_and_query_the_views(repo):
@@ -175,11 +208,21 @@ def test_explain_a_planted_copy_and_query_the_views(repo):
     missing = tracelake(repo, "dedup", "--explain", "no-such-task")
     assert missing.returncode != 0 and missing.stderr.strip().count("\n") == 0 and "no task matches" in missing.stderr
     summary = tracelake(repo, "dedup")
-    assert summary.returncode == 0 and "clusters of near-duplicates" in summary.stdout and "benchmark planted" in summary.stdout
+    assert (
+        summary.returncode == 0
+        and "clusters of near-duplicates" in summary.stdout
+        and "benchmark planted" in summary.stdout
+    )
 
-    proc = tracelake(repo, "sql", "--format", "json", "SELECT (SELECT count(*) FROM task_clusters) AS tasks, "
-                     "(SELECT count(*) FROM contamination) AS contaminated, "
-                     "(SELECT sum(dropped)::BIGINT FROM funnel WHERE rule = 'near_duplicate_v1') AS near_dup_rows")
+    proc = tracelake(
+        repo,
+        "sql",
+        "--format",
+        "json",
+        "SELECT (SELECT count(*) FROM task_clusters) AS tasks, "
+        "(SELECT count(*) FROM contamination) AS contaminated, "
+        "(SELECT sum(dropped)::BIGINT FROM funnel WHERE rule = 'near_duplicate_v1') AS near_dup_rows",
+    )
     got = json.loads(proc.stdout)
     metrics = json.loads((repo / "metrics/dedup.json").read_text())
     assert got["tasks"] == metrics["tasks"] and got["contaminated"] == metrics["contamination"]["tasks"] > 0

@@ -44,23 +44,41 @@ KEPT = ("kept", None)
 
 # --- building a lake -------------------------------------------------------------------------
 
+
 def conv(turns: int, tag: str) -> list[dict]:
     """`turns` user/assistant pairs, unique to `tag`."""
     msgs = []
     for i in range(turns):
-        msgs += [{"role": "user", "content": f"[{tag}] step {i}: what next?"},
-                 {"role": "assistant", "content": f"[{tag}] I run `ls` ({i})"}]
+        msgs += [
+            {"role": "user", "content": f"[{tag}] step {i}: what next?"},
+            {"role": "assistant", "content": f"[{tag}] I run `ls` ({i})"},
+        ]
     return msgs
 
 
-def trow(label: str, *, task: str | None = None, turns: int = 5, result=None, trace_source: str = "main",
-         trial: str | None = "", episode: str | None = "episode-0", run_id: str | None = "run-1",
-         messages: list[dict] | None = None) -> dict:
+def trow(
+    label: str,
+    *,
+    task: str | None = None,
+    turns: int = 5,
+    result=None,
+    trace_source: str = "main",
+    trial: str | None = "",
+    episode: str | None = "episode-0",
+    run_id: str | None = "run-1",
+    messages: list[dict] | None = None,
+) -> dict:
     """One trace-table row; by default it passes every default filter rule."""
-    return {"agent": label, "task": task or f"task-{label}",
-            "trial_name": f"trial-{label}" if trial == "" else trial,
-            "run_id": run_id, "episode": episode, "trace_source": trace_source, "result": result,
-            "conversations": messages if messages is not None else conv(turns, label)}
+    return {
+        "agent": label,
+        "task": task or f"task-{label}",
+        "trial_name": f"trial-{label}" if trial == "" else trial,
+        "run_id": run_id,
+        "episode": episode,
+        "trace_source": trace_source,
+        "result": result,
+        "conversations": messages if messages is not None else conv(turns, label),
+    }
 
 
 def build_lake(root: Path, sources: dict[str, list[dict]]) -> tuple[Path, list[str]]:
@@ -83,10 +101,16 @@ def tokenizer(tmp_path_factory) -> Path:
 class Run:
     """One filter run on a fresh connection: outcomes by label, the funnel, the raw tables."""
 
-    def __init__(self, lake: Path, sources: list[str], params: FilterParams, token_cache: Path | None = None,
-                 dedup: dict[str, list[dict]] | None = None):
+    def __init__(
+        self,
+        lake: Path,
+        sources: list[str],
+        params: FilterParams,
+        token_cache: Path | None = None,
+        dedup: dict[str, list[dict]] | None = None,
+    ):
         con = connect(lake, sources, tables=("trajectories",))
-        for table, rows in (dedup or {}).items():   # what the dedup stage would have written
+        for table, rows in (dedup or {}).items():  # what the dedup stage would have written
             con.register(f"{table}_rows", pa.Table.from_pylist(rows, schema=load_schema(table).arrow))
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM {table}_rows")
         self.result = run_filters(con, params, token_cache=token_cache)
@@ -113,8 +137,14 @@ class Run:
         return {label: o[1] for label, o in self.outcome.items() if o[0] == rule}
 
 
-def run(lake: Path, sources: list[str], tokenizer: Path, token_cache: Path | None = None,
-        dedup: dict[str, list[dict]] | None = None, **params) -> Run:
+def run(
+    lake: Path,
+    sources: list[str],
+    tokenizer: Path,
+    token_cache: Path | None = None,
+    dedup: dict[str, list[dict]] | None = None,
+    **params,
+) -> Run:
     return Run(lake, sources, FilterParams(tokenizer=str(tokenizer), **params), token_cache, dedup)
 
 
@@ -126,31 +156,60 @@ def dedup_rows(lake: Path, sources: list[str], contaminated: str, duplicate: str
     source = dict(con.execute("SELECT DISTINCT task, source FROM trajectories").fetchall())
 
     def member(task: str, method: str, dropped: bool) -> dict:
-        return {"task_id": ids[task], "source": source[task], "task": task, "cluster_id": ids[of], "cluster_size": 2,
-                "method": method, "similarity": 0.9 if dropped else None, "jaccard": 0.9 if dropped else None,
-                "cosine": None, "dropped": dropped}
-    return {"task_clusters": [member(of, "representative", False), member(duplicate, "minhash", True)],
-            "contamination": [{"task_id": ids[contaminated], "source": source[contaminated], "task": contaminated,
-                               "benchmark": "bench", "benchmark_item": "item-1", "method": "ngram",
-                               "similarity": 1.0, "ngram": "thirteen shared words"}]}
+        return {
+            "task_id": ids[task],
+            "source": source[task],
+            "task": task,
+            "cluster_id": ids[of],
+            "cluster_size": 2,
+            "method": method,
+            "similarity": 0.9 if dropped else None,
+            "jaccard": 0.9 if dropped else None,
+            "cosine": None,
+            "dropped": dropped,
+        }
+
+    return {
+        "task_clusters": [member(of, "representative", False), member(duplicate, "minhash", True)],
+        "contamination": [
+            {
+                "task_id": ids[contaminated],
+                "source": source[contaminated],
+                "task": contaminated,
+                "benchmark": "bench",
+                "benchmark_item": "item-1",
+                "method": "ngram",
+                "similarity": 1.0,
+                "ngram": "thirteen shared words",
+            }
+        ],
+    }
 
 
 # --- each rule -------------------------------------------------------------------------------
 
+
 def test_timeout_drops_listed_exceptions_only(tmp_path, tokenizer):
-    lake, sources = build_lake(tmp_path, {"s": [
-        trow("timeout", result="AgentTimeoutError"),
-        trow("clean"),                                  # NULL exception_type
-        trow("context", result="ContextLengthExceededError"),
-        trow("rewarded", result="1.0"),
-    ]})
+    lake, sources = build_lake(
+        tmp_path,
+        {
+            "s": [
+                trow("timeout", result="AgentTimeoutError"),
+                trow("clean"),  # NULL exception_type
+                trow("context", result="ContextLengthExceededError"),
+                trow("rewarded", result="1.0"),
+            ]
+        },
+    )
     r = run(lake, sources, tokenizer)
     assert r.dropped_by("timeout_v1") == {"timeout": "exception AgentTimeoutError"}
     assert r.kept() == {"clean", "context", "rewarded"}
 
     r = run(lake, sources, tokenizer, timeout_exceptions=["AgentTimeoutError", "ContextLengthExceededError"])
-    assert r.dropped_by("timeout_v1") == {"timeout": "exception AgentTimeoutError",
-                                          "context": "exception ContextLengthExceededError"}
+    assert r.dropped_by("timeout_v1") == {
+        "timeout": "exception AgentTimeoutError",
+        "context": "exception ContextLengthExceededError",
+    }
 
     r = run(lake, sources, tokenizer, timeout_exceptions=[])  # [] disables the rule
     assert r.kept() == {"timeout", "clean", "context", "rewarded"}
@@ -159,37 +218,49 @@ def test_timeout_drops_listed_exceptions_only(tmp_path, tokenizer):
 
 
 def test_subagent_rows_dropped(tmp_path, tokenizer):
-    lake, sources = build_lake(tmp_path, {"s": [
-        trow("main"),
-        trow("summary", trace_source="summarization-1-summary", trial="trial-main"),
-        trow("answers", trace_source="summarization-1-answers", trial="trial-main"),
-    ]})
+    lake, sources = build_lake(
+        tmp_path,
+        {
+            "s": [
+                trow("main"),
+                trow("summary", trace_source="summarization-1-summary", trial="trial-main"),
+                trow("answers", trace_source="summarization-1-answers", trial="trial-main"),
+            ]
+        },
+    )
     r = run(lake, sources, tokenizer)
-    assert r.dropped_by("subagent_v1") == {"summary": "trace_source summarization-1-summary",
-                                           "answers": "trace_source summarization-1-answers"}
+    assert r.dropped_by("subagent_v1") == {
+        "summary": "trace_source summarization-1-summary",
+        "answers": "trace_source summarization-1-answers",
+    }
     assert r.kept() == {"main"}
     assert run(lake, sources, tokenizer, drop_subagents=False).kept() == {"main", "summary", "answers"}
 
 
 def test_earlier_episodes_dropped_last_decided_over_all_rows(tmp_path, tokenizer):
-    lake, sources = build_lake(tmp_path, {"s": [
-        # one trial exported as three episode rows
-        trow("t-ep0", trial="T", episode="episode-0"),
-        trow("t-ep1", trial="T", episode="episode-1"),
-        trow("t-ep2", trial="T", episode="episode-2"),
-        # its last episode timed out: dropped as a timeout, and the earlier ones still as earlier
-        trow("u-ep0", trial="U", episode="episode-0"),
-        trow("u-ep1", trial="U", episode="episode-1"),
-        trow("u-ep2", trial="U", episode="episode-2", result="AgentTimeoutError"),
-        # episode numbers compare as numbers, not strings
-        trow("v-ep9", trial="V", episode="episode-9"),
-        trow("v-ep10", trial="V", episode="episode-10"),
-        # the same trial name in another run is another trial
-        trow("t-run2", trial="T", episode="episode-0", run_id="run-2"),
-        # no trial name: never grouped
-        trow("anon-0", trial=None, task="anon", episode="episode-0"),
-        trow("anon-3", trial=None, task="anon", episode="episode-3"),
-    ]})
+    lake, sources = build_lake(
+        tmp_path,
+        {
+            "s": [
+                # one trial exported as three episode rows
+                trow("t-ep0", trial="T", episode="episode-0"),
+                trow("t-ep1", trial="T", episode="episode-1"),
+                trow("t-ep2", trial="T", episode="episode-2"),
+                # its last episode timed out: dropped as a timeout, and the earlier ones still as earlier
+                trow("u-ep0", trial="U", episode="episode-0"),
+                trow("u-ep1", trial="U", episode="episode-1"),
+                trow("u-ep2", trial="U", episode="episode-2", result="AgentTimeoutError"),
+                # episode numbers compare as numbers, not strings
+                trow("v-ep9", trial="V", episode="episode-9"),
+                trow("v-ep10", trial="V", episode="episode-10"),
+                # the same trial name in another run is another trial
+                trow("t-run2", trial="T", episode="episode-0", run_id="run-2"),
+                # no trial name: never grouped
+                trow("anon-0", trial=None, task="anon", episode="episode-0"),
+                trow("anon-3", trial=None, task="anon", episode="episode-3"),
+            ]
+        },
+    )
     r = run(lake, sources, tokenizer)
     assert r.dropped_by("earlier_episode_v1") == {
         "t-ep0": "episode 0 of a trial whose last episode is 2",
@@ -207,8 +278,9 @@ def test_earlier_episodes_dropped_last_decided_over_all_rows(tmp_path, tokenizer
 
 
 def test_min_assistant_turns_boundary(tmp_path, tokenizer):
-    lake, sources = build_lake(tmp_path, {"s": [trow("one", turns=1), trow("four", turns=4),
-                                                trow("five", turns=5), trow("nine", turns=9)]})
+    lake, sources = build_lake(
+        tmp_path, {"s": [trow("one", turns=1), trow("four", turns=4), trow("five", turns=5), trow("nine", turns=9)]}
+    )
     r = run(lake, sources, tokenizer)  # default min 5
     assert r.dropped_by("min_assistant_turns_v1") == {"one": "1 assistant turns < 5", "four": "4 assistant turns < 5"}
     assert r.kept() == {"five", "nine"}
@@ -220,21 +292,32 @@ def test_min_assistant_turns_boundary(tmp_path, tokenizer):
 
 
 def test_success_only(tmp_path, tokenizer):
-    lake, sources = build_lake(tmp_path, {"s": [trow("none"), trow("zero", result="0"), trow("half", result=0.5),
-                                                trow("neg", result="-1"), trow("one", result="1.0")]})
+    lake, sources = build_lake(
+        tmp_path,
+        {
+            "s": [
+                trow("none"),
+                trow("zero", result="0"),
+                trow("half", result=0.5),
+                trow("neg", result="-1"),
+                trow("one", result="1.0"),
+            ]
+        },
+    )
     assert run(lake, sources, tokenizer).kept() == {"none", "zero", "half", "neg", "one"}  # off by default
     r = run(lake, sources, tokenizer, success_only=True)
-    assert r.dropped_by("success_only_v1") == {"none": "no reward (no verifier result)",
-                                               "zero": "reward 0.0 is not > 0",
-                                               "neg": "reward -1.0 is not > 0"}
+    assert r.dropped_by("success_only_v1") == {
+        "none": "no reward (no verifier result)",
+        "zero": "reward 0.0 is not > 0",
+        "neg": "reward -1.0 is not > 0",
+    }
     assert r.kept() == {"half", "one"}
     assert r.pool_rows["half"]["reward"] == 0.5
 
 
 def test_max_tokens_boundary(tmp_path, tokenizer):
     long_msgs, short_msgs = conv(12, "long"), conv(5, "short")
-    lake, sources = build_lake(tmp_path, {"s": [trow("long", messages=long_msgs),
-                                                trow("short", messages=short_msgs)]})
+    lake, sources = build_lake(tmp_path, {"s": [trow("long", messages=long_msgs), trow("short", messages=short_msgs)]})
     tok = load_tokenizer(tokenizer)
     n_long, n_short = count_chatml_tokens(tok, [long_msgs, short_msgs])
     assert n_long > n_short > 0
@@ -253,25 +336,38 @@ def test_max_tokens_boundary(tmp_path, tokenizer):
 
 
 def test_token_counts_come_from_the_cache_on_a_rerun(tmp_path, tokenizer):
-    lake, sources = build_lake(tmp_path, {"s": [trow("a", messages=conv(9, "alpha")), trow("b", messages=conv(7, "beta"))]})
+    lake, sources = build_lake(
+        tmp_path, {"s": [trow("a", messages=conv(9, "alpha")), trow("b", messages=conv(7, "beta"))]}
+    )
     cache = tmp_path / "token-cache"
     first = run(lake, sources, tokenizer, token_cache=cache, max_tokens=10_000)
     again = run(lake, sources, tokenizer, token_cache=cache, max_tokens=10_000)
     assert first.result.token_stats.encoded > 0 and first.result.token_stats.recalled == 0
     # the rerun recalls both conversations whole: nothing rendered, nothing encoded
-    assert (again.result.token_stats.recalled, again.result.token_stats.texts, again.result.token_stats.encoded) == (2, 0, 0)
-    assert again.pool == first.pool   # same counts, same pool
+    assert (again.result.token_stats.recalled, again.result.token_stats.texts, again.result.token_stats.encoded) == (
+        2,
+        0,
+        0,
+    )
+    assert again.pool == first.pool  # same counts, same pool
 
     # an append: only the new conversation is rendered; its count equals a count without any cache
-    lake2, sources2 = build_lake(tmp_path / "appended", {"s": [trow("a", messages=conv(9, "alpha")),
-                                                             trow("b", messages=conv(7, "beta")),
-                                                             trow("c", messages=conv(5, "gamma"))]})
+    lake2, sources2 = build_lake(
+        tmp_path / "appended",
+        {
+            "s": [
+                trow("a", messages=conv(9, "alpha")),
+                trow("b", messages=conv(7, "beta")),
+                trow("c", messages=conv(5, "gamma")),
+            ]
+        },
+    )
     appended = run(lake2, sources2, tokenizer, token_cache=cache, max_tokens=10_000)
     assert (appended.result.token_stats.recalled, appended.result.token_stats.texts) == (2, 1)
     uncached = run(lake2, sources2, tokenizer, max_tokens=10_000)
     assert uncached.result.token_stats.recalled == 0 and appended.pool == uncached.pool
 
-    off = run(lake, sources, tokenizer, count_tokens=False)   # counting off: n_tokens null, no stats
+    off = run(lake, sources, tokenizer, count_tokens=False)  # counting off: n_tokens null, no stats
     assert off.result.token_stats is None and {r["n_tokens"] for r in off.pool_rows.values()} == {None}
     with pytest.raises(ValueError, match="max_tokens 5 needs count_tokens: true"):
         FilterParams(tokenizer=str(tokenizer), count_tokens=False, max_tokens=5)
@@ -279,15 +375,18 @@ def test_token_counts_come_from_the_cache_on_a_rerun(tmp_path, tokenizer):
 
 def test_duplicate_conversations_keep_smallest_id(tmp_path, tokenizer):
     same = conv(6, "same")
-    rows = {"alpha": [trow("a1", messages=same), trow("a2", messages=same, task="other"), trow("solo")],
-            "beta": [trow("b1", messages=same)]}
+    rows = {
+        "alpha": [trow("a1", messages=same), trow("a2", messages=same, task="other"), trow("solo")],
+        "beta": [trow("b1", messages=same)],
+    }
     lake, sources = build_lake(tmp_path, rows)
     r = run(lake, sources, tokenizer)
     copies = {label: r.ids[label] for label in ("a1", "a2", "b1")}
     assert len(set(copies.values())) == 3  # different rows, same conversation
     first = min(copies, key=copies.get)
     assert r.dropped_by("duplicate_conversation_v1") == {
-        label: f"same conversation as {copies[first]}" for label in copies if label != first}
+        label: f"same conversation as {copies[first]}" for label in copies if label != first
+    }
     assert r.kept() == {first, "solo"}
     assert run(lake, sources, tokenizer, dedup_conversations=False).kept() == {"a1", "a2", "b1", "solo"}
 
@@ -309,22 +408,44 @@ def test_duplicate_conversations_keep_smallest_id(tmp_path, tokenizer):
 
 # --- the rules together ----------------------------------------------------------------------
 
+
 def test_first_matching_rule_wins(tmp_path, tokenizer):
-    lake, sources = build_lake(tmp_path, {"s": [
-        trow("timeout-subagent-short", result="AgentTimeoutError", trace_source="summarization-1-summary", turns=2),
-        trow("subagent-short", trace_source="summarization-1-summary", turns=2),
-        trow("short-failed", turns=2, result="0"),
-        trow("ok", result="1"),
-    ]})
+    lake, sources = build_lake(
+        tmp_path,
+        {
+            "s": [
+                trow(
+                    "timeout-subagent-short",
+                    result="AgentTimeoutError",
+                    trace_source="summarization-1-summary",
+                    turns=2,
+                ),
+                trow("subagent-short", trace_source="summarization-1-summary", turns=2),
+                trow("short-failed", turns=2, result="0"),
+                trow("ok", result="1"),
+            ]
+        },
+    )
     r = run(lake, sources, tokenizer, success_only=True)
     assert r.outcome["timeout-subagent-short"] == ("timeout_v1", "exception AgentTimeoutError")
     assert r.outcome["subagent-short"][0] == "subagent_v1"
     assert r.outcome["short-failed"][0] == "min_assistant_turns_v1"
     assert r.kept() == {"ok"}
     f = r.result.funnel["s"]
-    assert f == {"in": 4, "kept": 1, "dropped": {
-        "contaminated_v1": 0, "timeout_v1": 1, "subagent_v1": 1, "earlier_episode_v1": 0, "min_assistant_turns_v1": 1,
-        "success_only_v1": 0, "near_duplicate_v1": 0, "duplicate_conversation_v1": 0}}
+    assert f == {
+        "in": 4,
+        "kept": 1,
+        "dropped": {
+            "contaminated_v1": 0,
+            "timeout_v1": 1,
+            "subagent_v1": 1,
+            "earlier_episode_v1": 0,
+            "min_assistant_turns_v1": 1,
+            "success_only_v1": 0,
+            "near_duplicate_v1": 0,
+            "duplicate_conversation_v1": 0,
+        },
+    }
     assert r.result.rules == [rule.name for rule in RULES if rule.name != "max_tokens_v1"]
 
 
@@ -344,16 +465,22 @@ def mixed_sources(seed: int = 0) -> dict[str, list[dict]]:
             if kind == "episodes":
                 rows += [trow(f"{label}-e{e}", trial=f"T{label}", episode=f"episode-{e}") for e in range(3)]
             else:
-                rows.append(trow(label, result={"timeout": "AgentTimeoutError", "failed": "0"}.get(kind, "1"),
-                                 trace_source="summarization-1-summary" if kind == "subagent" else "main",
-                                 turns={"short": 3, "long": 9}.get(kind, 5), messages=conv(5, "dup2") if kind == "dup" else None))
+                rows.append(
+                    trow(
+                        label,
+                        result={"timeout": "AgentTimeoutError", "failed": "0"}.get(kind, "1"),
+                        trace_source="summarization-1-summary" if kind == "subagent" else "main",
+                        turns={"short": 3, "long": 9}.get(kind, 5),
+                        messages=conv(5, "dup2") if kind == "dup" else None,
+                    )
+                )
         out[s] = rows
     return out
 
 
 def test_funnel_reconciles_and_partitions_the_input(tmp_path, tokenizer):
     lake, sources = build_lake(tmp_path, mixed_sources())
-    plain = run(lake, sources, tokenizer, success_only=True, max_tokens=MAX_TOKENS)   # without dedup tables
+    plain = run(lake, sources, tokenizer, success_only=True, max_tokens=MAX_TOKENS)  # without dedup tables
     kept_tasks = sorted({row[3] for row in plain.pool})
     dedup = dedup_rows(lake, sources, contaminated=kept_tasks[0], duplicate=kept_tasks[1], of=kept_tasks[2])
     r = run(lake, sources, tokenizer, success_only=True, max_tokens=MAX_TOKENS, dedup=dedup)
@@ -393,9 +520,11 @@ def test_deterministic_and_independent_of_row_order(tmp_path, tokenizer):
     assert first.pool and first.dropped
 
 
-def oracle(sources: dict[str, list[dict]], ids: dict[str, str], params: FilterParams,
-           tokens: dict[str, int]) -> dict[str, tuple[str | None, str | None]]:
+def oracle(
+    sources: dict[str, list[dict]], ids: dict[str, str], params: FilterParams, tokens: dict[str, int]
+) -> dict[str, tuple[str | None, str | None]]:
     """The filter rules restated in plain Python: label -> (rule, detail) or KEPT."""
+
     def episode_no(row):
         m = re.search(r"(\d+)$", row["episode"] or "")
         return int(m.group(1)) if m else None
@@ -422,7 +551,10 @@ def oracle(sources: dict[str, list[dict]], ids: dict[str, str], params: FilterPa
         elif params.drop_subagents and row["trace_source"] != "main":
             out[label] = ("subagent_v1", f"trace_source {row['trace_source']}")
         elif params.episodes == "last" and key in last and episode_no(row) is not None and episode_no(row) < last[key]:
-            out[label] = ("earlier_episode_v1", f"episode {episode_no(row)} of a trial whose last episode is {last[key]}")
+            out[label] = (
+                "earlier_episode_v1",
+                f"episode {episode_no(row)} of a trial whose last episode is {last[key]}",
+            )
         elif n_turns < params.min_assistant_turns:
             out[label] = ("min_assistant_turns_v1", f"{n_turns} assistant turns < {params.min_assistant_turns}")
         elif params.success_only and reward(row) is None:
@@ -444,21 +576,27 @@ def oracle(sources: dict[str, list[dict]], ids: dict[str, str], params: FilterPa
     return out
 
 
-random_row = st.fixed_dictionaries({
-    "trial_name": st.sampled_from(["T1", "T2", None]),
-    "run_id": st.sampled_from(["r1", "r2", None]),
-    "episode": st.sampled_from(["episode-0", "episode-1", "episode-2", "episode-10", "final", None]),
-    "trace_source": st.sampled_from(["main", "main", "summarization-1-summary"]),
-    "result": st.sampled_from([None, "AgentTimeoutError", "OtherError", "0", "0.5", "1", "-2"]),
-    "turns": st.integers(1, 8),
-    "tag": st.sampled_from(["a", "b", "unique"]),  # shared tags: duplicate conversations
-})
+random_row = st.fixed_dictionaries(
+    {
+        "trial_name": st.sampled_from(["T1", "T2", None]),
+        "run_id": st.sampled_from(["r1", "r2", None]),
+        "episode": st.sampled_from(["episode-0", "episode-1", "episode-2", "episode-10", "final", None]),
+        "trace_source": st.sampled_from(["main", "main", "summarization-1-summary"]),
+        "result": st.sampled_from([None, "AgentTimeoutError", "OtherError", "0", "0.5", "1", "-2"]),
+        "turns": st.integers(1, 8),
+        "tag": st.sampled_from(["a", "b", "unique"]),  # shared tags: duplicate conversations
+    }
+)
 random_params = st.builds(
     FilterParams,
     timeout_exceptions=st.sampled_from([[], ["AgentTimeoutError"], ["AgentTimeoutError", "OtherError"]]),
-    drop_subagents=st.booleans(), episodes=st.sampled_from(["last", "all"]),
-    min_assistant_turns=st.integers(0, 6), success_only=st.booleans(),
-    max_tokens=st.sampled_from([None, 180, 300]), dedup_conversations=st.booleans())
+    drop_subagents=st.booleans(),
+    episodes=st.sampled_from(["last", "all"]),
+    min_assistant_turns=st.integers(0, 6),
+    success_only=st.booleans(),
+    max_tokens=st.sampled_from([None, 180, 300]),
+    dedup_conversations=st.booleans(),
+)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -467,17 +605,31 @@ def test_rules_match_a_plain_python_restatement(tokenizer, alpha, beta, params):
     sources: dict[str, list[dict]] = {}
     for src, specs in (("alpha", alpha), ("beta", beta)):
         if specs:
-            sources[src] = [trow(f"{src}{i}", trial=sp["trial_name"], run_id=sp["run_id"],
-                                 episode=sp["episode"], trace_source=sp["trace_source"], result=sp["result"],
-                                 messages=conv(sp["turns"], f"{src}{i}" if sp["tag"] == "unique" else sp["tag"]))
-                            for i, sp in enumerate(specs)]
+            sources[src] = [
+                trow(
+                    f"{src}{i}",
+                    trial=sp["trial_name"],
+                    run_id=sp["run_id"],
+                    episode=sp["episode"],
+                    trace_source=sp["trace_source"],
+                    result=sp["result"],
+                    messages=conv(sp["turns"], f"{src}{i}" if sp["tag"] == "unique" else sp["tag"]),
+                )
+                for i, sp in enumerate(specs)
+            ]
     params = params.model_copy(update={"tokenizer": str(tokenizer)})
     with tempfile.TemporaryDirectory() as tmp:
         lake, names = build_lake(Path(tmp), sources)
         r = Run(lake, names, params)
     labels = [row["agent"] for rows in sources.values() for row in rows]
-    counts = dict(zip(labels, count_chatml_tokens(load_tokenizer(tokenizer),
-                                                  [row["conversations"] for rows in sources.values() for row in rows])))
+    counts = dict(
+        zip(
+            labels,
+            count_chatml_tokens(
+                load_tokenizer(tokenizer), [row["conversations"] for rows in sources.values() for row in rows]
+            ),
+        )
+    )
     assert r.outcome == oracle(sources, r.ids, params, counts)
     for src, f in r.result.funnel.items():
         assert f["in"] == len(sources[src]) == f["kept"] + sum(f["dropped"].values())
@@ -485,31 +637,51 @@ def test_rules_match_a_plain_python_restatement(tokenizer, alpha, beta, params):
 
 # --- real data -------------------------------------------------------------------------------
 
+
 def test_real_fixtures_subagents_and_timeout_dropped(tmp_path, tokenizer):
     """Harbor's golden ATIF runs and the OpenThoughts-Agent sample rows through the default filters."""
     need(GOLDEN)
     sample = need(FIXTURES / "otagent" / "sample_raw.json")
     jobs, lake = tmp_path / "jobs", tmp_path / "lake"
     g = lambda n: GOLDEN / n  # noqa: E731
-    make_trial(jobs, "summ__1", task="hello-world", files={
-        "trajectory.json": g("hello-world-context-summarization.trajectory.json"),
-        **{f"trajectory.summarization-1-{k}.json":
-           g(f"hello-world-context-summarization.trajectory.summarization-1-{k}.json")
-           for k in ("summary", "questions", "answers")}})
-    make_trial(jobs, "timeout__1", task="hello-world",
-               result=result_json("hello-world", "timeout__1", exception="AgentTimeoutError", reward=None),
-               files={"trajectory.json": g("hello-world-timeout.trajectory.json")})
+    make_trial(
+        jobs,
+        "summ__1",
+        task="hello-world",
+        files={
+            "trajectory.json": g("hello-world-context-summarization.trajectory.json"),
+            **{
+                f"trajectory.summarization-1-{k}.json": g(
+                    f"hello-world-context-summarization.trajectory.summarization-1-{k}.json"
+                )
+                for k in ("summary", "questions", "answers")
+            },
+        },
+    )
+    make_trial(
+        jobs,
+        "timeout__1",
+        task="hello-world",
+        result=result_json("hello-world", "timeout__1", exception="AgentTimeoutError", reward=None),
+        files={"trajectory.json": g("hello-world-timeout.trajectory.json")},
+    )
     assert ingest_harbor(jobs, source="golden", out_dir=Lake(lake).table("trajectories", "golden")).rejects == 0
     assert ingest_traces([sample], source="otagent", out_dir=Lake(lake).table("trajectories", "otagent")).rows == 4
 
     con = connect(lake, ["golden", "otagent"], tables=("trajectories",))
     result = run_filters(con, FilterParams(tokenizer=str(tokenizer)))
-    outcome = {(src, trial, ts): (rule, detail) for src, trial, ts, rule, detail in con.execute(
-        """SELECT t.source, t.trial_name, t.trace_source, d.rule, d.detail
-           FROM trajectories t LEFT JOIN dropped d USING (trajectory_id)""").fetchall()}
+    outcome = {
+        (src, trial, ts): (rule, detail)
+        for src, trial, ts, rule, detail in con.execute(
+            """SELECT t.source, t.trial_name, t.trace_source, d.rule, d.detail
+           FROM trajectories t LEFT JOIN dropped d USING (trajectory_id)"""
+        ).fetchall()
+    }
     for kind in ("summary", "questions", "answers"):
         assert outcome[("golden", "summ__1", f"summarization-1-{kind}")] == (
-            "subagent_v1", f"trace_source summarization-1-{kind}")
+            "subagent_v1",
+            f"trace_source summarization-1-{kind}",
+        )
     # the timed-out run also has too few turns (3): the first matching rule names it
     assert outcome[("golden", "timeout__1", "main")] == ("timeout_v1", "exception AgentTimeoutError")
     assert outcome[("golden", "summ__1", "main")] == (None, None)  # 7 assistant turns: kept
@@ -520,9 +692,19 @@ def test_real_fixtures_subagents_and_timeout_dropped(tmp_path, tokenizer):
             assert got == ("subagent_v1", "trace_source summarization-1-summary")
         else:
             assert got == (None, None)
-    assert result.funnel["golden"] == {"in": 5, "kept": 1, "dropped": {
-        "contaminated_v1": 0, "timeout_v1": 1, "subagent_v1": 3, "earlier_episode_v1": 0, "min_assistant_turns_v1": 0,
-        "near_duplicate_v1": 0, "duplicate_conversation_v1": 0}}
+    assert result.funnel["golden"] == {
+        "in": 5,
+        "kept": 1,
+        "dropped": {
+            "contaminated_v1": 0,
+            "timeout_v1": 1,
+            "subagent_v1": 3,
+            "earlier_episode_v1": 0,
+            "min_assistant_turns_v1": 0,
+            "near_duplicate_v1": 0,
+            "duplicate_conversation_v1": 0,
+        },
+    }
     assert result.funnel["otagent"]["dropped"]["subagent_v1"] == 1 and result.funnel["otagent"]["kept"] == 3
     # pool task names lose the upsampling suffix
     tasks = {t for (t,) in con.execute("SELECT task FROM pool WHERE source = 'otagent'").fetchall()}
@@ -537,15 +719,18 @@ def test_real_harbor_episode_export_keeps_last_episode(tmp_path, tokenizer):
     con = connect(lake, ["harbor"], tables=("trajectories",))
     run_filters(con, FilterParams(tokenizer=str(tokenizer)))
     assert con.execute("SELECT episode, n_assistant_turns FROM pool").fetchall() == [("episode-6", 5)]
-    dropped = con.execute("SELECT t.episode, d.rule, d.detail FROM dropped d JOIN trajectories t "
-                          "USING (trajectory_id) ORDER BY 1").fetchall()
+    dropped = con.execute(
+        "SELECT t.episode, d.rule, d.detail FROM dropped d JOIN trajectories t USING (trajectory_id) ORDER BY 1"
+    ).fetchall()
     assert dropped == [
-        (f"episode-{k}", "earlier_episode_v1", f"episode {k} of a trial whose last episode is 6") for k in range(6)]
+        (f"episode-{k}", "earlier_episode_v1", f"episode {k} of a trial whose last episode is 6") for k in range(6)
+    ]
 
 
 # --- the DVC stage ---------------------------------------------------------------------------
 
-@pytest.mark.e2e   # runs the pipeline's stages in a project: not the fast loop
+
+@pytest.mark.e2e  # runs the pipeline's stages in a project: not the fast loop
 def test_filter_stage_end_to_end(tmp_path, tokenizer):
     rows = mixed_sources(seed=2)
     build_lake(tmp_path, rows)

@@ -48,8 +48,18 @@ def task_con(n: int = 30, extra: dict[str, str] | None = None) -> duckdb.DuckDBP
 
 
 def model(base_url: str, **kw) -> ModelParams:
-    defaults = dict(backend="openai", name="tiny", base_url=base_url, api_key_env=KEY_ENV, concurrency=4,
-                    max_retries=3, backoff_s=0.01, max_backoff_s=0.05, timeout_s=10, max_tokens=30)
+    defaults = dict(
+        backend="openai",
+        name="tiny",
+        base_url=base_url,
+        api_key_env=KEY_ENV,
+        concurrency=4,
+        max_retries=3,
+        backoff_s=0.01,
+        max_backoff_s=0.05,
+        timeout_s=10,
+        max_tokens=30,
+    )
     return ModelParams(**{**defaults, **kw})
 
 
@@ -73,12 +83,15 @@ def test_scores_are_answer_lengths_and_a_rerun_asks_nothing(server, tmp_path):
     # the score is the characters of the answer the server gave this task's rendered prompt
     first = next(r for r in run.answers() if r["task_id"] == "t000")
     messages = scorer.messages_of(scorer.render("Task 0: list the files in /srv/0 and count them."))
-    assert messages[0] == {"role": "system", "content": "You are a helpful AI assistant. Provide clear, direct, and "
-                           "concise responses. Be efficient with your words while still being helpful."}
+    assert messages[0] == {
+        "role": "system",
+        "content": "You are a helpful AI assistant. Provide clear, direct, and "
+        "concise responses. Be efficient with your words while still being helpful.",
+    }
     words = answer_text(messages, first_seed := _seed_of(m, first["request_id"]), 0).split()[:30]
     assert first["text"] == " ".join(words) and scores_of(run)["t000"] == len(first["text"])
     assert first_seed is not None
-    assert {r["task_id"] for r in run.rows} == {f"t{i:03d}" for i in range(30)}   # never the task without rollouts
+    assert {r["task_id"] for r in run.rows} == {f"t{i:03d}" for i in range(30)}  # never the task without rollouts
 
     again = run_model_scorer(scorer, con, m, tmp_path)
     assert (again.computed, again.cached, again.usage.calls) == (0, 30, 0)
@@ -88,6 +101,7 @@ def test_scores_are_answer_lengths_and_a_rerun_asks_nothing(server, tmp_path):
 
 def _seed_of(m: ModelParams, key: str) -> int | None:
     from tracelake.curate.scoring.engines import request_seed
+
     return request_seed(m.seed, key)
 
 
@@ -104,8 +118,10 @@ def test_the_cache_key_holds_model_prompt_and_sampling(server, tmp_path):
     # score_by changes the score, not the answers
     run = run_model_scorer(scorer, con, model(server.base_url, score_by="tokens"), tmp_path)
     assert run.computed == 0
-    assert all(r["score"] == len(a["text"].split()) for r, a in zip(
-        sorted(run.rows, key=lambda r: r["task_id"]), sorted(run.answers(), key=lambda a: a["task_id"])))
+    assert all(
+        r["score"] == len(a["text"].split())
+        for r, a in zip(sorted(run.rows, key=lambda r: r["task_id"]), sorted(run.answers(), key=lambda a: a["task_id"]))
+    )
 
 
 def test_n_answers_are_averaged_and_cut_answers_are_censored(server, tmp_path):
@@ -157,7 +173,7 @@ def test_a_wrong_key_is_one_line_and_asks_once(server, tmp_path, monkeypatch):
     message = str(e.value)
     assert "\n" not in message and "refused the API key in $TRACELAKE_TEST_KEY" in message
     assert "401" in message and "Incorrect API key" in message and "sk-wrong" not in message
-    assert server.requests <= 8   # what was in flight, no retries
+    assert server.requests <= 8  # what was in flight, no retries
 
 
 def test_a_missing_key_variable_is_caught_before_any_request(server, tmp_path, monkeypatch):
@@ -177,7 +193,7 @@ def test_other_4xx_fail_that_task_only(monkeypatch, tmp_path):
         s.stop()
     assert [(t, f.reason) for t, f in run.failures] == [("big", "http_400")]
     assert "maximum context length" in run.failures[0][1].detail
-    assert len(run.rows) == 5 and run.usage.calls == 6   # a 400 is not retried
+    assert len(run.rows) == 5 and run.usage.calls == 6  # a 400 is not retried
     assert "1 failed (1 http_400)" in summary(run, model(s.base_url))
 
 
@@ -196,12 +212,14 @@ def test_a_server_killed_mid_run_loses_nothing_and_the_rerun_asks_only_the_rest(
     def kill_after_12(n, status):
         if status.answered >= 12 and not killed:
             killed.append(status.answered)
-            s.stop()   # the port closes: in-flight and later requests see dropped or refused connections
-    run = run_model_scorer(scorer, con, model(s.base_url, concurrency=2, max_retries=2), tmp_path / "cache",
-                           on_progress=kill_after_12)
+            s.stop()  # the port closes: in-flight and later requests see dropped or refused connections
+
+    run = run_model_scorer(
+        scorer, con, model(s.base_url, concurrency=2, max_retries=2), tmp_path / "cache", on_progress=kill_after_12
+    )
     assert killed and run.failures and {f.reason for _, f in run.failures} <= {"connection_error"}
     stored = sum(len(pq.read_table(p)) for p in AnswerCache(tmp_path / "cache", scorer.name).parts())
-    assert stored == run.computed >= 12   # every answer received was flushed, the run did not wait for more
+    assert stored == run.computed >= 12  # every answer received was flushed, the run did not wait for more
 
     restarted = ChatServer(api_key="k", port=int(s.base_url.rsplit(":", 1)[1].split("/")[0])).start()
     try:
@@ -219,10 +237,11 @@ def test_ctrl_c_keeps_the_answers_received(server, tmp_path):
     def interrupt(n, status):
         if status.answered == 10:
             raise KeyboardInterrupt
+
     with pytest.raises(KeyboardInterrupt):
         run_model_scorer(scorer, con, model(server.base_url, concurrency=1), tmp_path, on_progress=interrupt)
     cache = AnswerCache(tmp_path, scorer.name)
-    assert sum(len(pq.read_table(p)) for p in cache.parts()) == 10   # below FLUSH_ROWS: flushed on the way out
+    assert sum(len(pq.read_table(p)) for p in cache.parts()) == 10  # below FLUSH_ROWS: flushed on the way out
     rerun = run_model_scorer(scorer, con, model(server.base_url), tmp_path)
     # (a request in flight at the interrupt may still be answered by the server: that answer is lost)
     assert (rerun.cached, rerun.computed, rerun.usage.calls) == (10, len(rerun.rows) - 10, len(rerun.rows) - 10)
@@ -230,6 +249,7 @@ def test_ctrl_c_keeps_the_answers_received(server, tmp_path):
 
 def test_many_cache_parts_are_compacted_without_losing_an_answer(server, tmp_path, monkeypatch):
     import tracelake.curate.scoring.answers as answers
+
     monkeypatch.setattr(answers, "FLUSH_ROWS", 1)
     con, scorer = task_con(70), LlmResponseLength()
     run = run_model_scorer(scorer, con, model(server.base_url), tmp_path)
@@ -242,6 +262,7 @@ def test_many_cache_parts_are_compacted_without_losing_an_answer(server, tmp_pat
 def test_a_compaction_interrupted_after_its_write_loses_and_doubles_nothing(server, tmp_path):
     """A part left beside its merged copy (a crash between the write and the removals) is read once."""
     import shutil
+
     con, scorer = task_con(12), LlmResponseLength()
     run = run_model_scorer(scorer, con, model(server.base_url), tmp_path)
     cache = AnswerCache(tmp_path, scorer.name)
@@ -250,8 +271,9 @@ def test_a_compaction_interrupted_after_its_write_loses_and_doubles_nothing(serv
     again = run_model_scorer(scorer, con, model(server.base_url), tmp_path)
     assert (again.computed, again.cached) == (0, 12) and scores_of(again) == scores_of(run)
     assert again.answers() == run.answers() and len(again.answers()) == 12
-    assert [(a["task_id"], a["sample"]) for a in again.answers()] == sorted((a["task_id"], a["sample"])
-                                                                            for a in run.answers())
+    assert [(a["task_id"], a["sample"]) for a in again.answers()] == sorted(
+        (a["task_id"], a["sample"]) for a in run.answers()
+    )
     merged = cache.compact()
     assert cache.parts() == [merged] and pq.read_table(merged).num_rows == 12
     assert scores_of(run_model_scorer(scorer, con, model(server.base_url), tmp_path)) == scores_of(run)
@@ -259,17 +281,19 @@ def test_a_compaction_interrupted_after_its_write_loses_and_doubles_nothing(serv
 
 def test_requests_per_minute_limit_spaces_requests(server, tmp_path, monkeypatch):
     from tracelake.curate.scoring.engines import openai_api
-    monkeypatch.setattr(openai_api.RateLimiter, "WINDOW_S", 1.0)   # a one-second "minute"
+
+    monkeypatch.setattr(openai_api.RateLimiter, "WINDOW_S", 1.0)  # a one-second "minute"
     started = time.monotonic()
     run = run_model_scorer(LlmResponseLength(), task_con(9), model(server.base_url, requests_per_minute=4), tmp_path)
-    assert run.computed == 9 and time.monotonic() - started >= 2.0   # 4 + 4 + 1 requests over 3 windows
+    assert run.computed == 9 and time.monotonic() - started >= 2.0  # 4 + 4 + 1 requests over 3 windows
 
 
 def test_retry_after_and_backoff():
     assert retry_after_seconds("3") == 3.0 and retry_after_seconds(None) is None
     assert retry_after_seconds("soon") is None
-    assert 0 <= retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT") < 1   # a date in the past: no wait
+    assert 0 <= retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT") < 1  # a date in the past: no wait
     import random
+
     rng = random.Random(0)
     waits = [backoff_seconds(a, 1.0, 60.0, rng) for a in range(10)]
     assert 0.5 <= waits[0] < 1.5 and all(w < 90 for w in waits) and waits[7] >= 30
@@ -277,6 +301,7 @@ def test_retry_after_and_backoff():
 
 def test_responses_rows_match_their_schema(server, tmp_path):
     from tracelake.core.schema import load_schema
+
     run = run_model_scorer(LlmResponseLength(), task_con(3), model(server.base_url), tmp_path)
     table = load_schema("responses").from_rows(run.answers())
     assert table.num_rows == 3 and set(table.column("model").to_pylist()) == {"tiny"}

@@ -27,7 +27,6 @@ LLM = "llm_response_length_v1"
 PROXY = "response_length_proxy_v1"
 
 
-
 def set_params(repo: Path, **sections) -> None:
     params = yaml.safe_load((repo / "params.yaml").read_text())
     for section, values in sections.items():
@@ -45,11 +44,22 @@ def model_scored(sample_project, tiny_model, tmp_path_factory) -> tuple[Path, st
     proxy-scored lake it replaced is kept in proxy-lake/. Returns (repo, output, env)."""
     repo = tmp_path_factory.mktemp("model-scored") / "project"
     shutil.copytree(sample_project, repo, symlinks=True)
-    shutil.copytree(repo / "lake", repo / "proxy-lake")   # a selection is diffed with its lineage beside it
-    set_params(repo, score={"scorers": ["response_length_proxy_v1", LLM],
-                            "model": {"backend": "transformers", "name": "tiny-qwen3", "path": str(tiny_model),
-                                      "max_tokens": 24, "temperature": 1.0, "seed": 0}},
-               select={"score": LLM})
+    shutil.copytree(repo / "lake", repo / "proxy-lake")  # a selection is diffed with its lineage beside it
+    set_params(
+        repo,
+        score={
+            "scorers": ["response_length_proxy_v1", LLM],
+            "model": {
+                "backend": "transformers",
+                "name": "tiny-qwen3",
+                "path": str(tiny_model),
+                "max_tokens": 24,
+                "temperature": 1.0,
+                "seed": 0,
+            },
+        },
+        select={"score": LLM},
+    )
     env = {"TRACELAKE_TRAIN_ENV": str(train_python().parent.parent)}
     return repo, run_ok(["dvc", "repro", "select@316", "select@1k"], repo, env), env
 
@@ -86,15 +96,19 @@ def test_transformers_backend_scores_the_sample_and_a_rerun_calls_no_model(model
     line = summary_line(again)
     assert f"{tasks} tasks scored, 0 answered, {tasks} cached, 0 failed, 0 model calls" in line, line
     assert read_manifest(lake.scores)["version_id"] == version
-    assert not re.search(r"worker|Loading", again)   # no model was loaded
+    assert not re.search(r"worker|Loading", again)  # no model was loaded
 
 
 def test_diff_explains_the_moves_from_proxy_to_model_scores_by_the_score(model_scored):
     """`tracelake diff` between the proxy-scored and the model-scored 1k selections: every row that
     moved is explained by its task's score under each scorer, as the scores table has them."""
     repo, _, _ = model_scored
-    report = json.loads(run_ok([sys.executable, "-m", "tracelake", "diff", "--json", "proxy-lake/selections/1k",
-                                "lake/selections/1k"], repo))
+    report = json.loads(
+        run_ok(
+            [sys.executable, "-m", "tracelake", "diff", "--json", "proxy-lake/selections/1k", "lake/selections/1k"],
+            repo,
+        )
+    )
     assert report["summary"]["scorers"] == {"a": PROXY, "b": LLM, "changed": True}
     scores = read_table(Lake(repo / "lake").scores, "scores").to_pylist()
     by = {(r["scorer"], r["task_id"]): r["score"] for r in scores}

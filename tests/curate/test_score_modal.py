@@ -29,8 +29,9 @@ HUB_ID = "Qwen/Qwen3-0.6B"
 
 
 def score_params(cache, **model) -> ScoreParams:
-    return ScoreParams(scorers=[LLM], model=ModelParams(**{"backend": "vllm", "name": HUB_ID, **model}),
-                       cache=str(cache))
+    return ScoreParams(
+        scorers=[LLM], model=ModelParams(**{"backend": "vllm", "name": HUB_ID, **model}), cache=str(cache)
+    )
 
 
 def test_dry_run_counts_what_is_cached_and_shows_the_command(tmp_path, monkeypatch):
@@ -59,14 +60,16 @@ def test_a_local_model_directory_is_uploaded_once_under_its_fingerprint(tmp_path
     model_dir = tmp_path / "tiny"
     model_dir.mkdir()
     (model_dir / "config.json").write_text('{"model_type": "qwen3"}')
-    (model_dir / "model.safetensors").write_bytes(bytes(range(256)) * 20_000)   # > 2 MiB: head and tail
+    (model_dir / "model.safetensors").write_bytes(bytes(range(256)) * 20_000)  # > 2 MiB: head and tail
     fingerprint = model_fingerprint(model_dir)
     assert fingerprint == model_fingerprint(model_dir) and len(fingerprint) == 16
     monkeypatch.setenv("HF_TOKEN", "hf_secret_value_123")
     score = score_params(tmp_path / "cache", path=str(model_dir), max_model_len=4096)
     text = describe(plan_score(LlmResponseLength(), task_con(3), score, "modal"), score.model)
-    assert f"local directory {model_dir.as_posix()}, fingerprint {fingerprint}: uploaded once to " \
-           f"tracelake-scoring:/models/{fingerprint}" in text
+    assert (
+        f"local directory {model_dir.as_posix()}, fingerprint {fingerprint}: uploaded once to "
+        f"tracelake-scoring:/models/{fingerprint}" in text
+    )
     assert f"--model /models/{fingerprint}" in text and f"--fingerprint {fingerprint}" in text
     assert "--max-model-len 4096" in text
     assert "HF_TOKEN (set)" in text and "hf_secret_value_123" not in text
@@ -85,26 +88,35 @@ def test_only_the_vllm_engine_runs_on_modal(tmp_path):
         plan_score(LlmResponseLength(), task_con(3), score, "ray")
 
 
-@pytest.mark.e2e   # runs the pipeline's stages in a project: not the fast loop
+@pytest.mark.e2e  # runs the pipeline's stages in a project: not the fast loop
 def test_the_command_line_dry_run_in_a_project(tmp_path):
     """`tracelake score --backend modal --dry-run` in a project whose sample is ingested."""
     repo = copy_project(tmp_path / "project", trials=40, tasks=12)
     params = yaml.safe_load((repo / "params.yaml").read_text())
-    params["score"].update(scorers=["response_length_proxy_v1", LLM],
-                           model={"backend": "vllm", "name": HUB_ID}, cache=str(tmp_path / "cache"))
+    params["score"].update(
+        scorers=["response_length_proxy_v1", LLM],
+        model={"backend": "vllm", "name": HUB_ID},
+        cache=str(tmp_path / "cache"),
+    )
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     run_ok(["dvc", "repro", "ingest"], repo)
     out = run_ok([sys.executable, "-m", "tracelake", "score", "--backend", "modal", "--dry-run"], repo)
     assert re.search(r"requests: (\d+) tasks: 0 cached, \1 to send", out), out
     assert "modal run scoring/modal_app.py::score" in out and "then:     dvc repro score" in out
-    assert not (repo / "lake" / "scores").exists()   # a dry run writes nothing
-    proc = subprocess.run([sys.executable, "-m", "tracelake", "score", "--backend", "modal", "--dry-run",
-                           "--params", "missing.yaml"], cwd=repo, capture_output=True, text=True)
-    assert proc.returncode == 2 and proc.stderr.strip() == \
-        "tracelake: missing.yaml not found (run from the repository root, or pass --params)"
+    assert not (repo / "lake" / "scores").exists()  # a dry run writes nothing
+    proc = subprocess.run(
+        [sys.executable, "-m", "tracelake", "score", "--backend", "modal", "--dry-run", "--params", "missing.yaml"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    )
+    assert (
+        proc.returncode == 2
+        and proc.stderr.strip() == "tracelake: missing.yaml not found (run from the repository root, or pass --params)"
+    )
 
 
-@pytest.mark.e2e   # runs the pipeline's stages in a project: not the fast loop
+@pytest.mark.e2e  # runs the pipeline's stages in a project: not the fast loop
 def test_local_backend_fills_the_cache_and_dvc_repro_score_asks_nothing(tmp_path):
     """`tracelake score` answers every task into the cache and writes nothing in the lake; the score
     stage then builds lake/scores from the cache without a model call."""
@@ -112,9 +124,17 @@ def test_local_backend_fills_the_cache_and_dvc_repro_score_asks_nothing(tmp_path
     server = ChatServer().start()
     try:
         params = yaml.safe_load((repo / "params.yaml").read_text())
-        params["score"].update(scorers=["response_length_proxy_v1", LLM], cache=str(tmp_path / "cache"),
-                               model={"backend": "openai", "name": "tiny", "base_url": server.base_url,
-                                      "api_key_env": None, "max_tokens": 30})
+        params["score"].update(
+            scorers=["response_length_proxy_v1", LLM],
+            cache=str(tmp_path / "cache"),
+            model={
+                "backend": "openai",
+                "name": "tiny",
+                "base_url": server.base_url,
+                "api_key_env": None,
+                "max_tokens": 30,
+            },
+        )
         (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
         run_ok(["dvc", "repro", "ingest"], repo)
         out = run_ok([sys.executable, "-m", "tracelake", "score"], repo)
@@ -130,10 +150,16 @@ def test_local_backend_fills_the_cache_and_dvc_repro_score_asks_nothing(tmp_path
 
 @pytest.mark.train_env
 def test_modal_app_defines_its_functions_offline(tmp_path):
-    code = ("import sys; sys.path.insert(0, 'scoring'); import modal_app as m; "
-            "print(m.app.name, sorted(m.app.registered_functions), sorted(m.app.registered_entrypoints), m.GPU, m.VOLUME, m.VLLM, m.PREFIX == sys.argv[1])")
-    env = {"HOME": str(tmp_path), "TRACELAKE_MODAL_GPU": "L40S:1", "TRACELAKE_MODAL_APP": "s-app",
-           "TRACELAKE_MODAL_VLLM": "0.31.0"}
+    code = (
+        "import sys; sys.path.insert(0, 'scoring'); import modal_app as m; "
+        "print(m.app.name, sorted(m.app.registered_functions), sorted(m.app.registered_entrypoints), m.GPU, m.VOLUME, m.VLLM, m.PREFIX == sys.argv[1])"
+    )
+    env = {
+        "HOME": str(tmp_path),
+        "TRACELAKE_MODAL_GPU": "L40S:1",
+        "TRACELAKE_MODAL_APP": "s-app",
+        "TRACELAKE_MODAL_VLLM": "0.31.0",
+    }
     text = run_ok([str(train_python()), "-c", code, PREFIX.decode()], ROOT, env=env)
     assert "s-app ['generate'] ['score'] L40S:1 tracelake-scoring 0.31.0 True" in text
     assert os.environ.get("HF_TOKEN") is None or "hf_" not in text

@@ -33,19 +33,28 @@ PROXY = "response_length_proxy_v1"
 
 # --- building a lake -------------------------------------------------------------------------
 
+
 def msgs(*assistant: str, prefix: str = "") -> list[dict]:
     """A conversation with the given assistant replies (and non-assistant turns that never count)."""
     out = [{"role": "system", "content": "You are an agent. " * 5}]
     for i, a in enumerate(assistant):
-        out += [{"role": "user", "content": f"{prefix} step {i} " + "x" * 40},
-                {"role": "assistant", "content": a},
-                {"role": "tool", "content": "output " * 9}]
+        out += [
+            {"role": "user", "content": f"{prefix} step {i} " + "x" * 40},
+            {"role": "assistant", "content": a},
+            {"role": "tool", "content": "output " * 9},
+        ]
     return out
 
 
 def trow(task: str, trial: str, conversation: list[dict], trace_source: str = "main") -> dict:
-    return {"task": task, "trial_name": trial, "run_id": "run-1", "episode": "episode-0",
-            "trace_source": trace_source, "conversations": conversation}
+    return {
+        "task": task,
+        "trial_name": trial,
+        "run_id": "run-1",
+        "episode": "episode-0",
+        "trace_source": trace_source,
+        "conversations": conversation,
+    }
 
 
 def ingest_source(root: Path, lake: Path, source: str, rows: list[dict]) -> None:
@@ -73,8 +82,12 @@ def corpus() -> dict[str, list[dict]]:
             trow("calc_copy0001", "calc_copy0001__a", msgs("short", "a somewhat longer answer", "")),
             trow("calc_copy0002", "calc_copy0002__b", msgs("x" * 101)),  # upsampled copy: the same task
             # a subagent row of the task: huge replies that must not count
-            trow("calc_copy0001", "calc_copy0001__a", msgs("S" * 5000, "S" * 7000),
-                 trace_source="summarization-1-summary"),
+            trow(
+                "calc_copy0001",
+                "calc_copy0001__a",
+                msgs("S" * 5000, "S" * 7000),
+                trace_source="summarization-1-summary",
+            ),
             trow("unicode", "unicode__1", msgs("café 🚀✅ e\u0301", "日本語 → ←", "naïve Straße")),
             trow("only-subagent", "only__1", msgs("y" * 50), trace_source="summarization-1-questions"),
             trow("three", "three__1", msgs("a" * 3, "b" * 4, "c" * 5, "d" * 7)),
@@ -123,8 +136,9 @@ class PromptLength(Scorer):
         self.calls: list[list[str]] = []
 
     def requests(self, con):
-        rows = con.execute("SELECT DISTINCT task_id, regexp_replace(task, '_copy[0-9]+$', '') "
-                           "FROM trajectories ORDER BY 1").fetchall()
+        rows = con.execute(
+            "SELECT DISTINCT task_id, regexp_replace(task, '_copy[0-9]+$', '') FROM trajectories ORDER BY 1"
+        ).fetchall()
         out = [ScoreRequest(tid, f"Rate the task {name}") for tid, name in rows]
         return out[::-1] if self.reverse else out
 
@@ -139,6 +153,7 @@ def parts(cache: Path, scorer: str) -> list[str]:
 
 # --- the proxy -------------------------------------------------------------------------------
 
+
 def test_proxy_equals_plain_python(tmp_path):
     sources = corpus()
     lake = build_lake(tmp_path, sources)
@@ -152,8 +167,9 @@ def test_proxy_equals_plain_python(tmp_path):
     assert scores[task_id_for("alpha", "unicode")] == (10 + 7 + 12) / 3  # code points, as len()
     assert scores[task_id_for("beta", "calc")] == 24 / 3
     # the request is the task's main trajectory ids, sorted
-    for tid, ids in con.execute("SELECT task_id, list(trajectory_id ORDER BY trajectory_id) FROM trajectories "
-                                "WHERE NOT is_subagent GROUP BY 1").fetchall():
+    for tid, ids in con.execute(
+        "SELECT task_id, list(trajectory_id ORDER BY trajectory_id) FROM trajectories WHERE NOT is_subagent GROUP BY 1"
+    ).fetchall():
         row = next(r for r in got.rows if r["task_id"] == tid)
         assert row["prompt_sha256"] == sha256_bytes("\n".join(ids).encode())
         assert (row["scorer"], row["model"]) == (PROXY, None)
@@ -162,6 +178,7 @@ def test_proxy_equals_plain_python(tmp_path):
 
 
 # --- the cache -------------------------------------------------------------------------------
+
 
 def test_cache_rescores_exactly_the_changed_task(tmp_path):
     sources = corpus()
@@ -255,12 +272,16 @@ def test_non_finite_computed_score_is_refused_and_not_cached(tmp_path, value):
 
 # --- imported scores -------------------------------------------------------------------------
 
+
 @pytest.fixture
 def known(tmp_path):
-    lake = build_lake(tmp_path, {
-        "alpha": [trow("fix-bug_copy0000", "fb__1", msgs("a")), trow("other", "o__1", msgs("b"))],
-        "beta": [trow("fix-bug", "fb__2", msgs("c"))],
-    })
+    lake = build_lake(
+        tmp_path,
+        {
+            "alpha": [trow("fix-bug_copy0000", "fb__1", msgs("a")), trow("other", "o__1", msgs("b"))],
+            "beta": [trow("fix-bug", "fb__2", msgs("c"))],
+        },
+    )
     return known_tasks_of(con_of(lake, ["alpha", "beta"]))
 
 
@@ -279,27 +300,37 @@ A_FIX, B_FIX, A_OTHER = task_id_for("alpha", "fix-bug"), task_id_for("beta", "fi
 
 
 def test_known_tasks(known):
-    assert sorted(known) == sorted([(A_FIX, "alpha", "fix-bug"), (A_OTHER, "alpha", "other"),
-                                    (B_FIX, "beta", "fix-bug")])
+    assert sorted(known) == sorted(
+        [(A_FIX, "alpha", "fix-bug"), (A_OTHER, "alpha", "other"), (B_FIX, "beta", "fix-bug")]
+    )
 
 
 def test_import_by_task_name(tmp_path, known):
-    path = user_file(tmp_path, {"task_name": ["fix-bug_copy0002", "other", "nope", "other_copy0007"],
-                                "difficulty": [0.7, 3, 1.0, 3.0]})
-    run = import_scores("difficulty_v1", ImportParams(path=str(path), task="task_name", score="difficulty",
-                                                      model="judge-x"), known)
+    path = user_file(
+        tmp_path,
+        {"task_name": ["fix-bug_copy0002", "other", "nope", "other_copy0007"], "difficulty": [0.7, 3, 1.0, 3.0]},
+    )
+    run = import_scores(
+        "difficulty_v1", ImportParams(path=str(path), task="task_name", score="difficulty", model="judge-x"), known
+    )
     # without a source column a name matches in every source
     assert by_task(run) == {A_FIX: 0.7, B_FIX: 0.7, A_OTHER: 3.0}
     assert run.unmatched == 1 and run.computed == 3 and run.scorer == "difficulty_v1"
-    assert all(r["scorer"] == "difficulty_v1" and r["model"] == "judge-x" and r["prompt_sha256"] is None
-               for r in run.rows)
+    assert all(
+        r["scorer"] == "difficulty_v1" and r["model"] == "judge-x" and r["prompt_sha256"] is None for r in run.rows
+    )
     assert all(isinstance(r["score"], float) for r in run.rows)
 
 
 def test_import_with_source_column(tmp_path, known):
-    path = user_file(tmp_path, {"name": ["fix-bug_copy0002", "fix-bug", "fix-bug", "other"],
-                                "src": ["beta", "alpha", "gamma", "beta"],
-                                "s": [0.2, 0.9, 5.0, 1.0]})
+    path = user_file(
+        tmp_path,
+        {
+            "name": ["fix-bug_copy0002", "fix-bug", "fix-bug", "other"],
+            "src": ["beta", "alpha", "gamma", "beta"],
+            "s": [0.2, 0.9, 5.0, 1.0],
+        },
+    )
     run = import_scores("d_v1", ImportParams(path=str(path), task="name", source="src", score="s"), known)
     assert by_task(run) == {B_FIX: 0.2, A_FIX: 0.9}
     assert run.unmatched == 2  # no source gamma; no task other in beta
@@ -312,20 +343,27 @@ def test_import_by_task_id(tmp_path, known):
 
 
 def test_import_conflicting_scores_name_the_task(tmp_path, known):
-    path = user_file(tmp_path, {"name": ["fix-bug_copy0001", "fix-bug_copy0002"], "src": ["alpha", "alpha"],
-                                "s": [0.1, 0.2]})
-    with pytest.raises(BadInput, match=rf"row 1 gives task 'fix-bug_copy0002' \({A_FIX}\) a second, different score \(0.1 and 0.2\)"):
+    path = user_file(
+        tmp_path, {"name": ["fix-bug_copy0001", "fix-bug_copy0002"], "src": ["alpha", "alpha"], "s": [0.1, 0.2]}
+    )
+    with pytest.raises(
+        BadInput, match=rf"row 1 gives task 'fix-bug_copy0002' \({A_FIX}\) a second, different score \(0.1 and 0.2\)"
+    ):
         import_scores("d_v1", ImportParams(path=str(path), task="name", source="src", score="s"), known)
     # the same score twice is no conflict
     path = user_file(tmp_path, {"name": ["fix-bug_copy0001", "fix-bug_copy0002"], "s": [0.1, 0.1]})
     assert by_task(import_scores("d_v1", ImportParams(path=str(path), task="name", score="s"), known)) == {
-        A_FIX: 0.1, B_FIX: 0.1}
+        A_FIX: 0.1,
+        B_FIX: 0.1,
+    }
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, None])
 def test_import_non_finite_score(tmp_path, known, bad):
     path = user_file(tmp_path, {"name": ["other", "fix-bug"], "s": pa.array([1.0, bad], pa.float64())})
-    with pytest.raises(BadInput, match=r"score\.imports\.d_v1: .*scores\.parquet row 1: score .* is not a finite number"):
+    with pytest.raises(
+        BadInput, match=r"score\.imports\.d_v1: .*scores\.parquet row 1: score .* is not a finite number"
+    ):
         import_scores("d_v1", ImportParams(path=str(path), task="name", score="s"), known)
 
 
@@ -355,16 +393,21 @@ def test_import_unreadable_files(tmp_path, known):
 
 # --- the DVC stage ---------------------------------------------------------------------------
 
+
 def stage(cwd: Path, params: dict) -> subprocess.CompletedProcess:
     (cwd / "params.yaml").write_text(yaml.safe_dump(params))
     return run_stage(cwd, "score", "--params", "params.yaml")
 
 
 def stage_params(import_path: str) -> dict:
-    return {"lake": "lake",
-            "sources": {"alpha": {"format": "traces", "path": "in/alpha.jsonl", "tasks": "tasks"}},
-            "score": {"cache": "cache", "imports": {"difficulty_v1": {
-                "path": import_path, "task": "task_name", "score": "difficulty"}}}}
+    return {
+        "lake": "lake",
+        "sources": {"alpha": {"format": "traces", "path": "in/alpha.jsonl", "tasks": "tasks"}},
+        "score": {
+            "cache": "cache",
+            "imports": {"difficulty_v1": {"path": import_path, "task": "task_name", "score": "difficulty"}},
+        },
+    }
 
 
 @pytest.mark.parametrize("where", ["elsewhere/d.parquet", "imports/../elsewhere/d.parquet", "imports"])
@@ -381,7 +424,7 @@ def test_score_stage_refuses_imports_outside_imports_dir(tmp_path, where):
     assert not (tmp_path / "lake").exists() and not (tmp_path / "metrics").exists()
 
 
-@pytest.mark.e2e   # runs the pipeline's stages in a project: not the fast loop
+@pytest.mark.e2e  # runs the pipeline's stages in a project: not the fast loop
 def test_score_stage_end_to_end_with_an_import(tmp_path):
     sources = {"alpha": corpus()["alpha"]}
     lake = build_lake(tmp_path, sources)
@@ -392,8 +435,10 @@ def test_score_stage_end_to_end_with_an_import(tmp_path):
         (d / "task.toml").write_text('version = "1.0"\n')
     ingest_tasks(tmp_path / "tasks", source="alpha", out_dir=Lake(lake).table("tasks", "alpha"))
     (tmp_path / "imports").mkdir()
-    pq.write_table(pa.table({"task_name": ["calc_copy0003", "three", "ghost"], "difficulty": [2.0, 1.0, 9.0]}),
-                   tmp_path / "imports" / "d.parquet")
+    pq.write_table(
+        pa.table({"task_name": ["calc_copy0003", "three", "ghost"], "difficulty": [2.0, 1.0, 9.0]}),
+        tmp_path / "imports" / "d.parquet",
+    )
     proc = stage(tmp_path, stage_params("imports/d.parquet"))
     assert proc.returncode == 0, proc.stderr
     metrics = orjson.loads((tmp_path / "metrics" / "score.json").read_bytes())
@@ -403,7 +448,9 @@ def test_score_stage_end_to_end_with_an_import(tmp_path):
     want = expected_proxy(sources)
     assert {r["task_id"]: r["score"] for r in rows if r["scorer"] == PROXY} == want
     assert {r["task_id"]: r["score"] for r in rows if r["scorer"] == "difficulty_v1"} == {
-        task_id_for("alpha", "calc"): 2.0, task_id_for("alpha", "three"): 1.0}
+        task_id_for("alpha", "calc"): 2.0,
+        task_id_for("alpha", "three"): 1.0,
+    }
     assert read_manifest(lake / "scores")["counts"]["rows"] == 5
     assert "3 computed" in proc.stdout and "1 unmatched import rows" in proc.stdout
     # a second run reads the proxy from the cache and writes the same table

@@ -26,7 +26,7 @@ SPEC = [
     ("a1", "alpha", "hello", 3, 120.0),
     ("a2", "alpha", "world", 1, 60.0),
     ("a3", "alpha", "zebra", 2, 15.0),
-    ("b1", "beta", "hello", 2, 5.0),   # same task name as a1, another source
+    ("b1", "beta", "hello", 2, 5.0),  # same task name as a1, another source
     ("b2", "beta", "apple", 4, 0.0),
     ("c1", "gamma", "cli", 1, None),
 ]
@@ -34,8 +34,11 @@ T = len(SPEC)
 
 
 def pool_rows(spec=SPEC) -> list[dict]:
-    return [{"trajectory_id": f"{tid}/r{k}", "task_id": tid, "source": src, "task": name}
-            for tid, src, name, n_roll, _ in spec for k in range(n_roll)]
+    return [
+        {"trajectory_id": f"{tid}/r{k}", "task_id": tid, "source": src, "task": name}
+        for tid, src, name, n_roll, _ in spec
+        for k in range(n_roll)
+    ]
 
 
 def scores_of(spec=SPEC) -> dict[str, float]:
@@ -108,8 +111,12 @@ def test_names_example():
     rows = select(make_tasks(), scores_of(), ALL, 10).rows
     a1 = [(r["name"], r["trajectory_id"]) for r in rows if r["task_id"] == "a1"]
     # apportion: R = 4 over 120/60/15/5/0/0 -> a1 gets 1 + 2 (+1 leftover) rows
-    assert a1 == [("hello_copy0000", "a1/r0"), ("hello_copy0001", "a1/r1"),
-                  ("hello_copy0002", "a1/r2"), ("hello_copy0003", "a1/r0")]
+    assert a1 == [
+        ("hello_copy0000", "a1/r0"),
+        ("hello_copy0001", "a1/r1"),
+        ("hello_copy0002", "a1/r2"),
+        ("hello_copy0003", "a1/r0"),
+    ]
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -152,9 +159,9 @@ def test_unscored_tasks_get_zero():
     scores = scores_of() | {"not-in-pool": 9.0}
     sel = select(tasks, scores, ALL, 40)
     c1 = [r for r in sel.rows if r["task_id"] == "c1"]
-    assert [r["score"] for r in c1] == [0.0]          # score 0: exactly its one guaranteed row
+    assert [r["score"] for r in c1] == [0.0]  # score 0: exactly its one guaranteed row
     assert sel.counts["unscored_tasks"] == 1
-    sel = select(tasks, {}, ALL, 12)                   # nothing scored: an even split
+    sel = select(tasks, {}, ALL, 12)  # nothing scored: an even split
     assert sel.counts["unscored_tasks"] == T
     assert sorted(Counter(r["task_id"] for r in sel.rows).values()) == [2] * T
     assert select(tasks, {}, ALL, 3).counts["tasks"] == 3
@@ -170,21 +177,28 @@ def test_mix_sources_list_restricts():
     sel = select(tasks, scores, mix, 9)
     assert {r["source"] for r in sel.rows} == {"beta", "gamma"}
     assert sel.counts["tasks_available"] == 3
-    assert sel.counts["rows_by_source"] == {"beta": sum(r["source"] == "beta" for r in sel.rows),
-                                            "gamma": sum(r["source"] == "gamma" for r in sel.rows)}
+    assert sel.counts["rows_by_source"] == {
+        "beta": sum(r["source"] == "beta" for r in sel.rows),
+        "gamma": sum(r["source"] == "gamma" for r in sel.rows),
+    }
     assert sum(sel.counts["rows_by_source"].values()) == 9
     assert mixed_sources(tasks, scores, ALL) == ["alpha", "beta", "gamma"]
 
 
 def test_mix_top_k_by_mean_score():
-    spec = [("x1", "x", "t1", 1, 1.0), ("x2", "x", "t2", 1, 5.0),   # mean 3
-            ("y1", "y", "t1", 1, 3.0),                              # mean 3 (ties with x: name wins)
-            ("z1", "z", "t1", 1, 10.0), ("z2", "z", "t2", 1, None),  # mean 5: unscored counts as 0
-            ("w1", "w", "t1", 1, 2.0)]
+    spec = [
+        ("x1", "x", "t1", 1, 1.0),
+        ("x2", "x", "t2", 1, 5.0),  # mean 3
+        ("y1", "y", "t1", 1, 3.0),  # mean 3 (ties with x: name wins)
+        ("z1", "z", "t1", 1, 10.0),
+        ("z2", "z", "t2", 1, None),  # mean 5: unscored counts as 0
+        ("w1", "w", "t1", 1, 2.0),
+    ]
     tasks, scores = make_tasks(spec), scores_of(spec)
 
     def top(k, sources="all"):
         return mixed_sources(tasks, scores, MixParams(sources=sources, weights={}, top_k=k))
+
     assert top(1) == ["z"]
     assert top(2) == ["x", "z"]
     assert top(3) == ["x", "y", "z"]
@@ -195,15 +209,18 @@ def test_mix_top_k_by_mean_score():
     assert sel.counts["tasks_available"] == 4
 
 
-@pytest.mark.parametrize(("weights", "n", "split"), [
-    ({"alpha": 0.75, "beta": 0.25}, 10, {"alpha": 8, "beta": 2}),     # remainders tie: higher weight
-    ({"alpha": 0.75, "beta": 0.25}, 11, {"alpha": 8, "beta": 3}),
-    ({"alpha": 0.5, "beta": 0.25, "gamma": 0.25}, 7, {"alpha": 3, "beta": 2, "gamma": 2}),
-    ({"alpha": 0.7, "beta": 0.3}, 10, {"alpha": 7, "beta": 3}),
-    ({"alpha": 0.7, "beta": 0.3}, 2, {"alpha": 1, "beta": 1}),         # fewer rows than alpha's tasks
-    ({"alpha": 1.0, "beta": 0.0}, 9, {"alpha": 9}),                    # weight 0: no rows
-    ({"beta": 1.0}, 5, {"beta": 5}),                                   # no weight: no rows
-])
+@pytest.mark.parametrize(
+    ("weights", "n", "split"),
+    [
+        ({"alpha": 0.75, "beta": 0.25}, 10, {"alpha": 8, "beta": 2}),  # remainders tie: higher weight
+        ({"alpha": 0.75, "beta": 0.25}, 11, {"alpha": 8, "beta": 3}),
+        ({"alpha": 0.5, "beta": 0.25, "gamma": 0.25}, 7, {"alpha": 3, "beta": 2, "gamma": 2}),
+        ({"alpha": 0.7, "beta": 0.3}, 10, {"alpha": 7, "beta": 3}),
+        ({"alpha": 0.7, "beta": 0.3}, 2, {"alpha": 1, "beta": 1}),  # fewer rows than alpha's tasks
+        ({"alpha": 1.0, "beta": 0.0}, 9, {"alpha": 9}),  # weight 0: no rows
+        ({"beta": 1.0}, 5, {"beta": 5}),  # no weight: no rows
+    ],
+)
 def test_mix_weights_split_exactly(weights, n, split):
     tasks, scores = make_tasks(), scores_of()
     mix = MixParams(sources="all", weights=weights, top_k=None)
@@ -243,10 +260,20 @@ def test_empty_pool():
 # --- dataset_label ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("n", "label"), [
-    (1, "1"), (316, "316"), (999, "999"), (1000, "1k"), (3160, "3.16k"), (10000, "10k"),
-    (31600, "31.6k"), (100000, "100k"), (1500, "1.5k"),
-])
+@pytest.mark.parametrize(
+    ("n", "label"),
+    [
+        (1, "1"),
+        (316, "316"),
+        (999, "999"),
+        (1000, "1k"),
+        (3160, "3.16k"),
+        (10000, "10k"),
+        (31600, "31.6k"),
+        (100000, "100k"),
+        (1500, "1.5k"),
+    ],
+)
 def test_dataset_label(n, label):
     assert dataset_label(n) == label
 
@@ -254,9 +281,14 @@ def test_dataset_label(n, label):
 # --- property: any pool, any n ---------------------------------------------------------------
 
 pools = st.lists(
-    st.tuples(st.sampled_from(["s1", "s2", "s3"]), st.integers(1, 5),
-              st.one_of(st.none(), st.integers(0, 50), st.floats(0, 1e3, allow_nan=False, allow_infinity=False))),
-    min_size=1, max_size=30)
+    st.tuples(
+        st.sampled_from(["s1", "s2", "s3"]),
+        st.integers(1, 5),
+        st.one_of(st.none(), st.integers(0, 50), st.floats(0, 1e3, allow_nan=False, allow_infinity=False)),
+    ),
+    min_size=1,
+    max_size=30,
+)
 
 
 @settings(max_examples=150, deadline=None)
@@ -289,6 +321,7 @@ def test_negative_score_is_a_clear_error():
 
 # --- clusters of near-duplicate tasks (dedup.keep: all) share one quota ---------------------------
 
+
 def _cluster_tasks() -> dict[str, Task]:
     tasks = {f"t{i}": Task(f"t{i}", "s", f"task-{i}", [f"t{i}-r{j}" for j in range(2)]) for i in range(6)}
     return tasks
@@ -297,7 +330,7 @@ def _cluster_tasks() -> dict[str, Task]:
 def test_a_cluster_gets_the_quota_of_one_task_spread_over_its_members():
     tasks = _cluster_tasks()
     scores = {tid: 1.0 for tid in tasks}
-    clusters = {"t0": "t0", "t1": "t0", "t2": "t0"}           # t0, t1, t2: one idea in three phrasings
+    clusters = {"t0": "t0", "t1": "t0", "t2": "t0"}  # t0, t1, t2: one idea in three phrasings
     plain = select(tasks, scores, ALL, 40)
     shared = select(tasks, scores, ALL, 40, clusters=clusters)
     per_task = Counter(r["task_id"] for r in shared.rows)
@@ -306,8 +339,8 @@ def test_a_cluster_gets_the_quota_of_one_task_spread_over_its_members():
     assert per_task["t3"] == per_task["t4"] == per_task["t5"] == 10
     assert per_task["t0"] + per_task["t1"] + per_task["t2"] == 10
     uses = Counter(r["trajectory_id"] for r in shared.rows if r["task_id"] in clusters)
-    assert len(uses) == 6 and set(uses.values()) <= {1, 2}      # every member's rollouts, evenly
-    assert sum(Counter(r["task_id"] for r in plain.rows)[t] for t in clusters) >= 20   # without: 3 of 6 shares
+    assert len(uses) == 6 and set(uses.values()) <= {1, 2}  # every member's rollouts, evenly
+    assert sum(Counter(r["task_id"] for r in plain.rows)[t] for t in clusters) >= 20  # without: 3 of 6 shares
     assert len({r["slot_id"] for r in shared.rows}) == 40 and len({(r["task"], r["name"]) for r in shared.rows}) == 40
 
 

@@ -35,8 +35,13 @@ from .test_model_scoring import KEY_ENV, scores_of, task_con
 pytestmark = pytest.mark.vllm_env
 TINY = ROOT / "tests" / "train_env" / "tiny_qwen3.py"
 KEY = "sk-local-test"
-VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
-            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+VLLM_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "HF_HUB_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+}
 START_TIMEOUT_S = 420
 
 
@@ -70,11 +75,31 @@ class Served:
         # vllm, and vllm-cpu's is named vllm-cpu
         with open(self.log, "a") as log:
             self.proc = subprocess.Popen(
-                [str(vllm_python()), "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model),
-                 "--host", "127.0.0.1", "--port", str(self.port),
-                 "--api-key", KEY, "--served-model-name", "tiny", "--max-model-len", "1024", "--enforce-eager",
-                 "--seed", "0"],
-                stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, **VLLM_ENV), start_new_session=True)
+                [
+                    str(vllm_python()),
+                    "-m",
+                    "vllm.entrypoints.openai.api_server",
+                    "--model",
+                    str(self.model),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--api-key",
+                    KEY,
+                    "--served-model-name",
+                    "tiny",
+                    "--max-model-len",
+                    "1024",
+                    "--enforce-eager",
+                    "--seed",
+                    "0",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=dict(os.environ, **VLLM_ENV),
+                start_new_session=True,
+            )
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -109,14 +134,26 @@ def served(tiny_model, tmp_path_factory):
 def reference(served, tmp_path_factory):
     """An uninterrupted run against the server: the scores every other run must reproduce."""
     os.environ[KEY_ENV] = KEY
-    return run_model_scorer(LlmResponseLength(), task_con(24), params(served.base_url),
-                            tmp_path_factory.mktemp("reference"))
+    return run_model_scorer(
+        LlmResponseLength(), task_con(24), params(served.base_url), tmp_path_factory.mktemp("reference")
+    )
 
 
 def params(base_url: str, **kw) -> ModelParams:
-    defaults = dict(backend="openai", name="tiny", base_url=base_url, api_key_env=KEY_ENV, concurrency=4,
-                    max_retries=2, backoff_s=0.2, max_backoff_s=1, timeout_s=60, max_tokens=24, temperature=1.0,
-                    seed=0)
+    defaults = dict(
+        backend="openai",
+        name="tiny",
+        base_url=base_url,
+        api_key_env=KEY_ENV,
+        concurrency=4,
+        max_retries=2,
+        backoff_s=0.2,
+        max_backoff_s=1,
+        timeout_s=60,
+        max_tokens=24,
+        temperature=1.0,
+        seed=0,
+    )
     return ModelParams(**{**defaults, **kw})
 
 
@@ -126,8 +163,12 @@ def test_openai_engine_against_vllm_serve(served, reference, tmp_path, monkeypat
     assert reference.usage.calls == 24 and reference.usage.output_tokens > 0
     for answer in reference.answers():
         assert answer["completion_tokens"] <= 24 and answer["censored"] == (answer["finish_reason"] == "length")
-    assert all(r["score"] == len(a["text"]) for r, a in zip(
-        sorted(reference.rows, key=lambda r: r["task_id"]), sorted(reference.answers(), key=lambda a: a["task_id"])))
+    assert all(
+        r["score"] == len(a["text"])
+        for r, a in zip(
+            sorted(reference.rows, key=lambda r: r["task_id"]), sorted(reference.answers(), key=lambda a: a["task_id"])
+        )
+    )
     # a second run of the same requests (another cache): seeded sampling gives the same answers
     again = run_model_scorer(LlmResponseLength(), task_con(24), params(served.base_url), tmp_path)
     assert scores_of(again) == scores_of(reference)
@@ -163,8 +204,10 @@ def test_server_killed_mid_run_then_restarted(served, reference, tmp_path, monke
         if status.answered >= 8 and not killed:
             killed.append(status.answered)
             served.kill()
-    run = run_model_scorer(LlmResponseLength(), task_con(24), params(served.base_url, concurrency=2),
-                           tmp_path, on_progress=kill_after_8)
+
+    run = run_model_scorer(
+        LlmResponseLength(), task_con(24), params(served.base_url, concurrency=2), tmp_path, on_progress=kill_after_8
+    )
     assert killed and run.failures and 8 <= run.computed < 24
     assert {f.reason for _, f in run.failures} <= {"connection_error", "timeout"}
 
@@ -177,8 +220,16 @@ def test_server_killed_mid_run_then_restarted(served, reference, tmp_path, monke
 def test_vllm_offline_engine(tiny_model, tmp_path, monkeypatch):
     for k, v in VLLM_ENV.items():
         monkeypatch.setenv(k, v)
-    model = ModelParams(backend="vllm", name="tiny-qwen3", path=str(tiny_model), python=str(vllm_python()),
-                        max_tokens=24, max_model_len=1024, batch_size=8, seed=0)
+    model = ModelParams(
+        backend="vllm",
+        name="tiny-qwen3",
+        path=str(tiny_model),
+        python=str(vllm_python()),
+        max_tokens=24,
+        max_model_len=1024,
+        batch_size=8,
+        seed=0,
+    )
     run = run_model_scorer(LlmResponseLength(), task_con(12), model, tmp_path)
     assert (run.computed, len(run.failures), run.usage.calls) == (12, 0, 12)
     assert run.engine == f"vllm {tiny_model}"

@@ -34,8 +34,13 @@ def git(repo: Path, *args: str) -> str:
 
 
 def tracelake(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tracelake", *args], cwd=repo, capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": "200"})
+    return subprocess.run(
+        [sys.executable, "-m", "tracelake", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
 
 
 def ids(con_query: str, **params) -> set[str]:
@@ -70,8 +75,11 @@ def ablation(sample_project, tmp_path_factory):
 
 def expected_moved(aside: Path) -> set[str]:
     """Independently: main's pool rows under the branch's new threshold (every earlier rule is the same)."""
-    return ids("SELECT trajectory_id FROM read_parquet($f) WHERE n_assistant_turns < $n",
-               f=str(aside / "pool.parquet"), n=NEW_MIN_TURNS)
+    return ids(
+        "SELECT trajectory_id FROM read_parquet($f) WHERE n_assistant_turns < $n",
+        f=str(aside / "pool.parquet"),
+        n=NEW_MIN_TURNS,
+    )
 
 
 def test_pool_diff_reports_exactly_the_filtered_rows(ablation):
@@ -85,11 +93,19 @@ def test_pool_diff_reports_exactly_the_filtered_rows(ablation):
     assert t["removed"]["trajectories"] == len(moved)
     assert t["added"]["trajectories"] == t["changed"]["trajectories"] == t["reweighted"]["trajectories"] == 0
     assert {r["trajectory_id"] for r in report["moved"]} == moved
-    assert {(r["status"], r["stage"], r["rule"]) for r in report["moved"]} == \
-        {("removed", "filter", "min_assistant_turns_v1")}
+    assert {(r["status"], r["stage"], r["rule"]) for r in report["moved"]} == {
+        ("removed", "filter", "min_assistant_turns_v1")
+    }
     assert all(r["detail"].endswith(f"assistant turns < {NEW_MIN_TURNS}") for r in report["moved"])
-    assert report["explained"] == [{"status": "removed", "stage": "filter", "rule": "min_assistant_turns_v1",
-                                    "trajectories": len(moved), "rows_delta": -len(moved)}]
+    assert report["explained"] == [
+        {
+            "status": "removed",
+            "stage": "filter",
+            "rule": "min_assistant_turns_v1",
+            "trajectories": len(moved),
+            "rows_delta": -len(moved),
+        }
+    ]
     assert report["summary"]["rows_delta"] == -len(moved)
     assert report["params"] == [{"key": "filter.min_assistant_turns", "a": old, "b": NEW_MIN_TURNS}]
     funnel = report["funnel"]["total"]
@@ -100,8 +116,10 @@ def test_pool_diff_reports_exactly_the_filtered_rows(ablation):
     assert all(d <= 0 for rule, d in by_rule.items() if rule != "min_assistant_turns_v1")
     assert report["a"]["commit"] == git(repo, "rev-parse", "main").strip()
     # per source: the losses add up to the moved rows of each source
-    per_source = duckdb.execute("SELECT source, count(*) FROM read_parquet($f) WHERE n_assistant_turns < $n GROUP BY ALL",
-                                {"f": str(aside / "pool.parquet"), "n": NEW_MIN_TURNS}).fetchall()
+    per_source = duckdb.execute(
+        "SELECT source, count(*) FROM read_parquet($f) WHERE n_assistant_turns < $n GROUP BY ALL",
+        {"f": str(aside / "pool.parquet"), "n": NEW_MIN_TURNS},
+    ).fetchall()
     assert {r["source"]: -r["rows_delta"] for r in report["sources"] if r["rows_delta"]} == dict(per_source)
     assert report["distributions"]["turns"]["b"]["min"] >= NEW_MIN_TURNS > report["distributions"]["turns"]["a"]["min"]
 
@@ -121,8 +139,11 @@ def test_selection_diff_explains_each_moved_row(ablation):
     assert removed_by_filter == moved & selected_in_main and removed_by_filter
     assert {r["rule"] for r in rows if r["stage"] == "filter"} == {"min_assistant_turns_v1"}
     # whatever else moved was the selection making up the fixed-size scale from what remained
-    assert {(r["status"], r["stage"]) for r in rows if r["stage"] != "filter"} <= \
-        {("removed", "selection"), ("added", "selection"), ("reweighted", "selection")}
+    assert {(r["status"], r["stage"]) for r in rows if r["stage"] != "filter"} <= {
+        ("removed", "selection"),
+        ("added", "selection"),
+        ("reweighted", "selection"),
+    }
     assert not any(r["status"] == "added" and r["trajectory_id"] in moved for r in rows)
     # both sides upsampled by the same scorer: a selection move says the task's score on each side
     assert all(re.fullmatch(r"score \S+ -> \S+", r["detail"]) for r in rows if r["stage"] == "selection")
@@ -142,9 +163,9 @@ def test_export_diff_by_id_prefix_and_scale_name(ablation):
     assert main_id != branch_id
     digest = main_id.rpartition("-")[2]
     with ExitStack() as stack:
-        a = resolve_version(f"main:{digest[:6]}", stack, root=repo)           # a 6-hex prefix at a revision
-        b = resolve_version(branch_id[:-4], stack, root=repo)                # an id prefix in the work tree
-        c = resolve_version(f"{BRANCH}:sft-1k", stack, root=repo)            # export by scale at a branch
+        a = resolve_version(f"main:{digest[:6]}", stack, root=repo)  # a 6-hex prefix at a revision
+        b = resolve_version(branch_id[:-4], stack, root=repo)  # an id prefix in the work tree
+        c = resolve_version(f"{BRANCH}:sft-1k", stack, root=repo)  # export by scale at a branch
         assert (a.dataset_id, b.dataset_id, c.dataset_id) == (main_id, branch_id, branch_id)
         report = diff_versions(a, b)
     removed = {r["trajectory_id"] for r in report["moved"] if r["status"] == "removed" and r["stage"] == "filter"}
@@ -213,7 +234,9 @@ def cache_digest(repo: Path) -> str:
 
 def test_sql_rev_reads_the_older_version(ablation):
     repo, _, aside = ablation
-    main_rows = duckdb.execute("SELECT count(*) FROM read_parquet($f)", {"f": str(aside / "pool.parquet")}).fetchone()[0]
+    main_rows = duckdb.execute("SELECT count(*) FROM read_parquet($f)", {"f": str(aside / "pool.parquet")}).fetchone()[
+        0
+    ]
     now = tracelake(repo, "sql", "SELECT count(*) AS n FROM pool", "--format", "csv")
     before = tracelake(repo, "sql", "--rev", "HEAD~1", "SELECT count(*) AS n FROM pool", "--format", "csv")
     assert now.returncode == before.returncode == 0, now.stderr + before.stderr
@@ -223,7 +246,9 @@ def test_sql_rev_reads_the_older_version(ablation):
     # datasets at that revision are there under their ids too
     main_sel = git(repo, "show", "main:dvc.lock")
     assert "selections/1k" in main_sel
-    by_branch = tracelake(repo, "sql", "--rev", "main", "SELECT min(n_assistant_turns) AS m FROM pool", "--format", "csv")
+    by_branch = tracelake(
+        repo, "sql", "--rev", "main", "SELECT min(n_assistant_turns) AS m FROM pool", "--format", "csv"
+    )
     assert int(by_branch.stdout.splitlines()[1]) < NEW_MIN_TURNS
 
 
@@ -248,19 +273,24 @@ def test_revision_missing_from_the_cache_says_how_to_fetch_it(ablation, tmp_path
     assert "dvc fetch" in proc.stderr and "main" in proc.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["sql", "--rev", "no-such-branch", "SELECT 1"], "unknown revision 'no-such-branch'"),
-    (["diff", "no-such-branch:1k", "1k"], "unknown revision 'no-such-branch'"),
-    (["diff", "main:99k", "1k"], "no dataset '99k'"),
-    (["diff", "abcdef", "1k"], "no dataset 'abcdef'"),
-    (["diff", "main:", "1k"], "expected REV:PATH"),
-    (["diff", "main:lake/tasks/nl2bash", "1k"], "diff compares versions of pool, selection, export_sft"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["sql", "--rev", "no-such-branch", "SELECT 1"], "unknown revision 'no-such-branch'"),
+        (["diff", "no-such-branch:1k", "1k"], "unknown revision 'no-such-branch'"),
+        (["diff", "main:99k", "1k"], "no dataset '99k'"),
+        (["diff", "abcdef", "1k"], "no dataset 'abcdef'"),
+        (["diff", "main:", "1k"], "expected REV:PATH"),
+        (["diff", "main:lake/tasks/nl2bash", "1k"], "diff compares versions of pool, selection, export_sft"),
+    ],
+)
 def test_bad_versions_are_one_line_errors(ablation, args, message):
     repo, _, _ = ablation
     proc = tracelake(repo, *args)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert proc.stderr.startswith("tracelake: ") and message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("tracelake: ") and message in proc.stderr and proc.stderr.count("\n") == 1, (
+        proc.stderr
+    )
 
 
 def test_ids_resolve_by_unique_prefix_only(sample_project, tmp_path):
@@ -277,7 +307,7 @@ def test_ids_resolve_by_unique_prefix_only(sample_project, tmp_path):
         with pytest.raises(BadInput, match="'abcdef' is ambiguous: sel-1k-abcdef111111, sel-1k-abcdef222222"):
             resolve_version("abcdef", stack, root=tmp_path)
         with pytest.raises(BadInput, match="no dataset 'abcde'"):
-            resolve_version("abcde", stack, root=tmp_path)       # under 6 digits: not a prefix
+            resolve_version("abcde", stack, root=tmp_path)  # under 6 digits: not a prefix
         assert resolve_version("abcdef2", stack, root=tmp_path).directory == lake / "selections" / "y"
         assert resolve_version("sel-1k-abcdef1", stack, root=tmp_path).directory == lake / "selections" / "x"
         assert resolve_version("x", stack, root=tmp_path).directory == lake / "selections" / "x"
@@ -314,9 +344,13 @@ def test_html_report_renders_in_headless_chromium(ablation, tmp_path):
             assert page.title().startswith("tracelake diff sel-1k-")
             charts = page.locator("svg.chart")
             labels = [charts.nth(i).get_attribute("aria-label") for i in range(charts.count())]
-            assert labels == ["Rows gained (+) and lost (−) in B, by explanation", "Rows dropped per filter rule",
-                              "Rows per source", "Turns per row (share of each side's rows)",
-                              "Tokens per row (share of each side's rows)"]
+            assert labels == [
+                "Rows gained (+) and lost (−) in B, by explanation",
+                "Rows dropped per filter rule",
+                "Rows per source",
+                "Turns per row (share of each side's rows)",
+                "Tokens per row (share of each side's rows)",
+            ]
             for i in range(charts.count()):
                 box = charts.nth(i).bounding_box()
                 assert box and box["width"] > 300 and box["height"] > 60, (labels[i], box)
@@ -324,7 +358,7 @@ def test_html_report_renders_in_headless_chromium(ablation, tmp_path):
                 heights = [bars.nth(j).bounding_box()["height"] for j in range(bars.count())]
                 widths = [bars.nth(j).bounding_box()["width"] for j in range(bars.count())]
                 assert bars.count() > 0 and max(heights) > 10 and max(widths) > 10, labels[i]
-            assert page.locator("svg.chart polyline.line").count() == 2       # B's line on both histograms
+            assert page.locator("svg.chart polyline.line").count() == 2  # B's line on both histograms
             assert "min_assistant_turns_v1" in page.inner_text("body")
             shot = tmp_path / "report.png"
             page.screenshot(path=str(shot), full_page=True)
@@ -342,8 +376,13 @@ def test_html_report_renders_in_headless_chromium(ablation, tmp_path):
 
 SCORER_X, SCORER_Y = "response_length_proxy_v1", "llm_response_length_v1"
 # task -> (source, rollouts, score under X, score under Y); Y has no score for t4 (select.unscored: drop)
-SCORE_TASKS = {"t0": ("alpha", 3, 812.5, 95.0), "t1": ("alpha", 2, 100.0, 300.25), "t2": ("beta", 2, 40.0, 40.0),
-               "t3": ("beta", 1, 0.0, 7.0), "t4": ("beta", 2, 10.0, None)}
+SCORE_TASKS = {
+    "t0": ("alpha", 3, 812.5, 95.0),
+    "t1": ("alpha", 2, 100.0, 300.25),
+    "t2": ("beta", 2, 40.0, 40.0),
+    "t3": ("beta", 1, 0.0, 7.0),
+    "t4": ("beta", 2, 10.0, None),
+}
 SCORE_N = 16
 
 
@@ -357,22 +396,43 @@ def write_pool(lake: Path) -> list[dict]:
     from tracelake.core.schema import load_schema
     from tracelake.core.tables import TableWriter
 
-    rows = [{"trajectory_id": f"{tid}-r{i}", "task_id": tid, "source": source, "task": f"task_{tid}",
-             "trace_source": "harbor", "episode": None, "n_messages": 4 + i, "n_assistant_turns": 2 + i,
-             "n_chars": 100 * (i + 1), "n_tokens": 50 * (i + 1), "reward": 1.0,
-             "conversation_sha256": hashlib.sha256(f"{tid}-{i}".encode()).hexdigest()}
-            for tid, (source, k, _, _) in SCORE_TASKS.items() for i in range(k)]
+    rows = [
+        {
+            "trajectory_id": f"{tid}-r{i}",
+            "task_id": tid,
+            "source": source,
+            "task": f"task_{tid}",
+            "trace_source": "harbor",
+            "episode": None,
+            "n_messages": 4 + i,
+            "n_assistant_turns": 2 + i,
+            "n_chars": 100 * (i + 1),
+            "n_tokens": 50 * (i + 1),
+            "reward": 1.0,
+            "conversation_sha256": hashlib.sha256(f"{tid}-{i}".encode()).hexdigest(),
+        }
+        for tid, (source, k, _, _) in SCORE_TASKS.items()
+        for i in range(k)
+    ]
     with output_dir(lake / "pool") as tmp:
         writer = TableWriter(tmp, load_schema("pool"))
         for r in rows:
             writer.write(r)
-        write_manifest(tmp, kind="pool", tables=[writer.close()], inputs={}, params={"min_assistant_turns": 1},
-                       formulas={}, counts={})
+        write_manifest(
+            tmp,
+            kind="pool",
+            tables=[writer.close()],
+            inputs={},
+            params={"min_assistant_turns": 1},
+            formulas={},
+            counts={},
+        )
     return rows
 
 
-def write_selection(lake: Path, scale: str, scorer: str, scores: dict[str, float], n: int,
-                    unscored: str = "zero") -> list[dict]:
+def write_selection(
+    lake: Path, scale: str, scorer: str, scores: dict[str, float], n: int, unscored: str = "zero"
+) -> list[dict]:
     """As stages/select_scale.py writes it, through the real select()."""
     from tracelake.core.ids import dataset_id
     from tracelake.core.outputs import output_dir, read_manifest, write_manifest
@@ -381,8 +441,9 @@ def write_selection(lake: Path, scale: str, scorer: str, scores: dict[str, float
     from tracelake.curate.params import MixParams
     from tracelake.curate.select import group_pool, select
 
-    pool = duckdb.execute("SELECT trajectory_id, task_id, source, task FROM read_parquet($f)",
-                          {"f": str(lake / "pool" / "pool.parquet")}).fetchall()
+    pool = duckdb.execute(
+        "SELECT trajectory_id, task_id, source, task FROM read_parquet($f)", {"f": str(lake / "pool" / "pool.parquet")}
+    ).fetchall()
     pool_rows = [dict(zip(("trajectory_id", "task_id", "source", "task"), r)) for r in pool]
     selection = select(group_pool(pool_rows), scores, MixParams(), n, unscored)
     with output_dir(lake / "selections" / scale) as tmp:
@@ -391,10 +452,16 @@ def write_selection(lake: Path, scale: str, scorer: str, scores: dict[str, float
             writer.write(r)
         info = writer.close()
         name = dataset_id("sel", n, info.version_id)
-        write_manifest(tmp, kind="selection", tables=[info], dataset_id=name,
-                       inputs={"pool": read_manifest(lake / "pool")["version_id"]},
-                       params={"scale": scale, "rows": n, "score": scorer, "unscored": unscored, "mix": {}},
-                       formulas={}, counts={"dataset_id": name, **selection.counts})
+        write_manifest(
+            tmp,
+            kind="selection",
+            tables=[info],
+            dataset_id=name,
+            inputs={"pool": read_manifest(lake / "pool")["version_id"]},
+            params={"scale": scale, "rows": n, "score": scorer, "unscored": unscored, "mix": {}},
+            formulas={},
+            counts={"dataset_id": name, **selection.counts},
+        )
     return selection.rows
 
 
@@ -407,24 +474,48 @@ def write_export(lake: Path, scale: str) -> None:
 
     sel = lake / "selections" / scale
     manifest = read_manifest(sel)
-    slots = duckdb.execute("SELECT * FROM read_parquet($f) ORDER BY slot_id", {"f": str(sel / "selection.parquet")}).fetchall()
-    names = [d[0] for d in duckdb.execute("DESCRIBE SELECT * FROM read_parquet($f)", {"f": str(sel / "selection.parquet")}).fetchall()]
+    slots = duckdb.execute(
+        "SELECT * FROM read_parquet($f) ORDER BY slot_id", {"f": str(sel / "selection.parquet")}
+    ).fetchall()
+    names = [
+        d[0]
+        for d in duckdb.execute(
+            "DESCRIBE SELECT * FROM read_parquet($f)", {"f": str(sel / "selection.parquet")}
+        ).fetchall()
+    ]
     with output_dir(lake / "exports" / "sft" / scale) as tmp:
         with ShardWriter(tmp / "shards", load_schema("sft_rows"), 1000) as shards:
             for slot in (dict(zip(names, r)) for r in slots):
-                shards.write({"id": f"{slot['source']}/{slot['name']}", "system": "",
-                              "conversations": [{"from": "human", "value": slot["task"]},
-                                                {"from": "gpt", "value": slot["trajectory_id"]}],
-                              "slot_id": slot["slot_id"], "trajectory_id": slot["trajectory_id"],
-                              "task_id": slot["task_id"], "source": slot["source"], "task": slot["task"],
-                              "copy": slot["copy"], "n_tokens": 10})
+                shards.write(
+                    {
+                        "id": f"{slot['source']}/{slot['name']}",
+                        "system": "",
+                        "conversations": [
+                            {"from": "human", "value": slot["task"]},
+                            {"from": "gpt", "value": slot["trajectory_id"]},
+                        ],
+                        "slot_id": slot["slot_id"],
+                        "trajectory_id": slot["trajectory_id"],
+                        "task_id": slot["task_id"],
+                        "source": slot["source"],
+                        "task": slot["task"],
+                        "copy": slot["copy"],
+                        "n_tokens": 10,
+                    }
+                )
             info = shards.close()
         name = dataset_id("sft", manifest["params"]["rows"], info.version_id)
         (tmp / "shards").rename(tmp / name)
-        write_manifest(tmp, kind="export_sft", dataset_id=name, tables=[info.with_file(f"{name}/")],
-                       inputs={"selection": manifest["version_id"], "selection_dataset": manifest["dataset_id"]},
-                       params={"scale": scale}, formulas={},
-                       counts={"dataset_id": name, "files": [f"{name}/{f}" for f in shards.files]})
+        write_manifest(
+            tmp,
+            kind="export_sft",
+            dataset_id=name,
+            tables=[info.with_file(f"{name}/")],
+            inputs={"selection": manifest["version_id"], "selection_dataset": manifest["dataset_id"]},
+            params={"scale": scale},
+            formulas={},
+            counts={"dataset_id": name, "files": [f"{name}/{f}" for f in shards.files]},
+        )
 
 
 @pytest.fixture(scope="module")
@@ -436,9 +527,11 @@ def scored_lake(tmp_path_factory):
     write_pool(lake)
     x = {t: v[2] for t, v in SCORE_TASKS.items()}
     y = {t: v[3] for t, v in SCORE_TASKS.items() if v[3] is not None}
-    rows = {"x": write_selection(lake, "x", SCORER_X, x, SCORE_N),
-            "y": write_selection(lake, "y", SCORER_Y, y, SCORE_N, unscored="drop"),
-            "z": write_selection(lake, "z", SCORER_X, x, SCORE_N + 6)}
+    rows = {
+        "x": write_selection(lake, "x", SCORER_X, x, SCORE_N),
+        "y": write_selection(lake, "y", SCORER_Y, y, SCORE_N, unscored="drop"),
+        "z": write_selection(lake, "z", SCORER_X, x, SCORE_N + 6),
+    }
     write_export(lake, "x")
     write_export(lake, "y")
     return root, rows
@@ -482,7 +575,7 @@ def test_selection_moves_are_explained_by_both_scores(scored_lake, a, b):
         assert r["detail"] == f"score {SCORER_X} {fmt_score(sx)} -> {SCORER_Y} {fmt_score(sy)}", r
     details = {r["task_id"]: r["detail"] for r in report["moved"]}
     assert details["t0"] == f"score {SCORER_X} 812.5 -> {SCORER_Y} 95"
-    assert details["t4"] == f"score {SCORER_X} 10 -> {SCORER_Y} none"       # not in y's selection at all
+    assert details["t4"] == f"score {SCORER_X} 10 -> {SCORER_Y} none"  # not in y's selection at all
     assert {r["rule"] for r in report["moved"] if r["task_id"] == "t4"} == {"not_selected"}
     assert report["summary"]["scorers"] == {"a": SCORER_X, "b": SCORER_Y, "changed": True}
     assert {"key": "select.score", "a": SCORER_X, "b": SCORER_Y} in report["params"]
@@ -504,7 +597,10 @@ def test_score_detail_needs_both_selections(scored_lake):
     root, rows = scored_lake
     report = score_diff(root, "pool", "y")
     assert report["moved"] and all(r["detail"] is None for r in report["moved"])
-    assert {(r["stage"], r["rule"]) for r in report["moved"]} <= {("selection", "not_selected"), ("selection", "copies")}
+    assert {(r["stage"], r["rule"]) for r in report["moved"]} <= {
+        ("selection", "not_selected"),
+        ("selection", "copies"),
+    }
     assert report["summary"]["scorers"] == {"a": None, "b": SCORER_Y, "changed": False}
 
 
@@ -512,14 +608,24 @@ def test_scorer_change_in_text_and_html(scored_lake):
     from tracelake.explore.diff_html import render_html
 
     root, _ = scored_lake
-    proc = subprocess.run([sys.executable, "-m", "tracelake", "diff", "x", "y"], cwd=root, capture_output=True,
-                          text=True, env={**os.environ, "COLUMNS": "250"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "tracelake", "diff", "x", "y"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "250"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"Scorers  A {SCORER_X} → B {SCORER_Y}" in proc.stdout
     assert f"selection copies: score {SCORER_X} 812.5 -> {SCORER_Y} 95" in proc.stdout
     html = render_html(score_diff(root, "x", "y"))
     assert f"<b>Scorers</b> A {SCORER_X} → B {SCORER_Y}" in html
     assert f"score {SCORER_X} 812.5 -&gt; {SCORER_Y} 95" in html
-    same = subprocess.run([sys.executable, "-m", "tracelake", "diff", "x", "z"], cwd=root, capture_output=True,
-                          text=True, env={**os.environ, "COLUMNS": "250"})
+    same = subprocess.run(
+        [sys.executable, "-m", "tracelake", "diff", "x", "z"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "250"},
+    )
     assert same.returncode == 0 and "Scorers" not in same.stdout, same.stderr

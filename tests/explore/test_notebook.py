@@ -39,8 +39,11 @@ def test_relations_and_lazyframes_over_the_same_views(committed):
         long = pool.filter(pl.col("n_assistant_turns") >= 10).select("trajectory_id").collect()
         assert long.height == lake.sql("SELECT count(*) FROM pool WHERE n_assistant_turns >= 10").fetchall()[0][0]
         assert "messages" in lake.views and "selection_1k" in lake.views
-        for statement in ("COPY pool TO 'evil.parquet'", "WITH x AS (COPY pool TO 'evil.parquet') SELECT 1",
-                          "CREATE TABLE t AS SELECT 1"):
+        for statement in (
+            "COPY pool TO 'evil.parquet'",
+            "WITH x AS (COPY pool TO 'evil.parquet') SELECT 1",
+            "CREATE TABLE t AS SELECT 1",
+        ):
             with pytest.raises(BadInput, match="read-only"):
                 lake.sql(statement)
         with pytest.raises(BadInput, match="Permission Error"):
@@ -62,6 +65,6 @@ def test_a_revision_is_read_from_the_dvc_cache(committed):
         assert lake.scan("trajectories").select("trajectory_id").collect().height == expected
     finally:
         lake.close()
-    assert set(glob.glob(f"{tempfile.gettempdir()}/tracelake-*")) == before      # its temporary tree is gone
+    assert set(glob.glob(f"{tempfile.gettempdir()}/tracelake-*")) == before  # its temporary tree is gone
     with pytest.raises(BadInput, match="unknown revision"):
         open_lake("lake", rev="no-such-branch", root=committed)

@@ -16,14 +16,22 @@ from tracelake.explore.show import find_trajectory, fold
 
 
 def tracelake(project: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tracelake", *args], cwd=project, capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": "120"})
+    return subprocess.run(
+        [sys.executable, "-m", "tracelake", *args],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "120"},
+    )
 
 
 @pytest.fixture(scope="module")
 def ids(sample_project) -> list[str]:
-    return sorted(i for f in (sample_project / "lake").glob("trajectories/*/trajectories/part-*.parquet")
-                  for i in pq.read_table(f, columns=["trajectory_id"])["trajectory_id"].to_pylist())
+    return sorted(
+        i
+        for f in (sample_project / "lake").glob("trajectories/*/trajectories/part-*.parquet")
+        for i in pq.read_table(f, columns=["trajectory_id"])["trajectory_id"].to_pylist()
+    )
 
 
 def _unique_prefix(ids: list[str], target: str) -> str:
@@ -45,7 +53,10 @@ def test_json_is_the_row_found_by_id_or_unique_prefix(sample_project, ids):
 def test_terminal_rendering_shows_roles_and_folds_long_output(sample_project):
     lake = sample_project / "lake"
     rows = pq.read_table(sorted(lake.glob("trajectories/*/trajectories/part-*.parquet"))[0]).to_pylist()
-    row = max(rows, key=lambda r: max(len((m["content"] or "").split("\n")) for m in r["messages"] if m["role"] != "assistant"))
+    row = max(
+        rows,
+        key=lambda r: max(len((m["content"] or "").split("\n")) for m in r["messages"] if m["role"] != "assistant"),
+    )
     proc = tracelake(sample_project, "show", row["trajectory_id"])
     assert proc.returncode == 0, proc.stderr
     assert f"0 {row['messages'][0]['role']}" in proc.stdout and "1 assistant" in proc.stdout
@@ -92,10 +103,16 @@ def test_trained_shows_what_each_llamafactory_mode_trains_on(sample_project):
     from tracelake.explore.trained import _encoder, export_row, trained_counts
 
     lake = sample_project / "lake"
-    rows = duckdb.connect().execute(f"SELECT trajectory_id, n_tokens FROM read_parquet('{lake}/exports/sft/316/*/*.parquet') "
-                                    "ORDER BY trajectory_id LIMIT 8").fetchall()
+    rows = (
+        duckdb.connect()
+        .execute(
+            f"SELECT trajectory_id, n_tokens FROM read_parquet('{lake}/exports/sft/316/*/*.parquet') "
+            "ORDER BY trajectory_id LIMIT 8"
+        )
+        .fetchall()
+    )
     cwd = os.getcwd()
-    os.chdir(sample_project)            # the export's tokenizer path is the project's
+    os.chdir(sample_project)  # the export's tokenizer path is the project's
     try:
         for trajectory_id, n_tokens in rows:
             row = export_row(lake, trajectory_id)
@@ -104,7 +121,7 @@ def test_trained_shows_what_each_llamafactory_mode_trains_on(sample_project):
             assert counts["train_on_prompt"] == n_tokens
             assert 0 < counts["mask_history"] <= counts["default"] < n_tokens
             assert counts["no_thinking"] <= counts["default"]
-            assert 0 < counts["v1"] <= n_tokens   # v1 trains every assistant turn with its header
+            assert 0 < counts["v1"] <= n_tokens  # v1 trains every assistant turn with its header
     finally:
         os.chdir(cwd)
     proc = tracelake(sample_project, "show", rows[0][0], "--trained", "--mode", "mask_history")
@@ -117,8 +134,13 @@ def test_trained_shows_what_each_llamafactory_mode_trains_on(sample_project):
     assert ", v1 " in proc.stdout.splitlines()[1]
     proc = tracelake(sample_project, "show", rows[0][0], "--trained", "--mode", "bogus")
     assert proc.returncode != 0 and "LF mode 'bogus': one of default" in proc.stderr
-    dropped = duckdb.connect().execute(f"SELECT trajectory_id FROM read_parquet('{lake}/pool/dropped.parquet') "
-                                       "ORDER BY trajectory_id LIMIT 1").fetchall()[0][0]
+    dropped = (
+        duckdb.connect()
+        .execute(
+            f"SELECT trajectory_id FROM read_parquet('{lake}/pool/dropped.parquet') ORDER BY trajectory_id LIMIT 1"
+        )
+        .fetchall()[0][0]
+    )
     proc = tracelake(sample_project, "show", dropped, "--trained")
     assert proc.returncode != 0 and f"{dropped} is in no SFT export" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

@@ -23,24 +23,46 @@ EXAMPLES = sorted((ROOT / "sql" / "examples").glob("*.sql"))
 
 
 def tracelake(project: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tracelake", *args], cwd=project, capture_output=True, text=True,
-                          input=stdin, env={**os.environ, "COLUMNS": "200"})
+    return subprocess.run(
+        [sys.executable, "-m", "tracelake", *args],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        input=stdin,
+        env={**os.environ, "COLUMNS": "200"},
+    )
 
 
 def lake_digest(lake: Path) -> dict[str, str]:
-    return {str(p.relative_to(lake)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(lake.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(lake)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(lake.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_views_cover_every_table_and_dataset(sample_project):
     lake = sample_project / "lake"
     con, views = open_lake(lake)
-    for name in ("tasks", "trajectories", "messages", "scores", "rejects", "pool", "dropped", "funnel",
-                 "rl_prompts", "harbor_tasks", "export_rejects"):
+    for name in (
+        "tasks",
+        "trajectories",
+        "messages",
+        "scores",
+        "rejects",
+        "pool",
+        "dropped",
+        "funnel",
+        "rl_prompts",
+        "harbor_tasks",
+        "export_rejects",
+    ):
         assert name in views, name
     trajectories = pq.read_table(sorted(lake.glob("trajectories/*/trajectories/part-*.parquet")))
-    assert run_query(con, "SELECT count(*) AS n FROM messages").column("n")[0].as_py() == \
-        pc.sum(trajectories["n_messages"]).as_py()
+    assert (
+        run_query(con, "SELECT count(*) AS n FROM messages").column("n")[0].as_py()
+        == pc.sum(trajectories["n_messages"]).as_py()
+    )
     for scale in ("316", "1k"):
         sel, sft = read_manifest(lake / "selections" / scale), read_manifest(lake / "exports" / "sft" / scale)
         for view, m in ((f"selection_{scale}", sel), (f"sft_{scale}", sft)):
@@ -52,15 +74,18 @@ def test_views_cover_every_table_and_dataset(sample_project):
     assert got == sum(sum(f["dropped"].values()) for f in funnel["sources"].values())
 
 
-@pytest.mark.parametrize("statement", [
-    "COPY trajectories TO 'lake/evil.parquet'",
-    "CREATE TABLE t AS SELECT 1",
-    "DROP VIEW trajectories",
-    "ATTACH 'lake/x.duckdb'",
-    "SET enable_external_access = true",
-    "INSTALL httpfs",
-    "SELECT 1; COPY (SELECT 1) TO 'lake/x.csv'",
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "COPY trajectories TO 'lake/evil.parquet'",
+        "CREATE TABLE t AS SELECT 1",
+        "DROP VIEW trajectories",
+        "ATTACH 'lake/x.duckdb'",
+        "SET enable_external_access = true",
+        "INSTALL httpfs",
+        "SELECT 1; COPY (SELECT 1) TO 'lake/x.csv'",
+    ],
+)
 def test_writes_are_refused_and_change_nothing(sample_project, statement):
     lake = sample_project / "lake"
     before = lake_digest(lake)
@@ -105,7 +130,9 @@ def test_formats(sample_project, tmp_path):
 
 
 def test_interactive_prompt(sample_project):
-    proc = tracelake(sample_project, "sql", stdin=".tables\nSELECT count(*) AS n\nFROM tasks;\nDELETE FROM tasks;\n.quit\n")
+    proc = tracelake(
+        sample_project, "sql", stdin=".tables\nSELECT count(*) AS n\nFROM tasks;\nDELETE FROM tasks;\n.quit\n"
+    )
     assert proc.returncode == 0, proc.stderr
     n = sum(read_manifest(d)["tables"]["tasks"]["rows"] for d in (sample_project / "lake" / "tasks").iterdir())
     assert "messages" in proc.stdout and str(n) in proc.stdout and "DELETE statements are refused" in proc.stdout

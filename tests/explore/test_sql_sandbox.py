@@ -27,8 +27,9 @@ SECRET = "tracelake-test-secret-7f3a9c"
 
 def tracelake(project: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "200", "TRACELAKE_TEST_TOKEN": SECRET}
-    return subprocess.run([sys.executable, "-m", "tracelake", *args], cwd=project, capture_output=True, text=True,
-                          env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "tracelake", *args], cwd=project, capture_output=True, text=True, env=env
+    )
 
 
 def one_line_error(proc: subprocess.CompletedProcess) -> bool:
@@ -54,21 +55,24 @@ def project(sample_project, tmp_path_factory) -> Path:
     return repo
 
 
-@pytest.mark.parametrize("query", [
-    "SELECT * FROM read_text('/etc/passwd')",
-    "SELECT * FROM read_csv('/etc/passwd')",
-    "SELECT * FROM sniff_csv('/etc/passwd')",
-    "SELECT * FROM read_text('.dvc/config')",
-    "SELECT * FROM read_text('lake/../.dvc/config')",
-    "SELECT * FROM read_parquet('../other-lake/pool/pool.parquet')",
-    "SELECT * FROM read_parquet('lake2/pool.parquet')",
-    "SELECT * FROM read_text('lake/escape/passwd')",
-    "SELECT * FROM read_text('lake/passwd.txt')",
-    "SELECT * FROM read_parquet('lake/other.parquet')",
-    "SELECT * FROM glob('lake/escape/*')",
-    "SELECT * FROM glob('/*')",
-    "SELECT * FROM glob('~/*')",
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT * FROM read_text('/etc/passwd')",
+        "SELECT * FROM read_csv('/etc/passwd')",
+        "SELECT * FROM sniff_csv('/etc/passwd')",
+        "SELECT * FROM read_text('.dvc/config')",
+        "SELECT * FROM read_text('lake/../.dvc/config')",
+        "SELECT * FROM read_parquet('../other-lake/pool/pool.parquet')",
+        "SELECT * FROM read_parquet('lake2/pool.parquet')",
+        "SELECT * FROM read_text('lake/escape/passwd')",
+        "SELECT * FROM read_text('lake/passwd.txt')",
+        "SELECT * FROM read_parquet('lake/other.parquet')",
+        "SELECT * FROM glob('lake/escape/*')",
+        "SELECT * FROM glob('/*')",
+        "SELECT * FROM glob('~/*')",
+    ],
+)
 def test_nothing_outside_the_lake_is_readable(project, query):
     proc = tracelake(project, "sql", query, "--format", "json")
     assert one_line_error(proc), proc.stderr
@@ -80,36 +84,42 @@ def test_the_home_directory_cannot_be_listed(project):
     assert one_line_error(proc) and proc.stdout == "", proc.stderr
 
 
-@pytest.mark.parametrize("query", [
-    "SELECT * FROM read_text('/proc/self/environ')",
-    "SELECT * FROM read_blob('/proc/self/environ')",
-    "SELECT * FROM read_csv('/proc/self/environ', header = false)",
-    "SELECT * FROM glob('/proc/self/*')",
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT * FROM read_text('/proc/self/environ')",
+        "SELECT * FROM read_blob('/proc/self/environ')",
+        "SELECT * FROM read_csv('/proc/self/environ', header = false)",
+        "SELECT * FROM glob('/proc/self/*')",
+    ],
+)
 def test_environment_secrets_never_show(project, query):
     proc = tracelake(project, "sql", query, "--format", "json")
     assert SECRET not in proc.stdout + proc.stderr
     assert one_line_error(proc), proc.stderr
 
 
-@pytest.mark.parametrize("statement", [
-    "WITH x AS (COPY (SELECT 1 AS a) TO 'lake/pool/pool.parquet') SELECT 1",
-    "WITH x AS (COPY pool TO 'lake/evil.parquet') SELECT * FROM x",
-    "WITH x AS (COPY (SELECT 1 AS a) TO '../evil.csv') SELECT 1",
-    "select 1; with x as (copy (select 1 as a) to 'lake/evil.csv') select 1",
-    "SELECT * FROM (WITH x AS (COPY (SELECT 1 AS a) TO 'lake/evil.csv') SELECT 1)",
-    "EXPLAIN ANALYZE COPY (SELECT 1 AS a) TO 'lake/evil.csv'",
-    "EXPLAIN ANALYZE COPY (SELECT 1 AS a) TO '../evil.csv'",
-    "explain analyse copy pool to 'lake/pool/pool.parquet'",
-    "EXPLAIN ANALYZE WITH x AS (COPY (SELECT 1 AS a) TO 'lake/evil.csv') SELECT 1",
-    "/* hi */ EXPLAIN /* there */ ANALYZE COPY (SELECT 1 AS a) TO 'lake/evil.csv'",
-    "EXPLAIN COPY (SELECT 1 AS a) TO 'lake/evil.csv'",
-    "EXPLAIN ANALYZE CREATE TABLE t AS SELECT 1",
-    "EXPLAIN (ANALYZE, FORMAT json) COPY (SELECT 1 AS a) TO 'lake/evil.csv'",
-    "EXPLAIN (ANALYZE) WITH x AS (COPY (SELECT 1 AS a) TO 'lake/evil.csv') SELECT 1",
-    "SELECT * FROM query('COPY (SELECT 1 AS a) TO ''lake/evil.csv''')",
-    "ATTACH 'lake/evil.duckdb'",
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "WITH x AS (COPY (SELECT 1 AS a) TO 'lake/pool/pool.parquet') SELECT 1",
+        "WITH x AS (COPY pool TO 'lake/evil.parquet') SELECT * FROM x",
+        "WITH x AS (COPY (SELECT 1 AS a) TO '../evil.csv') SELECT 1",
+        "select 1; with x as (copy (select 1 as a) to 'lake/evil.csv') select 1",
+        "SELECT * FROM (WITH x AS (COPY (SELECT 1 AS a) TO 'lake/evil.csv') SELECT 1)",
+        "EXPLAIN ANALYZE COPY (SELECT 1 AS a) TO 'lake/evil.csv'",
+        "EXPLAIN ANALYZE COPY (SELECT 1 AS a) TO '../evil.csv'",
+        "explain analyse copy pool to 'lake/pool/pool.parquet'",
+        "EXPLAIN ANALYZE WITH x AS (COPY (SELECT 1 AS a) TO 'lake/evil.csv') SELECT 1",
+        "/* hi */ EXPLAIN /* there */ ANALYZE COPY (SELECT 1 AS a) TO 'lake/evil.csv'",
+        "EXPLAIN COPY (SELECT 1 AS a) TO 'lake/evil.csv'",
+        "EXPLAIN ANALYZE CREATE TABLE t AS SELECT 1",
+        "EXPLAIN (ANALYZE, FORMAT json) COPY (SELECT 1 AS a) TO 'lake/evil.csv'",
+        "EXPLAIN (ANALYZE) WITH x AS (COPY (SELECT 1 AS a) TO 'lake/evil.csv') SELECT 1",
+        "SELECT * FROM query('COPY (SELECT 1 AS a) TO ''lake/evil.csv''')",
+        "ATTACH 'lake/evil.duckdb'",
+    ],
+)
 def test_writes_are_refused_inside_and_outside_the_lake(project, statement):
     lake = project / "lake"
     before = lake_digest(lake)
@@ -124,35 +134,50 @@ def test_guard_query_is_the_reusable_check(project):
 
     con, _ = open_lake(project / "lake")
     assert len(guard_query(con, "SELECT 1; FROM pool LIMIT 1")) == 2
-    for explain in ("EXPLAIN ANALYZE SELECT count(*) FROM pool", "EXPLAIN (SELECT 1)", "explain analyze (from pool)",
-                    "EXPLAIN (FORMAT json) SELECT 1", "EXPLAIN (ANALYZE) SUMMARIZE pool"):
+    for explain in (
+        "EXPLAIN ANALYZE SELECT count(*) FROM pool",
+        "EXPLAIN (SELECT 1)",
+        "explain analyze (from pool)",
+        "EXPLAIN (FORMAT json) SELECT 1",
+        "EXPLAIN (ANALYZE) SUMMARIZE pool",
+    ):
         assert len(guard_query(con, explain)) == 1, explain
         assert run_query(con, explain).num_rows >= 1, explain
-    for refused in ("WITH x AS (COPY pool TO 'lake/evil.csv') SELECT 1", "EXPLAIN ANALYZE COPY pool TO 'x.csv'",
-                    "DELETE FROM pool", ""):
+    for refused in (
+        "WITH x AS (COPY pool TO 'lake/evil.csv') SELECT 1",
+        "EXPLAIN ANALYZE COPY pool TO 'x.csv'",
+        "DELETE FROM pool",
+        "",
+    ):
         with pytest.raises(BadInput):
             guard_query(con, refused)
 
 
-@pytest.mark.parametrize("query", [
-    "SELECT * FROM 'https://example.com/data.parquet'",
-    "SELECT * FROM read_parquet('s3://bucket/data.parquet')",
-    "SELECT * FROM read_json('http://example.com/x.json')",
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT * FROM 'https://example.com/data.parquet'",
+        "SELECT * FROM read_parquet('s3://bucket/data.parquet')",
+        "SELECT * FROM read_json('http://example.com/x.json')",
+    ],
+)
 def test_no_network_and_no_extension_install(project, query):
     proc = tracelake(project, "sql", query)
     assert one_line_error(proc), proc.stderr
     assert "install" not in proc.stderr.lower()
 
 
-@pytest.mark.parametrize("query, fmt", [
-    ("SELECT * FROM sniff_csv('/etc/passwd')", "csv"),
-    ("SELECT * FROM sniff_csv('lake/pool/manifest.json')", "csv"),
-    ("SELECT * FROM duckdb_secrets()", "csv"),
-    ("SELECT * FROM duckdb_secrets()", "table"),
-    ("SELECT ['a', 'b'] AS l", "csv"),
-    ("SELECT * FROM nope", "csv"),
-])
+@pytest.mark.parametrize(
+    "query, fmt",
+    [
+        ("SELECT * FROM sniff_csv('/etc/passwd')", "csv"),
+        ("SELECT * FROM sniff_csv('lake/pool/manifest.json')", "csv"),
+        ("SELECT * FROM duckdb_secrets()", "csv"),
+        ("SELECT * FROM duckdb_secrets()", "table"),
+        ("SELECT ['a', 'b'] AS l", "csv"),
+        ("SELECT * FROM nope", "csv"),
+    ],
+)
 def test_awkward_queries_never_end_in_a_traceback(project, query, fmt):
     proc = tracelake(project, "sql", query, "--format", fmt)
     assert "Traceback" not in proc.stderr and "╭" not in proc.stderr, proc.stderr
@@ -160,8 +185,7 @@ def test_awkward_queries_never_end_in_a_traceback(project, query, fmt):
 
 
 def test_csv_writes_nested_values_as_json(project):
-    query = ("SELECT 1 AS n, ['a', 'b'] AS l, {'x': 1, 'y': [2, 3]} AS s, NULL::INTEGER[] AS e, "
-             "MAP {'k': 'v'} AS m")
+    query = "SELECT 1 AS n, ['a', 'b'] AS l, {'x': 1, 'y': [2, 3]} AS s, NULL::INTEGER[] AS e, MAP {'k': 'v'} AS m"
     proc = tracelake(project, "sql", query, "--format", "csv")
     assert proc.returncode == 0, proc.stderr
     rows = list(csv.reader(io.StringIO(proc.stdout)))
@@ -179,9 +203,11 @@ def test_every_view_and_the_lake_files_stay_readable(project):
     for name in views:
         assert run_query(con, f'SELECT count(*) AS n FROM "{name}"').num_rows == 1, name
     pool = read_manifest(lake / "pool")["tables"]["pool"]["rows"]
-    for query, n in (("SELECT count(*) AS n FROM pool", pool),
-                     ("SELECT count(*) AS n FROM read_parquet('lake/pool/pool.parquet')", pool),
-                     ("SELECT count(*) AS n FROM glob('lake/pool/*.parquet')", 2)):
+    for query, n in (
+        ("SELECT count(*) AS n FROM pool", pool),
+        ("SELECT count(*) AS n FROM read_parquet('lake/pool/pool.parquet')", pool),
+        ("SELECT count(*) AS n FROM glob('lake/pool/*.parquet')", 2),
+    ):
         proc = tracelake(project, "sql", query, "--format", "csv")
         assert proc.returncode == 0 and proc.stdout.splitlines()[1] == str(n), proc.stderr
     manifest = tracelake(project, "sql", "SELECT kind FROM read_json('lake/pool/manifest.json')", "--format", "json")
@@ -196,9 +222,12 @@ def test_rev_reads_the_dvc_cache_and_nothing_else(project):
     assert proc.returncode == 0 and proc.stdout.splitlines()[1] == str(pool), proc.stderr
     views = tracelake(project, "sql", "--rev", "HEAD", "SELECT count(*) AS n FROM sft_1k", "--format", "csv")
     assert views.returncode == 0, views.stderr
-    cached = next((project / ".dvc" / "cache").rglob("*.dir"))   # a directory listing: never a view's file
-    for query in (f"SELECT * FROM read_blob('{cached}')", "SELECT * FROM read_text('/etc/passwd')",
-                  "SELECT * FROM read_text('.dvc/config')"):
+    cached = next((project / ".dvc" / "cache").rglob("*.dir"))  # a directory listing: never a view's file
+    for query in (
+        f"SELECT * FROM read_blob('{cached}')",
+        "SELECT * FROM read_text('/etc/passwd')",
+        "SELECT * FROM read_text('.dvc/config')",
+    ):
         refused = tracelake(project, "sql", "--rev", "HEAD", query, "--format", "json")
         assert one_line_error(refused) and refused.stdout == "", refused.stderr
 
@@ -206,14 +235,21 @@ def test_rev_reads_the_dvc_cache_and_nothing_else(project):
 def plant_unfinished(lake: Path) -> None:
     """What killed runs leave: hidden temporary copies of finished directories (with and without a
     manifest), a half-written part, and a directory that never got its manifest."""
-    for parent, name in (("trajectories", "nl2bash"), ("tasks", "nl2bash"), ("selections", "1k"),
-                         ("exports/sft", "1k")):
+    for parent, name in (
+        ("trajectories", "nl2bash"),
+        ("tasks", "nl2bash"),
+        ("selections", "1k"),
+        ("exports/sft", "1k"),
+    ):
         src = lake / parent / name
         shutil.copytree(src, lake / parent / f".{name}.tmp-999")
         shutil.copytree(src, lake / parent / f".{name}.old-998")
         (lake / parent / f".{name}.old-998" / "manifest.json").unlink()
     part = next((lake / "trajectories" / "nl2bash" / "trajectories").glob("part-*.parquet")).read_bytes()
-    for d in (lake / "trajectories" / ".nl2bash.tmp-997" / "trajectories", lake / "trajectories" / "new" / "trajectories"):
+    for d in (
+        lake / "trajectories" / ".nl2bash.tmp-997" / "trajectories",
+        lake / "trajectories" / "new" / "trajectories",
+    ):
         d.mkdir(parents=True)
         (d / "part-00000.parquet").write_bytes(part[: len(part) // 2])
     shutil.copytree(lake / "tasks" / "nl2bash", lake / "tasks" / "unfinished")
@@ -238,14 +274,17 @@ def test_a_file_that_vanishes_asks_to_run_again(sample_project, tmp_path):
     part = sorted((lake / "trajectories" / "superuser" / "trajectories").glob("part-*.parquet"))[-1]
     part.rename(tmp_path / part.name)
     for query in ("SELECT count(*) FROM messages", "SELECT count(*) FROM trajectories"):
-        with pytest.raises(BadInput, match=r"^the lake is being rebuilt \(.*part-\d+\.parquet vanished\); "
-                                           r"run the query again$"):
+        with pytest.raises(
+            BadInput,
+            match=r"^the lake is being rebuilt \(.*part-\d+\.parquet vanished\); "
+            r"run the query again$",
+        ):
             run_query(con, query)
     (tmp_path / part.name).rename(part)
     (lake / "pool" / "pool.parquet").unlink()
     with pytest.raises(BadInput, match=r"^the lake is being rebuilt \(.*pool\.parquet vanished\)"):
         open_lake(lake)
-    with pytest.raises(BadInput, match=r"^sql: .*nope\.parquet"):   # a file the query names is the user's
+    with pytest.raises(BadInput, match=r"^sql: .*nope\.parquet"):  # a file the query names is the user's
         run_query(con, f"SELECT * FROM read_parquet('{lake / 'scores' / 'nope.parquet'}')")
 
 
@@ -260,7 +299,9 @@ def test_a_directory_caught_mid_rebuild_asks_to_run_again(sample_project, tmp_pa
         open_lake(lake)
     (tmp_path / part.name).rename(part)
     (source / "manifest.json").unlink()
-    with pytest.raises(BadInput, match=rf"^the lake is being rebuilt \({source}, which the pool was made from, is missing"):
+    with pytest.raises(
+        BadInput, match=rf"^the lake is being rebuilt \({source}, which the pool was made from, is missing"
+    ):
         open_lake(lake)
     shutil.rmtree(source)
     with pytest.raises(BadInput, match=r"^the lake is being rebuilt \(.*superuser, which the pool"):

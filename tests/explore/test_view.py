@@ -29,20 +29,26 @@ HOSTILE = "<script>alert(1)</script>"
 
 # --- unit ----------------------------------------------------------------------------------------
 
+
 def test_hostile_text_is_escaped_everywhere():
     assert esc(HOSTILE) == "&lt;script&gt;alert(1)&lt;/script&gt;"
     assert esc('"><img src=x onerror=alert(1)>') == "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;"
     assert esc(None) == ""
     long = "\n".join([HOSTILE] * 40)
-    messages = [{"role": "user", "content": HOSTILE},
-                {"role": "assistant", "content": f"<think>{HOSTILE}</think>{{\"commands\": [{{\"keystrokes\": \"{'<b>x</b>'}\\n\"}}]}}"},
-                {"role": "user", "content": long},
-                {"role": f"<i>{HOSTILE}</i>", "content": "x"}]
+    messages = [
+        {"role": "user", "content": HOSTILE},
+        {
+            "role": "assistant",
+            "content": f'<think>{HOSTILE}</think>{{"commands": [{{"keystrokes": "{"<b>x</b>"}\\n"}}]}}',
+        },
+        {"role": "user", "content": long},
+        {"role": f"<i>{HOSTILE}</i>", "content": "x"},
+    ]
     page = messages_html(messages)
     assert "<script" not in page and "<b>" not in page and "<i>" not in page
     # the message, the thought, 40 lines and the fold's summary line, the role in its class and its label
     assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") == 1 + 1 + 40 + 1 + 2
-    assert "<details class=\"think\">" in page and "<details class=\"fold\">" in page  # folded, not dropped
+    assert '<details class="think">' in page and '<details class="fold">' in page  # folded, not dropped
     q = Query(where=f"task = '{HOSTILE}'", source=HOSTILE, task='"><x')
     listing = list_page(q, [], 0, None, {"source": [(HOSTILE, 3)]}, label=HOSTILE, error=HOSTILE)
     assert listing.count("<script") == 1  # the page's own script tag, nothing else
@@ -50,15 +56,20 @@ def test_hostile_text_is_escaped_everywhere():
 
 
 def test_tool_calls_pair_with_their_observation():
-    messages = [{"role": "user", "content": "task"},
-                {"role": "assistant", "content": '<think>hmm</think>{"analysis": "a", "commands": '
-                                                  '[{"keystrokes": "ls -la\\n", "duration": 0.1}]}'},
-                {"role": "user", "content": "New Terminal Output:\nfile"},
-                {"role": "assistant", "content": "done"}]
+    messages = [
+        {"role": "user", "content": "task"},
+        {
+            "role": "assistant",
+            "content": '<think>hmm</think>{"analysis": "a", "commands": '
+            '[{"keystrokes": "ls -la\\n", "duration": 0.1}]}',
+        },
+        {"role": "user", "content": "New Terminal Output:\nfile"},
+        {"role": "assistant", "content": "done"},
+    ]
     assert tool_calls(messages[1]["content"]) == ["ls -la\n"]
     assert tool_calls("not json {") == []
     page = messages_html(messages)
-    pair = page[page.index('id="m1"'):page.index('id="m3"')]
+    pair = page[page.index('id="m1"') : page.index('id="m3"')]
     assert "<code>ls -la</code>" in pair and 'class="obs" id="m2"' in pair and "file" in pair
     assert [f'id="m{i}"' in page for i in range(4)] == [True] * 4
     # a reply to an assistant turn that called no tool is a message of its own, not an observation
@@ -69,10 +80,20 @@ def test_tool_calls_pair_with_their_observation():
 
 
 def test_query_round_trips_through_its_url():
-    q = Query.from_params({"where": "n_assistant_turns >= 10", "source": "a", "timed_out": "no",
-                           "turns_min": "3", "reward_max": "0.5", "after": "00ff", "task": ""})
-    assert q == Query(where="n_assistant_turns >= 10", source="a", timed_out=False, turns_min=3,
-                      reward_max=0.5, after="00ff")
+    q = Query.from_params(
+        {
+            "where": "n_assistant_turns >= 10",
+            "source": "a",
+            "timed_out": "no",
+            "turns_min": "3",
+            "reward_max": "0.5",
+            "after": "00ff",
+            "task": "",
+        }
+    )
+    assert q == Query(
+        where="n_assistant_turns >= 10", source="a", timed_out=False, turns_min=3, reward_max=0.5, after="00ff"
+    )
     assert Query.from_params(q.params()) == q
     from tracelake.core.errors import BadInput
 
@@ -97,6 +118,7 @@ def test_a_port_in_use_is_a_one_line_error():
 
 
 # --- the served app in Chromium ------------------------------------------------------------------
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -136,22 +158,28 @@ def _rewrite(lake: Path, trajectory_id: str | None, change) -> str:
 
 def _with_hostile_message(lake: Path) -> str:
     """Put HOSTILE into one message of one trajectory of the copy; its id."""
+
     def change(row):
         row["messages"][0]["content"] = f"look: {HOSTILE} and <img src=x onerror=alert(2)>"
+
     return _rewrite(lake, None, change)
 
 
-UNIQUE = "xylophonequartz"   # a word in one message of the served lake, planted in a folded output
+UNIQUE = "xylophonequartz"  # a word in one message of the served lake, planted in a folded output
 
 
 def _with_unique_word(lake: Path, trajectory_id: str) -> int:
     """Append UNIQUE to the last line of the trajectory's first folded observation; its position."""
-    folded = [i for i, m in enumerate(_messages(lake, trajectory_id))
-              if m["role"] != "assistant" and i > 1 and (m["content"].count("\n") >= 12 or len(m["content"]) > 2000)]
+    folded = [
+        i
+        for i, m in enumerate(_messages(lake, trajectory_id))
+        if m["role"] != "assistant" and i > 1 and (m["content"].count("\n") >= 12 or len(m["content"]) > 2000)
+    ]
     position = folded[0]
 
     def change(row):
         row["messages"][position]["content"] += f"\nerror: {UNIQUE} not found"
+
     _rewrite(lake, trajectory_id, change)
     return position
 
@@ -159,8 +187,15 @@ def _with_unique_word(lake: Path, trajectory_id: str) -> int:
 def _messages(lake: Path, trajectory_id: str) -> list[dict]:
     import duckdb
 
-    return duckdb.connect().execute(f"SELECT messages FROM read_parquet('{lake}/trajectories/*/trajectories/*.parquet') "
-                                    "WHERE trajectory_id = $id", {"id": trajectory_id}).fetchall()[0][0]
+    return (
+        duckdb.connect()
+        .execute(
+            f"SELECT messages FROM read_parquet('{lake}/trajectories/*/trajectories/*.parquet') "
+            "WHERE trajectory_id = $id",
+            {"id": trajectory_id},
+        )
+        .fetchall()[0][0]
+    )
 
 
 def _target(lake: Path) -> tuple[str, str, int]:
@@ -178,12 +213,16 @@ def _target(lake: Path) -> tuple[str, str, int]:
                       AND s.trace_source <> 'main')
         ORDER BY trajectory_id DESC""").fetchall()
     folded = re.compile(r'<div class="obs"[^>]*><h4>.*?</h4><details class="fold">')
-    found = [c for c in candidates
-             if '<details class="think">' in (page := messages_html(c[2])) and folded.search(page)]
+    found = [
+        c for c in candidates if '<details class="think">' in (page := messages_html(c[2])) and folded.search(page)
+    ]
     assert found, "the sample has no main trajectory with a subagent, a <think> block and a long output"
     row = found[0]
-    n = con.execute(f"SELECT count(*) FROM read_parquet({parts}, union_by_name := true) "
-                    f"WHERE source = $s AND n_assistant_turns >= 10", {"s": row[1]}).fetchall()[0][0]
+    n = con.execute(
+        f"SELECT count(*) FROM read_parquet({parts}, union_by_name := true) "
+        f"WHERE source = $s AND n_assistant_turns >= 10",
+        {"s": row[1]},
+    ).fetchall()[0][0]
     return row[0], row[1], n
 
 
@@ -200,9 +239,12 @@ def served(sample_project, tmp_path):
     log = tmp_path / "view.log"
     exe = Path(sys.executable).parent / "tracelake"
     with open(log, "w") as out:
-        proc = subprocess.Popen([str(exe), "view", "--lake", str(lake), "--port", str(port),
-                                 "--search-cache", str(tmp_path / "search")], cwd=sample_project,
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [str(exe), "view", "--lake", str(lake), "--port", str(port), "--search-cache", str(tmp_path / "search")],
+            cwd=sample_project,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -281,8 +323,10 @@ def test_view_in_headless_chromium(served, tmp_path):
             # keyset pages until the target row shows, then open it
             seen: list[str] = []
             while page.locator(f"tr[data-id='{target}']").count() == 0:
-                ids = [page.locator("table.list tbody tr").nth(i).get_attribute("data-id")
-                       for i in range(page.locator("table.list tbody tr").count())]
+                ids = [
+                    page.locator("table.list tbody tr").nth(i).get_attribute("data-id")
+                    for i in range(page.locator("table.list tbody tr").count())
+                ]
                 assert ids == sorted(ids) and (not seen or ids[0] > seen[-1])
                 seen += ids
                 page.click("a.next")
@@ -297,7 +341,7 @@ def test_view_in_headless_chromium(served, tmp_path):
             assert "Harbor result" in body and "reward" in body and "exception_type" in body
             assert "Datasets" in body and ("in the pool" in body or "dropped by the filter" in body)
             assert page.locator("ul.datasets li.scale").count() >= 1
-            assert page.locator(".task pre, .task details").count() >= 1      # the task's instruction
+            assert page.locator(".task pre, .task details").count() >= 1  # the task's instruction
 
             # <think> is collapsed until opened
             think = page.locator(".messages details.think").first
@@ -322,9 +366,9 @@ def test_view_in_headless_chromium(served, tmp_path):
             body = page.inner_text("body")
             assert sub_label.split()[0] in body and sub_label.split()[0] != "main"
             sub_id = page.inner_text("#tid")
-            rule, detail = _dropped(lake, sub_id)     # why it is in no dataset: the rule that dropped it
+            rule, detail = _dropped(lake, sub_id)  # why it is in no dataset: the rule that dropped it
             assert f"dropped by the filter: {rule} — {detail}" in body
-            assert page.locator("ul.subagents a").count() >= 1   # and links back to the main trace
+            assert page.locator("ul.subagents a").count() >= 1  # and links back to the main trace
             shot("subagent")
 
             # back to the trace, then to the results it was opened from: the same page, its row marked
@@ -339,12 +383,12 @@ def test_view_in_headless_chromium(served, tmp_path):
             # trajectory at that turn, the folded output around it opened and the word marked
             deadline = time.monotonic() + 120
             page.goto(f"{base}/?q={UNIQUE}", wait_until="load")
-            while page.locator("p.searching").count():        # the index is built in the background
+            while page.locator("p.searching").count():  # the index is built in the background
                 assert "being built" in page.inner_text("p.searching") and time.monotonic() < deadline
                 time.sleep(0.5)
                 page.reload(wait_until="load")
             page.goto(base + "/", wait_until="load")
-            page.fill("#f-q", UNIQUE.upper())                  # words match whatever their case
+            page.fill("#f-q", UNIQUE.upper())  # words match whatever their case
             page.press("#f-q", "Enter")
             page.wait_for_url(f"**q={UNIQUE.upper()}*")
             assert page.inner_text("#total") == "1"
@@ -371,7 +415,9 @@ def test_view_in_headless_chromium(served, tmp_path):
             other.click()
             page.wait_for_url("**/compare?*")
             assert page.locator(".compare .side").count() == 2
-            assert page.locator(".side-a .messages [id^='m']").count() == len(_messages(lake, target))   # messages and observations
+            assert page.locator(".side-a .messages [id^='m']").count() == len(
+                _messages(lake, target)
+            )  # messages and observations
             shot("compare")
 
             # the datasets, and a diff of two versions from there
@@ -399,12 +445,14 @@ def test_view_in_headless_chromium(served, tmp_path):
             assert messages == [] and failures == [] and dialogs == []
             # writes through the WHERE box and through the URL: one visible line, nothing written
             # (from here on the browser logs each refused page's 400 or 404 status)
-            attempts = ["1=1) TO 'pwn.csv' (FORMAT csv) --",
-                        "(SELECT 1 FROM (COPY trajectories TO 'pwn.csv')) = 1",
-                        "1 = (WITH x AS (COPY (SELECT 1) TO 'pwn.csv') SELECT 1)",
-                        "1=1; COPY trajectories TO 'pwn.csv'",
-                        "1=1; CREATE TABLE pwn AS SELECT 1",
-                        "trajectory_id IN (SELECT content FROM read_text('/etc/passwd'))"]
+            attempts = [
+                "1=1) TO 'pwn.csv' (FORMAT csv) --",
+                "(SELECT 1 FROM (COPY trajectories TO 'pwn.csv')) = 1",
+                "1 = (WITH x AS (COPY (SELECT 1) TO 'pwn.csv') SELECT 1)",
+                "1=1; COPY trajectories TO 'pwn.csv'",
+                "1=1; CREATE TABLE pwn AS SELECT 1",
+                "trajectory_id IN (SELECT content FROM read_text('/etc/passwd'))",
+            ]
             page.goto(base + "/", wait_until="load")
             page.fill("#f-where", attempts[2])
             page.press("#f-where", "Enter")
@@ -421,10 +469,10 @@ def test_view_in_headless_chromium(served, tmp_path):
             response = page.goto(f"{base}/?turns_min={quote('1; DROP TABLE x')}", wait_until="load")
             assert response.status == 400 and "is not a valid int" in page.inner_text("p.error")
             response = page.goto(f"{base}/?source={quote(chr(39) + '; COPY trajectories TO ' + chr(39) + 'pwn.csv')}")
-            assert response.status == 200 and page.inner_text("#total") == "0"   # a bound value, no SQL
+            assert response.status == 200 and page.inner_text("#total") == "0"  # a bound value, no SQL
             response = page.goto(f"{base}/t/{quote('x; COPY trajectories TO pwn')}", wait_until="load")
             assert response.status == 404 and "no trajectory" in page.inner_text("p.error")
-            response = page.goto(f"{base}/diff?a=/etc&b=pool", wait_until="load")   # versions only, no paths
+            response = page.goto(f"{base}/diff?a=/etc&b=pool", wait_until="load")  # versions only, no paths
             assert response.status == 400 and "no paths" in page.inner_text("p.error")
             injected = quote('pool" UNION SELECT 1 --')
             response = page.goto(f"{base}/?dataset={injected}", wait_until="load")
@@ -463,9 +511,16 @@ def _check_exports(base: str, lake: Path, source: str) -> None:
 
     where = "n_assistant_turns >= 10"
     query = f"source={quote(source)}&where={quote(where)}"
-    expected = sorted(r[0] for r in duckdb.connect().execute(
-        f"SELECT trajectory_id FROM read_parquet('{lake}/trajectories/*/trajectories/*.parquet', union_by_name := true) "
-        f"WHERE source = $s AND {where}", {"s": source}).fetchall())
+    expected = sorted(
+        r[0]
+        for r in duckdb.connect()
+        .execute(
+            f"SELECT trajectory_id FROM read_parquet('{lake}/trajectories/*/trajectories/*.parquet', union_by_name := true) "
+            f"WHERE source = $s AND {where}",
+            {"s": source},
+        )
+        .fetchall()
+    )
     with urlopen(f"{base}/export?format=jsonl&{query}") as r:
         assert r.headers["Content-Disposition"] == f'attachment; filename="tracelake-{len(expected)}.jsonl"'
         rows = [json.loads(line) for line in r.read().decode().splitlines()]
@@ -474,11 +529,11 @@ def _check_exports(base: str, lake: Path, source: str) -> None:
     with urlopen(f"{base}/export?format=parquet&{query}") as r:
         table = pq.read_table(io.BytesIO(r.read()))
     assert sorted(table.column("trajectory_id").to_pylist()) == expected
-    assert table.to_pylist() == rows          # the same rows, every column, in the same order
+    assert table.to_pylist() == rows  # the same rows, every column, in the same order
     with urlopen(f"{base}/export?format=html&{query}") as r:
         page = r.read().decode()
     assert page.count('<article class="trajectory"') == min(len(expected), 200)
-    assert "<script" not in page and "src=" not in page and 'href="/' not in page   # nothing fetched, no server link
+    assert "<script" not in page and "src=" not in page and 'href="/' not in page  # nothing fetched, no server link
     assert "<style>" in page and page.count('class="msg ') >= len(expected)
     try:
         urlopen(f"{base}/export?format=csv")
@@ -490,7 +545,11 @@ def _check_exports(base: str, lake: Path, source: str) -> None:
 def _ids(lake: Path):
     import duckdb
 
-    yield from duckdb.connect().execute(f"SELECT trajectory_id FROM read_parquet('{lake}/trajectories/*/trajectories/*.parquet')").fetchall()
+    yield from (
+        duckdb.connect()
+        .execute(f"SELECT trajectory_id FROM read_parquet('{lake}/trajectories/*/trajectories/*.parquet')")
+        .fetchall()
+    )
 
 
 def _distinct(lake: Path, view: str) -> int:
@@ -498,16 +557,27 @@ def _distinct(lake: Path, view: str) -> int:
     import duckdb
 
     kind, _, scale = view.partition("_")
-    files = {"pool": f"{lake}/pool/pool.parquet", "selection": f"{lake}/selections/{scale}/*.parquet",
-             "sft": f"{lake}/exports/sft/{scale}/*/*.parquet"}[kind]
-    return duckdb.connect().execute(f"SELECT count(DISTINCT trajectory_id) FROM read_parquet('{files}')").fetchall()[0][0]
+    files = {
+        "pool": f"{lake}/pool/pool.parquet",
+        "selection": f"{lake}/selections/{scale}/*.parquet",
+        "sft": f"{lake}/exports/sft/{scale}/*/*.parquet",
+    }[kind]
+    return (
+        duckdb.connect().execute(f"SELECT count(DISTINCT trajectory_id) FROM read_parquet('{files}')").fetchall()[0][0]
+    )
 
 
 def _dropped(lake: Path, trajectory_id: str) -> tuple[str, str]:
     import duckdb
 
-    return duckdb.connect().execute(f"SELECT rule, detail FROM read_parquet('{lake}/pool/dropped.parquet') "
-                                    "WHERE trajectory_id = $id", {"id": trajectory_id}).fetchall()[0]
+    return (
+        duckdb.connect()
+        .execute(
+            f"SELECT rule, detail FROM read_parquet('{lake}/pool/dropped.parquet') WHERE trajectory_id = $id",
+            {"id": trajectory_id},
+        )
+        .fetchall()[0]
+    )
 
 
 def test_view_serves_the_lake_at_a_revision(sample_project, tmp_path):
@@ -521,8 +591,13 @@ def test_view_serves_the_lake_at_a_revision(sample_project, tmp_path):
     trees = f"{tempfile.gettempdir()}/tracelake-*"
     before = set(glob.glob(trees))
     exe = Path(sys.executable).parent / "tracelake"
-    proc = subprocess.Popen([str(exe), "view", "--rev", "HEAD", "--port", "0"], cwd=repo,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [str(exe), "view", "--rev", "HEAD", "--port", "0"],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         assert line.startswith("tracelake view: http://127.0.0.1:"), line + proc.stdout.read()
@@ -541,12 +616,13 @@ def test_view_serves_the_lake_at_a_revision(sample_project, tmp_path):
 
 # --- the lake's views, in process ------------------------------------------------------------------
 
+
 def test_turn_tokens_sum_to_the_pools_count(sample_project, monkeypatch):
     """Tokens per turn are each message's ChatML tokens with the pool's tokenizer: for every kept
     trajectory they add up to the n_tokens the filter counted."""
     from tracelake.explore.view.db import LakeView
 
-    monkeypatch.chdir(sample_project)                 # the pool's tokenizer path is the project's
+    monkeypatch.chdir(sample_project)  # the pool's tokenizer path is the project's
     db = LakeView(sample_project / "lake")
     assert db.tokenizer is not None
     kept = db._rows("SELECT trajectory_id, n_tokens FROM pool ORDER BY trajectory_id LIMIT 40")
@@ -561,19 +637,24 @@ def test_search_index_is_cached_by_the_trajectories_content(sample_project, tmp_
     from tracelake.explore.view.search import index_key
 
     cache = tmp_path / "search"
-    (cache / f".{index_key(sample_project / 'lake')}.tmp-999999999").mkdir(parents=True)   # a killed build
+    (cache / f".{index_key(sample_project / 'lake')}.tmp-999999999").mkdir(parents=True)  # a killed build
     db = LakeView(sample_project / "lake")
     index = db.start_search(cache, background=False)
     assert index.ready and index.path.parent == cache and (index.path / "complete").is_file()
-    assert [p.name for p in cache.iterdir()] == [index.key]          # the dead build's leftover is gone
+    assert [p.name for p in cache.iterdir()] == [index.key]  # the dead build's leftover is gone
     n = db._rows("SELECT count(*) AS n FROM messages WHERE content <> ''")[0]["n"]
     assert index._written == n
     # a word of one message: the message, at its position
-    word = db._rows("SELECT trajectory_id, position, content FROM messages WHERE content LIKE '%systemctl%' "
-                    "ORDER BY trajectory_id, position LIMIT 1")[0]
+    word = db._rows(
+        "SELECT trajectory_id, position, content FROM messages WHERE content LIKE '%systemctl%' "
+        "ORDER BY trajectory_id, position LIMIT 1"
+    )[0]
     hits = index.search("SYSTEMCTL")
     assert hits and all("systemctl" in h.content.lower() for h in hits)
-    assert any((h.trajectory_id, h.position) == (word["trajectory_id"], word["position"]) for h in hits) or len(hits) == 2000
+    assert (
+        any((h.trajectory_id, h.position) == (word["trajectory_id"], word["position"]) for h in hits)
+        or len(hits) == 2000
+    )
     # a copy of the lake (same trajectories) reuses it; hostile or empty queries find nothing, raise nothing
     copy = tmp_path / "copy"
     shutil.copytree(sample_project / "lake", copy)
@@ -582,9 +663,21 @@ def test_search_index_is_cached_by_the_trajectories_content(sample_project, tmp_
     for text in ("", "   ", "(", '"', "AND OR NOT", "*", HOSTILE, "a" * 500):
         assert isinstance(index.search(text), list)
     rows, total, capped, state = db.search_page(Query(q="systemctl", source="tezos"))
-    assert state == "ready" and {r["source"] for r in rows} <= {"tezos"} and total == len({
-        h.trajectory_id for h in hits if db._rows("SELECT source FROM view_rows WHERE trajectory_id = $id",
-                                                  {"id": h.trajectory_id})[0]["source"] == "tezos"})
+    assert (
+        state == "ready"
+        and {r["source"] for r in rows} <= {"tezos"}
+        and total
+        == len(
+            {
+                h.trajectory_id
+                for h in hits
+                if db._rows("SELECT source FROM view_rows WHERE trajectory_id = $id", {"id": h.trajectory_id})[0][
+                    "source"
+                ]
+                == "tezos"
+            }
+        )
+    )
 
 
 def test_diff_sides_from_a_request_are_versions_never_paths():
@@ -629,6 +722,7 @@ def test_stopping_the_viewer_stops_an_index_build_and_leaves_nothing(sample_proj
             first.set()
             time.sleep(0.2)
             yield batch.slice(0, 10)
+
     index = SearchIndex(sample_project / "lake", tmp_path / "search")
     index.start(lambda: (total, slow()))
     assert first.wait(30)

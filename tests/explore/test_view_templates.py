@@ -37,24 +37,32 @@ HOSTILE = [
     "\x1b[31m<b onclick=alert(1)>red</b>\x1b[0m",
 ]
 # Every element and attribute the viewer's own templates write; anything else came from data.
-TAGS = set("html head meta title link script style body header main nav a span form div label input select option "
-           "button details summary code table thead tbody tr th td mark q h1 h2 h3 h4 dl dt dd section ul ol li "
-           "pre datalist article p".split())
-ATTRS = set("lang charset name content rel href src defer class id method action for type value spellcheck "
-            "placeholder inputmode size selected role list data-id data-scale data-view title".split())
+TAGS = set(
+    "html head meta title link script style body header main nav a span form div label input select option "
+    "button details summary code table thead tbody tr th td mark q h1 h2 h3 h4 dl dt dd section ul ol li "
+    "pre datalist article p".split()
+)
+ATTRS = set(
+    "lang charset name content rel href src defer class id method action for type value spellcheck "
+    "placeholder inputmode size selected role list data-id data-scale data-view title".split()
+)
 
 
 # --- autoescape, everywhere --------------------------------------------------------------------------
 
+
 def test_autoescape_is_on_for_every_template_even_ones_loaded_later(tmp_path):
-    assert ENV.autoescape is True          # a bool, not a choice by file name
+    assert ENV.autoescape is True  # a bool, not a choice by file name
     names = ENV.list_templates()
     assert {"base.html", "list.html", "trace_body.html", "datasets.html"} <= set(names)
     for name in ("later.html", "later.htm", "later.txt", "later.xml", "later.j2", "later"):
-        (tmp_path / name).write_text("<p title=\"{{ x }}\">{{ x }}</p>")
+        (tmp_path / name).write_text('<p title="{{ x }}">{{ x }}</p>')
     env = make_environment(FileSystemLoader(tmp_path))
     for name in env.list_templates():
-        assert env.get_template(name).render(x="<b>\"'&") == '<p title="&lt;b&gt;&quot;&#x27;&amp;">&lt;b&gt;&quot;&#x27;&amp;</p>'
+        assert (
+            env.get_template(name).render(x="<b>\"'&")
+            == '<p title="&lt;b&gt;&quot;&#x27;&amp;">&lt;b&gt;&quot;&#x27;&amp;</p>'
+        )
     assert ENV.from_string("{{ x }}").render(x="<i>") == "&lt;i&gt;"
     assert ENV.from_string("[{{ x }}]").render(x=None) == "[]"
     assert ENV.overlay().from_string("{{ x }}").render(x="<i>") == "&lt;i&gt;"
@@ -83,6 +91,7 @@ def test_only_escaping_code_makes_markup():
 
 # --- hostile values in every page ----------------------------------------------------------------------
 
+
 class _Page(HTMLParser):
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -110,11 +119,11 @@ def _check(page: str, hostile: str, *, scripts: int = 1) -> None:
     assert sum(t == "title" for t, _ in parsed.tags) == 1 and sum(t == "style" for t, _ in parsed.tags) <= 1
     text = "".join(parsed.text)
     shown = re.sub(r"\x1b\[[0-9;]*m", "", hostile)
-    assert shown in text                    # rendered, as text
+    assert shown in text  # rendered, as text
     values = text + "\n".join(unquote_plus(v or "") for _, attrs in parsed.tags for _, v in attrs)
-    assert not re.search("1337|jinja", values.replace(HOSTILE[3], ""))    # template syntax is never run
+    assert not re.search("1337|jinja", values.replace(HOSTILE[3], ""))  # template syntax is never run
     if re.search(r"[<>\"'&]", shown):
-        assert shown not in page            # never raw
+        assert shown not in page  # never raw
 
 
 def _task_binary(h: str) -> bytes:
@@ -131,24 +140,81 @@ def _trajectory(h: str, n: int, *, kept: bool = False) -> dict:
     """A trajectory row as LakeView.trajectory gives it, every text value `h`."""
     call = json.dumps({"commands": [{"keystrokes": h + "\n"}]})
     long = "\n".join([h] * 30)
-    messages = [{"role": h, "content": h}, {"role": "user", "content": f"<think>{h}</think>{h}"},
-                {"role": "assistant", "content": f"<think>{h}</think>{call}"}, {"role": "user", "content": long},
-                {"role": "assistant", "content": h}, {"role": "tool", "content": h},
-                {"role": "assistant", "content": call}, {"role": "user", "content": h}]
-    related = [{"trajectory_id": f"{h}{k}", "trace_source": h, "episode": h, "n_assistant_turns": 3,
-                "subagent": k == 0} for k in range(2)]
-    return {"trajectory_id": f"{h}{n}", "task_id": h, "source": h, "task": h, "trace_source": h, "trial_name": h,
-            "run_id": h, "episode": h, "n_episodes": 2, "agent": h, "model": h, "date": h, "n_messages": 8,
-            "n_assistant_turns": 3, "n_tokens": 1234, "n_chars": 5678, "result": h, "reward": 0.5,
-            "exception_type": h, "timed_out": True, "kept": kept, "rule": None if kept else h, "detail": h,
-            "copies": {h: (h, 2), "1k": ("", 0)}, "export_rejects": [{"name": h, "reason": h, "detail": h}],
-            "related": related, "rollouts": [{"trajectory_id": h, "trial_name": h, "episode": h, "n_assistant_turns": 2,
-                                              "reward": None, "exception_type": h, "kept": False, "rule": h}],
-            "tasks": [{"source": h, "name": h, "instruction": long, "metadata_json": h, "task_binary": _task_binary(h),
-                       "n_files": 2, "derived_from": h}],
-            "messages": messages, "turn_tokens": list(range(len(messages))),
-            "export": {"template": "qwen3" if n % 2 else h, "system": h, "n_tokens": 99, "dataset_id": h, "scale": h,
-                       "conversations": [{"from": "human", "value": h}, {"from": "gpt", "value": h}]}}
+    messages = [
+        {"role": h, "content": h},
+        {"role": "user", "content": f"<think>{h}</think>{h}"},
+        {"role": "assistant", "content": f"<think>{h}</think>{call}"},
+        {"role": "user", "content": long},
+        {"role": "assistant", "content": h},
+        {"role": "tool", "content": h},
+        {"role": "assistant", "content": call},
+        {"role": "user", "content": h},
+    ]
+    related = [
+        {"trajectory_id": f"{h}{k}", "trace_source": h, "episode": h, "n_assistant_turns": 3, "subagent": k == 0}
+        for k in range(2)
+    ]
+    return {
+        "trajectory_id": f"{h}{n}",
+        "task_id": h,
+        "source": h,
+        "task": h,
+        "trace_source": h,
+        "trial_name": h,
+        "run_id": h,
+        "episode": h,
+        "n_episodes": 2,
+        "agent": h,
+        "model": h,
+        "date": h,
+        "n_messages": 8,
+        "n_assistant_turns": 3,
+        "n_tokens": 1234,
+        "n_chars": 5678,
+        "result": h,
+        "reward": 0.5,
+        "exception_type": h,
+        "timed_out": True,
+        "kept": kept,
+        "rule": None if kept else h,
+        "detail": h,
+        "copies": {h: (h, 2), "1k": ("", 0)},
+        "export_rejects": [{"name": h, "reason": h, "detail": h}],
+        "related": related,
+        "rollouts": [
+            {
+                "trajectory_id": h,
+                "trial_name": h,
+                "episode": h,
+                "n_assistant_turns": 2,
+                "reward": None,
+                "exception_type": h,
+                "kept": False,
+                "rule": h,
+            }
+        ],
+        "tasks": [
+            {
+                "source": h,
+                "name": h,
+                "instruction": long,
+                "metadata_json": h,
+                "task_binary": _task_binary(h),
+                "n_files": 2,
+                "derived_from": h,
+            }
+        ],
+        "messages": messages,
+        "turn_tokens": list(range(len(messages))),
+        "export": {
+            "template": "qwen3" if n % 2 else h,
+            "system": h,
+            "n_tokens": 99,
+            "dataset_id": h,
+            "scale": h,
+            "conversations": [{"from": "human", "value": h}, {"from": "gpt", "value": h}],
+        },
+    }
 
 
 class _Lake:
@@ -156,11 +222,25 @@ class _Lake:
 
     def __init__(self, h: str) -> None:
         self.h, self.label, self.tokenizer = h, h, None
-        self.datasets = [{"view": v, "kind": kind, "dataset_id": h, "rows": 3, "trajectories": 2,
-                          "manifest": {"inputs": {"pool": h, "selection_dataset": h, "trajectories": {h: h, "b": h}},
-                                       "params": {"score": h, "total": 3, "template": h, "max_tokens": h}}}
-                         for v, kind in (("pool", "pool"), (f"selection_{h}", "selection"), ("selection_1k", "selection"),
-                                         (f"sft_{h}", "export_sft"))]
+        self.datasets = [
+            {
+                "view": v,
+                "kind": kind,
+                "dataset_id": h,
+                "rows": 3,
+                "trajectories": 2,
+                "manifest": {
+                    "inputs": {"pool": h, "selection_dataset": h, "trajectories": {h: h, "b": h}},
+                    "params": {"score": h, "total": 3, "template": h, "max_tokens": h},
+                },
+            }
+            for v, kind in (
+                ("pool", "pool"),
+                (f"selection_{h}", "selection"),
+                ("selection_1k", "selection"),
+                (f"sft_{h}", "export_sft"),
+            )
+        ]
 
     def _rows(self, sql: str, params=None) -> list[dict]:
         if "median" in sql:
@@ -179,6 +259,7 @@ def test_hostile_values_reach_every_page_only_as_text(h, monkeypatch):
     def recording(name, *args, **kwargs):
         rendered.add(name)
         return get(name, *args, **kwargs)
+
     monkeypatch.setattr(ENV, "get_template", recording)
     monkeypatch.setattr("tracelake.explore.diff_html.render_body", lambda report: f"<p>{html.escape(h)}</p>")
 
@@ -187,8 +268,21 @@ def test_hostile_values_reach_every_page_only_as_text(h, monkeypatch):
     hits = [Hit(h, k, h, 1.0, f"before {h} after " * 20) for k in range(14)]
     rows = [{**_trajectory(h, k), "is_subagent": k == 1, "hits": hits} for k in range(3)]
     for query in (q, Query(where=h, source=h, task=h, rule=h, after=h)):
-        _check(pages.list_page(query, rows, 3, h, facets, label=h, opened=rows[0]["trajectory_id"], columns=[h, "x"],
-                               search_state="ready", capped=True), h)
+        _check(
+            pages.list_page(
+                query,
+                rows,
+                3,
+                h,
+                facets,
+                label=h,
+                opened=rows[0]["trajectory_id"],
+                columns=[h, "x"],
+                search_state="ready",
+                capped=True,
+            ),
+            h,
+        )
     _check(pages.list_page(q, [], 0, None, facets, label=h, error=h, columns=[h]), h)
     _check(pages.list_page(q, [], 0, None, facets, label=h, search_state=h), h)
     _check(pages.trace_page(_trajectory(h, 1), q, label=h), h)
@@ -201,7 +295,7 @@ def test_hostile_values_reach_every_page_only_as_text(h, monkeypatch):
     _check(datasets.diff_page(lake, "", "", None), h)
     _check(b"".join(export.html_file(lake, [h, h + "2"], q)).decode(), h, scripts=0)
     assert "<script" not in pages.messages_html(_trajectory(h, 1)["messages"])
-    assert rendered == set(ENV.list_templates())           # every template, hostile values in all of them
+    assert rendered == set(ENV.list_templates())  # every template, hostile values in all of them
 
 
 def test_pages_keep_the_escaping_they_always_had():

@@ -50,6 +50,7 @@ SYSTEM = "You are an agent in a Linux terminal. Solve the task, then say you are
 
 # --- helpers ---------------------------------------------------------------------------------
 
+
 @contextmanager
 def cwd(path: Path):
     old = Path.cwd()
@@ -66,8 +67,12 @@ def run(project: Path, stage: str, *args: str) -> None:
 
 
 def digest(*paths: Path) -> dict[str, str]:
-    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest()
-            for d in paths for p in sorted([d] if d.is_file() else d.rglob("*")) if p.is_file()}
+    return {
+        str(p): hashlib.sha256(p.read_bytes()).hexdigest()
+        for d in paths
+        for p in sorted([d] if d.is_file() else d.rglob("*"))
+        if p.is_file()
+    }
 
 
 def read_shards(directory: Path, files: list[str]) -> list[dict]:
@@ -86,15 +91,23 @@ def tree(root: Path) -> dict[str, tuple]:
 
 
 def task(name: str, instruction: str = "Print hello.\n", *, binary: bytes | None = b"tar", source: str = "s1") -> dict:
-    return {"task_id": f"id-{name}", "source": source, "name": name, "instruction": instruction,
-            "task_checksum": f"sum-{name}", "task_binary": binary}
+    return {
+        "task_id": f"id-{name}",
+        "source": source,
+        "name": name,
+        "instruction": instruction,
+        "task_checksum": f"sum-{name}",
+        "task_binary": binary,
+    }
 
 
-SETTINGS = RlSettings(env_class="harbor", reward_method="rule", system_prompt=None, max_turns=32,
-                      max_prompt_length=8192)
+SETTINGS = RlSettings(
+    env_class="harbor", reward_method="rule", system_prompt=None, max_turns=32, max_prompt_length=8192
+)
 
 
 # --- unit: rows and the prompt-length rule ---------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory):
@@ -111,14 +124,21 @@ def test_prompt_without_system_prompt_is_the_instruction_verbatim():
         "data_source": "s1",
         "max_turns": 32,
         "task_id": "id-hello",
-        "extra_info": {"task_id": "id-hello", "task": "hello", "source": "s1", "path": "s1/hello",
-                       "task_checksum": "sum-hello"},
+        "extra_info": {
+            "task_id": "id-hello",
+            "task": "hello",
+            "source": "s1",
+            "path": "s1/hello",
+            "task_checksum": "sum-hello",
+        },
     }
 
 
 def test_prompt_with_system_prompt_leads_with_it():
-    assert prompt_messages("Do it.", SYSTEM) == [{"role": "system", "content": SYSTEM},
-                                                 {"role": "user", "content": "Do it."}]
+    assert prompt_messages("Do it.", SYSTEM) == [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Do it."},
+    ]
     assert prompt_messages("Do it.", "") == [{"role": "user", "content": "Do it."}]
 
 
@@ -158,8 +178,12 @@ def test_rejects_missing_binaries_and_too_long_prompts_in_input_order(tok):
     assert rejects[1]["detail"].startswith(f"{n[2]} prompt tokens > max_prompt_length {limit}")
     assert all(r["trajectory_id"] is None and r["reason"] in REJECT_REASONS for r in rejects)
     load_schema("export_rejects").from_rows(rejects)
-    assert stats.as_json() == {"tasks_in": 4, "tasks_out": 2, "prompt_only": 0,
-                               "rejected": {"no_task_binary": 1, "prompt_too_long": 1}}
+    assert stats.as_json() == {
+        "tasks_in": 4,
+        "tasks_out": 2,
+        "prompt_only": 0,
+        "rejected": {"no_task_binary": 1, "prompt_too_long": 1},
+    }
 
 
 def test_a_task_without_a_binary_is_a_prompt_without_a_task_row_by_default(tok):
@@ -170,8 +194,12 @@ def test_a_task_without_a_binary_is_a_prompt_without_a_task_row_by_default(tok):
     assert [r["task_id"] for r in prompts] == ["id-a", "id-b", "id-d"] and not rejects
     assert [r["task_id"] for r in harbor] == ["id-a", "id-d"]
     assert prompts[1]["prompt"] == [{"role": "user", "content": tasks[1]["instruction"]}]
-    assert stats.as_json() == {"tasks_in": 3, "tasks_out": 3, "prompt_only": 1,
-                               "rejected": {"no_task_binary": 0, "prompt_too_long": 0}}
+    assert stats.as_json() == {
+        "tasks_in": 3,
+        "tasks_out": 3,
+        "prompt_only": 1,
+        "rejected": {"no_task_binary": 0, "prompt_too_long": 0},
+    }
 
 
 def test_the_limit_is_inclusive_like_skyrl(tok):
@@ -185,11 +213,18 @@ def test_the_limit_is_inclusive_like_skyrl(tok):
 
 def test_harbor_row_keeps_the_binary_as_ingested(tok):
     _, (row,), _ = convert_batch([task("a", binary=b"\x1f\x8bbytes")], SETTINGS, tok, RlStats())
-    assert row == {"path": "s1/a", "task_binary": b"\x1f\x8bbytes", "task_id": "id-a", "source": "s1",
-                   "name": "a", "task_checksum": "sum-a"}
+    assert row == {
+        "path": "s1/a",
+        "task_binary": b"\x1f\x8bbytes",
+        "task_id": "id-a",
+        "source": "s1",
+        "name": "a",
+        "task_checksum": "sum-a",
+    }
 
 
 # --- the stage on a small sample project -----------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
@@ -227,12 +262,21 @@ def variant(project, tmp_path_factory) -> Path:
     table = table.set_column(column, "task_binary", pa.array(binaries, pa.binary()))
     pq.write_table(load_schema("tasks").validate(table), path)
     tok = load_tokenizer(project / "data" / "tokenizer")
-    rows = [r for s in (source, other) for r in pq.read_table(v / "lake" / "tasks" / s / "tasks.parquet").to_pylist()
-            if r["task_binary"] is not None]
+    rows = [
+        r
+        for s in (source, other)
+        for r in pq.read_table(v / "lake" / "tasks" / s / "tasks.parquet").to_pylist()
+        if r["task_binary"] is not None
+    ]
     lengths = sorted(prompt_tokens(tok, [prompt_messages(r["instruction"], SYSTEM) for r in rows]))
-    params["export_rl"].update(sources=[source, other], system_prompt=SYSTEM, without_binary="reject",
-                               max_prompt_length=lengths[len(lengths) // 2], rows_per_shard=3,
-                               tokenizer=str(project / "data" / "tokenizer"))
+    params["export_rl"].update(
+        sources=[source, other],
+        system_prompt=SYSTEM,
+        without_binary="reject",
+        max_prompt_length=lengths[len(lengths) // 2],
+        rows_per_shard=3,
+        tokenizer=str(project / "data" / "tokenizer"),
+    )
     (v / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     run(v, "export_rl")
     return v / "lake" / "exports" / "rl"
@@ -251,14 +295,18 @@ def check_export(out: Path, lake: Path, sources: list[str]) -> dict:
     assert m["formulas"] == {"prompts": "skyrl_prompt_v1"}
     assert set(m["inputs"]["tasks"]) == set(sources) and len(m["inputs"]["tokenizer"]) == 64
     assert {n: t["file"] for n, t in m["tables"].items()} == {
-        "rl_prompts": "prompts/", "harbor_tasks": "tasks/", "export_rejects": "export_rejects.parquet"}
+        "rl_prompts": "prompts/",
+        "harbor_tasks": "tasks/",
+        "export_rejects": "export_rejects.parquet",
+    }
     n_files = -(-c["tasks_out"] // m["params"]["rows_per_shard"])
     n_task_files = -(-(c["tasks_out"] - c["prompt_only"]) // m["params"]["rows_per_shard"])
     assert c["files"]["prompts"] == [f"prompts/train-{i:05d}.parquet" for i in range(n_files)]
     assert c["files"]["tasks"] == [f"tasks/train-{i:05d}.parquet" for i in range(n_task_files)]
     assert c["shards"] == n_files
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == sorted(
-        [*c["files"]["prompts"], *c["files"]["tasks"], "export_rejects.parquet", "manifest.json"])
+        [*c["files"]["prompts"], *c["files"]["tasks"], "export_rejects.parquet", "manifest.json"]
+    )
     for f in c["files"]["prompts"]:
         load_schema("rl_prompts").validate(pq.read_table(out / f))
     for f in c["files"]["tasks"]:
@@ -268,18 +316,28 @@ def check_export(out: Path, lake: Path, sources: list[str]) -> dict:
     assert len(prompts) == c["tasks_out"] == m["tables"]["rl_prompts"]["rows"]
     assert len(tasks) == c["tasks_out"] - c["prompt_only"] == m["tables"]["harbor_tasks"]["rows"]
     assert len(rejects) == sum(c["rejected"].values()) == m["tables"]["export_rejects"]["rows"]
-    binaries = {r["task_id"] for s in sources for r in pq.read_table(
-        lake / "tasks" / s / "tasks.parquet", columns=["task_id", "task_binary"]).to_pylist() if r["task_binary"]}
+    binaries = {
+        r["task_id"]
+        for s in sources
+        for r in pq.read_table(lake / "tasks" / s / "tasks.parquet", columns=["task_id", "task_binary"]).to_pylist()
+        if r["task_binary"]
+    }
     assert [p["task_id"] for p in prompts if p["task_id"] in binaries] == [t["task_id"] for t in tasks]
     assert [(t["source"], t["name"]) for t in tasks] == sorted((t["source"], t["name"]) for t in tasks)
-    ingested = {r["task_id"] for s in sources for r in pq.read_table(lake / "tasks" / s / "tasks.parquet",
-                                                                      columns=["task_id"]).to_pylist()}
+    ingested = {
+        r["task_id"]
+        for s in sources
+        for r in pq.read_table(lake / "tasks" / s / "tasks.parquet", columns=["task_id"]).to_pylist()
+    }
     assert {p["task_id"] for p in prompts} | {r["item_id"] for r in rejects} == ingested
     assert not {p["task_id"] for p in prompts} & {r["item_id"] for r in rejects}
     for p, t in zip([p for p in prompts if p["task_id"] in binaries], tasks, strict=True):
         assert p["reward_spec"]["ground_truth"] == p["extra_info"]["path"] == t["path"] == f"{t['source']}/{t['name']}"
         assert (p["data_source"], p["extra_info"]["task"], p["extra_info"]["task_checksum"]) == (
-            t["source"], t["name"], t["task_checksum"])
+            t["source"],
+            t["name"],
+            t["task_checksum"],
+        )
     return m
 
 
@@ -300,10 +358,13 @@ def test_stage_rejects_missing_binaries_and_long_prompts(variant):
     assert c["rejected"]["no_task_binary"] == 1 and c["rejected"]["prompt_too_long"] > 0
     assert c["tasks_out"] > 3 and len(c["files"]["prompts"]) > 1
     prompts = read_shards(variant, c["files"]["prompts"])
-    assert all([m_["role"] for m_ in p["prompt"]] == ["system", "user"] and p["prompt"][0]["content"] == SYSTEM
-               for p in prompts)
-    assert m["params"]["max_prompt_length"] in prompt_tokens(load_tokenizer(m["params"]["tokenizer"]),
-                                                             [p["prompt"] for p in prompts])  # one sits on the limit
+    assert all(
+        [m_["role"] for m_ in p["prompt"]] == ["system", "user"] and p["prompt"][0]["content"] == SYSTEM
+        for p in prompts
+    )
+    assert m["params"]["max_prompt_length"] in prompt_tokens(
+        load_tokenizer(m["params"]["tokenizer"]), [p["prompt"] for p in prompts]
+    )  # one sits on the limit
 
 
 def test_stage_is_deterministic(project, export):
@@ -334,18 +395,38 @@ def test_exported_task_table_extracts_to_the_original_task_directories(project, 
 
 # --- SkyRL's own loader, in the training environment ------------------------------------------
 
-TRAINERS = ["skyrl", "skyrl-train"]   # export/params.py RL_TRAINERS: each in its own environment
+TRAINERS = ["skyrl", "skyrl-train"]  # export/params.py RL_TRAINERS: each in its own environment
 PACKAGES = {"skyrl": "skyrl.train.dataset.dataset", "skyrl-train": "skyrl_train.dataset.dataset"}
 
 
 def skyrl_load(files: list[Path], tokenizer: Path, max_prompt_length: int, tmp: Path, trainer: str) -> dict:
     python = rl_trainer_python(trainer)
     result = tmp / "skyrl.json"
-    env = dict(os.environ, HF_DATASETS_CACHE=str(tmp / "hf-datasets"), HF_HUB_OFFLINE="1", HF_HOME=str(tmp / "hf"),
-               TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    proc = subprocess.run([str(python), str(SKYRL_LOAD), "--tokenizer", str(tokenizer),
-                           "--max-prompt-length", str(max_prompt_length), "--out", str(result), *map(str, files)],
-                          env=env, capture_output=True, text=True, timeout=600)
+    env = dict(
+        os.environ,
+        HF_DATASETS_CACHE=str(tmp / "hf-datasets"),
+        HF_HUB_OFFLINE="1",
+        HF_HOME=str(tmp / "hf"),
+        TRANSFORMERS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+    )
+    proc = subprocess.run(
+        [
+            str(python),
+            str(SKYRL_LOAD),
+            "--tokenizer",
+            str(tokenizer),
+            "--max-prompt-length",
+            str(max_prompt_length),
+            "--out",
+            str(result),
+            *map(str, files),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, f"skyrl_load failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     got = json.loads(result.read_text())
     assert got["package"] == PACKAGES[trainer]
@@ -384,10 +465,17 @@ def test_skyrl_would_drop_exactly_the_rejected_long_prompts(trainer, variant, tm
     """The prompt_too_long rejects, written as prompt rows, are all filtered out by PromptDataset."""
     m = read_manifest(variant)
     p = m["params"]
-    long_ids = {r["item_id"] for r in pq.read_table(variant / "export_rejects.parquet").to_pylist()
-                if r["reason"] == "prompt_too_long"}
-    tasks = [r for s in p["sources"] for r in pq.read_table(variant.parents[1] / "tasks" / s / "tasks.parquet")
-             .to_pylist() if r["task_id"] in long_ids]
+    long_ids = {
+        r["item_id"]
+        for r in pq.read_table(variant / "export_rejects.parquet").to_pylist()
+        if r["reason"] == "prompt_too_long"
+    }
+    tasks = [
+        r
+        for s in p["sources"]
+        for r in pq.read_table(variant.parents[1] / "tasks" / s / "tasks.parquet").to_pylist()
+        if r["task_id"] in long_ids
+    ]
     settings = RlSettings(p["env_class"], p["reward_method"], p["system_prompt"], p["max_turns"], 10**9)
     rows = convert_batch(tasks, settings, load_tokenizer(p["tokenizer"]), RlStats())[0]
     assert len(rows) == len(long_ids) > 0

@@ -41,14 +41,16 @@ IGNORE_INDEX = -100
 
 # Every v0 mode checked: MODES and one combination LF allows (mask_history with enable_thinking false);
 # the v1 data engine (MODES["v1"]) is checked against LF's v1 code below.
-CHECKED = [*(m for m in MODES.values() if not m.v1),
-           LfMode("mask_history_no_thinking", mask_history=True, enable_thinking=False)]
+CHECKED = [
+    *(m for m in MODES.values() if not m.v1),
+    LfMode("mask_history_no_thinking", mask_history=True, enable_thinking=False),
+]
 V1 = MODES["v1"]
 
 # Runs in the training environment: for each mode, load CONFIG's dataset as `llamafactory-cli train
 # CONFIG` with the mode's arguments would, and write every example's input_ids and labels to OUT as
 # JSON, by mode name.
-LF_DUMP = '''
+LF_DUMP = """
 import json, sys
 import yaml
 from llamafactory.data import get_dataset, get_template_and_fix_tokenizer
@@ -66,12 +68,12 @@ for name, mode_args in modes.items():
     ds = get_dataset(template, model_args, data_args, training_args, stage="sft", **tokenizer_module)["train_dataset"]
     result[name] = {"input_ids": [list(x) for x in ds["input_ids"]], "labels": [list(x) for x in ds["labels"]]}
 json.dump(result, open(out, "w"))
-'''
+"""
 
 # Runs in the training environment: LLaMA-Factory v1's own data path, as `USE_V1=1 llamafactory-cli sft`
 # feeds its trainer (DataEngine over a v1 dataset_info.yaml with the sharegpt converter, the Renderer
 # of TEMPLATE as the DataLoader's collate_fn, pad_and_truncate at CUTOFF), for every row in order.
-LF_V1_DUMP = '''
+LF_V1_DUMP = """
 import json, sys
 from transformers import AutoProcessor
 from llamafactory.v1.core.data_engine import DataEngine
@@ -91,44 +93,65 @@ for i in range(len(engine)):
             r["input_ids"].append(batch["input_ids"].tolist())
             r["labels"].append(batch["labels"].tolist())
 json.dump(result, open(out, "w"))
-'''
-
+"""
 
 
 def lf_examples(config: Path, cwd: Path, tmp: Path, **overrides) -> dict[str, dict[str, list[list[int]]]]:
     """LF's input_ids and labels for CONFIG's dataset in each CHECKED mode, by mode name."""
     script, out = tmp / "lf_dump.py", tmp / "examples.json"
     script.write_text(LF_DUMP)
-    overrides = {"deepspeed": None, "bf16": False, "preprocessing_num_workers": 1, "output_dir": str(tmp / "out"),
-                 **overrides}
-    env = {"HF_DATASETS_CACHE": str(tmp / "hf-datasets"), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "TRACELAKE_TRAIN_ENV": str(train_python().parent.parent)}
+    overrides = {
+        "deepspeed": None,
+        "bf16": False,
+        "preprocessing_num_workers": 1,
+        "output_dir": str(tmp / "out"),
+        **overrides,
+    }
+    env = {
+        "HF_DATASETS_CACHE": str(tmp / "hf-datasets"),
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "TRACELAKE_TRAIN_ENV": str(train_python().parent.parent),
+    }
     modes = {mode.name: mode.lf_args() for mode in CHECKED}
-    run_ok([str(train_python()), str(script), str(config), str(out), json.dumps(overrides), json.dumps(modes)], cwd,
-           env=env)
+    run_ok(
+        [str(train_python()), str(script), str(config), str(out), json.dumps(overrides), json.dumps(modes)],
+        cwd,
+        env=env,
+    )
     return json.loads(out.read_text())
 
 
-def lf_v1_examples(info: Path, model: Path, template: str, cutoffs: list[int], cwd: Path,
-                   tmp: Path) -> dict[int, dict[str, list]]:
+def lf_v1_examples(
+    info: Path, model: Path, template: str, cutoffs: list[int], cwd: Path, tmp: Path
+) -> dict[int, dict[str, list]]:
     """LF v1's input_ids and labels (and samples per row) for a v1 dataset_info.yaml, by cutoff_len."""
     script, out = tmp / "lf_v1_dump.py", tmp / "v1.json"
     script.write_text(LF_V1_DUMP)
     env = {"HF_DATASETS_CACHE": str(tmp / "hf-datasets"), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    run_ok([str(train_python()), str(script), str(info), str(model), template, json.dumps(cutoffs), str(out)], cwd,
-           env=env)
+    run_ok(
+        [str(train_python()), str(script), str(info), str(model), template, json.dumps(cutoffs), str(out)], cwd, env=env
+    )
     return {int(c): v for c, v in json.loads(out.read_text()).items()}
 
 
 def exported_rows(export: Path) -> list[SharegptRow]:
     files = read_manifest(export)["counts"]["files"]
-    return [SharegptRow(r["system"] or "", r["conversations"], 0, 0)
-            for f in files for r in pq.read_table(export / f, columns=["system", "conversations"]).to_pylist()]
+    return [
+        SharegptRow(r["system"] or "", r["conversations"], 0, 0)
+        for f in files
+        for r in pq.read_table(export / f, columns=["system", "conversations"]).to_pylist()
+    ]
 
 
-def assert_same_rendering(rows: list[SharegptRow], got: dict[str, list[list[int]]], tokenizer: Tokenizer,
-                          template: TemplateSlots, mode: LfMode,
-                          cutoff_len: int | None = None) -> tuple[set[tuple[str, bool]], int]:
+def assert_same_rendering(
+    rows: list[SharegptRow],
+    got: dict[str, list[list[int]]],
+    tokenizer: Tokenizer,
+    template: TemplateSlots,
+    mode: LfMode,
+    cutoff_len: int | None = None,
+) -> tuple[set[tuple[str, bool]], int]:
     """Each row's segments in `mode`, encoded one by one (and cut at cutoff_len: v1), are LF's
     input_ids, the trained ones its labels, and trained_tokens counts them; the (role, trained)
     pairs seen and the trained tokens. v1 must have made exactly one sample per row."""
@@ -177,16 +200,23 @@ def test_render_segments_is_llamafactorys_rendering(sample_project, tiny_model, 
     # at the export's cutoff_len and at a small one that cuts most rows
     export = sample_project / "lake" / "exports" / "sft" / scale
     cutoff_len = read_manifest(export)["params"]["cutoff_len"]
-    v1 = lf_v1_examples(export / "dataset_info.yaml", tiny_model, template_name, [cutoff_len, 256], sample_project,
-                        tmp_path)
+    v1 = lf_v1_examples(
+        export / "dataset_info.yaml", tiny_model, template_name, [cutoff_len, 256], sample_project, tmp_path
+    )
     for cutoff in (cutoff_len, 256):
         _, totals[f"v1@{cutoff}"] = assert_same_rendering(rows, v1[cutoff], tokenizer, template, V1, cutoff)
     totals["v1"] = totals.pop(f"v1@{cutoff_len}")
     assert totals["v1@256"] < totals["v1"]
     assert count_trained_tokens(tokenizer, rows, template, V1, 256) == [
-        sum(label != IGNORE_INDEX for label in labels) for labels in v1[256]["labels"]]
+        sum(label != IGNORE_INDEX for label in labels) for labels in v1[256]["labels"]
+    ]
     print("trained tokens by mode:", json.dumps(totals))
-    assert totals["mask_history"] <= totals["mask_history_preserve_thinking"] <= totals["default"] < totals["train_on_prompt"]
+    assert (
+        totals["mask_history"]
+        <= totals["mask_history_preserve_thinking"]
+        <= totals["default"]
+        < totals["train_on_prompt"]
+    )
     # the export's manifest sums each mode's trained tokens over its rows: LF's own labels, summed
     manifest = json.loads((sample_project / "lake" / "exports" / "sft" / scale / "manifest.json").read_text())
     assert manifest["counts"]["trained_tokens"] == {name: totals[name] for name in MODES}
@@ -197,18 +227,35 @@ def m(role: str, content: str) -> dict[str, str]:
 
 
 SLOTS = [  # the paths the sample does not exercise
-    [m("system", "You are {terse}."), m("user", "list files"), m("assistant", "<think>ls</think>ls -la"),
-     m("tool", "a.txt {b}"), m("assistant", "done")],
-    [m("user", "hi"), m("assistant", "no thought here"), m("tool", "x"), m("tool", "y"),
-     m("assistant", "<think>\nlong\n</think>\n\nok")],
+    [
+        m("system", "You are {terse}."),
+        m("user", "list files"),
+        m("assistant", "<think>ls</think>ls -la"),
+        m("tool", "a.txt {b}"),
+        m("assistant", "done"),
+    ],
+    [
+        m("user", "hi"),
+        m("assistant", "no thought here"),
+        m("tool", "x"),
+        m("tool", "y"),
+        m("assistant", "<think>\nlong\n</think>\n\nok"),
+    ],
     [m("system", "a"), m("system", "b"), m("user", "q"), m("assistant", "")],
     [m("user", "only a closing tag"), m("assistant", "x\n</think>\n\ny"), m("user", "again"), m("assistant", "z")],
     # thoughts of every shape in history turns and in the last one (what no_thinking / mask_history remove)
-    [m("user", "a"), m("assistant", "<think>\nfirst\n</think>\n\n<think>\nsecond\n</think>\n\nboth gone"),
-     m("user", "b"), m("assistant", "\n\nleading newlines, no thought"),
-     m("user", "c"), m("assistant", "before <think>\nmid\n</think>\n\nafter"),
-     m("user", "d"), m("assistant", "<think>\n\n</think>\n\nan empty thought written out"),
-     m("user", "e"), m("assistant", "<think>\nkept only\nin some modes\n</think>\n\nlast")],
+    [
+        m("user", "a"),
+        m("assistant", "<think>\nfirst\n</think>\n\n<think>\nsecond\n</think>\n\nboth gone"),
+        m("user", "b"),
+        m("assistant", "\n\nleading newlines, no thought"),
+        m("user", "c"),
+        m("assistant", "before <think>\nmid\n</think>\n\nafter"),
+        m("user", "d"),
+        m("assistant", "<think>\n\n</think>\n\nan empty thought written out"),
+        m("user", "e"),
+        m("assistant", "<think>\nkept only\nin some modes\n</think>\n\nlast"),
+    ],
     [m("system", "s"), m("user", "one turn"), m("assistant", "<think>\nx\n</think>\n\ny")],
     [m("user", "unclosed"), m("assistant", "<think>\nnever closed"), m("user", "next"), m("assistant", "\nend")],
 ]
@@ -217,10 +264,27 @@ SLOTS = [  # the paths the sample does not exercise
 @pytest.mark.parametrize("name", ["qwen3", "qwen3_nothink"])
 def test_render_segments_for_system_tool_and_think_turns(tiny_model, tmp_path, name):
     template = template_slots(name)
-    slots = [{"slot_id": f"s{i}", "trajectory_id": f"t{i}", "task_id": f"k{i}", "source": "src", "task": f"task{i}",
-              "copy": 0, "name": f"task{i}", "messages": messages} for i, messages in enumerate(SLOTS)]
-    table, rejects = convert_batch(*slot_batch(slots), same_role="merge", cutoff_len=None,
-                                   tokenizer=load_tokenizer(tiny_model), template=template, stats=SftStats())
+    slots = [
+        {
+            "slot_id": f"s{i}",
+            "trajectory_id": f"t{i}",
+            "task_id": f"k{i}",
+            "source": "src",
+            "task": f"task{i}",
+            "copy": 0,
+            "name": f"task{i}",
+            "messages": messages,
+        }
+        for i, messages in enumerate(SLOTS)
+    ]
+    table, rejects = convert_batch(
+        *slot_batch(slots),
+        same_role="merge",
+        cutoff_len=None,
+        tokenizer=load_tokenizer(tiny_model),
+        template=template,
+        stats=SftStats(),
+    )
     assert not rejects and table.num_rows == len(SLOTS)
     config = lf_config(table, tiny_model, tmp_path, name, rows_per_shard=len(SLOTS))
     rows = [SharegptRow(r["system"] or "", r["conversations"], 0, 0) for r in table.to_pylist()]

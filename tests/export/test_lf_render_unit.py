@@ -31,8 +31,10 @@ def row(conversations: list[tuple[str, str]], system: str = "") -> SharegptRow:
     return SharegptRow(system, [{"from": f, "value": v} for f, v in conversations], 0, 0)
 
 
-ROW = row([("human", "list {files}"), ("gpt", "<think>ls</think>ls -la"), ("observation", "a.txt"),
-           ("gpt", "done")], system="You are {terse}.")
+ROW = row(
+    [("human", "list {files}"), ("gpt", "<think>ls</think>ls -la"), ("observation", "a.txt"), ("gpt", "done")],
+    system="You are {terse}.",
+)
 
 
 def test_qwen3_segments():
@@ -40,8 +42,11 @@ def test_qwen3_segments():
         Segment("<|im_start|>system\nYou are {terse}.<|im_end|>\n", "system", False),
         Segment("<|im_start|>user\nlist {files}<|im_end|>\n<|im_start|>assistant\n", "human", False),
         Segment("<think>ls</think>ls -la<|im_end|>\n", "gpt", True),
-        Segment("<|im_start|>user\n<tool_response>\na.txt\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
-                "observation", False),
+        Segment(
+            "<|im_start|>user\n<tool_response>\na.txt\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
+            "observation",
+            False,
+        ),
         Segment("<think>\n\n</think>\n\n", "empty_thought", True),
         Segment("done<|im_end|>\n", "gpt", True),
     ]
@@ -54,8 +59,10 @@ def test_qwen3_nothink_has_no_empty_thought():
     assert segments == [s for s in render_segments(ROW, template_slots("qwen3")) if s.role != "empty_thought"]
 
 
-@pytest.mark.parametrize("value,thought", [("plain", True), ("", True), ("<think>x", False), ("x</think>y", False),
-                                           ("<think>\nlong\n</think>\n\nok", False)])
+@pytest.mark.parametrize(
+    "value,thought",
+    [("plain", True), ("", True), ("<think>x", False), ("x</think>y", False), ("<think>\nlong\n</think>\n\nok", False)],
+)
 def test_empty_thought_only_without_think_tags(value, thought):
     segments = render_segments(row([("human", "q"), ("gpt", value)]), template_slots("qwen3"))
     assert [s.role for s in segments] == ["human"] + ["empty_thought"] * thought + ["gpt"]
@@ -69,7 +76,7 @@ def test_no_system_block_without_a_system():
 
 def test_segment_is_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
-        Segment("a", "gpt", True).text = "b"   # type: ignore[misc]
+        Segment("a", "gpt", True).text = "b"  # type: ignore[misc]
 
 
 @pytest.fixture(scope="module")
@@ -79,66 +86,110 @@ def tokenizer(tmp_path_factory):
 
 @pytest.mark.parametrize("name", ["qwen3", "qwen3_nothink"])
 def test_count_template_tokens_is_the_sum_of_the_segments(tokenizer, name):
-    rows = [ROW, row([("human", "hi"), ("gpt", "no thought"), ("observation", "x\n\ny"), ("gpt", "<think>\n</think>ok")]),
-            row([("human", "q"), ("gpt", "")], system="a\n\nb")]
+    rows = [
+        ROW,
+        row([("human", "hi"), ("gpt", "no thought"), ("observation", "x\n\ny"), ("gpt", "<think>\n</think>ok")]),
+        row([("human", "q"), ("gpt", "")], system="a\n\nb"),
+    ]
     template = template_slots(name)
-    expected = [sum(len(tokenizer.encode(s.text, add_special_tokens=False).ids) for s in render_segments(r, template))
-                for r in rows]
+    expected = [
+        sum(len(tokenizer.encode(s.text, add_special_tokens=False).ids) for s in render_segments(r, template))
+        for r in rows
+    ]
     assert count_template_tokens(tokenizer, rows, template) == expected
 
 
 # Modes. ROW2: a thought in a history turn (LF's shape, removable), a history turn without one, and a
 # last turn with a thought.
 THINK = "<think>\nhmm\n</think>\n\n"
-ROW2 = row([("human", "a"), ("gpt", THINK + "one"), ("observation", "o"), ("gpt", "\ntwo"), ("human", "b"),
-            ("gpt", THINK + "three")], system="s")
+ROW2 = row(
+    [
+        ("human", "a"),
+        ("gpt", THINK + "one"),
+        ("observation", "o"),
+        ("gpt", "\ntwo"),
+        ("human", "b"),
+        ("gpt", THINK + "three"),
+    ],
+    system="s",
+)
 SYS = Segment("<|im_start|>system\ns<|im_end|>\n", "system", False)
 HUMAN_A = Segment("<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\n", "human", False)
-OBS = Segment("<|im_start|>user\n<tool_response>\no\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
-              "observation", False)
+OBS = Segment(
+    "<|im_start|>user\n<tool_response>\no\n</tool_response><|im_end|>\n<|im_start|>assistant\n", "observation", False
+)
 HUMAN_B = Segment("<|im_start|>user\nb<|im_end|>\n<|im_start|>assistant\n", "human", False)
 EMPTY = "<think>\n\n</think>\n\n"
 
 
 def test_modes_and_their_lf_args():
-    assert set(MODES) == {"default", "mask_history", "mask_history_preserve_thinking", "no_thinking", "train_on_prompt",
-                          "v1"}
+    assert set(MODES) == {
+        "default",
+        "mask_history",
+        "mask_history_preserve_thinking",
+        "no_thinking",
+        "train_on_prompt",
+        "v1",
+    }
     assert lf_mode("v1").lf_args() == {} and lf_mode("v1").v1
-    with pytest.raises(BadParams):   # v1 has none of v0's DataArguments
+    with pytest.raises(BadParams):  # v1 has none of v0's DataArguments
         LfMode("x", v1=True, mask_history=True)
     assert lf_mode("default") is DEFAULT
-    assert DEFAULT.lf_args() == {"mask_history": False, "enable_thinking": True, "train_on_prompt": False,
-                                 "preserve_thinking": False}
+    assert DEFAULT.lf_args() == {
+        "mask_history": False,
+        "enable_thinking": True,
+        "train_on_prompt": False,
+        "preserve_thinking": False,
+    }
     assert lf_mode("no_thinking").lf_args()["enable_thinking"] is False
-    assert lf_mode("mask_history_preserve_thinking").lf_args() == {**DEFAULT.lf_args(), "mask_history": True,
-                                                                    "preserve_thinking": True}
+    assert lf_mode("mask_history_preserve_thinking").lf_args() == {
+        **DEFAULT.lf_args(),
+        "mask_history": True,
+        "preserve_thinking": True,
+    }
     with pytest.raises(BadParams):
         lf_mode("nope")
-    with pytest.raises(BadParams):   # LF refuses the pair too (data_args.py:182)
+    with pytest.raises(BadParams):  # LF refuses the pair too (data_args.py:182)
         LfMode("x", mask_history=True, train_on_prompt=True)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        DEFAULT.mask_history = True   # type: ignore[misc]
+        DEFAULT.mask_history = True  # type: ignore[misc]
 
 
 def test_default_mode_keeps_thoughts_and_trains_every_response():
     assert render_segments(ROW2, template_slots("qwen3"), MODES["default"]) == [
-        SYS, HUMAN_A, Segment(THINK + "one<|im_end|>\n", "gpt", True), OBS,
-        Segment(EMPTY, "empty_thought", True), Segment("\ntwo<|im_end|>\n", "gpt", True), HUMAN_B,
-        Segment(THINK + "three<|im_end|>\n", "gpt", True)]
+        SYS,
+        HUMAN_A,
+        Segment(THINK + "one<|im_end|>\n", "gpt", True),
+        OBS,
+        Segment(EMPTY, "empty_thought", True),
+        Segment("\ntwo<|im_end|>\n", "gpt", True),
+        HUMAN_B,
+        Segment(THINK + "three<|im_end|>\n", "gpt", True),
+    ]
     assert render_segments(ROW2, template_slots("qwen3")) == render_segments(ROW2, template_slots("qwen3"), DEFAULT)
 
 
 def test_mask_history_drops_history_thoughts_and_trains_the_last_turn_only():
     assert render_segments(ROW2, template_slots("qwen3"), MODES["mask_history"]) == [
-        SYS, HUMAN_A, Segment("one<|im_end|>\n", "gpt", False), OBS,
-        Segment("two<|im_end|>\n", "gpt", False),   # remove_thought strips leading newlines; no empty thought
-        HUMAN_B, Segment(THINK + "three<|im_end|>\n", "gpt", True)]   # the last turn keeps its thought
+        SYS,
+        HUMAN_A,
+        Segment("one<|im_end|>\n", "gpt", False),
+        OBS,
+        Segment("two<|im_end|>\n", "gpt", False),  # remove_thought strips leading newlines; no empty thought
+        HUMAN_B,
+        Segment(THINK + "three<|im_end|>\n", "gpt", True),
+    ]  # the last turn keeps its thought
 
 
 def test_mask_history_adds_the_empty_thought_to_the_last_turn_only():
     r = row([("human", "a"), ("gpt", "x"), ("human", "b"), ("gpt", "y")])
     assert [(s.role, s.trained) for s in render_segments(r, template_slots("qwen3"), MODES["mask_history"])] == [
-        ("human", False), ("gpt", False), ("human", False), ("empty_thought", True), ("gpt", True)]
+        ("human", False),
+        ("gpt", False),
+        ("human", False),
+        ("empty_thought", True),
+        ("gpt", True),
+    ]
 
 
 def test_mask_history_preserve_thinking_keeps_the_text_of_default():
@@ -146,24 +197,35 @@ def test_mask_history_preserve_thinking_keeps_the_text_of_default():
     default = render_segments(ROW2, template_slots("qwen3"))
     masked = render_segments(ROW2, template_slots("qwen3"), mode)
     assert [(s.text, s.role) for s in masked] == [(s.text, s.role) for s in default]
-    assert [s.trained for s in masked] == [False] * 6 + [False, True]   # history empty thought untrained too
+    assert [s.trained for s in masked] == [False] * 6 + [False, True]  # history empty thought untrained too
 
 
 def test_no_thinking_removes_every_thought_and_puts_the_empty_one_in_the_prompt():
     assert render_segments(ROW2, template_slots("qwen3"), MODES["no_thinking"]) == [
-        SYS, HUMAN_A, Segment(EMPTY, "empty_thought", False), Segment("one<|im_end|>\n", "gpt", True), OBS,
-        Segment(EMPTY, "empty_thought", False), Segment("two<|im_end|>\n", "gpt", True), HUMAN_B,
-        Segment(EMPTY, "empty_thought", False), Segment("three<|im_end|>\n", "gpt", True)]
+        SYS,
+        HUMAN_A,
+        Segment(EMPTY, "empty_thought", False),
+        Segment("one<|im_end|>\n", "gpt", True),
+        OBS,
+        Segment(EMPTY, "empty_thought", False),
+        Segment("two<|im_end|>\n", "gpt", True),
+        HUMAN_B,
+        Segment(EMPTY, "empty_thought", False),
+        Segment("three<|im_end|>\n", "gpt", True),
+    ]
 
 
-@pytest.mark.parametrize("value,text,thought", [
-    ("<think>ls</think>ls", "<think>ls</think>ls", False),   # not LF's thought words: kept, no empty thought
-    ("a <think>\nx\n</think>\n\nb", "a b", True),   # removed anywhere
-    ("<think>\nx\n</think>\n\n<think>\ny\n</think>\n\nz", "z", True),   # every one
-    (EMPTY + "z", "z", True),
-    ("<think>\nunclosed", "<think>\nunclosed", False),
-    ("\n\nz\n", "z\n", True),   # leading newlines go even without a thought
-])
+@pytest.mark.parametrize(
+    "value,text,thought",
+    [
+        ("<think>ls</think>ls", "<think>ls</think>ls", False),  # not LF's thought words: kept, no empty thought
+        ("a <think>\nx\n</think>\n\nb", "a b", True),  # removed anywhere
+        ("<think>\nx\n</think>\n\n<think>\ny\n</think>\n\nz", "z", True),  # every one
+        (EMPTY + "z", "z", True),
+        ("<think>\nunclosed", "<think>\nunclosed", False),
+        ("\n\nz\n", "z\n", True),  # leading newlines go even without a thought
+    ],
+)
 def test_no_thinking_remove_thought(value, text, thought):
     segments = render_segments(row([("human", "q"), ("gpt", value)]), template_slots("qwen3"), MODES["no_thinking"])
     assert [s.role for s in segments] == ["human"] + ["empty_thought"] * thought + ["gpt"]
@@ -173,8 +235,15 @@ def test_no_thinking_remove_thought(value, text, thought):
 def test_mask_history_with_no_thinking():
     mode = LfMode("mh_nt", mask_history=True, enable_thinking=False)
     assert [(s.role, s.trained) for s in render_segments(ROW2, template_slots("qwen3"), mode)] == [
-        ("system", False), ("human", False), ("gpt", False), ("observation", False), ("gpt", False),
-        ("human", False), ("empty_thought", False), ("gpt", True)]
+        ("system", False),
+        ("human", False),
+        ("gpt", False),
+        ("observation", False),
+        ("gpt", False),
+        ("human", False),
+        ("empty_thought", False),
+        ("gpt", True),
+    ]
 
 
 def test_train_on_prompt_trains_everything():
@@ -209,10 +278,12 @@ def test_trained_tokens_sums_the_trained_segments(tokenizer, name, mode):
         return len(tokenizer.encode(text, add_special_tokens=False).ids)
 
     for r in (ROW, ROW2):
-        assert trained_tokens(r, template, mode, count) == sum(count(s.text) for s in render_segments(r, template, mode)
-                                                               if s.trained)
-    assert trained_tokens(ROW2, template, mode, len) == sum(len(t) for t, _, trained in
-                                                            render_pieces(ROW2, template, mode) if trained)
+        assert trained_tokens(r, template, mode, count) == sum(
+            count(s.text) for s in render_segments(r, template, mode) if s.trained
+        )
+    assert trained_tokens(ROW2, template, mode, len) == sum(
+        len(t) for t, _, trained in render_pieces(ROW2, template, mode) if trained
+    )
 
 
 def test_v1_renders_each_message_whole_and_trains_every_assistant_turn():
@@ -225,13 +296,16 @@ def test_v1_renders_each_message_whole_and_trains_every_assistant_turn():
         Segment("<|im_start|>user\n<tool_response>\no\n</tool_response><|im_end|>\n", "observation", False),
         Segment("<|im_start|>assistant\n\ntwo<|im_end|>\n", "gpt", True),
         Segment("<|im_start|>user\nb<|im_end|>\n", "human", False),
-        Segment("<|im_start|>assistant\n" + EMPTY + THINK + "three<|im_end|>\n", "gpt", True)]
+        Segment("<|im_start|>assistant\n" + EMPTY + THINK + "three<|im_end|>\n", "gpt", True),
+    ]
     plain = render_segments(ROW2, template_slots("qwen3_nothink"), MODES["v1"])
     assert plain[-1].text == "<|im_start|>assistant\n" + THINK + "three<|im_end|>\n" and plain[:-1] == got[:-1]
     # a last assistant turn after a tool result only (no user query after it) still counts as after the query
     tail = row([("human", "q"), ("gpt", "call"), ("observation", "r"), ("gpt", "\n\nend")])
-    assert render_segments(tail, template_slots("qwen3"), MODES["v1"])[-1].text == \
-        "<|im_start|>assistant\n" + EMPTY + "end<|im_end|>\n"
+    assert (
+        render_segments(tail, template_slots("qwen3"), MODES["v1"])[-1].text
+        == "<|im_start|>assistant\n" + EMPTY + "end<|im_end|>\n"
+    )
 
 
 def test_v1_trained_tokens_stop_at_cutoff_len():
@@ -240,10 +314,11 @@ def test_v1_trained_tokens_stop_at_cutoff_len():
     full = sum(n for n, trained in rendered if trained)
     assert trained_tokens(ROW2, template_slots("qwen3"), MODES["v1"], count) == full
     assert trained_tokens(ROW2, template_slots("qwen3"), MODES["v1"], count, cutoff_len=10**6) == full
-    first = rendered[0][0]   # the first piece is a prompt: a cut inside it trains nothing
+    first = rendered[0][0]  # the first piece is a prompt: a cut inside it trains nothing
     assert trained_tokens(ROW2, template_slots("qwen3"), MODES["v1"], count, cutoff_len=first) == 0
     assert trained_tokens(ROW2, template_slots("qwen3"), MODES["v1"], count, cutoff_len=first + 5) == 5
     assert truncated_trained([(3, True), (4, False), (5, True)], 9) == 5
     # the v0 modes ignore cutoff_len (export_sft keeps only rows that fit it)
-    assert trained_tokens(ROW2, template_slots("qwen3"), DEFAULT, count, cutoff_len=1) == \
-        trained_tokens(ROW2, template_slots("qwen3"), DEFAULT, count)
+    assert trained_tokens(ROW2, template_slots("qwen3"), DEFAULT, count, cutoff_len=1) == trained_tokens(
+        ROW2, template_slots("qwen3"), DEFAULT, count
+    )

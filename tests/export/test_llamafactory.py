@@ -35,9 +35,12 @@ CPU = {"deepspeed": None, "bf16": False, "preprocessing_num_workers": 1}
 
 
 def train_env(tmp: Path) -> dict[str, str]:
-    return {"HF_DATASETS_CACHE": str(tmp / "hf-datasets"), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-            "TRACELAKE_TRAIN_ENV": str(train_python().parent.parent)}
-
+    return {
+        "HF_DATASETS_CACHE": str(tmp / "hf-datasets"),
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "TRACELAKE_TRAIN_ENV": str(train_python().parent.parent),
+    }
 
 
 def lf_load(config: Path, cwd: Path, tmp: Path, **overrides) -> dict:
@@ -62,7 +65,7 @@ def test_llamafactory_keeps_every_exported_row_uncut(sample_project, tiny_model,
     config = sample_project / "training" / "configs" / f"sft-{scale}.yaml"
     got = lf_load(config, sample_project, tmp_path, model_name_or_path=str(tiny_model))
     assert got["examples"] == manifest["counts"]["rows_out"] == manifest["tables"]["sft_rows"]["rows"]
-    assert got["lengths"] == exported_tokens(export)           # same order, same length: nothing cut
+    assert got["lengths"] == exported_tokens(export)  # same order, same length: nothing cut
     assert all(t > 0 for t in got["trained_tokens"])
 
 
@@ -83,32 +86,49 @@ def test_smaller_cutoff_rejects_long_rows_instead_of_cutting(sample_project, tin
     assert set(rejects["reason"].to_pylist()) == {"over_cutoff_len"}
     config = yaml.safe_load((project / "training" / "configs" / "sft-316.yaml").read_text())
     assert config["cutoff_len"] == cutoff
-    got = lf_load(project / "training" / "configs" / "sft-316.yaml", project, tmp_path,
-                  model_name_or_path=str(tiny_model))
+    got = lf_load(
+        project / "training" / "configs" / "sft-316.yaml", project, tmp_path, model_name_or_path=str(tiny_model)
+    )
     assert got["examples"] == counts["rows_out"]
     assert got["lengths"] == exported_tokens(export) and max(got["lengths"]) <= cutoff
 
 
-def load_rows(rows: list[dict], tiny_model: Path, tmp_path: Path, *, same_role: str = "merge",
-              template: str = "qwen3") -> tuple[dict, list[dict], list[dict]]:
+def load_rows(
+    rows: list[dict], tiny_model: Path, tmp_path: Path, *, same_role: str = "merge", template: str = "qwen3"
+) -> tuple[dict, list[dict], list[dict]]:
     """Convert rows with export_sft's own functions, write shards + dataset_info, load them with LLaMA-Factory."""
-    table, rejects = convert_batch(*slot_batch(rows), same_role=same_role, cutoff_len=None, tokenizer=load_tokenizer(tiny_model),
-                                   template=template_slots(template), stats=SftStats())
+    table, rejects = convert_batch(
+        *slot_batch(rows),
+        same_role=same_role,
+        cutoff_len=None,
+        tokenizer=load_tokenizer(tiny_model),
+        template=template_slots(template),
+        stats=SftStats(),
+    )
     out = table.to_pylist()
     config = lf_config(table, tiny_model, tmp_path, template)
     return lf_load(config, tmp_path, tmp_path), out, rejects
 
 
 def slot(i: int, messages: list[dict]) -> dict:
-    return {"slot_id": f"s{i}", "trajectory_id": f"t{i}", "task_id": f"k{i}", "source": "src", "task": f"task{i}",
-            "copy": 0, "name": f"task{i}", "messages": messages}
+    return {
+        "slot_id": f"s{i}",
+        "trajectory_id": f"t{i}",
+        "task_id": f"k{i}",
+        "source": "src",
+        "task": f"task{i}",
+        "copy": 0,
+        "name": f"task{i}",
+        "messages": messages,
+    }
 
 
 @pytest.mark.parametrize("same_role,expected", [("merge", 4), ("reject", 3)])
 def test_real_openthoughts_rows(tiny_model, tmp_path, same_role, expected):
     raw = json.loads(need(FIXTURES / "otagent" / "sample_raw.json").read_text())
-    got, out, rejects = load_rows([slot(i, r["conversations"]) for i, r in enumerate(raw)], tiny_model, tmp_path,
-                                  same_role=same_role)
+    got, out, rejects = load_rows(
+        [slot(i, r["conversations"]) for i, r in enumerate(raw)], tiny_model, tmp_path, same_role=same_role
+    )
     assert len(out) == expected and len(out) + len(rejects) == 4
     if same_role == "reject":
         assert [r["reason"] for r in rejects] == ["consecutive_same_role"] and rejects[0]["item_id"] == "s3"
@@ -119,13 +139,31 @@ def test_real_openthoughts_rows(tiny_model, tmp_path, same_role, expected):
 @pytest.mark.parametrize("template", ["qwen3", "qwen3_nothink"])
 def test_token_counts_match_for_system_tool_and_think_turns(tiny_model, tmp_path, template):
     """The paths the sample does not exercise: a system prompt, tool observations, thoughts, braces."""
+
     def m(role, content):
         return {"role": role, "content": content}
+
     rows = [
-        slot(0, [m("system", "You are {terse}."), m("user", "list files"), m("assistant", "<think>ls</think>ls -la"),
-                 m("tool", "a.txt {b}"), m("assistant", "done")]),
-        slot(1, [m("user", "hi"), m("assistant", "no thought here"), m("tool", "x"), m("tool", "y"),
-                 m("assistant", "<think>\nlong\n</think>\n\nok")]),
+        slot(
+            0,
+            [
+                m("system", "You are {terse}."),
+                m("user", "list files"),
+                m("assistant", "<think>ls</think>ls -la"),
+                m("tool", "a.txt {b}"),
+                m("assistant", "done"),
+            ],
+        ),
+        slot(
+            1,
+            [
+                m("user", "hi"),
+                m("assistant", "no thought here"),
+                m("tool", "x"),
+                m("tool", "y"),
+                m("assistant", "<think>\nlong\n</think>\n\nok"),
+            ],
+        ),
         slot(2, [m("system", "a"), m("system", "b"), m("user", "q"), m("assistant", "")]),
     ]
     got, out, _ = load_rows(rows, tiny_model, tmp_path, template=template)
@@ -135,14 +173,29 @@ def test_token_counts_match_for_system_tool_and_think_turns(tiny_model, tmp_path
 def test_cpu_smoke_training_through_the_launcher(sample_project, tiny_model, tmp_path):
     """`tracelake train sft --backend local`: 3 full-SFT steps, finite loss (~10 s on 2 CPU cores)."""
     out = tmp_path / "run"
-    sets = {"model_name_or_path": str(tiny_model), "deepspeed": "null", "bf16": "false", "use_cpu": "true",
-            "max_steps": 3, "save_strategy": "no", "logging_steps": 1, "output_dir": str(out),
-            "preprocessing_num_workers": 1, "dataloader_num_workers": 0, "plot_loss": "false"}
+    sets = {
+        "model_name_or_path": str(tiny_model),
+        "deepspeed": "null",
+        "bf16": "false",
+        "use_cpu": "true",
+        "max_steps": 3,
+        "save_strategy": "no",
+        "logging_steps": 1,
+        "output_dir": str(out),
+        "preprocessing_num_workers": 1,
+        "dataloader_num_workers": 0,
+        "plot_loss": "false",
+    }
     args = [sys.executable, "-m", "tracelake", "train", "sft", "--dataset", "316", "--backend", "local", "--gpus", "1"]
     for k, v in sets.items():
         args += ["--set", f"{k}={v}"]
-    proc = subprocess.run(args, cwd=sample_project, capture_output=True, text=True,
-                          env={**__import__("os").environ, **train_env(tmp_path)})
+    proc = subprocess.run(
+        args,
+        cwd=sample_project,
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, **train_env(tmp_path)},
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "llamafactory-cli train training/configs/sft-316.yaml" in proc.stdout
     log = [json.loads(line) for line in (out / "trainer_log.jsonl").read_text().splitlines()]

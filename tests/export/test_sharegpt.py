@@ -27,11 +27,22 @@ def m(role: str, content: str = "x") -> dict:
 
 
 def test_plain_alternation_maps_roles_and_keeps_think():
-    row = to_sharegpt([m("system", "be brief"), m("user", "q"), m("assistant", "<think>hm</think>a"),
-                       m("tool", "out"), m("assistant", "b")])
+    row = to_sharegpt(
+        [
+            m("system", "be brief"),
+            m("user", "q"),
+            m("assistant", "<think>hm</think>a"),
+            m("tool", "out"),
+            m("assistant", "b"),
+        ]
+    )
     assert row.system == "be brief"
-    assert row.conversations == [{"from": "human", "value": "q"}, {"from": "gpt", "value": "<think>hm</think>a"},
-                                 {"from": "observation", "value": "out"}, {"from": "gpt", "value": "b"}]
+    assert row.conversations == [
+        {"from": "human", "value": "q"},
+        {"from": "gpt", "value": "<think>hm</think>a"},
+        {"from": "observation", "value": "out"},
+        {"from": "gpt", "value": "b"},
+    ]
     assert (row.merged, row.trimmed) == (0, 0)
 
 
@@ -45,8 +56,14 @@ def test_consecutive_same_side_messages_merge_or_reject():
 
 
 def test_merged_tool_and_user_is_human_all_tool_is_observation():
-    assert to_sharegpt([m("user"), m("assistant"), m("tool"), m("tool"), m("assistant")]).conversations[2]["from"] == "observation"
-    assert to_sharegpt([m("user"), m("assistant"), m("tool"), m("user"), m("assistant")]).conversations[2]["from"] == "human"
+    assert (
+        to_sharegpt([m("user"), m("assistant"), m("tool"), m("tool"), m("assistant")]).conversations[2]["from"]
+        == "observation"
+    )
+    assert (
+        to_sharegpt([m("user"), m("assistant"), m("tool"), m("user"), m("assistant")]).conversations[2]["from"]
+        == "human"
+    )
 
 
 def test_trailing_prompt_turns_are_trimmed_and_counted():
@@ -54,14 +71,17 @@ def test_trailing_prompt_turns_are_trimmed_and_counted():
     assert len(row.conversations) == 2 and row.trimmed == 2
 
 
-@pytest.mark.parametrize("msgs,reason", [
-    ([], "empty_conversation"),
-    ([m("system")], "empty_conversation"),
-    ([m("assistant"), m("user"), m("assistant")], "starts_with_assistant"),
-    ([m("system"), m("assistant")], "starts_with_assistant"),
-    ([m("user"), m("system"), m("assistant")], "system_not_leading"),
-    ([m("user"), m("tool")], "no_assistant_turn"),
-])
+@pytest.mark.parametrize(
+    "msgs,reason",
+    [
+        ([], "empty_conversation"),
+        ([m("system")], "empty_conversation"),
+        ([m("assistant"), m("user"), m("assistant")], "starts_with_assistant"),
+        ([m("system"), m("assistant")], "starts_with_assistant"),
+        ([m("user"), m("system"), m("assistant")], "system_not_leading"),
+        ([m("user"), m("tool")], "no_assistant_turn"),
+    ],
+)
 def test_rejects(msgs, reason):
     with pytest.raises(ExportReject) as e:
         to_sharegpt(msgs)
@@ -83,9 +103,9 @@ def test_any_message_list_becomes_a_valid_row_or_a_known_reject(pairs, policy):
     except ExportReject as e:
         assert e.reason in REJECT_REASONS
         return
-    check_alternation(row.conversations)     # what LLaMA-Factory's converter demands
+    check_alternation(row.conversations)  # what LLaMA-Factory's converter demands
     body = [x for x in msgs if x["role"] != "system"]
-    kept = body[:len(body) - row.trimmed]
+    kept = body[: len(body) - row.trimmed]
     # nothing lost or reordered: the kept messages' texts, in order, are exactly the row's turns
     assert [t["value"] for t in row.conversations] == _joined(kept)
     assert row.merged == len(kept) - len(row.conversations)
@@ -117,18 +137,40 @@ def test_export_without_token_counting_says_rows_are_not_length_checked(tmp_path
     from tracelake.export.templates import template_slots
 
     msgs = [{"role": "user", "content": "q " * 400}, {"role": "assistant", "content": "a " * 400}]
-    rows = [{"slot_id": f"s{i}", "trajectory_id": "t", "task_id": "k", "source": "src", "task": "x",
-             "name": f"x_copy{i:04d}", "copy": i, "messages": msgs} for i in range(2)]
+    rows = [
+        {
+            "slot_id": f"s{i}",
+            "trajectory_id": "t",
+            "task_id": "k",
+            "source": "src",
+            "task": "x",
+            "name": f"x_copy{i:04d}",
+            "copy": i,
+            "messages": msgs,
+        }
+        for i in range(2)
+    ]
     tok = load_tokenizer(build_tokenizer(tmp_path / "tok"))
     counted, stats = SftStats(), SftStats()
-    out, rejects = convert_batch(*slot_batch(rows), same_role="merge", cutoff_len=10, tokenizer=tok,
-                                 template=template_slots("qwen3"), stats=counted)
+    out, rejects = convert_batch(
+        *slot_batch(rows),
+        same_role="merge",
+        cutoff_len=10,
+        tokenizer=tok,
+        template=template_slots("qwen3"),
+        stats=counted,
+    )
     assert out.num_rows == 0 and {r["reason"] for r in rejects} == {"over_cutoff_len"} and counted.length_checked
-    out, rejects = convert_batch(*slot_batch(rows), same_role="merge", cutoff_len=10, tokenizer=None,
-                                 template=template_slots("qwen3"), stats=stats)
+    out, rejects = convert_batch(
+        *slot_batch(rows),
+        same_role="merge",
+        cutoff_len=10,
+        tokenizer=None,
+        template=template_slots("qwen3"),
+        stats=stats,
+    )
     assert rejects == [] and out.column("n_tokens").to_pylist() == [None, None]
     assert stats.as_json()["length_checked"] is False
-
 
 
 def test_export_counts_the_rows_whose_system_prompt_v1_drops():
@@ -138,16 +180,34 @@ def test_export_counts_the_rows_whose_system_prompt_v1_drops():
     from tracelake.export.templates import template_slots
 
     def slot(i: int, trajectory: str, messages: list[dict]) -> dict:
-        return {"slot_id": f"s{i}", "trajectory_id": trajectory, "task_id": "k", "source": "src", "task": "x",
-                "name": f"x{i}", "copy": 0, "messages": messages}
+        return {
+            "slot_id": f"s{i}",
+            "trajectory_id": trajectory,
+            "task_id": "k",
+            "source": "src",
+            "task": "x",
+            "name": f"x{i}",
+            "copy": 0,
+            "messages": messages,
+        }
 
     ask = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
     sys_ask = [{"role": "system", "content": "be brief"}, *ask]
-    rows = [slot(0, "bad", [{"role": "assistant", "content": "starts with the answer"}]),   # rejected
-            slot(1, "plain", ask), slot(2, "sys", sys_ask), slot(3, "sys", sys_ask)]      # s3: a copy
+    rows = [
+        slot(0, "bad", [{"role": "assistant", "content": "starts with the answer"}]),  # rejected
+        slot(1, "plain", ask),
+        slot(2, "sys", sys_ask),
+        slot(3, "sys", sys_ask),
+    ]  # s3: a copy
     stats = SftStats()
-    out, rejects = convert_batch(*slot_batch(rows), same_role="merge", cutoff_len=None, tokenizer=None,
-                                 template=template_slots("qwen3"), stats=stats)
+    out, rejects = convert_batch(
+        *slot_batch(rows),
+        same_role="merge",
+        cutoff_len=None,
+        tokenizer=None,
+        template=template_slots("qwen3"),
+        stats=stats,
+    )
     assert len(rejects) == 1 and out.num_rows == 3
     assert stats.rows_with_system == 2 == sum(bool(s) for s in out.column("system").to_pylist())
 
@@ -161,19 +221,41 @@ def test_export_recalls_counts_of_conversations_counted_before(tmp_path):
     from tracelake.export.templates import MODES, template_slots
 
     def conv(word, n):
-        return [{"role": "user", "content": f"{word} " * n}, {"role": "assistant", "content": f"{word}!"},
-                {"role": "user", "content": "more"}, {"role": "assistant", "content": "<think>x</think>ok"}]
-    rows = [{"slot_id": f"s{i}", "trajectory_id": f"t{i}", "task_id": "k", "source": "src", "task": "x",
-             "name": f"x{i}", "copy": 0, "messages": conv(w, n)} for i, (w, n) in enumerate([("a", 5), ("b", 9)])]
+        return [
+            {"role": "user", "content": f"{word} " * n},
+            {"role": "assistant", "content": f"{word}!"},
+            {"role": "user", "content": "more"},
+            {"role": "assistant", "content": "<think>x</think>ok"},
+        ]
+
+    rows = [
+        {
+            "slot_id": f"s{i}",
+            "trajectory_id": f"t{i}",
+            "task_id": "k",
+            "source": "src",
+            "task": "x",
+            "name": f"x{i}",
+            "copy": 0,
+            "messages": conv(w, n),
+        }
+        for i, (w, n) in enumerate([("a", 5), ("b", 9)])
+    ]
     tok_dir, cache = build_tokenizer(tmp_path / "tok"), tmp_path / "cache"
 
     def export(rows, same_role="merge", template="qwen3"):
         with TokenCounter.open(tok_dir, cache) as counter:
-            out, _ = convert_batch(*slot_batch(rows), same_role=same_role, cutoff_len=None, tokenizer=counter,
-                                   template=template_slots(template), stats=SftStats())
+            out, _ = convert_batch(
+                *slot_batch(rows),
+                same_role=same_role,
+                cutoff_len=None,
+                tokenizer=counter,
+                template=template_slots(template),
+                stats=SftStats(),
+            )
         return out.column("n_tokens").to_pylist(), counter.stats
 
-    rules = 1 + len(MODES)    # the row's tokens, and the tokens each LLaMA-Factory mode trains on
+    rules = 1 + len(MODES)  # the row's tokens, and the tokens each LLaMA-Factory mode trains on
     first, s1 = export(rows)
     again, s2 = export(rows)
     assert (s1.recalled, s2.recalled, s2.texts) == (0, 2 * rules, 0) and again == first
@@ -182,10 +264,20 @@ def test_export_recalls_counts_of_conversations_counted_before(tmp_path):
     assert s3.recalled == 2 * rules and appended[:2] == first
     for other in ({"same_role": "reject"}, {"template": "qwen3_nothink"}):
         assert export(rows, **other)[1].recalled == 0, other
-    nothink_fresh = convert_batch(*slot_batch(rows), same_role="merge", cutoff_len=None,
-                                  tokenizer=TokenCounter.open(tok_dir), template=template_slots("qwen3_nothink"),
-                                  stats=SftStats())[0].column("n_tokens").to_pylist()
+    nothink_fresh = (
+        convert_batch(
+            *slot_batch(rows),
+            same_role="merge",
+            cutoff_len=None,
+            tokenizer=TokenCounter.open(tok_dir),
+            template=template_slots("qwen3_nothink"),
+            stats=SftStats(),
+        )[0]
+        .column("n_tokens")
+        .to_pylist()
+    )
     assert export(rows, template="qwen3_nothink")[0] == nothink_fresh != first
+
 
 MESSAGES = st.lists(st.tuples(ROLES, st.none() | st.text(max_size=5)), max_size=12)
 

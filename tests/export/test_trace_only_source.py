@@ -28,7 +28,7 @@ from .test_export_rl import (  # SkyRL's own PromptDataset, in each trainer's en
     skyrl_load,
 )
 
-pytestmark = pytest.mark.e2e   # builds a project with `dvc repro`
+pytestmark = pytest.mark.e2e  # builds a project with `dvc repro`
 TRACES = "data/otagent/sample_raw.json"
 SCALE = "316"
 
@@ -41,7 +41,7 @@ def project(tmp_path_factory) -> tuple[Path, str]:
     (repo / TRACES).parent.mkdir(parents=True)
     shutil.copy(sample, repo / TRACES)
     params = yaml.safe_load((repo / "params.yaml").read_text())
-    params["sources"] = {"otagent": {"format": "traces", "path": TRACES}}   # no task directories
+    params["sources"] = {"otagent": {"format": "traces", "path": TRACES}}  # no task directories
     params["scales"] = {SCALE: int(SCALE)}
     # the real traces are long in the project's 4K-vocabulary tokenizer: keep every main trace
     params["filter"]["max_tokens"] = params["train"]["sft"]["cutoff_len"] = 400_000
@@ -50,7 +50,7 @@ def project(tmp_path_factory) -> tuple[Path, str]:
     # the stages for one missing from dvc.yaml) until it is written again
     stale = subprocess.run(["dvc", "repro", "filter"], cwd=repo, capture_output=True, text=True)
     assert stale.returncode != 0 and "Parameters 'sources.swesmith' are missing" in stale.stderr, stale.stderr
-    run_ok([sys.executable, "-m", "stages.dvc_yaml"], repo)   # dvc.yaml lists the sources it ingests
+    run_ok([sys.executable, "-m", "stages.dvc_yaml"], repo)  # dvc.yaml lists the sources it ingests
     out = run_ok(["dvc", "repro", f"export_sft@{SCALE}", "export_rl"], repo)
     return repo, out
 
@@ -91,8 +91,9 @@ def test_rl_prompts_for_derived_tasks_without_task_rows(project):
     assert c["tasks_in"] == c["tasks_out"] == c["prompt_only"] == len(tasks)
     assert c["files"]["tasks"] == [] and m["tables"]["harbor_tasks"]["rows"] == 0
     prompts = [r for f in c["files"]["prompts"] for r in pq.read_table(lake.rl_export / f).to_pylist()]
-    assert {p["task_id"]: p["prompt"][-1]["content"] for p in prompts} == \
-        {i: t["instruction"] for i, t in tasks.items()}
+    assert {p["task_id"]: p["prompt"][-1]["content"] for p in prompts} == {
+        i: t["instruction"] for i, t in tasks.items()
+    }
     assert f"export_rl: {len(tasks)} prompts have no task binary" in out
 
 
@@ -104,8 +105,11 @@ def test_reject_leaves_them_out_with_a_reason(project, tmp_path):
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     proc = subprocess.run([sys.executable, "-m", "stages", "export_rl"], cwd=repo, capture_output=True, text=True)
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip().splitlines()[-1].startswith("tracelake: export_rl: every one of 4 tasks was rejected "
-                                                           "({'no_task_binary': 4})")
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .startswith("tracelake: export_rl: every one of 4 tasks was rejected ({'no_task_binary': 4})")
+    )
 
 
 def test_a_source_may_omit_its_tasks(tmp_path):

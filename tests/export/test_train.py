@@ -21,16 +21,35 @@ from tracelake.params import load_params
 from ..helpers import ROOT, run_ok, train_python
 
 # The seed recipe (OpenThoughts-Agent SFT model card), written out independently of params.yaml.
-SEED = {"model_name_or_path": "Qwen/Qwen3-8B", "stage": "sft", "finetuning_type": "full", "learning_rate": 4e-5,
-        "lr_scheduler_type": "cosine", "warmup_ratio": 0.1, "num_train_epochs": 7.0,
-        "per_device_train_batch_size": 1, "gradient_accumulation_steps": 2, "optim": "adamw_torch_fused",
-        "adam_beta1": 0.9, "adam_beta2": 0.98, "adam_epsilon": 1e-8, "seed": 42, "bf16": True,
-        "cutoff_len": 32768, "template": "qwen3"}
+SEED = {
+    "model_name_or_path": "Qwen/Qwen3-8B",
+    "stage": "sft",
+    "finetuning_type": "full",
+    "learning_rate": 4e-5,
+    "lr_scheduler_type": "cosine",
+    "warmup_ratio": 0.1,
+    "num_train_epochs": 7.0,
+    "per_device_train_batch_size": 1,
+    "gradient_accumulation_steps": 2,
+    "optim": "adamw_torch_fused",
+    "adam_beta1": 0.9,
+    "adam_beta2": 0.98,
+    "adam_epsilon": 1e-8,
+    "seed": 42,
+    "bf16": True,
+    "cutoff_len": 32768,
+    "template": "qwen3",
+}
 
 
 def tracelake(project: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tracelake", *args], cwd=project, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "tracelake", *args],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @pytest.fixture()
@@ -48,9 +67,14 @@ def test_generated_sft_config_is_the_seed_recipe(sample_project):
         ds = json.loads((sample_project / "training" / "deepspeed" / "ds_z3_config.json").read_text())
         assert config["deepspeed"] == "training/deepspeed/ds_z3_config.json" and ds["zero_optimization"]["stage"] == 3
         manifest = read_manifest(sample_project / "lake" / "exports" / "sft" / scale)
-        assert config["dataset"].split(",") == [f"{manifest['dataset_id']}.{i:05d}" for i in range(manifest["counts"]["shards"])]
+        assert config["dataset"].split(",") == [
+            f"{manifest['dataset_id']}.{i:05d}" for i in range(manifest["counts"]["shards"])
+        ]
         assert config["dataset_dir"] == f"lake/exports/sft/{scale}"
-        assert manifest["dataset_id"] in (sample_project / "training" / "configs" / f"sft-{scale}.yaml").read_text().splitlines()[0]
+        assert (
+            manifest["dataset_id"]
+            in (sample_project / "training" / "configs" / f"sft-{scale}.yaml").read_text().splitlines()[0]
+        )
 
 
 def test_sft_config_states_the_training_mode(sample_project):
@@ -59,8 +83,12 @@ def test_sft_config_states_the_training_mode(sample_project):
     from tracelake.export.train_config import sft_config
 
     config = yaml.safe_load((sample_project / "training" / "configs" / "sft-316.yaml").read_text())
-    assert {k: config[k] for k in ("mask_history", "enable_thinking", "train_on_prompt", "preserve_thinking")} == \
-        {"mask_history": False, "enable_thinking": True, "train_on_prompt": False, "preserve_thinking": False}
+    assert {k: config[k] for k in ("mask_history", "enable_thinking", "train_on_prompt", "preserve_thinking")} == {
+        "mask_history": False,
+        "enable_thinking": True,
+        "train_on_prompt": False,
+        "preserve_thinking": False,
+    }
     sft = SftTrainParams(mode="mask_history_preserve_thinking")
     config = sft_config(sft, dataset_id="sft-1-x", n_shards=1, dataset_dir="d", runs="r")
     assert (config["mask_history"], config["preserve_thinking"], config["train_on_prompt"]) == (True, True, False)
@@ -70,7 +98,13 @@ def test_sft_config_states_the_training_mode(sample_project):
 
 def test_default_params_match_the_seed_recipe():
     sft = SftTrainParams()
-    assert (sft.learning_rate, sft.num_train_epochs, sft.adam_beta2, sft.seed, total_batch(sft)) == (4e-5, 7.0, 0.98, 42, 16)
+    assert (sft.learning_rate, sft.num_train_epochs, sft.adam_beta2, sft.seed, total_batch(sft)) == (
+        4e-5,
+        7.0,
+        0.98,
+        42,
+        16,
+    )
     assert load_params(ROOT / "params.yaml").train.sft == sft
 
 
@@ -82,13 +116,26 @@ def test_rl_config_lists_explicit_parquet_files(sample_project):
     assert all(f.endswith(".parquet") and (sample_project / f).is_file() for f in files)
     assert config["dataset_id"] == manifest["dataset_id"]
     o = config["overrides"]
-    assert (o["trainer.algorithm.advantage_estimator"], o["generator.n_samples_per_prompt"], o["generator.max_turns"]) == ("grpo", 8, 32)
+    assert (
+        o["trainer.algorithm.advantage_estimator"],
+        o["generator.n_samples_per_prompt"],
+        o["generator.max_turns"],
+    ) == ("grpo", 8, 32)
 
 
 def test_modal_dry_run_offline_shows_command_gpu_volumes_and_dataset(sample_project, tmp_path):
     secret = "hf_do_not_print_me_123"
-    proc = tracelake(sample_project, "train", "sft", "--dataset", "3k", "--backend", "modal", "--dry-run",
-                     env={"HF_TOKEN": secret, "MODAL_TOKEN_SECRET": secret, "HOME": str(tmp_path)})
+    proc = tracelake(
+        sample_project,
+        "train",
+        "sft",
+        "--dataset",
+        "3k",
+        "--backend",
+        "modal",
+        "--dry-run",
+        env={"HF_TOKEN": secret, "MODAL_TOKEN_SECRET": secret, "HOME": str(tmp_path)},
+    )
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
     dataset_id = read_manifest(sample_project / "lake" / "exports" / "sft" / "3k")["dataset_id"]
@@ -98,7 +145,7 @@ def test_modal_dry_run_offline_shows_command_gpu_volumes_and_dataset(sample_proj
     assert "modal run training/modal_app.py::sft" in text
     assert f"dataset_dir: /datasets/{dataset_id}" in text and "HF_TOKEN (set)" in text
     assert secret not in text and secret not in proc.stderr
-    assert not list(tmp_path.iterdir())                      # nothing written (no credentials file)
+    assert not list(tmp_path.iterdir())  # nothing written (no credentials file)
 
 
 def test_modal_rl_plan_names_the_trainer_and_remote_paths(in_project):
@@ -130,9 +177,11 @@ def test_local_dry_run_and_dataset_resolution(in_project):
 
 
 def test_bad_launch_requests_fail_with_one_line(in_project):
-    for args in (["train", "sft", "--dataset", "nope", "--dry-run"],
-                 ["train", "sft", "--dataset", "1k", "--backend", "slurm", "--dry-run"],
-                 ["train", "sft", "--dataset", "1k", "--set", "novalue", "--dry-run"]):
+    for args in (
+        ["train", "sft", "--dataset", "nope", "--dry-run"],
+        ["train", "sft", "--dataset", "1k", "--backend", "slurm", "--dry-run"],
+        ["train", "sft", "--dataset", "1k", "--set", "novalue", "--dry-run"],
+    ):
         proc = tracelake(in_project, *args)
         assert proc.returncode == 2 and proc.stderr.startswith("tracelake: ") and proc.stderr.count("\n") == 1, args
     with pytest.raises(BadParams):
@@ -152,19 +201,29 @@ def test_stale_config_is_refused(sample_project, tmp_path, monkeypatch):
 
 
 def test_set_values_are_typed_like_the_trainers_read_them():
-    assert parse_sets(["a=3", "b=0.5", "c=true", "d=null", "e=no", "f=epoch"]) == \
-        {"a": 3, "b": 0.5, "c": True, "d": None, "e": "no", "f": "epoch"}
+    assert parse_sets(["a=3", "b=0.5", "c=true", "d=null", "e=no", "f=epoch"]) == {
+        "a": 3,
+        "b": 0.5,
+        "c": True,
+        "d": None,
+        "e": "no",
+        "f": "epoch",
+    }
     assert hydra_overrides({"x": ["a", "b"], "y": False}) == ["x=['a','b']", "y=false"]
 
 
 @pytest.mark.train_env
 def test_modal_app_defines_its_functions_offline(sample_project, tmp_path):
-    code = ("import sys; sys.path.insert(0, 'training'); import modal_app as m; "
-            "print(m.app.name, sorted(m.app.registered_functions), m.GPU, m.DATASETS, m.RL_PACKAGES[m.RL_TRAINER])")
+    code = (
+        "import sys; sys.path.insert(0, 'training'); import modal_app as m; "
+        "print(m.app.name, sorted(m.app.registered_functions), m.GPU, m.DATASETS, m.RL_PACKAGES[m.RL_TRAINER])"
+    )
     env = {"HOME": str(tmp_path), "TRACELAKE_MODAL_GPU": "A100:2", "TRACELAKE_MODAL_APP": "t-app"}
     text = run_ok([str(train_python()), "-c", code], sample_project, env=env)
     assert "t-app ['train_rl', 'train_sft'] A100:2 tracelake-datasets skyrl[fsdp]==0.4.0" in text
-    text = run_ok([str(train_python()), "-c", code], sample_project, env={**env, "TRACELAKE_MODAL_RL_TRAINER": "skyrl-train"})
+    text = run_ok(
+        [str(train_python()), "-c", code], sample_project, env={**env, "TRACELAKE_MODAL_RL_TRAINER": "skyrl-train"}
+    )
     assert "tracelake-datasets skyrl-train[vllm]==0.3.1" in text
 
 
@@ -186,18 +245,22 @@ def _rl_project(sample_project: Path, tmp_path: Path, trainer: str) -> Path:
     cwd = Path.cwd()
     os.chdir(project)
     try:
-        write_train_configs(Path(params.train.configs), Lake(params.lake), list(params.scales), params.train,
-                            params.export_rl)
+        write_train_configs(
+            Path(params.train.configs), Lake(params.lake), list(params.scales), params.train, params.export_rl
+        )
     finally:
         os.chdir(cwd)
     return project
 
 
 @pytest.mark.train_env
-@pytest.mark.parametrize("trainer,entrypoint,engine_key", [
-    ("skyrl", "skyrl.train.entrypoints.main_base", "generator.inference_engine.num_engines"),
-    ("skyrl-train", "skyrl_train.entrypoints.main_base", "generator.num_inference_engines"),
-])
+@pytest.mark.parametrize(
+    "trainer,entrypoint,engine_key",
+    [
+        ("skyrl", "skyrl.train.entrypoints.main_base", "generator.inference_engine.num_engines"),
+        ("skyrl-train", "skyrl_train.entrypoints.main_base", "generator.num_inference_engines"),
+    ],
+)
 def test_rl_dry_run_is_checked_against_the_installed_skyrl(trainer, entrypoint, engine_key, sample_project, tmp_path):
     """`tracelake train rl --dry-run` runs the trainer's own config parse (skyrl 0.4's typed config,
     skyrl-train 0.3.1's Hydra compose) over the exact overrides it would pass: every generated key is
@@ -209,9 +272,15 @@ def test_rl_dry_run_is_checked_against_the_installed_skyrl(trainer, entrypoint, 
     env = {"TRACELAKE_SKYRL_ENV" if trainer == "skyrl" else "TRACELAKE_TRAIN_ENV": str(python.parents[1])}
     config = yaml.safe_load((project / "training" / "configs" / "rl.yaml").read_text())
     assert config["trainer"] == trainer and config["entrypoint"] == entrypoint
-    assert config["overrides"][engine_key] * config["overrides"][engine_key.replace(
-        "num_engines", "tensor_parallel_size").replace("num_inference_engines", "inference_engine_tensor_parallel_size")] \
+    assert (
+        config["overrides"][engine_key]
+        * config["overrides"][
+            engine_key.replace("num_engines", "tensor_parallel_size").replace(
+                "num_inference_engines", "inference_engine_tensor_parallel_size"
+            )
+        ]
         == config["overrides"]["trainer.placement.policy_num_gpus_per_node"]
+    )
 
     proc = tracelake(project, "train", "rl", "--dataset", "rl", "--dry-run", env=env)
     assert proc.returncode == 0, proc.stderr
@@ -222,14 +291,18 @@ def test_rl_dry_run_is_checked_against_the_installed_skyrl(trainer, entrypoint, 
     assert f"check:    ok: {n} overrides are keys of {trainer} {version}'s config" in proc.stdout
     # the export's env_class (harbor) is no SkyRL-Gym environment: said, not refused (an entrypoint may register it)
     assert "note:     environment.env_class 'harbor' is not registered in skyrl-gym 0.4.0 (aime, gsm8k" in proc.stdout
-    proc = tracelake(project, "train", "rl", "--dataset", "rl", "--dry-run", "--set", "environment.env_class=gsm8k",
-                     env=env)
+    proc = tracelake(
+        project, "train", "rl", "--dataset", "rl", "--dry-run", "--set", "environment.env_class=gsm8k", env=env
+    )
     assert proc.returncode == 0 and "check:    ok:" in proc.stdout and "note:" not in proc.stdout, proc.stderr
 
-    for bad, words in ((["trainer.not_a_key=1"], "not_a_key"),
-                       ([f"{engine_key}=3"], "colocate_all needs policy GPUs (8")):
-        proc = tracelake(project, "train", "rl", "--dataset", "rl", "--dry-run",
-                         *(x for b in bad for x in ("--set", b)), env=env)
+    for bad, words in (
+        (["trainer.not_a_key=1"], "not_a_key"),
+        ([f"{engine_key}=3"], "colocate_all needs policy GPUs (8"),
+    ):
+        proc = tracelake(
+            project, "train", "rl", "--dataset", "rl", "--dry-run", *(x for b in bad for x in ("--set", b)), env=env
+        )
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
         assert proc.stderr.startswith(f"tracelake: train rl: {trainer} {version}") and words in proc.stderr
 
@@ -248,5 +321,7 @@ def test_rl_gpus_must_fill_the_engines():
 
     with pytest.raises(Exception, match="inference_engines x tensor_parallel_size"):
         RlTrainParams(gpus=8, inference_engines=3, tensor_parallel_size=2)
-    assert RlTrainParams(gpus=4, inference_engines=4, tensor_parallel_size=1).resolved_entrypoint == \
-        "skyrl.train.entrypoints.main_base"
+    assert (
+        RlTrainParams(gpus=4, inference_engines=4, tensor_parallel_size=1).resolved_entrypoint
+        == "skyrl.train.entrypoints.main_base"
+    )

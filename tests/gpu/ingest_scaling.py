@@ -49,7 +49,9 @@ def _write_part(task: tuple[int, int, int, int, str]) -> int:
     written = 0
     with open(Path(traces) / f"part-{index:05d}.jsonl", "wb", buffering=1 << 20) as fh:
         for i in range(start, stop):
-            line = orjson.dumps(_row(seed, i, _task(seed, task_of[i], tasks), copy_of[i]), option=orjson.OPT_APPEND_NEWLINE)
+            line = orjson.dumps(
+                _row(seed, i, _task(seed, task_of[i], tasks), copy_of[i]), option=orjson.OPT_APPEND_NEWLINE
+            )
             fh.write(line)
             written += len(line)
     return written
@@ -67,18 +69,25 @@ def generate(corpus: Path, rows: int, rows_per_file: int, procs: int, seed: int 
         tasks = ot._sizes(rows, None, rows_per_file=rows_per_file)
         task_of, copy_of = ot._plan(seed, rows, tasks)
         _PLAN = (tasks, task_of, copy_of)
-        jobs = [(i, start, min(start + rows_per_file, rows), seed, str(traces))
-                for i, start in enumerate(range(0, rows, rows_per_file))]
+        jobs = [
+            (i, start, min(start + rows_per_file, rows), seed, str(traces))
+            for i, start in enumerate(range(0, rows, rows_per_file))
+        ]
         with multiprocessing.get_context("fork").Pool(procs) as pool:
             sizes = pool.map(_write_part, jobs, chunksize=1)
         how = f"{procs} processes"
-    else:   # the module changed shape: the public, one-process writer
+    else:  # the module changed shape: the public, one-process writer
         shutil.rmtree(corpus)
         ot.synthesize_openthoughts(corpus, rows=rows, seed=seed, rows_per_file=rows_per_file)
         sizes = [p.stat().st_size for p in sorted(traces.glob("*.jsonl"))]
         how = "synthesize_openthoughts (1 process)"
-    return {"rows": rows, "files": len(sizes), "bytes": sum(sizes), "seconds": round(time.perf_counter() - started, 2),
-            "written_by": how}
+    return {
+        "rows": rows,
+        "files": len(sizes),
+        "bytes": sum(sizes),
+        "seconds": round(time.perf_counter() - started, 2),
+        "written_by": how,
+    }
 
 
 def tree_digest(directory: Path) -> str:
@@ -129,11 +138,20 @@ def check(args: argparse.Namespace, started: float) -> dict:
         r = ingest_traces(files, source=SOURCE, out_dir=out, workers=w)
         wall = time.perf_counter() - t
         cpu = cpu_seconds() - cpu0
-        runs.append({"workers": w, "wall_s": round(wall, 2), "cpu_s": round(cpu, 1), "rows": r.rows,
-                     "rejects": r.rejects, "rows_per_s": round(r.rows / wall, 1), "mb_per_s": round(mb / wall, 1),
-                     "version_id": r.manifest.get("version_id"),
-                     "table_version_ids": {k: v.get("version_id") for k, v in r.manifest.get("tables", {}).items()},
-                     "tree_sha256": tree_digest(out)})
+        runs.append(
+            {
+                "workers": w,
+                "wall_s": round(wall, 2),
+                "cpu_s": round(cpu, 1),
+                "rows": r.rows,
+                "rejects": r.rejects,
+                "rows_per_s": round(r.rows / wall, 1),
+                "mb_per_s": round(mb / wall, 1),
+                "version_id": r.manifest.get("version_id"),
+                "table_version_ids": {k: v.get("version_id") for k, v in r.manifest.get("tables", {}).items()},
+                "tree_sha256": tree_digest(out),
+            }
+        )
         shutil.rmtree(out.parent.parent)
     done = [r for r in runs if "wall_s" in r]
     for r in done:
@@ -143,9 +161,10 @@ def check(args: argparse.Namespace, started: float) -> dict:
     if len(done) < 2:
         problems.append(f"only {len(done)} worker count(s) ran")
     if done and len({(r["rows"], r["version_id"], r["tree_sha256"]) for r in done}) != 1:
-        problems.append("outputs differ across worker counts: " +
-                        ", ".join(f"w{r['workers']}: {r['rows']} rows {r['version_id']} {r['tree_sha256'][:12]}"
-                                  for r in done))
+        problems.append(
+            "outputs differ across worker counts: "
+            + ", ".join(f"w{r['workers']}: {r['rows']} rows {r['version_id']} {r['tree_sha256'][:12]}" for r in done)
+        )
     if done and done[0]["rows"] == 0:
         problems.append("no rows ingested")
     if problems:
@@ -169,13 +188,21 @@ def main() -> None:
 
     def detail(result: dict) -> str:
         corpus = result.get("corpus", {})
-        runs = "; ".join(f"w{r['workers']} {r['wall_s']} s {r['rows_per_s']:.0f} rows/s x{r['speedup']}"
-                         if "wall_s" in r else f"w{r['workers']} skipped" for r in result.get("runs", []))
+        runs = "; ".join(
+            f"w{r['workers']} {r['wall_s']} s {r['rows_per_s']:.0f} rows/s x{r['speedup']}"
+            if "wall_s" in r
+            else f"w{r['workers']} skipped"
+            for r in result.get("runs", [])
+        )
         if "error" in result:
             return result["error"] + (f" ({runs})" if runs else "")
-        return (f"{corpus.get('rows')} rows / {corpus.get('bytes', 0) / 1e9:.2f} GB generated in "
-                f"{corpus.get('seconds')} s; {runs}; same version ids")
+        return (
+            f"{corpus.get('rows')} rows / {corpus.get('bytes', 0) / 1e9:.2f} GB generated in "
+            f"{corpus.get('seconds')} s; {runs}; same version ids"
+        )
+
     report("ingest_scaling", args.out, "ingest_scaling.json", lambda: check(args, started), detail)
+
 
 if __name__ == "__main__":
     main()

@@ -62,42 +62,63 @@ def dataset_names(export: Path, wanted: str | None) -> str:
 def lf_config(base: dict, *, model: Path, export: Path, out: Path, steps: int, cpu: bool, lr: float) -> dict:
     config = dict(base)
     config.pop("deepspeed", None)
-    config.update({
-        "model_name_or_path": str(model),
-        "dataset_dir": str(export),
-        "dataset": dataset_names(export, base.get("dataset")),
-        "output_dir": str(out),
-        "overwrite_output_dir": True,
-        "max_steps": steps,
-        "logging_steps": 1,
-        "save_strategy": "no",
-        "plot_loss": False,
-        "report_to": "none",
-        "learning_rate": lr,
-        "warmup_ratio": 0.0,
-        "overwrite_cache": True,
-    })
+    config.update(
+        {
+            "model_name_or_path": str(model),
+            "dataset_dir": str(export),
+            "dataset": dataset_names(export, base.get("dataset")),
+            "output_dir": str(out),
+            "overwrite_output_dir": True,
+            "max_steps": steps,
+            "logging_steps": 1,
+            "save_strategy": "no",
+            "plot_loss": False,
+            "report_to": "none",
+            "learning_rate": lr,
+            "warmup_ratio": 0.0,
+            "overwrite_cache": True,
+        }
+    )
     if cpu:
-        config.update({"bf16": False, "use_cpu": True, "optim": "adamw_torch", "preprocessing_num_workers": 1,
-                       "dataloader_num_workers": 0})
+        config.update(
+            {
+                "bf16": False,
+                "use_cpu": True,
+                "optim": "adamw_torch",
+                "preprocessing_num_workers": 1,
+                "dataloader_num_workers": 0,
+            }
+        )
     else:
         config["bf16"] = True
     return config
 
 
-MINIMAL = {   # when the generated config is not there: the same recipe keys, stated here
-    "trust_remote_code": True, "stage": "sft", "do_train": True, "finetuning_type": "full", "template": "qwen3",
-    "cutoff_len": 32768, "preprocessing_num_workers": 16, "dataloader_num_workers": 4,
-    "per_device_train_batch_size": 1, "gradient_accumulation_steps": 2, "lr_scheduler_type": "cosine",
-    "optim": "adamw_torch_fused", "seed": 42, "bf16": True, "ddp_timeout": 180000000,
+MINIMAL = {  # when the generated config is not there: the same recipe keys, stated here
+    "trust_remote_code": True,
+    "stage": "sft",
+    "do_train": True,
+    "finetuning_type": "full",
+    "template": "qwen3",
+    "cutoff_len": 32768,
+    "preprocessing_num_workers": 16,
+    "dataloader_num_workers": 4,
+    "per_device_train_batch_size": 1,
+    "gradient_accumulation_steps": 2,
+    "lr_scheduler_type": "cosine",
+    "optim": "adamw_torch_fused",
+    "seed": 42,
+    "bf16": True,
+    "ddp_timeout": 180000000,
 }
 
 
 def run(cmd: list[str], log: Path, env: dict[str, str], timeout: float) -> int:
     with log.open("w") as f:
         try:
-            return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT, timeout=timeout,
-                                  check=False).returncode
+            return subprocess.run(
+                cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT, timeout=timeout, check=False
+            ).returncode
         except subprocess.TimeoutExpired:
             f.write(f"\n[lf_check] timed out after {timeout:.0f} s\n")
             return 124
@@ -111,8 +132,8 @@ def tail(path: Path, n: int = 25) -> list[str]:
 
 
 def check(args: argparse.Namespace) -> dict:
-    out = Path(args.out).resolve() / "lf"          # logs, config, results: small, they come back
-    work = Path(args.work).resolve()                  # model, datasets cache, run directory: big, they stay
+    out = Path(args.out).resolve() / "lf"  # logs, config, results: small, they come back
+    work = Path(args.work).resolve()  # model, datasets cache, run directory: big, they stay
     for d in (out, work):
         if d.exists():
             shutil.rmtree(d)
@@ -120,27 +141,43 @@ def check(args: argparse.Namespace) -> dict:
     export = Path(args.export).resolve()
     python = args.python or sys.executable
     steps = 3 if args.cpu_smoke and args.steps is None else (args.steps or 30)
-    result: dict = {"check": "lf_sft", "export": str(export), "steps_wanted": steps, "cpu_smoke": args.cpu_smoke,
-                    "python": python}
+    result: dict = {
+        "check": "lf_sft",
+        "export": str(export),
+        "steps_wanted": steps,
+        "cpu_smoke": args.cpu_smoke,
+        "python": python,
+    }
     if not (export / "dataset_info.json").is_file():
         result["error"] = f"no SFT export at {export} (dataset_info.json missing): run `dvc repro` and carry it"
         return result
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false", HF_DATASETS_CACHE=str(work / "hf-datasets"),
-               HF_HOME=str(work / "hf-home"), WANDB_DISABLED="true")
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        HF_DATASETS_CACHE=str(work / "hf-datasets"),
+        HF_HOME=str(work / "hf-home"),
+        WANDB_DISABLED="true",
+    )
     if args.cpu_smoke:
         env["CUDA_VISIBLE_DEVICES"] = ""
 
     tokenizer = Path(args.tokenizer).resolve()
-    if not (tokenizer / "tokenizer.json").is_file():   # build the project's tokenizer where tracelake imports
+    if not (tokenizer / "tokenizer.json").is_file():  # build the project's tokenizer where tracelake imports
         tokenizer = work / "tokenizer"
-        code = ("import sys; from pathlib import Path\n"
-                "try:\n    from tracelake.core.tokenizer import build_tokenizer\n"
-                "except ImportError:\n    from tracelake.core.tokens import build_tokenizer\n"
-                "build_tokenizer(Path(sys.argv[1]))")
+        code = (
+            "import sys; from pathlib import Path\n"
+            "try:\n    from tracelake.core.tokenizer import build_tokenizer\n"
+            "except ImportError:\n    from tracelake.core.tokens import build_tokenizer\n"
+            "build_tokenizer(Path(sys.argv[1]))"
+        )
         penv = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [env.get("PYTHONPATH"), str(ROOT / "src")])))
         if run([python, "-c", code, str(tokenizer)], out / "tokenizer.log", penv, 120) != 0:
-            result["error"] = f"no tokenizer at {args.tokenizer} and building one failed: {tail(out / 'tokenizer.log', 3)}"
+            result["error"] = (
+                f"no tokenizer at {args.tokenizer} and building one failed: {tail(out / 'tokenizer.log', 3)}"
+            )
             return result
     model = work / "tiny-qwen3"
     t = time.perf_counter()
@@ -156,16 +193,38 @@ def check(args: argparse.Namespace) -> dict:
     else:
         base = dict(MINIMAL)
         result["config_from"] = "minimal (no generated config at " + str(config_path) + ")"
-    config = lf_config(base, model=model, export=export, out=work / "run", steps=steps, cpu=args.cpu_smoke,
-                       lr=args.lr)
+    config = lf_config(base, model=model, export=export, out=work / "run", steps=steps, cpu=args.cpu_smoke, lr=args.lr)
     (out / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    result["config"] = {k: config[k] for k in ("dataset", "template", "cutoff_len", "bf16", "learning_rate",
-                                               "per_device_train_batch_size", "gradient_accumulation_steps",
-                                               "optim", "preprocessing_num_workers") if k in config}
+    result["config"] = {
+        k: config[k]
+        for k in (
+            "dataset",
+            "template",
+            "cutoff_len",
+            "bf16",
+            "learning_rate",
+            "per_device_train_batch_size",
+            "gradient_accumulation_steps",
+            "optim",
+            "preprocessing_num_workers",
+        )
+        if k in config
+    }
 
     t = time.perf_counter()
-    rc = run([python, str(LF_TRAIN), str(out / "config.yaml"), str(out / "train_result.json"),
-              "--modules", str(out / "modules.json")], out / "train.log", env, args.timeout)
+    rc = run(
+        [
+            python,
+            str(LF_TRAIN),
+            str(out / "config.yaml"),
+            str(out / "train_result.json"),
+            "--modules",
+            str(out / "modules.json"),
+        ],
+        out / "train.log",
+        env,
+        args.timeout,
+    )
     result["train_wall_s"] = round(time.perf_counter() - t, 2)
     result["train_rc"] = rc
     if rc != 0:
@@ -173,25 +232,28 @@ def check(args: argparse.Namespace) -> dict:
         result["log_tail"] = tail(out / "train.log")
         return result
     info = json.loads((out / "train_result.json").read_text())
-    result.update({k: info[k] for k in ("device", "cuda", "peak_gpu_mem_bytes", "peak_gpu_reserved_bytes",
-                                        "versions")})
-    for name in ("trainer_log.jsonl", "train_results.json"):   # LLaMA-Factory's own records of the run
+    result.update({k: info[k] for k in ("device", "cuda", "peak_gpu_mem_bytes", "peak_gpu_reserved_bytes", "versions")})
+    for name in ("trainer_log.jsonl", "train_results.json"):  # LLaMA-Factory's own records of the run
         if (work / "run" / name).is_file():
             shutil.copy(work / "run" / name, out / name)
     log_file = out / "trainer_log.jsonl"
-    entries = [json.loads(line) for line in log_file.read_text().splitlines() if line.strip()] if log_file.is_file() else []
+    entries = (
+        [json.loads(line) for line in log_file.read_text().splitlines() if line.strip()] if log_file.is_file() else []
+    )
     losses = [e["loss"] for e in entries if "loss" in e]
     metrics_file = out / "train_results.json"
     metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
-    result.update({
-        "steps": entries[-1].get("current_steps") if entries else 0,
-        "losses": losses,
-        "loss_start": losses[0] if losses else None,
-        "loss_end": losses[-1] if losses else None,
-        "samples_per_s": metrics.get("train_samples_per_second"),
-        "steps_per_s": metrics.get("train_steps_per_second"),
-        "train_runtime_s": metrics.get("train_runtime"),
-    })
+    result.update(
+        {
+            "steps": entries[-1].get("current_steps") if entries else 0,
+            "losses": losses,
+            "loss_start": losses[0] if losses else None,
+            "loss_end": losses[-1] if losses else None,
+            "samples_per_s": metrics.get("train_samples_per_second"),
+            "steps_per_s": metrics.get("train_steps_per_second"),
+            "train_runtime_s": metrics.get("train_runtime"),
+        }
+    )
     k = min(5, len(losses) // 2) or 1
     first, last = sum(losses[:k]) / k if losses else math.nan, sum(losses[-k:]) / k if losses else math.nan
     result["loss_first_mean"], result["loss_last_mean"] = first, last
@@ -216,8 +278,12 @@ def main() -> None:
     parser.add_argument("--config", default=None, help="default: training/configs/sft-<export dir name>.yaml")
     parser.add_argument("--tokenizer", default=str(ROOT / "data" / "tokenizer"))
     parser.add_argument("--out", default=os.environ.get("OUT") or "gpu-out")
-    parser.add_argument("--work", default="/tmp/gpu-work/lf", help="model, datasets cache and run directory "
-                        "(emptied first; kept out of --out, whose files come back from a lent machine)")
+    parser.add_argument(
+        "--work",
+        default="/tmp/gpu-work/lf",
+        help="model, datasets cache and run directory "
+        "(emptied first; kept out of --out, whose files come back from a lent machine)",
+    )
     parser.add_argument("--steps", type=int, default=None, help="default 30 (3 with --cpu-smoke)")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--python", default=None, help="interpreter with torch + LLaMA-Factory (default: this one)")
@@ -231,10 +297,14 @@ def main() -> None:
         if "error" in result:
             return result["error"]
         peak = result.get("peak_gpu_mem_bytes")
-        return (f"{result.get('steps')} steps on {result.get('device')}, loss {result.get('loss_start')} -> "
-                f"{result.get('loss_end')}, {result.get('samples_per_s')} samples/s"
-                + (f", peak GPU mem {peak / 2**20:.0f} MiB" if peak else ""))
+        return (
+            f"{result.get('steps')} steps on {result.get('device')}, loss {result.get('loss_start')} -> "
+            f"{result.get('loss_end')}, {result.get('samples_per_s')} samples/s"
+            + (f", peak GPU mem {peak / 2**20:.0f} MiB" if peak else "")
+        )
+
     report("lf_sft", args.out, "lf_check.json", lambda: check(args), detail, tail_key="log_tail")
+
 
 if __name__ == "__main__":
     main()

@@ -37,7 +37,7 @@ def main() -> None:
     if "--modules" in args:
         i = args.index("--modules")
         modules = args[i + 1]
-        del args[i:i + 2]
+        del args[i : i + 2]
     config, result = args
     import torch
 
@@ -59,8 +59,13 @@ def main() -> None:
         "device": torch.cuda.get_device_name(0) if cuda else "cpu",
         "peak_gpu_mem_bytes": torch.cuda.max_memory_allocated() if cuda else None,
         "peak_gpu_reserved_bytes": torch.cuda.max_memory_reserved() if cuda else None,
-        "versions": {"python": sys.version.split()[0], "torch": torch.__version__, "cuda": torch.version.cuda,
-                     "transformers": transformers.__version__, "llamafactory": llamafactory.__version__},
+        "versions": {
+            "python": sys.version.split()[0],
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "transformers": transformers.__version__,
+            "llamafactory": llamafactory.__version__,
+        },
     }
     with open(result, "w") as f:
         json.dump(info, f, indent=2)

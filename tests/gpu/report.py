@@ -11,14 +11,24 @@ from pathlib import Path
 from typing import Callable, NoReturn
 
 
-def report(name: str, out: str, file: str, check: Callable[[], dict], detail: Callable[[dict], str],
-           wall_key: str = "wall_s", tail_key: str = "traceback") -> NoReturn:
+def report(
+    name: str,
+    out: str,
+    file: str,
+    check: Callable[[], dict],
+    detail: Callable[[dict], str],
+    wall_key: str = "wall_s",
+    tail_key: str = "traceback",
+) -> NoReturn:
     started = time.perf_counter()
     try:
         result = check()
-    except Exception as exc:   # noqa: BLE001 - a check reports; the next check still runs
-        result = {"check": name, "error": f"{type(exc).__name__}: {exc}",
-                  "traceback": traceback.format_exc().splitlines()[-12:]}
+    except Exception as exc:  # noqa: BLE001 - a check reports; the next check still runs
+        result = {
+            "check": name,
+            "error": f"{type(exc).__name__}: {exc}",
+            "traceback": traceback.format_exc().splitlines()[-12:],
+        }
     result[wall_key] = round(time.perf_counter() - started, 2)
     result["status"] = "FAIL" if "error" in result else "PASS"
     Path(out).mkdir(parents=True, exist_ok=True)

@@ -57,15 +57,24 @@ def nvidia_driver() -> bool:
 def gpu_python() -> tuple[Path, dict]:
     """The engine environment's python and what it holds; skips where the checks cannot run."""
     if not CPU and not nvidia_driver():
-        pytest.skip("no NVIDIA GPU here (no /proc/driver/nvidia, no nvidia-smi): the GPU checks run on a GPU "
-                    "machine (tests/gpu/README.md; TRACELAKE_GPU_TESTS_CPU=1 runs their CPU smoke form)")
+        pytest.skip(
+            "no NVIDIA GPU here (no /proc/driver/nvidia, no nvidia-smi): the GPU checks run on a GPU "
+            "machine (tests/gpu/README.md; TRACELAKE_GPU_TESTS_CPU=1 runs their CPU smoke form)"
+        )
     chosen = os.environ.get("TRACELAKE_GPU_PYTHON")
     python = Path(chosen) if chosen else env_program("training", "python")
     if python is None or not python.is_file():
-        pytest.skip(f"no engine environment: {chosen or '.venv-train/bin/python'} is missing "
-                    "(bash training/setup-env.sh, or set TRACELAKE_GPU_PYTHON to a python with torch + LLaMA-Factory)")
-    proc = subprocess.run([str(python), "-c", PROBE, "torch", "transformers", "llamafactory"],
-                          capture_output=True, text=True, timeout=300, check=False)
+        pytest.skip(
+            f"no engine environment: {chosen or '.venv-train/bin/python'} is missing "
+            "(bash training/setup-env.sh, or set TRACELAKE_GPU_PYTHON to a python with torch + LLaMA-Factory)"
+        )
+    proc = subprocess.run(
+        [str(python), "-c", PROBE, "torch", "transformers", "llamafactory"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     if proc.returncode != 0:
         pytest.skip(f"{python} cannot run the probe: {proc.stderr.strip().splitlines()[-1:]}")
     info = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -83,21 +92,38 @@ def tokenizer_dir(tmp_path: Path) -> Path:
         return built
     try:
         from tracelake.core.tokenizer import build_tokenizer
-    except ImportError:   # before core/tokens.py became core/tokenizer.py
+    except ImportError:  # before core/tokens.py became core/tokenizer.py
         from tracelake.core.tokens import build_tokenizer
 
     return build_tokenizer(tmp_path / "tokenizer")
 
 
 def run_check(script: str, args: list[str], out: Path, timeout: float) -> dict:
-    proc = subprocess.run([sys.executable, str(HERE / script), "--out", str(out), "--work", str(out.parent / "work"),
-                           *args, *(["--cpu-smoke"] if CPU else [])],
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(HERE / script),
+            "--out",
+            str(out),
+            "--work",
+            str(out.parent / "work"),
+            *args,
+            *(["--cpu-smoke"] if CPU else []),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     result_file = out / script.replace(".py", ".json")
-    assert result_file.is_file(), f"{script} wrote no result (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert result_file.is_file(), (
+        f"{script} wrote no result (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
     result = json.loads(result_file.read_text())
-    assert proc.returncode == 0 and result["status"] == "PASS", \
+    assert proc.returncode == 0 and result["status"] == "PASS", (
         f"{proc.stdout[-2000:]}\n{json.dumps({k: v for k, v in result.items() if k != 'losses'}, indent=1)[-3000:]}"
+    )
     return result
 
 
@@ -108,16 +134,22 @@ def test_llamafactory_full_sft_on_the_gpu(gpu_python, tmp_path):
     export = Path(os.environ.get("TRACELAKE_GPU_EXPORT") or ROOT / "lake" / "exports" / "sft" / "316")
     if not (export / "dataset_info.json").is_file():
         pytest.skip(f"no SFT export at {export}: run `uv run --frozen dvc repro` (or set TRACELAKE_GPU_EXPORT)")
-    result = run_check("lf_check.py", ["--export", str(export), "--python", str(python),
-                                       "--tokenizer", str(tokenizer_dir(tmp_path))], tmp_path / "out", 900)
+    result = run_check(
+        "lf_check.py",
+        ["--export", str(export), "--python", str(python), "--tokenizer", str(tokenizer_dir(tmp_path))],
+        tmp_path / "out",
+        900,
+    )
     steps = 3 if CPU else 30
     assert result["steps"] == steps and len(result["losses"]) == steps
     assert all(math.isfinite(x) for x in result["losses"])
     if not CPU:
         assert result["cuda"] and result["loss_last_mean"] < result["loss_first_mean"]
         assert result["peak_gpu_mem_bytes"] > 0
-    print(f"\nLLaMA-Factory on {result['device']}: loss {result['loss_start']} -> {result['loss_end']}, "
-          f"{result['samples_per_s']} samples/s, peak {result['peak_gpu_mem_bytes']} bytes")
+    print(
+        f"\nLLaMA-Factory on {result['device']}: loss {result['loss_start']} -> {result['loss_end']}, "
+        f"{result['samples_per_s']} samples/s, peak {result['peak_gpu_mem_bytes']} bytes"
+    )
 
 
 def test_transformers_scorer_answers_on_the_gpu(gpu_python, tmp_path):
@@ -125,14 +157,28 @@ def test_transformers_scorer_answers_on_the_gpu(gpu_python, tmp_path):
     if not info["modules"]["transformers"]:
         pytest.skip(f"{python} has no transformers")
     n = 5 if CPU else 50
-    result = run_check("score_check.py", ["--worker-python", str(python), "--n", str(n),
-                                          "--tasks", str(ROOT / "lake" / "tasks"),
-                                          "--tokenizer", str(tokenizer_dir(tmp_path))], tmp_path / "out", 600)
+    result = run_check(
+        "score_check.py",
+        [
+            "--worker-python",
+            str(python),
+            "--n",
+            str(n),
+            "--tasks",
+            str(ROOT / "lake" / "tasks"),
+            "--tokenizer",
+            str(tokenizer_dir(tmp_path)),
+        ],
+        tmp_path / "out",
+        600,
+    )
     assert result["answered"] == result["scored"] == n and result["failed"] == 0
     assert result["rerun"] == {**result["rerun"], "answered": 0, "cached": n, "same_scores": True}
     if not CPU and result["nvidia_smi"]:
         assert result["gpu_used"]
     answers = [json.loads(line) for line in (tmp_path / "out" / "score" / "answers.jsonl").read_text().splitlines()]
     assert len(answers) == n and all(a["completion_tokens"] for a in answers)
-    print(f"\ntransformers scorer: {result['answers_per_s']} answers/s ({result['answers_per_s_after_load']} "
-          f"after loading)")
+    print(
+        f"\ntransformers scorer: {result['answers_per_s']} answers/s ({result['answers_per_s_after_load']} "
+        f"after loading)"
+    )

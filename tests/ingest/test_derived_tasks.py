@@ -39,7 +39,7 @@ def test_one_task_per_base_name_with_the_task_description(otagent_lake):
         assert task["task_id"] == task_id_for("otagent", row["task"])
         first = row["conversations"][0]["content"]
         start = first.index("Task Description:") + len("Task Description:")
-        assert task["instruction"] == first[start:first.index("Current terminal state:")].strip()
+        assert task["instruction"] == first[start : first.index("Current terminal state:")].strip()
         assert "Format your response as JSON" not in task["instruction"] and task["instruction"]
         assert task["task_binary"] is None and task["n_files"] == 0 and task["derived_from"]
     assert tasks["swesmith-31327"]["instruction"].startswith("ConstrainedList slice assignment corrupts values")
@@ -51,11 +51,16 @@ def test_the_main_trace_is_preferred_and_derivation_is_deterministic(otagent_lak
     lake, _, _ = otagent_lake
     first = read_table(lake.table("tasks", "otagent"), "tasks")
     again = derive_tasks(lake, source="otagent", out_dir=tmp_path / "tasks")
-    assert (tmp_path / "tasks" / "tasks.parquet").read_bytes() == \
-        (lake.table("tasks", "otagent") / "tasks.parquet").read_bytes()
+    assert (tmp_path / "tasks" / "tasks.parquet").read_bytes() == (
+        lake.table("tasks", "otagent") / "tasks.parquet"
+    ).read_bytes()
     assert again.rows == first.num_rows
-    traj = {r["trajectory_id"]: r for r in read_table(lake.table("trajectories", "otagent"), "trajectories")
-            .select(["trajectory_id", "trace_source", "task_id"]).to_pylist()}
+    traj = {
+        r["trajectory_id"]: r
+        for r in read_table(lake.table("trajectories", "otagent"), "trajectories")
+        .select(["trajectory_id", "trace_source", "task_id"])
+        .to_pylist()
+    }
     for task_id, derived_from in zip(first["task_id"].to_pylist(), first["derived_from"].to_pylist()):
         mains = [t for t in traj.values() if t["task_id"] == task_id and t["trace_source"] == "main"]
         assert traj[derived_from]["task_id"] == task_id

@@ -4,8 +4,8 @@ real fixtures (Harbor's terminus-2 goldens, the OpenThoughts-Agent sample rows):
 retyped, bytes truncated or flipped, values nested deep.
 
 Property: no exception escapes ingest, `inputs = rows + rejects`, every reject has a known reason,
-and a trace table has one input per non-blank line. The bounded variants run in CI (derandomized:
-the same examples each run); `@pytest.mark.long` variants run many more (TRACELAKE_LONG=1). Each
+and a trace table has one input per non-blank line. The bounded variants run in every test run (derandomized:
+the same examples each run; helpers.FUZZ_EXAMPLES of them, 100 in CI); `@pytest.mark.long` variants run many more (TRACELAKE_LONG=1). Each
 module run prints one summary line per test: examples run and seconds taken.
 """
 
@@ -27,16 +27,25 @@ from tracelake.ingest.common import REASONS
 from tracelake.ingest.harbor import ingest_harbor
 from tracelake.ingest.traces import ingest_traces
 
-from ..helpers import FIXTURES, GOLDEN, result_json, simple_trajectory
+from ..helpers import FIXTURES, FUZZ_EXAMPLES, GOLDEN, result_json, simple_trajectory
 
-SHORT = settings(max_examples=100, deadline=10_000, derandomize=True, database=None,
-                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-LONG = settings(max_examples=3_000, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SHORT = settings(
+    max_examples=FUZZ_EXAMPLES,
+    deadline=10_000,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+LONG = settings(
+    max_examples=3_000,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
-RUNS: Counter = Counter()       # test name -> examples run
+RUNS: Counter = Counter()  # test name -> examples run
 SECONDS: Counter = Counter()
-OUTCOMES: dict[str, Counter] = {}   # test name -> rows and rejects by reason, over all examples
+OUTCOMES: dict[str, Counter] = {}  # test name -> rows and rejects by reason, over all examples
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -44,8 +53,11 @@ def summary(request):
     """One line per fuzz test after the module: how many examples ran, in how long."""
     yield
     capture = request.config.pluginmanager.getplugin("capturemanager")
-    lines = [f"fuzz: {name}: {RUNS[name]} examples in {SECONDS[name]:.1f} s; "
-             + ", ".join(f"{k} {v}" for k, v in OUTCOMES.get(name, Counter()).most_common()) for name in sorted(RUNS)]
+    lines = [
+        f"fuzz: {name}: {RUNS[name]} examples in {SECONDS[name]:.1f} s; "
+        + ", ".join(f"{k} {v}" for k, v in OUTCOMES.get(name, Counter()).most_common())
+        for name in sorted(RUNS)
+    ]
     if capture is None:
         print("\n".join(lines))
         return
@@ -55,10 +67,18 @@ def summary(request):
 
 # --- random JSON and ATIF ----------------------------------------------------------------------
 
-leaf = st.one_of(st.none(), st.booleans(), st.integers(-2 ** 70, 2 ** 70),
-                 st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12))
-value = st.recursive(leaf, lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(st.text(max_size=6), c, max_size=3)),
-                     max_leaves=8)
+leaf = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+)
+value = st.recursive(
+    leaf,
+    lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(st.text(max_size=6), c, max_size=3)),
+    max_leaves=8,
+)
 
 
 def rare(odd, usual, one_in: int = 8):
@@ -74,38 +94,116 @@ def field(valid):
 
 
 text = st.one_of(st.text(max_size=30), st.sampled_from(["Analysis: a\nPlan: b", "x</think>y", "", "\ud7ff\u2028"]))
-tool_call = st.fixed_dictionaries({
-    "tool_call_id": field(st.text(max_size=4)),
-    "function_name": field(st.sampled_from(["bash_command", "mark_task_complete", "other"])),
-    "arguments": field(st.one_of(st.dictionaries(st.sampled_from(["keystrokes", "duration"]), value, max_size=2),
-                                 st.text(max_size=10)))})
-observation = st.fixed_dictionaries({"results": field(st.lists(st.fixed_dictionaries(
-    {}, optional={"content": field(st.one_of(text, st.lists(st.fixed_dictionaries({"type": st.sampled_from(
-        ["text", "image"]), "text": field(text)}), max_size=2)))}), max_size=2))})
+tool_call = st.fixed_dictionaries(
+    {
+        "tool_call_id": field(st.text(max_size=4)),
+        "function_name": field(st.sampled_from(["bash_command", "mark_task_complete", "other"])),
+        "arguments": field(
+            st.one_of(
+                st.dictionaries(st.sampled_from(["keystrokes", "duration"]), value, max_size=2), st.text(max_size=10)
+            )
+        ),
+    }
+)
+observation = st.fixed_dictionaries(
+    {
+        "results": field(
+            st.lists(
+                st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "content": field(
+                            st.one_of(
+                                text,
+                                st.lists(
+                                    st.fixed_dictionaries(
+                                        {"type": st.sampled_from(["text", "image"]), "text": field(text)}
+                                    ),
+                                    max_size=2,
+                                ),
+                            )
+                        )
+                    },
+                ),
+                max_size=2,
+            )
+        )
+    }
+)
 step = st.fixed_dictionaries(
-    {"step_id": field(st.integers(1, 60)), "source": field(rare(st.just("tool"), st.sampled_from(["user", "agent", "system"]), 12)),
-     "message": field(text)},
-    optional={"reasoning_content": field(text), "tool_calls": field(st.lists(tool_call, max_size=2)),
-              "observation": field(observation), "is_copied_context": field(st.booleans())})
+    {
+        "step_id": field(st.integers(1, 60)),
+        "source": field(rare(st.just("tool"), st.sampled_from(["user", "agent", "system"]), 12)),
+        "message": field(text),
+    },
+    optional={
+        "reasoning_content": field(text),
+        "tool_calls": field(st.lists(tool_call, max_size=2)),
+        "observation": field(observation),
+        "is_copied_context": field(st.booleans()),
+    },
+)
 agent = st.fixed_dictionaries(
-    {"name": field(st.sampled_from(["terminus-2", "terminus-2-summarization-1", "other"])),
-     "model_name": field(st.text(max_size=8))},
-    optional={"extra": field(st.fixed_dictionaries({"parser": field(st.just("json"))}))})
+    {
+        "name": field(st.sampled_from(["terminus-2", "terminus-2-summarization-1", "other"])),
+        "model_name": field(st.text(max_size=8)),
+    },
+    optional={"extra": field(st.fixed_dictionaries({"parser": field(st.just("json"))}))},
+)
 trajectory = st.fixed_dictionaries(
     {"schema_version": st.just("ATIF-v1.5"), "agent": field(agent), "steps": field(st.lists(step, max_size=6))},
-    optional={"continued_trajectory_ref": rare(field(st.sampled_from(
-        ["trajectory.cont-1.json", "trajectory.json", "../result.json", "missing.json"])), st.none(), 4)})
+    optional={
+        "continued_trajectory_ref": rare(
+            field(st.sampled_from(["trajectory.cont-1.json", "trajectory.json", "../result.json", "missing.json"])),
+            st.none(),
+            4,
+        )
+    },
+)
 result = st.fixed_dictionaries(
     {"task_name": field(st.sampled_from(["hello", "world"])), "trial_name": field(st.sampled_from(["a", "b", "c"]))},
-    optional={"config": field(st.fixed_dictionaries({"job_id": field(st.text(max_size=4))})),
-              "agent_info": field(st.fixed_dictionaries({"name": field(st.text(max_size=6)), "model_info": field(
-                  st.fixed_dictionaries({"name": field(st.text(max_size=6)), "provider": field(st.text(max_size=4))}))})),
-              "exception_info": field(st.fixed_dictionaries({"exception_type": field(st.sampled_from(
-                  ["AgentTimeoutError", "RuntimeError", ""]))})),
-              "verifier_result": field(st.fixed_dictionaries({"rewards": field(st.fixed_dictionaries({"reward": field(
-                  rare(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(["nan", "-inf", "x"])),
-                       st.one_of(st.floats(0, 1), st.just("1.0"))))}))})),
-              "started_at": field(st.text(max_size=10)), "stats": value})
+    optional={
+        "config": field(st.fixed_dictionaries({"job_id": field(st.text(max_size=4))})),
+        "agent_info": field(
+            st.fixed_dictionaries(
+                {
+                    "name": field(st.text(max_size=6)),
+                    "model_info": field(
+                        st.fixed_dictionaries(
+                            {"name": field(st.text(max_size=6)), "provider": field(st.text(max_size=4))}
+                        )
+                    ),
+                }
+            )
+        ),
+        "exception_info": field(
+            st.fixed_dictionaries({"exception_type": field(st.sampled_from(["AgentTimeoutError", "RuntimeError", ""]))})
+        ),
+        "verifier_result": field(
+            st.fixed_dictionaries(
+                {
+                    "rewards": field(
+                        st.fixed_dictionaries(
+                            {
+                                "reward": field(
+                                    rare(
+                                        st.one_of(
+                                            st.floats(allow_nan=True, allow_infinity=True),
+                                            st.sampled_from(["nan", "-inf", "x"]),
+                                        ),
+                                        st.one_of(st.floats(0, 1), st.just("1.0")),
+                                    )
+                                )
+                            }
+                        )
+                    )
+                }
+            )
+        ),
+        "started_at": field(st.text(max_size=10)),
+        "stats": value,
+    },
+)
 
 
 def deep_bytes(n: int) -> bytes:
@@ -125,15 +223,26 @@ def encoded(draw, doc_strategy) -> bytes | None:
         return deep_bytes(draw(st.integers(400, 1500)))
     data = json.dumps(draw(doc_strategy)).encode("utf-8", "surrogatepass")
     if kind == "truncated":
-        data = data[:draw(st.integers(0, len(data)))]
+        data = data[: draw(st.integers(0, len(data)))]
     return data
 
 
 @st.composite
 def trial(draw) -> dict[str, bytes | None]:
     files = {"result.json": draw(encoded(result)), "agent/trajectory.json": draw(encoded(trajectory))}
-    for name in draw(st.lists(st.sampled_from(["trajectory.cont-1.json", "trajectory.summarization-1-summary.json",
-                                               "trajectory.summarization-1-answers.json"]), max_size=2, unique=True)):
+    for name in draw(
+        st.lists(
+            st.sampled_from(
+                [
+                    "trajectory.cont-1.json",
+                    "trajectory.summarization-1-summary.json",
+                    "trajectory.summarization-1-answers.json",
+                ]
+            ),
+            max_size=2,
+            unique=True,
+        )
+    ):
         files[f"agent/{name}"] = draw(encoded(trajectory))
     return files
 
@@ -160,6 +269,7 @@ def check_harbor(trials: list[dict[str, bytes | None]], name: str) -> None:
 
 def timed(name: str):
     """Count the examples of a test and the time they took."""
+
     def wrap(fn):
         def run(*args, **kw):
             start = time.perf_counter()
@@ -168,7 +278,9 @@ def timed(name: str):
             finally:
                 RUNS[name] += 1
                 SECONDS[name] += time.perf_counter() - start
+
         return run
+
     return wrap
 
 
@@ -192,6 +304,7 @@ def test_fuzz_harbor_random_long(trials):
 
 # --- mutations of the real fixtures ------------------------------------------------------------
 
+
 def _golden() -> dict[str, object]:
     if not GOLDEN.exists():
         return {}
@@ -200,8 +313,9 @@ def _golden() -> dict[str, object]:
 
 GOLDEN_DOCS = _golden()
 # decided at collection: hypothesis draws from the golden documents before a test body could skip
-NEEDS_GOLDEN = pytest.mark.skipif(not GOLDEN_DOCS, reason=f"real fixtures not available: {GOLDEN} "
-                                                          "(they live in ../shared/fixtures)")
+NEEDS_GOLDEN = pytest.mark.skipif(
+    not GOLDEN_DOCS, reason=f"real fixtures not available: {GOLDEN} (they live in ../shared/fixtures)"
+)
 OTAGENT = FIXTURES / "otagent" / "sample_raw.json"
 OTAGENT_ROWS = json.loads(OTAGENT.read_text()) if OTAGENT.exists() else []
 
@@ -241,10 +355,10 @@ def mutated(draw, doc) -> bytes:
     data = json.dumps(doc).encode("utf-8", "surrogatepass")
     tail = draw(st.sampled_from(["keep"] * 5 + ["truncate", "flip"]))
     if tail == "truncate":
-        data = data[:draw(st.integers(0, len(data)))]
+        data = data[: draw(st.integers(0, len(data)))]
     elif tail == "flip" and data:
         i = draw(st.integers(0, len(data) - 1))
-        data = data[:i] + draw(st.binary(min_size=1, max_size=1)) + data[i + 1:]
+        data = data[:i] + draw(st.binary(min_size=1, max_size=1)) + data[i + 1 :]
     return data
 
 
@@ -252,14 +366,18 @@ def mutated(draw, doc) -> bytes:
 def golden_trial(draw) -> dict[str, bytes | None]:
     names = sorted(GOLDEN_DOCS)
     main = draw(st.sampled_from([n for n in names if n.endswith(".trajectory.json")]))
-    stem = main[:-len(".trajectory.json")]
+    stem = main[: -len(".trajectory.json")]
     files: dict[str, bytes | None] = {
         "result.json": json.dumps(result_json("hello", "t")).encode()
-        if draw(st.booleans()) else draw(mutated(result_json("hello", "t")))}
+        if draw(st.booleans())
+        else draw(mutated(result_json("hello", "t")))
+    }
     for name in names:
         if name.startswith(stem + ".trajectory"):
-            target = "agent/trajectory" + name[len(stem) + len(".trajectory"):]
-            files[target] = draw(mutated(GOLDEN_DOCS[name])) if draw(st.booleans()) else json.dumps(GOLDEN_DOCS[name]).encode()
+            target = "agent/trajectory" + name[len(stem) + len(".trajectory") :]
+            files[target] = (
+                draw(mutated(GOLDEN_DOCS[name])) if draw(st.booleans()) else json.dumps(GOLDEN_DOCS[name]).encode()
+            )
     return files
 
 
@@ -286,19 +404,55 @@ def test_fuzz_harbor_golden_mutations_long(trials):
 # --- random directory trees: links in and out, loops, names that are not UTF-8 ------------------
 
 SECRET = b"FUZZ-SECRET-never-in-the-lake"
-LINK_TARGETS = ["..", ".", "../..", "OUT", "OUT/trial", "OUT/trajectory.json", "OUT/result.json",
-                "trial-0", "trial-0/agent", "trial-0/agent/trajectory.json", "missing"]
+LINK_TARGETS = [
+    "..",
+    ".",
+    "../..",
+    "OUT",
+    "OUT/trial",
+    "OUT/trajectory.json",
+    "OUT/result.json",
+    "trial-0",
+    "trial-0/agent",
+    "trial-0/agent/trajectory.json",
+    "missing",
+]
 
 
 @st.composite
 def tree(draw) -> tuple[list[bytes], list[tuple[bytes, str]]]:
     """Trial directories (job/name, names sometimes not UTF-8) and links (where, what to)."""
-    names = draw(st.lists(st.sampled_from([b"job-1/trial-0", b"job-1/trial-1", b"job-2/trial-0", b"job-1/t\xff",
-                                           b"job-\xfe/trial-0"]), min_size=1, max_size=4, unique=True))
+    names = draw(
+        st.lists(
+            st.sampled_from(
+                [b"job-1/trial-0", b"job-1/trial-1", b"job-2/trial-0", b"job-1/t\xff", b"job-\xfe/trial-0"]
+            ),
+            min_size=1,
+            max_size=4,
+            unique=True,
+        )
+    )
     places = [b"job-1", b"job-2", b"job-1/trial-0", b"job-1/trial-0/agent", b"."]
-    links = draw(st.lists(st.tuples(st.sampled_from(places), st.sampled_from(
-        [b"l", b"loop", b"trajectory.json", b"result.json", b"trajectory.cont-1.json",
-         b"trajectory.summarization-1-summary.json", b"agent"]), st.sampled_from(LINK_TARGETS)), max_size=4))
+    links = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(places),
+                st.sampled_from(
+                    [
+                        b"l",
+                        b"loop",
+                        b"trajectory.json",
+                        b"result.json",
+                        b"trajectory.cont-1.json",
+                        b"trajectory.summarization-1-summary.json",
+                        b"agent",
+                    ]
+                ),
+                st.sampled_from(LINK_TARGETS),
+            ),
+            max_size=4,
+        )
+    )
     return names, [(os.path.join(place, name), target) for place, name, target in links]
 
 
@@ -359,14 +513,24 @@ def test_fuzz_harbor_trees_long(t):
 
 # --- trace tables ------------------------------------------------------------------------------
 
-message = st.fixed_dictionaries({"role": field(st.sampled_from(["user", "assistant", "tool", "system", "gpt", "x"])),
-                                 "content": field(text)})
+message = st.fixed_dictionaries(
+    {"role": field(st.sampled_from(["user", "assistant", "tool", "system", "gpt", "x"])), "content": field(text)}
+)
 trace_row = st.fixed_dictionaries(
     {"conversations": field(st.lists(message, max_size=5)), "task": field(st.text(max_size=6))},
-    optional={name: field(st.text(max_size=6)) for name in ("trace_source", "episode", "run_id", "trial_name",
-                                                             "agent", "model", "model_provider", "date")}
-    | {"result": field(rare(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(["nan", "inf", " "])),
-                            st.one_of(st.floats(0, 1), st.sampled_from(["1.0", "AgentTimeoutError"]))))})
+    optional={
+        name: field(st.text(max_size=6))
+        for name in ("trace_source", "episode", "run_id", "trial_name", "agent", "model", "model_provider", "date")
+    }
+    | {
+        "result": field(
+            rare(
+                st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(["nan", "inf", " "])),
+                st.one_of(st.floats(0, 1), st.sampled_from(["1.0", "AgentTimeoutError"])),
+            )
+        )
+    },
+)
 
 
 @st.composite
@@ -422,10 +586,10 @@ def test_fuzz_fixtures_are_valid_as_given():
         pytest.skip(f"real fixtures not available: {GOLDEN}")
     trials = []
     for main in (n for n in sorted(GOLDEN_DOCS) if n.endswith(".trajectory.json")):
-        stem = main[:-len(".trajectory.json")]
+        stem = main[: -len(".trajectory.json")]
         files = {"result.json": json.dumps(result_json("hello", stem)).encode()}
         for name in (n for n in GOLDEN_DOCS if n.startswith(stem + ".trajectory")):
-            files["agent/trajectory" + name[len(stem) + len(".trajectory"):]] = json.dumps(GOLDEN_DOCS[name]).encode()
+            files["agent/trajectory" + name[len(stem) + len(".trajectory") :]] = json.dumps(GOLDEN_DOCS[name]).encode()
         trials.append(files)
     with tempfile.TemporaryDirectory() as tmp:
         write_jobs(Path(tmp) / "jobs", trials)

@@ -51,18 +51,39 @@ def golden_lake(tmp_path_factory) -> dict[tuple[str, str], dict]:
     need(GOLDEN)
     jobs = tmp_path_factory.mktemp("golden") / "jobs"
     g = lambda n: GOLDEN / n  # noqa: E731
-    make_trial(jobs, "linear__1", task="hello-world", files={
-        "trajectory.json": g("hello-world-context-summarization-linear-history.trajectory.json"),
-        "trajectory.cont-1.json": g("hello-world-context-summarization-linear-history.trajectory.cont-1.json")})
-    make_trial(jobs, "summ__1", task="hello-world", files={
-        "trajectory.json": g("hello-world-context-summarization.trajectory.json"),
-        **{f"trajectory.summarization-1-{k}.json": g(f"hello-world-context-summarization.trajectory.summarization-1-{k}.json")
-           for k in ("summary", "questions", "answers")}})
-    make_trial(jobs, "invalid__1", task="hello-world",
-               files={"trajectory.json": g("hello-world-invalid-json.trajectory.json")})
-    make_trial(jobs, "timeout__1", task="hello-world",
-               result=result_json("hello-world", "timeout__1", exception="AgentTimeoutError", reward=None),
-               files={"trajectory.json": g("hello-world-timeout.trajectory.json")})
+    make_trial(
+        jobs,
+        "linear__1",
+        task="hello-world",
+        files={
+            "trajectory.json": g("hello-world-context-summarization-linear-history.trajectory.json"),
+            "trajectory.cont-1.json": g("hello-world-context-summarization-linear-history.trajectory.cont-1.json"),
+        },
+    )
+    make_trial(
+        jobs,
+        "summ__1",
+        task="hello-world",
+        files={
+            "trajectory.json": g("hello-world-context-summarization.trajectory.json"),
+            **{
+                f"trajectory.summarization-1-{k}.json": g(
+                    f"hello-world-context-summarization.trajectory.summarization-1-{k}.json"
+                )
+                for k in ("summary", "questions", "answers")
+            },
+        },
+    )
+    make_trial(
+        jobs, "invalid__1", task="hello-world", files={"trajectory.json": g("hello-world-invalid-json.trajectory.json")}
+    )
+    make_trial(
+        jobs,
+        "timeout__1",
+        task="hello-world",
+        result=result_json("hello-world", "timeout__1", exception="AgentTimeoutError", reward=None),
+        files={"trajectory.json": g("hello-world-timeout.trajectory.json")},
+    )
     out = jobs.parent / "lake"
     result = ingest_harbor(jobs, source="golden", out_dir=out)
     assert result.rejects == 0
@@ -77,7 +98,10 @@ def test_main_trajectory_with_continuation_matches_harbor_export(golden_lake):
     assert len(gold) == 11 and padded <= 5
     assert row["episode"] == "episode-6" and row["n_episodes"] == 7  # Harbor's episode numbering
     assert [p["path"].rsplit("/", 1)[-1] for p in row["provenance"]] == [
-        "result.json", "trajectory.json", "trajectory.cont-1.json"]
+        "result.json",
+        "trajectory.json",
+        "trajectory.cont-1.json",
+    ]
 
 
 def test_terminus_json_replies_recovered_from_atif(golden_lake):

@@ -55,11 +55,16 @@ def deep(n: int) -> bytes:
 
 
 def row(task: str = "t", text: str = "hello") -> dict:
-    return {"conversations": [{"role": "user", "content": "q"}, {"role": "assistant", "content": text}],
-            "task": task, "trace_source": "main", "result": "1.0"}
+    return {
+        "conversations": [{"role": "user", "content": "q"}, {"role": "assistant", "content": text}],
+        "task": task,
+        "trace_source": "main",
+        "result": "1.0",
+    }
 
 
 # --- ATIF fields of the wrong type -------------------------------------------------------------
+
 
 def _mutate(path: str, value):
     """A trajectory whose field at `path` (keys and indices from the document root) is `value`."""
@@ -113,8 +118,11 @@ def test_continuation_ref_of_wrong_type_is_a_broken_continuation(tmp_path):
 
 def test_subagent_with_wrong_types_is_rejected_alone(tmp_path):
     sub = _mutate(("steps", 1, "tool_calls"), "x")
-    make_trial(tmp_path / "jobs", "t__1", files={"trajectory.json": simple_trajectory(),
-                                                "trajectory.summarization-1-summary.json": sub})
+    make_trial(
+        tmp_path / "jobs",
+        "t__1",
+        files={"trajectory.json": simple_trajectory(), "trajectory.summarization-1-summary.json": sub},
+    )
     _, rows, rejects = harbor(tmp_path / "jobs")
     assert [r["trace_source"] for r in rows] == ["main"]
     assert reasons(rejects) == {"job-1/t__1/agent/trajectory.summarization-1-summary.json": "invalid_field"}
@@ -122,17 +130,21 @@ def test_subagent_with_wrong_types_is_rejected_alone(tmp_path):
 
 # --- result.json fields ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("field,value", [
-    ("exception_info", {"exception_type": {"name": "AgentTimeoutError"}}),
-    ("exception_info", {"exception_type": ["AgentTimeoutError"]}),
-    ("started_at", {"iso": "2026-01-01"}),
-    ("started_at", 1767225600),
-    ("agent_info", {"name": {"n": "terminus-2"}}),
-    ("agent_info", {"name": "terminus-2", "model_info": {"name": ["gpt"], "provider": "openai"}}),
-    ("agent_info", {"name": "terminus-2", "model_info": {"name": "gpt", "provider": {"p": 1}}}),
-    ("trial_name", ["t__1"]),
-    ("config", {"job_id": {"id": "job-1"}}),
-])
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("exception_info", {"exception_type": {"name": "AgentTimeoutError"}}),
+        ("exception_info", {"exception_type": ["AgentTimeoutError"]}),
+        ("started_at", {"iso": "2026-01-01"}),
+        ("started_at", 1767225600),
+        ("agent_info", {"name": {"n": "terminus-2"}}),
+        ("agent_info", {"name": "terminus-2", "model_info": {"name": ["gpt"], "provider": "openai"}}),
+        ("agent_info", {"name": "terminus-2", "model_info": {"name": "gpt", "provider": {"p": 1}}}),
+        ("trial_name", ["t__1"]),
+        ("config", {"job_id": {"id": "job-1"}}),
+    ],
+)
 def test_result_field_of_wrong_type_is_rejected(tmp_path, field, value):
     doc = result_json("hello", "t__1")
     doc[field] = value
@@ -148,7 +160,7 @@ def test_non_finite_reward_is_rejected_as_in_traces(tmp_path, reward):
     make_trial(tmp_path / "jobs", "t__1", result=doc)
     _, rows, rejects = harbor(tmp_path / "jobs")
     assert not rows and reasons(rejects) == {"job-1/t__1/agent/trajectory.json": "invalid_field"}
-    table = tmp_path / "t.jsonl"   # the same value in a trace table: the same reason
+    table = tmp_path / "t.jsonl"  # the same value in a trace table: the same reason
     table.write_text(json.dumps({**row(), "result": reward}) + "\n")
     _, trows, trejects = traces([table], tmp_path / "tlake")
     assert not trows and [r["reason"] for r in trejects] == ["invalid_field"]
@@ -164,6 +176,7 @@ def test_non_finite_reward_token_is_not_json(tmp_path, token):
 
 
 # --- JSON nested too deep ----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("depth", [1100, 5000])
 @pytest.mark.parametrize("where", ["trajectory", "result", "subagent", "continuation"])
@@ -185,8 +198,12 @@ def test_json_too_deep_is_rejected_naming_the_file(tmp_path, where, depth):
     assert "t__2" in {r["trial_name"] for r in rows}
     bad = [r for r in rejects if r["reason"] == "json_too_deep"]
     assert len(bad) == 1, rejects
-    named = {"trajectory": "agent/trajectory.json", "result": "result.json", "subagent":
-             "agent/trajectory.summarization-1-summary.json", "continuation": "agent/trajectory.cont-1.json"}[where]
+    named = {
+        "trajectory": "agent/trajectory.json",
+        "result": "result.json",
+        "subagent": "agent/trajectory.summarization-1-summary.json",
+        "continuation": "agent/trajectory.cont-1.json",
+    }[where]
     assert named in bad[0]["detail"]
 
 
@@ -195,7 +212,7 @@ def test_deep_arguments_within_the_parser_limit_are_rejected_deterministically(t
     whatever the caller's stack depth."""
     doc = simple_trajectory()
     doc["steps"][1]["tool_calls"][0]["arguments"] = "DEEP"
-    doc["steps"][2]["tool_calls"][0]["function_name"] = "other"   # no terminus JSON: arguments are dumped
+    doc["steps"][2]["tool_calls"][0]["function_name"] = "other"  # no terminus JSON: arguments are dumped
     body = json.dumps(doc).encode().replace(b'"DEEP"', b"{" + b'"a": [' * 999 + b"]" * 999 + b"}")
     make_trial(tmp_path / "jobs", "t__1", files={"trajectory.json": body})
     _, rows, rejects = harbor(tmp_path / "jobs")
@@ -222,6 +239,7 @@ def test_deep_json_table_is_one_reject(tmp_path, body):
 
 
 # --- unreadable directories and names that are not UTF-8 ---------------------------------------
+
 
 @pytest.fixture
 def unreadable(monkeypatch):
@@ -301,6 +319,7 @@ def test_trace_file_name_not_utf8_is_rejected(tmp_path):
 
 # --- symlinks ----------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def secret(tmp_path) -> Path:
     """A directory outside every input root, holding files whose bytes must never reach the lake."""
@@ -318,7 +337,7 @@ def secret(tmp_path) -> Path:
     return d
 
 
-LINKS = {   # where the link is (under jobs/job-1) -> what it points to (under the secret dir)
+LINKS = {  # where the link is (under jobs/job-1) -> what it points to (under the secret dir)
     "trajectory": ("t__1/agent/trajectory.json", "trajectory.json"),
     "result": ("t__1/result.json", "result.json"),
     "continuation": ("t__1/agent/trajectory.cont-1.json", "trajectory.json"),
@@ -340,6 +359,7 @@ def test_symlink_out_of_the_jobs_root_is_never_followed(tmp_path, secret, case):
     path = jobs / "job-1" / link
     if path.is_dir():
         import shutil
+
         shutil.rmtree(path)
     else:
         path.unlink(missing_ok=True)
@@ -358,9 +378,25 @@ def test_symlink_out_of_the_root_via_the_cli_leaks_nowhere(tmp_path, secret):
     (trial / "agent" / "trajectory.json").unlink()
     (trial / "agent" / "trajectory.json").symlink_to(secret / "trajectory.json")
     (jobs / "job-1" / "t__2").symlink_to(secret / "trial")
-    proc = subprocess.run([sys.executable, "-m", "tracelake", "ingest", "harbor", str(jobs), "--source", "s",
-                           "--out", str(tmp_path / "lake"), "--metrics", str(tmp_path / "m.json"), "--workers", "1"],
-                          capture_output=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tracelake",
+            "ingest",
+            "harbor",
+            str(jobs),
+            "--source",
+            "s",
+            "--out",
+            str(tmp_path / "lake"),
+            "--metrics",
+            str(tmp_path / "m.json"),
+            "--workers",
+            "1",
+        ],
+        capture_output=True,
+    )
     assert proc.returncode == 0, proc.stderr
     assert SECRET not in proc.stdout + proc.stderr
     assert b"symlink_outside_input 2" in proc.stdout
@@ -382,7 +418,7 @@ def test_directory_loop_is_walked_once(tmp_path):
     for i in range(3):
         make_trial(jobs, f"t__{i}")
     (jobs / "job-1" / "loop").symlink_to(".")
-    (jobs / "up").symlink_to("..")   # out of the root: rejected, not walked
+    (jobs / "up").symlink_to("..")  # out of the root: rejected, not walked
     result, rows, rejects = harbor(jobs)
     assert len(rows) == 3
     assert reasons(rejects) == {"job-1/loop": "linked_directory", "up": "symlink_outside_input"}
@@ -394,8 +430,10 @@ def test_directory_link_inside_the_root_is_not_walked_twice(tmp_path):
     make_trial(jobs, "t__1", job="job-2")
     (jobs / "a-latest").symlink_to("job-2")
     _, rows, rejects = harbor(jobs)
-    assert [p["path"] for r in rows for p in r["provenance"]] == ["job-2/t__1/result.json",
-                                                                 "job-2/t__1/agent/trajectory.json"]
+    assert [p["path"] for r in rows for p in r["provenance"]] == [
+        "job-2/t__1/result.json",
+        "job-2/t__1/agent/trajectory.json",
+    ]
     assert reasons(rejects) == {"a-latest": "linked_directory"}
 
 
@@ -404,7 +442,7 @@ def test_trace_table_symlink_out_of_the_directory_is_rejected(tmp_path, secret):
     d.mkdir()
     (d / "a.jsonl").write_text(json.dumps(row()) + "\n")
     (d / "b.jsonl").symlink_to(secret / "table.jsonl")
-    (d / "c.jsonl").symlink_to("a.jsonl")   # inside: followed (the identical row is a duplicate)
+    (d / "c.jsonl").symlink_to("a.jsonl")  # inside: followed (the identical row is a duplicate)
     metrics = tmp_path / "m.json"
     result = ingest_traces([d], source="s", out_dir=tmp_path / "lake", workers=1, metrics_path=metrics)
     rejects = read_table(tmp_path / "lake", "rejects").to_pylist()
@@ -414,17 +452,21 @@ def test_trace_table_symlink_out_of_the_directory_is_rejected(tmp_path, secret):
 
 # --- trace rows of the wrong shape (role as a list escaped as a TypeError: found by the fuzz) -------
 
-@pytest.mark.parametrize("change", [
-    {"conversations": [{"role": ["user"], "content": "q"}, {"role": "assistant", "content": "a"}]},
-    {"conversations": [{"role": {"r": 1}, "content": "q"}, {"role": "assistant", "content": "a"}]},
-    {"conversations": [{"role": "user", "content": ["q"]}, {"role": "assistant", "content": "a"}]},
-    {"conversations": "user: q"},
-    {"task": ["t"]},
-    {"trace_source": {"name": "main"}},
-    {"date": ["2026"]},
-    {"result": {"reward": 1}},
-    {"result": "-Infinity"},
-])
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"conversations": [{"role": ["user"], "content": "q"}, {"role": "assistant", "content": "a"}]},
+        {"conversations": [{"role": {"r": 1}, "content": "q"}, {"role": "assistant", "content": "a"}]},
+        {"conversations": [{"role": "user", "content": ["q"]}, {"role": "assistant", "content": "a"}]},
+        {"conversations": "user: q"},
+        {"task": ["t"]},
+        {"trace_source": {"name": "main"}},
+        {"date": ["2026"]},
+        {"result": {"reward": 1}},
+        {"result": "-Infinity"},
+    ],
+)
 def test_trace_row_of_wrong_shape_is_rejected(tmp_path, change):
     table = tmp_path / "t.jsonl"
     table.write_text(json.dumps(row("a")) + "\n" + json.dumps({**row("b"), **change}) + "\n")

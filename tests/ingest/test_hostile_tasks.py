@@ -50,14 +50,16 @@ def tgz(members: list[tuple[str, bytes]], *, pax: dict[str, dict[str, str]] | No
 
 
 def table(path: Path, rows: list[tuple[str, bytes]]) -> Path:
-    pq.write_table(pa.table({"path": [r[0] for r in rows],
-                             "task_binary": pa.array([r[1] for r in rows], pa.binary())}), path)
+    pq.write_table(
+        pa.table({"path": [r[0] for r in rows], "task_binary": pa.array([r[1] for r in rows], pa.binary())}), path
+    )
     return path
 
 
 def tracelake(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tracelake", *args], capture_output=True, text=True,
-                          check=False, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "tracelake", *args], capture_output=True, text=True, check=False, cwd=ROOT
+    )
 
 
 def one_line_error(proc: subprocess.CompletedProcess) -> str:
@@ -79,21 +81,24 @@ GOOD = ("instruction.md", b"Do it.\n")
 
 # --- a NUL byte in a member name -------------------------------------------------------------
 
+
 def nul_archive() -> bytes:
     """A PAX header `path=tests/a\\x00b`: tar allows it, no file system does."""
     return tgz([GOOD, ("placeholder", b"x")], pax={"placeholder": {"path": "tests/a\x00b"}})
 
 
 def test_a_nul_byte_in_a_member_name_is_rejected_at_ingest(tmp_path):
-    result = ingest_tasks(table(tmp_path / "t.parquet", [("s/t", nul_archive())]), source="s",
-                          out_dir=tmp_path / "lake")
+    result = ingest_tasks(
+        table(tmp_path / "t.parquet", [("s/t", nul_archive())]), source="s", out_dir=tmp_path / "lake"
+    )
     [rej] = rejects(tmp_path / "lake")
     assert result.rows == 0 and rej["reason"] == "unsafe_archive" and "NUL byte" in rej["detail"]
 
 
 def test_a_nul_byte_in_a_member_name_is_refused_by_extract_in_one_line(tmp_path):
-    proc = tracelake("tasks", "extract", str(table(tmp_path / "t.parquet", [("s/t", nul_archive())])),
-                     "--out", str(tmp_path / "out"))
+    proc = tracelake(
+        "tasks", "extract", str(table(tmp_path / "t.parquet", [("s/t", nul_archive())])), "--out", str(tmp_path / "out")
+    )
     assert "NUL byte" in one_line_error(proc)
     assert not (tmp_path / "out").exists()
 
@@ -110,31 +115,38 @@ def test_a_nul_byte_in_a_table_path_is_rejected_at_ingest_and_named_by_extract(t
 
 # --- member count and size caps (params ingest.archive) ---------------------------------------
 
+
 def test_defaults_cap_members_and_bytes():
     assert ArchiveParams() == ArchiveParams(max_members=100_000, max_total_bytes=2 << 30)
     assert load_params(ROOT / "params.yaml").ingest.archive == ArchiveParams()
-    for f, arg in ((read_archive, "limits"), (walk_task_dir, "limits"), (extract_archive, "limits"),
-                   (extract_table, "limits"), (ingest_tasks, "archive")):
+    for f, arg in (
+        (read_archive, "limits"),
+        (walk_task_dir, "limits"),
+        (extract_archive, "limits"),
+        (extract_table, "limits"),
+        (ingest_tasks, "archive"),
+    ):
         assert inspect.signature(f).parameters[arg].default == ArchiveParams(), f.__name__
     assert "archive_too_large" in REASONS and "symlink_outside_input" in REASONS
 
 
 def test_one_member_over_the_cap_is_rejected(tmp_path):
-    data = tgz([GOOD, *((f"f{i:03}", b"") for i in range(100))])   # 101 members
+    data = tgz([GOOD, *((f"f{i:03}", b"") for i in range(100))])  # 101 members
     small = ArchiveParams(max_members=100)
     with pytest.raises(Reject) as r:
         read_archive(data, small)
     assert r.value.reason == "archive_too_large" and "100 members" in r.value.detail
     assert len(read_archive(data, ArchiveParams(max_members=101))) == 101
-    result = ingest_tasks(table(tmp_path / "t.parquet", [("s/t", data)]), source="s",
-                          out_dir=tmp_path / "lake", archive=small)
+    result = ingest_tasks(
+        table(tmp_path / "t.parquet", [("s/t", data)]), source="s", out_dir=tmp_path / "lake", archive=small
+    )
     assert result.by_reason == {"archive_too_large": 1}
 
 
 def test_the_member_cap_stops_reading_at_the_cap(tmp_path):
     """Members past the cap are never read: a gzip stream cut off after member 399 goes unseen."""
     raw = gzip.decompress(tgz([GOOD, *((f"f{i:03}", b"") for i in range(500))]))
-    z = zlib.compressobj(9, zlib.DEFLATED, 31)   # a gzip stream, flushed and then cut off: no end
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)  # a gzip stream, flushed and then cut off: no end
     cut = z.compress(raw[: 512 * 400]) + z.flush(zlib.Z_FULL_FLUSH)
     with pytest.raises(Reject) as r:
         read_archive(cut, ArchiveParams(max_members=100))
@@ -172,8 +184,9 @@ def test_a_task_dir_over_the_caps_is_rejected(tmp_path):
     with pytest.raises(Reject) as r:
         walk_task_dir(d, ArchiveParams(max_total_bytes=1000))
     assert r.value.reason == "archive_too_large"
-    result = ingest_tasks(tmp_path / "tasks", source="s", out_dir=tmp_path / "lake", workers=1,
-                          archive=ArchiveParams(max_members=100))
+    result = ingest_tasks(
+        tmp_path / "tasks", source="s", out_dir=tmp_path / "lake", workers=1, archive=ArchiveParams(max_members=100)
+    )
     assert result.by_reason == {"archive_too_large": 1}
 
 
@@ -182,13 +195,21 @@ def test_extract_applies_the_caps(tmp_path):
     with pytest.raises(BadInput, match="100 members"):
         extract_archive(data, tmp_path / "out", limits=ArchiveParams(max_members=100))
     assert not (tmp_path / "out").exists()
-    proc = tracelake("tasks", "extract", str(table(tmp_path / "t.parquet", [("s/t", data)])),
-                     "--out", str(tmp_path / "out"), "--max-members", "100")
+    proc = tracelake(
+        "tasks",
+        "extract",
+        str(table(tmp_path / "t.parquet", [("s/t", data)])),
+        "--out",
+        str(tmp_path / "out"),
+        "--max-members",
+        "100",
+    )
     assert "100 members" in one_line_error(proc)
     assert not (tmp_path / "out").exists()
 
 
 # --- extraction never writes through a symlink out of the output root -------------------------
+
 
 def test_extract_refuses_a_symlink_in_the_output_dir_leading_out(tmp_path):
     elsewhere = tmp_path / "elsewhere"
@@ -217,6 +238,7 @@ def test_extract_through_a_symlinked_out_dir_itself_is_allowed(tmp_path):
 
 # --- ingest never follows a symlink out of its input ------------------------------------------
 
+
 @pytest.fixture
 def secret(tmp_path) -> Path:
     """A task directory and a file outside the input root, holding SECRET."""
@@ -237,7 +259,7 @@ def assert_no_secret(*places: Path | str) -> None:
             if p.is_file():
                 data = p.read_bytes()
                 assert SECRET not in data, p
-                if p.suffix == ".parquet":   # task_binary is gzip: look inside too
+                if p.suffix == ".parquet":  # task_binary is gzip: look inside too
                     for batch in pq.ParquetFile(p).iter_batches():
                         for col in batch.columns:
                             if pa.types.is_binary(col.type):
@@ -264,8 +286,7 @@ def test_a_task_dir_that_is_a_symlink_out_of_the_input_is_rejected(tmp_path, sec
     (tmp_path / "tasks" / "good" / "instruction.md").write_bytes(b"Fine.\n")
     (tmp_path / "tasks" / "evil").symlink_to(secret / "evil")
     metrics = tmp_path / "metrics.json"
-    result = ingest_tasks(tmp_path / "tasks", source="s", out_dir=tmp_path / "lake", workers=1,
-                          metrics_path=metrics)
+    result = ingest_tasks(tmp_path / "tasks", source="s", out_dir=tmp_path / "lake", workers=1, metrics_path=metrics)
     assert result.rows == 1 and result.by_reason == {"symlink_outside_input": 1}
     [rej] = rejects(tmp_path / "lake")
     assert rej["path"] == "evil"
@@ -293,16 +314,22 @@ def test_mutated_archives_end_as_rows_or_rejects():
     """Random byte damage to a valid tar: read_archive returns entries or raises Reject, nothing else."""
     import random
 
-    raw = gzip.decompress(tgz([GOOD, ("tests/test.sh", b"exit 0\n" * 10), ("d/" + "x" * 150, b"long"),
-                               ("e", b"")], pax={"e": {"comment": "hi"}}))
+    raw = gzip.decompress(
+        tgz(
+            [GOOD, ("tests/test.sh", b"exit 0\n" * 10), ("d/" + "x" * 150, b"long"), ("e", b"")],
+            pax={"e": {"comment": "hi"}},
+        )
+    )
     rng = random.Random(0)
     for _ in range(300):
         b = bytearray(raw)
         for _ in range(rng.randint(1, 8)):
             b[rng.randrange(len(b))] = rng.randrange(256)
         try:
-            read_archive(gzip.compress(bytes(b[: rng.randrange(len(b))] if rng.random() < 0.2 else b)),
-                         ArchiveParams(max_members=50, max_total_bytes=10_000))
+            read_archive(
+                gzip.compress(bytes(b[: rng.randrange(len(b))] if rng.random() < 0.2 else b)),
+                ArchiveParams(max_members=50, max_total_bytes=10_000),
+            )
         except Reject:
             pass
 
@@ -333,5 +360,8 @@ def test_names_that_are_not_utf8_are_rejected_with_escaped_paths(tmp_path):
     result = ingest_tasks(tmp_path / "tasks", source="s", out_dir=tmp_path / "lake" / "tasks" / "s", workers=1)
     rejects = read_table(tmp_path / "lake" / "tasks" / "s", "rejects").to_pylist()
     assert (result.inputs, result.rows) == (3, 1)
-    assert sorted((r["path"], r["reason"]) for r in rejects) == [("bad-\\xff", "invalid_path"), ("inner", "invalid_path")]
+    assert sorted((r["path"], r["reason"]) for r in rejects) == [
+        ("bad-\\xff", "invalid_path"),
+        ("inner", "invalid_path"),
+    ]
     assert "notes-\\xfe.txt" in next(r["detail"] for r in rejects if r["path"] == "inner")

@@ -47,9 +47,14 @@ BAD_TRAJECTORIES = {
     "empty_conversation": json.dumps({"steps": [{"step_id": 1, "source": "user", "message": "hi"}]}).encode(),
     "unknown_role": json.dumps({"steps": [{"step_id": 1, "source": "environment", "message": "hi"}]}).encode(),
     "missing_required_field": json.dumps({"agent": {"name": "terminus-2"}}).encode(),
-    "multimodal_content": json.dumps({"steps": [
-        {"step_id": 1, "source": "user", "message": [{"type": "image", "source": {"path": "x.png"}}]},
-        {"step_id": 2, "source": "agent", "message": "ok"}]}).encode(),
+    "multimodal_content": json.dumps(
+        {
+            "steps": [
+                {"step_id": 1, "source": "user", "message": [{"type": "image", "source": {"path": "x.png"}}]},
+                {"step_id": 2, "source": "agent", "message": "ok"},
+            ]
+        }
+    ).encode(),
 }
 
 
@@ -63,12 +68,18 @@ def test_bad_trajectory_is_rejected_with_reason(tmp_path, reason):
 
 
 def test_missing_result_json_rejects_every_trace_of_the_trial(tmp_path):
-    make_trial(tmp_path / "jobs", "t__1", result=None, files={
-        "trajectory.json": simple_trajectory(), "trajectory.summarization-1-summary.json": simple_trajectory(1)})
+    make_trial(
+        tmp_path / "jobs",
+        "t__1",
+        result=None,
+        files={"trajectory.json": simple_trajectory(), "trajectory.summarization-1-summary.json": simple_trajectory(1)},
+    )
     result, rows, rejects = run(tmp_path / "jobs")
     assert (result.inputs, result.rows) == (2, 0)
     assert {(r["reason"], r["trace_source"]) for r in rejects} == {
-        ("missing_result_json", "main"), ("missing_result_json", "summarization-1-summary")}
+        ("missing_result_json", "main"),
+        ("missing_result_json", "summarization-1-summary"),
+    }
 
 
 def test_result_json_problems(tmp_path):
@@ -80,7 +91,10 @@ def test_result_json_problems(tmp_path):
     (make_trial(jobs, "c__1") / "result.json").write_bytes(b"{not json")
     result, rows, rejects = run(jobs)
     assert [(r["path"].split("/")[1], r["reason"]) for r in rejects] == [
-        ("a__1", "missing_required_field"), ("b__1", "invalid_field"), ("c__1", "unparsable_json")]
+        ("a__1", "missing_required_field"),
+        ("b__1", "invalid_field"),
+        ("c__1", "unparsable_json"),
+    ]
 
 
 def test_trial_without_trajectory(tmp_path):
@@ -103,7 +117,6 @@ def test_duplicate_trial_keeps_the_first(tmp_path):
     assert "job-1/t__1" in rejects[0]["detail"]
 
 
-
 def test_same_bytes_whatever_the_worker_count_and_batch(tmp_path, monkeypatch):
     """Trials are read in worker processes, TRIAL_BATCH at a time, each batch a part: any worker
     count gives the same bytes; any batch size the same rows, rejects and manifest (duplicates
@@ -113,8 +126,14 @@ def test_same_bytes_whatever_the_worker_count_and_batch(tmp_path, monkeypatch):
     jobs = tmp_path / "jobs"
     for i in range(23):
         make_trial(jobs, f"t__{i}", job="job-1", task=f"task{i % 4}")
-    for i in (2, 9, 20):   # the same trials again, in a later job: rejected, whole
-        make_trial(jobs, f"t__{i}", job="job-2", task=f"task{i % 4}", result=result_json(f"task{i % 4}", f"t__{i}", job="job-1"))
+    for i in (2, 9, 20):  # the same trials again, in a later job: rejected, whole
+        make_trial(
+            jobs,
+            f"t__{i}",
+            job="job-2",
+            task=f"task{i % 4}",
+            result=result_json(f"task{i % 4}", f"t__{i}", job="job-1"),
+        )
     make_trial(jobs, "t__bad", job="job-2", files={"trajectory.json": b"{"})
     outs, tables = {}, {}
     for workers, batch in ((1, 4), (2, 4), (3, 4), (2, 7), (2, 64)):
@@ -128,6 +147,7 @@ def test_same_bytes_whatever_the_worker_count_and_batch(tmp_path, monkeypatch):
     first = tables[4]
     assert all(t[0].equals(first[0]) and t[1].equals(first[1]) and t[2] == first[2] for t in tables.values())
     assert sorted(r["reason"] for r in first[1].to_pylist()) == ["duplicate_trial"] * 3 + ["unparsable_json"]
+
 
 def test_continuations_join_and_broken_ones_are_rejected(tmp_path):
     jobs = tmp_path / "jobs"
@@ -149,9 +169,15 @@ def test_continuations_join_and_broken_ones_are_rejected(tmp_path):
 
 def test_subagent_rows_and_timeouts(tmp_path):
     jobs = tmp_path / "jobs"
-    make_trial(jobs, "t__1", result=result_json("hello", "t__1", exception="AgentTimeoutError", reward=None),
-               files={"trajectory.json": simple_trajectory(5),
-                      "trajectory.summarization-1-summary.json": simple_trajectory(1)})
+    make_trial(
+        jobs,
+        "t__1",
+        result=result_json("hello", "t__1", exception="AgentTimeoutError", reward=None),
+        files={
+            "trajectory.json": simple_trajectory(5),
+            "trajectory.summarization-1-summary.json": simple_trajectory(1),
+        },
+    )
     _, rows, _ = run(jobs)
     by_source = {r["trace_source"]: r for r in rows}
     assert set(by_source) == {"main", "summarization-1-summary"}
@@ -187,5 +213,10 @@ def test_reingest_is_byte_identical_and_ids_stable(tmp_path):
     assert (a / "rejects.parquet").read_bytes() == (b / "rejects.parquet").read_bytes()
     ma, mb = read_manifest(a), read_manifest(b)
     assert ma["tables"] == mb["tables"] and ma["version_id"] == mb["version_id"]
-    assert ma["counts"] == {"source": "src", "inputs": 6, "rows": 5, "rejects": 1,
-                            "rejects_by_reason": {"unparsable_json": 1}}
+    assert ma["counts"] == {
+        "source": "src",
+        "inputs": 6,
+        "rows": 5,
+        "rejects": 1,
+        "rejects_by_reason": {"unparsable_json": 1},
+    }

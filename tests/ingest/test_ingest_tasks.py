@@ -74,12 +74,14 @@ def member(name: str, data: bytes | None = b"x", **attrs) -> tuple[tarfile.TarIn
 
 
 def jsonl_table(path: Path, rows: list[dict]) -> Path:
-    path.write_bytes(b"".join(orjson.dumps(
-        {**r, "task_binary": base64.b64encode(r["task_binary"]).decode()}) + b"\n" for r in rows))
+    path.write_bytes(
+        b"".join(orjson.dumps({**r, "task_binary": base64.b64encode(r["task_binary"]).decode()}) + b"\n" for r in rows)
+    )
     return path
 
 
 # --- real task directories -------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("path, names", [(HARBOR_TASKS, ["csv-filter", "word-count"]), (HELLO, ["hello-world"])])
 def test_real_task_dirs(tmp_path, path, names):
@@ -95,8 +97,7 @@ def test_real_task_dirs(tmp_path, path, names):
         assert r["provenance"] == [{"path": r["name"], "sha256": r["task_checksum"]}]
         with tarfile.open(fileobj=io.BytesIO(r["task_binary"]), mode="r:gz") as tar:
             files = {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
-        assert files == {f.relative_to(task_dir).as_posix(): f.read_bytes()
-                         for f in task_dir.rglob("*") if f.is_file()}
+        assert files == {f.relative_to(task_dir).as_posix(): f.read_bytes() for f in task_dir.rglob("*") if f.is_file()}
 
 
 def test_task_binary_is_deterministic(tmp_path):
@@ -168,21 +169,32 @@ def test_without_binary(tmp_path):
 
 # --- rejects ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("bad, detail", [
-    (member("../evil"), "../evil"),
-    (member("/abs"), "/abs"),
-    (member("link", None, type=tarfile.SYMTYPE, linkname="/etc/passwd"), "link"),
-    (member("hard", None, type=tarfile.LNKTYPE, linkname="instruction.md"), "hard"),
-    (member("dev", None, type=tarfile.CHRTYPE, devmajor=1, devminor=3), "dev"),
-    (member("pipe", None, type=tarfile.FIFOTYPE), "pipe"),
-])
+
+@pytest.mark.parametrize(
+    "bad, detail",
+    [
+        (member("../evil"), "../evil"),
+        (member("/abs"), "/abs"),
+        (member("link", None, type=tarfile.SYMTYPE, linkname="/etc/passwd"), "link"),
+        (member("hard", None, type=tarfile.LNKTYPE, linkname="instruction.md"), "hard"),
+        (member("dev", None, type=tarfile.CHRTYPE, devmajor=1, devminor=3), "dev"),
+        (member("pipe", None, type=tarfile.FIFOTYPE), "pipe"),
+    ],
+)
 def test_unsafe_archives(tmp_path, bad, detail):
     data = targz([member("instruction.md", b"Do it."), bad])
-    f = jsonl_table(tmp_path / "t.jsonl", [{"path": "a", "task_binary": targz([member("instruction.md", b"ok")])},
-                                           {"path": "evil", "task_binary": data}])
+    f = jsonl_table(
+        tmp_path / "t.jsonl",
+        [{"path": "a", "task_binary": targz([member("instruction.md", b"ok")])}, {"path": "evil", "task_binary": data}],
+    )
     _, rows, [rej] = ingest(tmp_path, f)
     assert [r["name"] for r in rows] == ["a"]
-    assert (rej["reason"], rej["path"], rej["row_index"], rej["input_kind"]) == ("unsafe_archive", "t.jsonl", 1, "tasks")
+    assert (rej["reason"], rej["path"], rej["row_index"], rej["input_kind"]) == (
+        "unsafe_archive",
+        "t.jsonl",
+        1,
+        "tasks",
+    )
     assert repr(detail)[1:-1] in rej["detail"]
 
 
@@ -204,12 +216,15 @@ def test_uncompressed_tar_is_unreadable(tmp_path):
     assert rej["reason"] == "unreadable_archive"
 
 
-@pytest.mark.parametrize("instruction, toml, reason", [
-    (None, 'version = "1.0"\n', "missing_instruction"),
-    ("  \n\t\n", None, "missing_instruction"),
-    ("Do it.\n", "version = \n", "invalid_field"),
-    ("Do it.\n", "[metadata\n", "invalid_field"),
-])
+@pytest.mark.parametrize(
+    "instruction, toml, reason",
+    [
+        (None, 'version = "1.0"\n', "missing_instruction"),
+        ("  \n\t\n", None, "missing_instruction"),
+        ("Do it.\n", "version = \n", "invalid_field"),
+        ("Do it.\n", "[metadata\n", "invalid_field"),
+    ],
+)
 def test_task_dir_rejects(tmp_path, instruction, toml, reason):
     make_task(tmp_path / "tasks" / "good")
     make_task(tmp_path / "tasks" / "bad", instruction, toml)
@@ -229,7 +244,7 @@ def test_symlink_inside_a_task_dir_is_unsafe(tmp_path):
     d = make_task(tmp_path / "a")
     (d / "tests").mkdir()
     (d / "tests" / "secret").symlink_to("/etc/hostname")
-    (d / "tests" / "within").symlink_to("../instruction.md")   # listed after secret
+    (d / "tests" / "within").symlink_to("../instruction.md")  # listed after secret
     _, _, [rej] = ingest(tmp_path, d)
     assert rej["reason"] == "symlink_outside_input" and "tests/secret" in rej["detail"]
     (d / "tests" / "secret").unlink()
@@ -256,18 +271,23 @@ def test_duplicate_tasks(tmp_path):
     assert r["name"] == "a"
     assert (rej["reason"], rej["path"]) == ("duplicate_task", "a_copy0001") and "from a" in rej["detail"]
     binary = targz([member("instruction.md", b"x")])
-    f = jsonl_table(tmp_path / "t.jsonl", [{"path": "x/a", "task_binary": binary}, {"path": "y/a", "task_binary": binary}])
+    f = jsonl_table(
+        tmp_path / "t.jsonl", [{"path": "x/a", "task_binary": binary}, {"path": "y/a", "task_binary": binary}]
+    )
     _, _, [rej] = ingest(tmp_path, f, out="table")
     assert (rej["reason"], rej["row_index"]) == ("duplicate_task", 1) and "t.jsonl row 0" in rej["detail"]
 
 
-@pytest.mark.parametrize("row, reason", [
-    ({"task_binary": "AAAA"}, "missing_required_field"),
-    ({"path": "a"}, "missing_required_field"),
-    ({"path": "a", "task_binary": "not base64!"}, "invalid_field"),
-    ({"path": "..", "task_binary": "AAAA"}, "invalid_field"),
-    ({"path": 3, "task_binary": "AAAA"}, "invalid_field"),
-])
+@pytest.mark.parametrize(
+    "row, reason",
+    [
+        ({"task_binary": "AAAA"}, "missing_required_field"),
+        ({"path": "a"}, "missing_required_field"),
+        ({"path": "a", "task_binary": "not base64!"}, "invalid_field"),
+        ({"path": "..", "task_binary": "AAAA"}, "invalid_field"),
+        ({"path": 3, "task_binary": "AAAA"}, "invalid_field"),
+    ],
+)
 def test_table_field_checks(tmp_path, row, reason):
     f = tmp_path / "t.jsonl"
     f.write_bytes(orjson.dumps(row) + b"\n")
@@ -276,6 +296,7 @@ def test_table_field_checks(tmp_path, row, reason):
 
 
 # --- whole-command errors, --strict ----------------------------------------------------------
+
 
 def test_bad_paths_are_errors(tmp_path):
     with pytest.raises(BadInput, match="does not exist"):
@@ -300,9 +321,13 @@ def test_progress(tmp_path):
     for name in ("a", "b", ".hidden"):
         make_task(tmp_path / "tasks" / name)
     events: list = []
-    result = ingest_tasks(tmp_path / "tasks", source=SOURCE, out_dir=tmp_path / "o",
-                          on_start=lambda n: events.append(("start", n)),
-                          on_progress=lambda n: events.append(("step", n)))
+    result = ingest_tasks(
+        tmp_path / "tasks",
+        source=SOURCE,
+        out_dir=tmp_path / "o",
+        on_start=lambda n: events.append(("start", n)),
+        on_progress=lambda n: events.append(("step", n)),
+    )
     assert events[0] == ("start", 2) and sum(n for kind, n in events[1:] if kind == "step") == 2
     assert result.rows == 2
 
@@ -315,8 +340,11 @@ def test_same_bytes_whatever_the_worker_count(tmp_path):
     from ..helpers import tree_bytes
 
     for i in range(40):
-        make_task(tmp_path / "tasks" / f"t{i:02d}", instruction=None if i % 7 == 3 else f"Do {i}.\n",
-                  toml='version = "1.0"\n' if i % 5 else "not = [valid")
+        make_task(
+            tmp_path / "tasks" / f"t{i:02d}",
+            instruction=None if i % 7 == 3 else f"Do {i}.\n",
+            toml='version = "1.0"\n' if i % 5 else "not = [valid",
+        )
         (tmp_path / "tasks" / f"t{i:02d}" / "tests").mkdir()
         (tmp_path / "tasks" / f"t{i:02d}" / "tests" / "test.sh").write_text(f"exit {i % 2}\n")
     outs = []

@@ -34,10 +34,13 @@ def ingest(tmp_path: Path, *files: Path, out: str = "out", **kw):
 
 
 def row(i: int = 0, **over) -> dict:
-    base = {"task": f"task-{i}", "trial_name": f"task-{i}__abc", "run_id": "run-1",
-            "episode": "episode-0",
-            "conversations": [{"role": "user", "content": f"do {i}"},
-                              {"role": "assistant", "content": f"done {i}"}]}
+    base = {
+        "task": f"task-{i}",
+        "trial_name": f"task-{i}__abc",
+        "run_id": "run-1",
+        "episode": "episode-0",
+        "conversations": [{"role": "user", "content": f"do {i}"}, {"role": "assistant", "content": f"done {i}"}],
+    }
     return {**base, **over}
 
 
@@ -52,6 +55,7 @@ def sample_rows() -> list[dict]:
 
 # --- real rows -------------------------------------------------------------------------------
 
+
 def test_real_sample_rows(tmp_path):
     result, rows, _ = ingest(tmp_path, need(SAMPLE))
     assert (result.inputs, result.rows, result.rejects) == (4, 4, 0)
@@ -65,7 +69,11 @@ def test_real_sample_rows(tmp_path):
         assert got["messages"] == [{"role": m["role"], "content": m["content"]} for m in want["conversations"]]
         assert got["n_messages"] == len(want["conversations"])
         assert (got["result"], got["reward"], got["exception_type"], got["timed_out"]) == (None, None, None, False)
-        assert (got["episode"], got["run_id"], got["trial_name"]) == (want["episode"], want["run_id"], want["trial_name"])
+        assert (got["episode"], got["run_id"], got["trial_name"]) == (
+            want["episode"],
+            want["run_id"],
+            want["trial_name"],
+        )
         assert got["n_episodes"] is None
         assert got["renderer"] == "trace-table-v1"
         assert got["provenance"] == [{"path": "sample_raw.json", "sha256": sha256_file(SAMPLE)}]
@@ -97,23 +105,32 @@ def test_reingest_gives_identical_bytes(tmp_path):
 
 # --- row fields ------------------------------------------------------------------------------
 
+
 def test_sharegpt_speakers_are_mapped(tmp_path):
-    conv = [{"from": "system", "value": "s"}, {"from": "human", "value": "q"},
-            {"from": "gpt", "value": "a"}, {"from": "observation", "value": "o"},
-            {"from": "function", "value": "f"}, {"from": "gpt", "value": "b"}]
+    conv = [
+        {"from": "system", "value": "s"},
+        {"from": "human", "value": "q"},
+        {"from": "gpt", "value": "a"},
+        {"from": "observation", "value": "o"},
+        {"from": "function", "value": "f"},
+        {"from": "gpt", "value": "b"},
+    ]
     f = jsonl(tmp_path / "t.jsonl", {"task": "x", "conversations": conv})
     _, rows, _ = ingest(tmp_path, f)
     assert [m["role"] for m in rows[0]["messages"]] == ["system", "user", "assistant", "tool", "tool", "assistant"]
     assert rows[0]["trace_source"] == "main" and not rows[0]["is_subagent"]
 
 
-@pytest.mark.parametrize("result, want", [
-    ("1.0", ("1.0", 1.0, None, False)),
-    (0, ("0.0", 0.0, None, False)),
-    ("AgentTimeoutError", ("AgentTimeoutError", None, "AgentTimeoutError", True)),
-    ("NonZeroAgentExitCodeError", ("NonZeroAgentExitCodeError", None, "NonZeroAgentExitCodeError", False)),
-    (None, (None, None, None, False)),
-])
+@pytest.mark.parametrize(
+    "result, want",
+    [
+        ("1.0", ("1.0", 1.0, None, False)),
+        (0, ("0.0", 0.0, None, False)),
+        ("AgentTimeoutError", ("AgentTimeoutError", None, "AgentTimeoutError", True)),
+        ("NonZeroAgentExitCodeError", ("NonZeroAgentExitCodeError", None, "NonZeroAgentExitCodeError", False)),
+        (None, (None, None, None, False)),
+    ],
+)
 def test_result_is_a_reward_or_an_exception(tmp_path, result, want):
     f = jsonl(tmp_path / "t.jsonl", row(result=result))
     _, rows, _ = ingest(tmp_path, f)
@@ -144,8 +161,9 @@ CASES = {
     "invalid_field": b"[1, 2, 3]",
     "missing_required_field": orjson.dumps({"conversations": row()["conversations"]}),
     "empty_conversation": orjson.dumps(row(2, conversations=[])),
-    "unknown_role": orjson.dumps(row(3, conversations=[{"role": "narrator", "content": "x"},
-                                                       {"role": "assistant", "content": "y"}])),
+    "unknown_role": orjson.dumps(
+        row(3, conversations=[{"role": "narrator", "content": "x"}, {"role": "assistant", "content": "y"}])
+    ),
     "duplicate_trial": GOOD,
 }
 
@@ -164,19 +182,22 @@ def test_each_bad_line_is_one_reject(tmp_path, reason):
         assert "rows.jsonl row 0" in rej["detail"]
 
 
-@pytest.mark.parametrize("bad_row, reason", [
-    (row(content=1), None),  # unknown keys are ignored: a good row
-    (row(conversations=[{"role": "user", "content": 1}, {"role": "assistant", "content": "a"}]), "invalid_field"),
-    (row(conversations="hi"), "invalid_field"),
-    (row(conversations=None), "missing_required_field"),
-    (row(task=""), "missing_required_field"),
-    (row(task=5), "invalid_field"),
-    (row(result=[1]), "invalid_field"),
-    (row(result="nan"), "invalid_field"),
-    (row(model={"name": "x"}), "invalid_field"),
-    (row(conversations=[{"role": "assistant"}]), "invalid_field"),
-    (row(conversations=[{"role": "user", "content": "only a question"}]), "empty_conversation"),
-])
+@pytest.mark.parametrize(
+    "bad_row, reason",
+    [
+        (row(content=1), None),  # unknown keys are ignored: a good row
+        (row(conversations=[{"role": "user", "content": 1}, {"role": "assistant", "content": "a"}]), "invalid_field"),
+        (row(conversations="hi"), "invalid_field"),
+        (row(conversations=None), "missing_required_field"),
+        (row(task=""), "missing_required_field"),
+        (row(task=5), "invalid_field"),
+        (row(result=[1]), "invalid_field"),
+        (row(result="nan"), "invalid_field"),
+        (row(model={"name": "x"}), "invalid_field"),
+        (row(conversations=[{"role": "assistant"}]), "invalid_field"),
+        (row(conversations=[{"role": "user", "content": "only a question"}]), "empty_conversation"),
+    ],
+)
 def test_field_checks(tmp_path, bad_row, reason):
     f = jsonl(tmp_path / "t.jsonl", bad_row)
     _, _, rejects = ingest(tmp_path, f)
@@ -197,11 +218,14 @@ def test_unsupported_file_is_one_reject(tmp_path):
     assert (rej["reason"], rej["path"], rej["row_index"]) == ("unsupported_file", "rows.csv", None)
 
 
-@pytest.mark.parametrize("data, reason", [
-    (b'[{"task": "t", ', "unparsable_json"),
-    (b'{"task": "t"}', "invalid_field"),
-    (b"\xff[]", "invalid_utf8"),
-])
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        (b'[{"task": "t", ', "unparsable_json"),
+        (b'{"task": "t"}', "invalid_field"),
+        (b"\xff[]", "invalid_utf8"),
+    ],
+)
 def test_json_file_that_fails_as_a_whole_is_one_reject(tmp_path, data, reason):
     f = tmp_path / "t.json"
     f.write_bytes(data)
@@ -244,35 +268,43 @@ def test_accounting_over_many_files_and_batches(tmp_path):
     result, rows, rejects = ingest(tmp_path, d)
     assert (result.inputs, result.rows, result.rejects) == (3702, 3700, 2)
     assert sorted((r["path"], r["row_index"], r["reason"]) for r in rejects) == [
-        ("a.jsonl", 2501, "unparsable_json"), ("b.parquet", 1200, "duplicate_trial")]
+        ("a.jsonl", 2501, "unparsable_json"),
+        ("b.parquet", 1200, "duplicate_trial"),
+    ]
     assert result.manifest["inputs"]["paths"] == ["a.jsonl", "b.parquet"]
     assert [r["row_index"] for r in rows[:3]] == [0, 1, 2]
 
 
-@pytest.mark.parametrize("workers", [2, 3])
+@pytest.mark.parametrize("workers", [3])
 def test_worker_processes_and_block_size_change_no_byte(tmp_path, monkeypatch, workers):
     """Parsing in worker processes gives the bytes of an in-process run; JSONL blocks cut anywhere
     (lines are completed) change only how the table is cut into parts, never its rows."""
     d = tmp_path / "in"
     d.mkdir()
-    lines = [row(i, conversations=[{"role": "user", "content": "x" * (i % 97)}, {"role": "assistant", "content": "y"}])
-             for i in range(1500)]
+    lines = [
+        row(i, conversations=[{"role": "user", "content": "x" * (i % 97)}, {"role": "assistant", "content": "y"}])
+        for i in range(1500)
+    ]
     jsonl(d / "a.jsonl", *lines[:700], b"  ", b"{broken", lines[3], *lines[700:], b"\xff\xfe not utf-8")
     pq.write_table(pa.Table.from_pylist([row(i + 5000) for i in range(1100)]), d / "b.parquet", row_group_size=300)
-    monkeypatch.setattr(traces, "worker_count", lambda requested: requested)   # 0: no pool at all
+    monkeypatch.setattr(traces, "worker_count", lambda requested: requested)  # 0: no pool at all
     whole, whole_rows, _ = ingest(tmp_path, d, out="whole", workers=0)
     monkeypatch.setattr(tables, "JSONL_BLOCK_BYTES", 777)
     base, base_rows, _ = ingest(tmp_path, d, out="in-process", workers=0)
     other, _, rejects = ingest(tmp_path, d, out="pool", workers=workers)
     assert tree_bytes(tmp_path / "in-process") == tree_bytes(tmp_path / "pool")
     assert base_rows == whole_rows and base.manifest["version_id"] == whole.manifest["version_id"]
-    assert len(list((tmp_path / "pool" / "trajectories").iterdir())) > 100   # one part per block
+    assert len(list((tmp_path / "pool" / "trajectories").iterdir())) > 100  # one part per block
     assert sorted((r["row_index"], r["reason"]) for r in rejects if r["path"] == "a.jsonl") == [
-        (701, "unparsable_json"), (702, "duplicate_trial"), (1503, "invalid_utf8")]
+        (701, "unparsable_json"),
+        (702, "duplicate_trial"),
+        (1503, "invalid_utf8"),
+    ]
     assert (other.rows, other.rejects) == (base.rows, base.rejects) == (2600, 3)
 
 
 # --- whole-command errors, --strict, progress ------------------------------------------------
+
 
 def test_paths_are_relative_to_the_common_parent(tmp_path):
     for d in ("x", "y"):
@@ -304,9 +336,14 @@ def test_strict_raises_naming_the_file(tmp_path):
 def test_progress_and_metrics(tmp_path):
     a, b = jsonl(tmp_path / "a.jsonl", row(0)), jsonl(tmp_path / "b.jsonl", row(1), b"[]")
     events: list = []
-    result = ingest_traces([a, b], source=SOURCE, out_dir=tmp_path / "o", metrics_path=tmp_path / "m" / "metrics.json",
-                           on_start=lambda n: events.append(("start", n)),
-                           on_progress=lambda n: events.append(("step", n)))
+    result = ingest_traces(
+        [a, b],
+        source=SOURCE,
+        out_dir=tmp_path / "o",
+        metrics_path=tmp_path / "m" / "metrics.json",
+        on_start=lambda n: events.append(("start", n)),
+        on_progress=lambda n: events.append(("step", n)),
+    )
     assert events == [("start", 2), ("step", 1), ("step", 1)]
     metrics = json.loads((tmp_path / "m" / "metrics.json").read_text())
     assert metrics["inputs"] == 3 and metrics["rejects_by_reason"] == {"invalid_field": 1}
@@ -315,6 +352,7 @@ def test_progress_and_metrics(tmp_path):
 
 # --- incremental ingest: the file cache --------------------------------------------------------
 
+
 def test_appended_file_is_the_only_one_parsed_and_bytes_match_a_full_rebuild(tmp_path):
     d, cache = tmp_path / "in", tmp_path / "cache"
     d.mkdir()
@@ -322,13 +360,15 @@ def test_appended_file_is_the_only_one_parsed_and_bytes_match_a_full_rebuild(tmp
     pq.write_table(pa.Table.from_pylist([row(i + 5000) for i in range(300)]), d / "b.parquet")
     first, _, _ = ingest(tmp_path, d, out="first", cache=cache)
     assert first.files_from_cache == 0
-    jsonl(d / "c.jsonl", row(9000), row(4), row(9001))          # new file; row(4) repeats a.jsonl's line 4
+    jsonl(d / "c.jsonl", row(9000), row(4), row(9001))  # new file; row(4) repeats a.jsonl's line 4
     again, _, rejects = ingest(tmp_path, d, out="again", cache=cache)
-    full, _, _ = ingest(tmp_path, d, out="full")                # no cache at all
+    full, _, _ = ingest(tmp_path, d, out="full")  # no cache at all
     assert again.files_from_cache == 2
     assert tree_bytes(tmp_path / "again") == tree_bytes(tmp_path / "full")
     assert {(r["path"], r["row_index"], r["reason"]) for r in rejects} == {
-        ("a.jsonl", 1500, "unparsable_json"), ("c.jsonl", 1, "duplicate_trial")}
+        ("a.jsonl", 1500, "unparsable_json"),
+        ("c.jsonl", 1, "duplicate_trial"),
+    }
     # a changed file is parsed again; the others still come from the cache
     jsonl(d / "a.jsonl", *[row(i) for i in range(1499)])
     changed, _, _ = ingest(tmp_path, d, out="changed", cache=cache)
@@ -344,19 +384,19 @@ def test_an_unchanged_file_is_not_read_again_and_any_rewrite_is_seen(tmp_path, m
     jsonl(d / "a.jsonl", *[row(i) for i in range(40)])
     jsonl(d / "b.jsonl", row(100), row(101))
     first, rows, _ = ingest(tmp_path, d, out="first", cache=cache)
-    assert len(list((cache / "stat").rglob("*"))) > 2      # two files remembered (and their directories)
+    assert len(list((cache / "stat").rglob("*"))) > 2  # two files remembered (and their directories)
     read: list[str] = []
     real = traces.raw_batches
     monkeypatch.setattr(traces, "raw_batches", lambda path, rel, **kw: read.append(rel) or real(path, rel, **kw))
     jsonl(d / "c.jsonl", row(200))
     again, _, _ = ingest(tmp_path, d, out="again", cache=cache)
     assert read == ["c.jsonl"] and again.files_from_cache == 2
-    assert again.manifest["inputs"] == ingest(tmp_path, d, out="full")[0].manifest["inputs"]   # same sha256s
+    assert again.manifest["inputs"] == ingest(tmp_path, d, out="full")[0].manifest["inputs"]  # same sha256s
     assert tree_bytes(tmp_path / "again") == tree_bytes(tmp_path / "full")
 
     st = (d / "b.jsonl").stat()
     time.sleep(0.05)
-    jsonl(d / "b.jsonl", row(102), row(103))                # same length, other rows
+    jsonl(d / "b.jsonl", row(102), row(103))  # same length, other rows
     assert (d / "b.jsonl").stat().st_size == st.st_size
     os.utime(d / "b.jsonl", ns=(st.st_atime_ns, st.st_mtime_ns))
     read.clear()
@@ -390,12 +430,12 @@ def test_damaged_cache_entry_is_a_miss_or_a_clear_error(tmp_path):
     ingest(tmp_path, d, out="first", cache=cache)
     meta = next(cache.rglob("*.json"))
     meta.write_bytes(b"{not json")
-    again, _, _ = ingest(tmp_path, d, out="again", cache=cache)       # unreadable index: parsed again
+    again, _, _ = ingest(tmp_path, d, out="again", cache=cache)  # unreadable index: parsed again
     assert again.files_from_cache == 0
     assert tree_bytes(tmp_path / "again") == tree_bytes(tmp_path / "first")
     part = next(cache.rglob("*.parquet"))
-    part.write_bytes(part.read_bytes()[:-50])                          # rows cut short
+    part.write_bytes(part.read_bytes()[:-50])  # rows cut short
     with pytest.raises(BadInput, match="ingest cache entry .* is damaged"):
         ingest_traces([d], source=SOURCE, out_dir=tmp_path / "third", cache=cache)
-    assert tree_bytes(tmp_path / "again") == tree_bytes(tmp_path / "first")   # a lake file is never a cache file
+    assert tree_bytes(tmp_path / "again") == tree_bytes(tmp_path / "first")  # a lake file is never a cache file
     assert not (tmp_path / "third").exists() and not list(tmp_path.glob(".third*"))

@@ -67,8 +67,14 @@ def make_task(d: Path) -> Path:
 
 def targz(members: list[tuple[str, str, bytes | str | None]], *, mode: int = 0o644) -> bytes:
     """A gzipped tar of (kind, name, data-or-linkname) members, kind in file/dir/sym/lnk/chr/fifo."""
-    types = {"file": tarfile.REGTYPE, "dir": tarfile.DIRTYPE, "sym": tarfile.SYMTYPE,
-             "lnk": tarfile.LNKTYPE, "chr": tarfile.CHRTYPE, "fifo": tarfile.FIFOTYPE}
+    types = {
+        "file": tarfile.REGTYPE,
+        "dir": tarfile.DIRTYPE,
+        "sym": tarfile.SYMTYPE,
+        "lnk": tarfile.LNKTYPE,
+        "chr": tarfile.CHRTYPE,
+        "fifo": tarfile.FIFOTYPE,
+    }
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
         for kind, name, data in members:
@@ -88,6 +94,7 @@ GOOD = [("file", "instruction.md", b"Do it.\n")]
 
 
 # --- round trip --------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", sorted(REAL_TASKS))
 def test_real_task_round_trips(tmp_path, name):
@@ -121,13 +128,15 @@ def test_modes_are_normalised_and_an_empty_dest_dir_is_used(tmp_path):
 
 
 def test_a_tar_with_one_top_level_directory_extracts_its_contents(tmp_path):
-    data = targz([("dir", "hello", None), ("file", "hello/instruction.md", b"Hi.\n"),
-                  ("file", "hello/tests/t.sh", b"exit 0\n")])
+    data = targz(
+        [("dir", "hello", None), ("file", "hello/instruction.md", b"Hi.\n"), ("file", "hello/tests/t.sh", b"exit 0\n")]
+    )
     assert extract_archive(data, tmp_path / "out") == ["instruction.md", "tests/t.sh"]
     assert (tmp_path / "out" / "instruction.md").read_bytes() == b"Hi.\n"
 
 
 # --- rejections --------------------------------------------------------------------------------
+
 
 def refused(tmp_path: Path, data: bytes, member: str) -> str:
     """Extracting data must raise BadInput naming member and leave tmp_path exactly as it was."""
@@ -196,8 +205,9 @@ def test_duplicate_member_is_refused(tmp_path):
 
 
 def test_fine_members_then_a_bad_one_write_nothing(tmp_path):
-    data = targz([*GOOD, ("dir", "tests", None), ("file", "tests/test.sh", b"exit 0\n"),
-                  ("file", "tests/../../../escape", b"x")])
+    data = targz(
+        [*GOOD, ("dir", "tests", None), ("file", "tests/test.sh", b"exit 0\n"), ("file", "tests/../../../escape", b"x")]
+    )
     refused(tmp_path, data, "tests/../../../escape")
     assert not (tmp_path / "out").exists()
     assert not (tmp_path.parent / "escape").exists()
@@ -232,9 +242,11 @@ def test_a_file_or_symlinked_dest_is_refused(tmp_path):
 
 
 def test_a_member_resolving_outside_dest_is_refused_even_if_read_archive_missed_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(task_archive, "read_archive",
-                        lambda data, limits: [Entry("a.txt", is_dir=False, data=b"a"),
-                                      Entry("../escape", is_dir=False, data=b"x")])
+    monkeypatch.setattr(
+        task_archive,
+        "read_archive",
+        lambda data, limits: [Entry("a.txt", is_dir=False, data=b"a"), Entry("../escape", is_dir=False, data=b"x")],
+    )
     with pytest.raises(BadInput, match="member '../escape' resolves outside the destination"):
         extract_archive(b"", tmp_path / "x" / "out")
     assert os.listdir(tmp_path) == []
@@ -248,10 +260,18 @@ def test_a_member_under_a_file_is_refused(tmp_path):
 
 # --- task tables -------------------------------------------------------------------------------
 
+
 def write_table(path: Path, rows: list[tuple[str | None, bytes | None]]) -> Path:
-    pq.write_table(pa.table({"path": pa.array([r[0] for r in rows], pa.string()),
-                             "task_binary": pa.array([r[1] for r in rows], pa.binary()),
-                             "source": pa.array(["s"] * len(rows), pa.string())}), path)
+    pq.write_table(
+        pa.table(
+            {
+                "path": pa.array([r[0] for r in rows], pa.string()),
+                "task_binary": pa.array([r[1] for r in rows], pa.binary()),
+                "source": pa.array(["s"] * len(rows), pa.string()),
+            }
+        ),
+        path,
+    )
     return path
 
 
@@ -276,7 +296,8 @@ def test_extract_table_names_select_by_path_or_last_component(tmp_path, two_task
     table, _, _ = two_tasks
     assert extract_table(table, tmp_path / "a", names=["word-count"]) == [tmp_path / "a" / "tb" / "word-count"]
     assert extract_table(table, tmp_path / "b", names=["swesmith/swesmith-0003"]) == [
-        tmp_path / "b" / "swesmith" / "swesmith-0003"]
+        tmp_path / "b" / "swesmith" / "swesmith-0003"
+    ]
     assert sorted(os.listdir(tmp_path / "a")) == ["tb"]
 
 
@@ -325,8 +346,9 @@ def test_extract_table_refuses_duplicate_and_nested_paths(tmp_path, two_tasks):
 
 def test_extract_table_undoes_earlier_rows_when_a_later_archive_is_unsafe(tmp_path, two_tasks):
     _, _, other = two_tasks
-    table = write_table(tmp_path / "t.parquet",
-                        [("good/one", other), ("bad/two", targz([*GOOD, ("sym", "evil", "/")]))])
+    table = write_table(
+        tmp_path / "t.parquet", [("good/one", other), ("bad/two", targz([*GOOD, ("sym", "evil", "/")]))]
+    )
     (tmp_path / "out").mkdir()
     with pytest.raises(BadInput, match="task_binary of bad/two: member 'evil' is a link"):
         extract_table(table, tmp_path / "out")
@@ -343,6 +365,7 @@ def test_extract_table_needs_path_and_task_binary_columns(tmp_path):
 
 
 # --- the command -------------------------------------------------------------------------------
+
 
 def tracelake(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tracelake", *args], capture_output=True, text=True, check=False)
@@ -361,7 +384,9 @@ def test_cli_refuses_an_unsafe_archive_in_one_line(tmp_path):
     table = write_table(tmp_path / "t.parquet", [("swesmith/swesmith-0003", targz([*GOOD, ("file", "../evil", b"x")]))])
     proc = tracelake("tasks", "extract", str(table), "--out", str(tmp_path / "out"))
     assert proc.returncode == 2
-    assert proc.stderr.startswith("tracelake: task_binary of swesmith/swesmith-0003: member '../evil' "
-                                  "has an absolute path or a '..' component — nothing was extracted")
+    assert proc.stderr.startswith(
+        "tracelake: task_binary of swesmith/swesmith-0003: member '../evil' "
+        "has an absolute path or a '..' component — nothing was extracted"
+    )
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists()

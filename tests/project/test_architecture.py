@@ -84,8 +84,9 @@ def test_imports_point_toward_core():
                 continue  # the package root (__version__) imports nothing itself
             if phase != TOP and (other == TOP or other not in MAY_IMPORT[phase]):
                 wrong.append(f"{module} ({phase}) imports {target} ({other})")
-    assert not wrong, "imports against the phase order core <- ingest <- curate <- export <- explore:\n" + \
-        "\n".join(sorted(wrong))
+    assert not wrong, "imports against the phase order core <- ingest <- curate <- export <- explore:\n" + "\n".join(
+        sorted(wrong)
+    )
 
 
 def test_no_import_cycles():
@@ -102,7 +103,7 @@ def test_no_import_cycles():
             if nxt not in graph:
                 continue
             if state.get(nxt) == 1:
-                cycles.append(" -> ".join(stack[stack.index(nxt):] + [nxt]) if nxt in stack else nxt)
+                cycles.append(" -> ".join(stack[stack.index(nxt) :] + [nxt]) if nxt in stack else nxt)
             elif nxt not in state:
                 visit(nxt, stack + [nxt])
         state[node] = 2
@@ -119,8 +120,10 @@ def test_package_root_imports_nothing():
     root = PACKAGE / "__init__.py"
     assert imports_of(root) == {"tracelake.explore.notebook"}
     assert not [n for n in ast.parse(root.read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))]
-    code = ("import sys, tracelake; print(sorted(m for m in sys.modules if m.startswith('tracelake.') "
-            "or m in ('duckdb', 'polars', 'pyarrow')))")
+    code = (
+        "import sys, tracelake; print(sorted(m for m in sys.modules if m.startswith('tracelake.') "
+        "or m in ('duckdb', 'polars', 'pyarrow')))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
 
@@ -129,15 +132,21 @@ def test_nothing_in_the_project_calls_the_roots_open_lake():
     """The root's open_lake is for notebooks: the dependency check of dvc.yaml (tests/depcheck.py)
     does not follow its lazy import, which holds only while no module or stage calls it."""
     files = [*sorted(PACKAGE.rglob("*.py")), *sorted((ROOT / "stages").glob("*.py"))]
-    callers = [str(p.relative_to(ROOT)) for p in files if p != PACKAGE / "__init__.py"
-               and re.search(r"\btracelake\.open_lake\b|from tracelake import [^\n]*\bopen_lake\b", p.read_text())]
+    callers = [
+        str(p.relative_to(ROOT))
+        for p in files
+        if p != PACKAGE / "__init__.py"
+        and re.search(r"\btracelake\.open_lake\b|from tracelake import [^\n]*\bopen_lake\b", p.read_text())
+    ]
     assert callers == []
 
 
 @pytest.mark.parametrize("engine", ["duckdb", "pyarrow", "tokenizers", "polars"])
 def test_loading_params_imports_no_engine(engine):
-    code = ("import sys; from tracelake.params import load_params; load_params('params.yaml'); "
-            f"print({engine!r} in sys.modules)")
+    code = (
+        "import sys; from tracelake.params import load_params; load_params('params.yaml'); "
+        f"print({engine!r} in sys.modules)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False", f"loading params imported {engine}"
@@ -156,13 +165,19 @@ def test_no_assert_in_the_library():
     """Invariants are `check(...)` (raises Bug, exit 70 with a traceback), never `assert`, which
     `python -O` removes, nor a bare AssertionError, which the entry points do not report as a bug."""
     files = [*sorted(PACKAGE.rglob("*.py")), *sorted((ROOT / "stages").glob("*.py"))]
-    found = [f"{p.relative_to(ROOT)}:{n.lineno}" for p in files
-             for n in ast.walk(ast.parse(p.read_text())) if _is_hand_made_assert(n)]
+    found = [
+        f"{p.relative_to(ROOT)}:{n.lineno}"
+        for p in files
+        for n in ast.walk(ast.parse(p.read_text()))
+        if _is_hand_made_assert(n)
+    ]
     assert not found, "hand-made asserts (use tracelake.core.errors.check): " + ", ".join(found)
 
 
 def test_check_survives_python_O():
-    code = ("from tracelake.core.errors import Bug, check\n"
-            "try:\n    check(1 + 1 == 3, 'arithmetic')\nexcept Bug as e:\n    print('bug:', e)\n")
+    code = (
+        "from tracelake.core.errors import Bug, check\n"
+        "try:\n    check(1 + 1 == 3, 'arithmetic')\nexcept Bug as e:\n    print('bug:', e)\n"
+    )
     proc = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "bug: arithmetic", proc.stdout + proc.stderr

@@ -20,8 +20,9 @@ pytestmark = pytest.mark.e2e
 
 def run_script(script: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     """Run a benchmarks/ script with this interpreter; fail the test with its output tail."""
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args],
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True, text=True, timeout=timeout
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 
@@ -31,8 +32,9 @@ def test_harness_runs_at_a_small_size(tmp_path):
         pytest.skip("uv is needed to build the HF datasets reference venv")
     skip = [] if (ROOT / ".venv-train" / "bin" / "python").is_file() else ["--skip", "lf"]
     out = tmp_path / "results.json"
-    proc = run_script("pipeline.py", "--rows", "300", "--work", str(tmp_path / "work"), "--json", str(out), *skip,
-                      timeout=900)
+    proc = run_script(
+        "pipeline.py", "--rows", "300", "--work", str(tmp_path / "work"), "--json", str(out), *skip, timeout=900
+    )
     result = json.loads(out.read_text())["results"][0]
     stages = ["ingest", "score", "dedup", "filter", "select", "export_sft"]
     assert [s["name"] for s in result["same_work"]] == stages
@@ -50,7 +52,7 @@ def test_harness_runs_at_a_small_size(tmp_path):
     assert len(verdicts) == 5 and set(verdicts.values()) <= {"met", "missed", "not measured"}
     lf = next(v for t, v in verdicts.items() if "LLaMA-Factory" in t)
     assert (lf == "not measured") == bool(skip)
-    assert "**targets**" in proc.stdout and "profiles" not in result   # no --profile: nothing rerun
+    assert "**targets**" in proc.stdout and "profiles" not in result  # no --profile: nothing rerun
 
 
 def test_profile_reruns_a_missed_target_under_py_spy(tmp_path):
@@ -59,13 +61,25 @@ def test_profile_reruns_a_missed_target_under_py_spy(tmp_path):
     if shutil.which("uv") is None:
         pytest.skip("uv is needed to install py-spy and the HF datasets reference venv")
     out = tmp_path / "results.json"
-    proc = run_script("pipeline.py", "--rows", "100", "--same-work-only", "--profile", "--work", str(tmp_path / "work"),
-                      "--json", str(out), timeout=900)
+    proc = run_script(
+        "pipeline.py",
+        "--rows",
+        "100",
+        "--same-work-only",
+        "--profile",
+        "--work",
+        str(tmp_path / "work"),
+        "--json",
+        str(out),
+        timeout=900,
+    )
     result = json.loads(out.read_text())["results"][0]
     hf = next(t for t in result["targets"] if t["target"].startswith("same work >=4x"))
     # at 100 rows six stage processes' start-up alone outweighs HF's one run: the target is missed
     assert hf["verdict"] == "missed" and hf["profile"] == ["same_work"]
-    assert {t["verdict"] for t in result["targets"] if "LLaMA-Factory" in t["target"] or "append" in t["target"]} == {"not measured"}
+    assert {t["verdict"] for t in result["targets"] if "LLaMA-Factory" in t["target"] or "append" in t["target"]} == {
+        "not measured"
+    }
     profiled = result["profiles"]
     assert profiled and {p["run"] for p in profiled} == {"same_work"}
     assert {"ingest", "export_sft"} <= {p["stage"] for p in profiled}
@@ -93,14 +107,22 @@ def test_profile_summary_counts_self_and_inclusive_samples(tmp_path):
         'process 1:"python stages/ingest.py ot";<module> (/x/stages/ingest.py);run (/r/src/tracelake/core/stage.py) 3\n'
         'process 2:"python -c spawn";worker (/r/src/tracelake/ingest/parallel.py);'
         "write (/v/lib/python3.11/site-packages/pyarrow/parquet/core.py) 1\n"
-        "not a stack line\n")
+        "not a stack line\n"
+    )
     summary = profiles.summarize(raw, top=3)
     assert summary["samples"] == 10
-    assert summary["self"] == [["parse (orjson/__init__.py)", 60.0], ["run (tracelake/core/stage.py)", 30.0],
-                               ["write (pyarrow/parquet/core.py)", 10.0]]
-    assert summary["inclusive"] == [["run (tracelake/core/stage.py)", 90.0],
-                                    ["worker (tracelake/ingest/parallel.py)", 10.0]]
-    assert "| 60.0 | `parse (orjson/__init__.py)` | 90.0 | `run (tracelake/core/stage.py)` |" in profiles.render("t", summary)
+    assert summary["self"] == [
+        ["parse (orjson/__init__.py)", 60.0],
+        ["run (tracelake/core/stage.py)", 30.0],
+        ["write (pyarrow/parquet/core.py)", 10.0],
+    ]
+    assert summary["inclusive"] == [
+        ["run (tracelake/core/stage.py)", 90.0],
+        ["worker (tracelake/ingest/parallel.py)", 10.0],
+    ]
+    assert "| 60.0 | `parse (orjson/__init__.py)` | 90.0 | `run (tracelake/core/stage.py)` |" in profiles.render(
+        "t", summary
+    )
 
 
 def test_copies_run_the_same_input_as_several_sources(tmp_path):
@@ -109,7 +131,15 @@ def test_copies_run_the_same_input_as_several_sources(tmp_path):
     run_script("pipeline.py", "--rows", "100", "--copies", "2", "--work", str(tmp_path / "work"), "--json", str(out))
     meta, (result,) = json.loads(out.read_text()).values()
     assert result["rows"] == 200 and result["copies"] == 2 and "references" not in result
-    assert [s["name"] for s in result["same_work"]] == ["ingest ot", "ingest ot2", "score", "dedup", "filter", "select", "export_sft"]
+    assert [s["name"] for s in result["same_work"]] == [
+        "ingest ot",
+        "ingest ot2",
+        "score",
+        "dedup",
+        "filter",
+        "select",
+        "export_sft",
+    ]
     kept = json.loads((tmp_path / "work" / "same-work-100" / "metrics" / "filter.json").read_text())["total"]
     assert kept["in"] == 200 and meta["command"].endswith("--copies 2")
 
@@ -129,12 +159,17 @@ def test_copies_run_the_same_input_as_several_sources(tmp_path):
 def test_view_benchmark_runs_at_a_small_size(tmp_path):
     """benchmarks/bench_view.py: a lake of 200 rows, every list, trajectory and search measurement."""
     out = tmp_path / "view.json"
-    proc = run_script("bench_view.py", "--rows", "200", "--repeats", "2", "--work", str(tmp_path / "work"), "--json", str(out))
+    proc = run_script(
+        "bench_view.py", "--rows", "200", "--repeats", "2", "--work", str(tmp_path / "work"), "--json", str(out)
+    )
     result = json.loads(out.read_text())
     assert result["meta"]["rows"] == 200 and result["search"]["build_s"] > 0
     variants = {r["variant"] for r in result["results"]}
     assert {"no filter", "trajectory", "search"} <= variants and len(variants) == 6
     assert all(r["server"]["median_ms"] > 0 for r in result["results"])
-    assert all(r["in_process"]["median_ms"] > 0 for r in result["results"] if r["variant"] not in ("search",)
-               and not r["what"].startswith("walk"))
+    assert all(
+        r["in_process"]["median_ms"] > 0
+        for r in result["results"]
+        if r["variant"] not in ("search",) and not r["what"].startswith("walk")
+    )
     assert "Every page under 300 ms" in proc.stdout

@@ -47,8 +47,20 @@ def test_docs_command_table_matches_the_cli():
 def test_ingest_harbor_cli_end_to_end(tmp_path):
     make_trial(tmp_path / "jobs", "t__1")
     make_trial(tmp_path / "jobs", "t__2", files={"trajectory.json": b"{"})
-    result = runner.invoke(app, ["ingest", "harbor", str(tmp_path / "jobs"), "--source", "s",
-                                 "--out", str(tmp_path / "lake"), "--metrics", str(tmp_path / "m.json")])
+    result = runner.invoke(
+        app,
+        [
+            "ingest",
+            "harbor",
+            str(tmp_path / "jobs"),
+            "--source",
+            "s",
+            "--out",
+            str(tmp_path / "lake"),
+            "--metrics",
+            str(tmp_path / "m.json"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "1 rows, 1 rejects of 2 inputs" in result.output and "unparsable_json 1" in result.output
     status = runner.invoke(app, ["status", "--lake", str(tmp_path / "lake")])
@@ -57,14 +69,29 @@ def test_ingest_harbor_cli_end_to_end(tmp_path):
 
 def test_user_errors_are_one_line_without_traceback(tmp_path):
     make_trial(tmp_path / "jobs", "t__1", files={"trajectory.json": b"{"})
-    proc = subprocess.run([sys.executable, "-m", "tracelake", "ingest", "harbor", str(tmp_path / "jobs"),
-                           "--source", "s", "--out", str(tmp_path / "lake"), "--strict"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tracelake",
+            "ingest",
+            "harbor",
+            str(tmp_path / "jobs"),
+            "--source",
+            "s",
+            "--out",
+            str(tmp_path / "lake"),
+            "--strict",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     assert proc.stderr.startswith("tracelake: job-1/t__1/agent/trajectory.json: unparsable_json")
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
-    proc = subprocess.run([sys.executable, "-m", "tracelake", "status", "--lake", str(tmp_path / "none")],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tracelake", "status", "--lake", str(tmp_path / "none")], capture_output=True, text=True
+    )
     assert proc.returncode == 2 and "nothing is built" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -89,9 +116,11 @@ def test_ctrl_c_names_the_outputs_it_did_not_write(tmp_path):
     assert _cli_with("", args, tmp_path).returncode == 0
     out = tmp_path / "lake" / "trajectories" / "s"
     before = tree_bytes(out)
-    interrupt = ("import tracelake.core.tables as lake\n"
-                 "def boom(self, *args): raise KeyboardInterrupt\n"
-                 "lake.PartedTableWriter.add_part = boom")
+    interrupt = (
+        "import tracelake.core.tables as lake\n"
+        "def boom(self, *args): raise KeyboardInterrupt\n"
+        "lake.PartedTableWriter.add_part = boom"
+    )
     proc = _cli_with(interrupt, args, tmp_path)
     assert proc.returncode == 130, proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -103,19 +132,22 @@ def test_ctrl_c_names_the_outputs_it_did_not_write(tmp_path):
 
 def test_a_failed_internal_check_is_a_bug_report_with_traceback(tmp_path):
     make_trial(tmp_path / "jobs", "t__1")
-    broken = ("import tracelake.ingest.common as common\n"
-              "common.check(True, 'ok')\n"
-              "orig = common.run_ingest\n"
-              "def wrapped(**kw):\n"
-              "    process = kw['batches']\n"
-              "    import dataclasses\n"
-              "    kw['batches'] = (dataclasses.replace(parsed, rejects=[]) for parsed in process)\n"
-              "    return orig(**kw)\n"
-              "common.run_ingest = wrapped\n"
-              "import tracelake.ingest.harbor as harbor\n"
-              "harbor.run_ingest = wrapped")
-    proc = _cli_with(broken, ["ingest", "harbor", str(tmp_path / "jobs"), "--source", "s",
-                              "--out", str(tmp_path / "lake")], tmp_path)
+    broken = (
+        "import tracelake.ingest.common as common\n"
+        "common.check(True, 'ok')\n"
+        "orig = common.run_ingest\n"
+        "def wrapped(**kw):\n"
+        "    process = kw['batches']\n"
+        "    import dataclasses\n"
+        "    kw['batches'] = (dataclasses.replace(parsed, rejects=[]) for parsed in process)\n"
+        "    return orig(**kw)\n"
+        "common.run_ingest = wrapped\n"
+        "import tracelake.ingest.harbor as harbor\n"
+        "harbor.run_ingest = wrapped"
+    )
+    proc = _cli_with(
+        broken, ["ingest", "harbor", str(tmp_path / "jobs"), "--source", "s", "--out", str(tmp_path / "lake")], tmp_path
+    )
     assert proc.returncode == 70, proc.stderr
     assert "Traceback" in proc.stderr and "units but 0 outcomes" in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("tracelake: this is a bug in tracelake")

@@ -60,9 +60,14 @@ def test_valid_alternatives_parse():
     assert weights.mix.weights == {"swesmith": 0.75, "tezos": 0.25, "nl2bash": 0}
     top = parse_params(mutated(lambda d: d["mix"].update(sources=["tezos", "nl2bash"], top_k=2)))
     assert top.mix.sources == ["tezos", "nl2bash"] and top.mix.top_k == 2
-    imported = parse_params(mutated(lambda d: d["score"].update(
-        imports={"difficulty_v1": {"path": "imports/d.parquet", "score": "d", "task": "name"}})
-    ) | {"select": {"score": "difficulty_v1"}, "scales": {"1k": 1000}})
+    imported = parse_params(
+        mutated(
+            lambda d: d["score"].update(
+                imports={"difficulty_v1": {"path": "imports/d.parquet", "score": "d", "task": "name"}}
+            )
+        )
+        | {"select": {"score": "difficulty_v1"}, "scales": {"1k": 1000}}
+    )
     assert imported.select.score == "difficulty_v1"
 
 
@@ -77,6 +82,7 @@ def _set(*path_and_value):
         for key in path:
             node = node.setdefault(key, {})
         node[last] = value
+
     return mutate
 
 
@@ -84,6 +90,7 @@ def _both(*mutations):
     def mutate(data):
         for m in mutations:
             m(data)
+
     return mutate
 
 
@@ -106,8 +113,11 @@ BAD = [
     ("weight-bool", _set("mix", "weights", {"swesmith": True}), "mix.weights.swesmith"),
     ("weight-str", _set("mix", "weights", {"swesmith": "1"}), "mix.weights.swesmith"),
     ("weight-unknown-source", _set("mix", "weights", {"swesmith": 0.5, "nosuch": 0.5}), "mix.weights.nosuch"),
-    ("weight-unmixed-source", _both(_set("mix", "sources", ["swesmith"]),
-                                    _set("mix", "weights", {"swesmith": 0.5, "tezos": 0.5})), "mix.weights.tezos"),
+    (
+        "weight-unmixed-source",
+        _both(_set("mix", "sources", ["swesmith"]), _set("mix", "weights", {"swesmith": 0.5, "tezos": 0.5})),
+        "mix.weights.tezos",
+    ),
     ("weights-and-top-k", _both(_set("mix", "weights", {"swesmith": 1.0}), _set("mix", "top_k", 1)), "mix.top_k"),
     ("top-k-zero", _set("mix", "top_k", 0), "mix.top_k"),
     ("top-k-too-many", _set("mix", "top_k", 5), "mix.top_k"),
@@ -127,14 +137,23 @@ BAD = [
     ("unknown-scorer", _set("score", "scorers", ["response_length_proxy_v1", "vibes_v1"]), "'vibes_v1'"),
     ("scorer-nested-list", _set("score", "scorers", [["response_length_proxy_v1"]]), "score.scorers"),
     ("select-score-unconfigured", _set("select", "score", "difficulty_v1"), "select.score"),
-    ("import-both", _set("score", "imports", {"difficulty_v1": IMPORT | {"task": "t", "task_id": "i"}}),
-     "score.imports.difficulty_v1"),
+    (
+        "import-both",
+        _set("score", "imports", {"difficulty_v1": IMPORT | {"task": "t", "task_id": "i"}}),
+        "score.imports.difficulty_v1",
+    ),
     ("import-neither", _set("score", "imports", {"difficulty_v1": IMPORT}), "score.imports.difficulty_v1"),
-    ("import-unknown-key", _set("score", "imports", {"difficulty_v1": IMPORT | {"task": "t", "colum": "x"}}),
-     "score.imports.difficulty_v1.colum"),
+    (
+        "import-unknown-key",
+        _set("score", "imports", {"difficulty_v1": IMPORT | {"task": "t", "colum": "x"}}),
+        "score.imports.difficulty_v1.colum",
+    ),
     ("import-bad-name", _set("score", "imports", {"Difficulty": IMPORT | {"task": "t"}}), "score.imports.Difficulty"),
-    ("import-shadows-builtin", _set("score", "imports", {"response_length_proxy_v1": IMPORT | {"task": "t"}}),
-     "score.imports.response_length_proxy_v1"),
+    (
+        "import-shadows-builtin",
+        _set("score", "imports", {"response_length_proxy_v1": IMPORT | {"task": "t"}}),
+        "score.imports.response_length_proxy_v1",
+    ),
     ("source-format", _set("sources", "tezos", "format", "csv"), "sources.tezos.format"),
     ("source-missing-path", lambda d: d["sources"]["tezos"].pop("path"), "sources.tezos.path"),
     ("source-name", _set("sources", "bad name", {"format": "harbor", "path": "p", "tasks": "t"}), "'bad name'"),
@@ -193,12 +212,15 @@ STAGE_ARGS = {"select": ["1k"], "filter": []}
 
 def run_stage_in(cwd: Path, argv: list[str]) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "stages", *argv], cwd=cwd, capture_output=True,
-                          text=True, timeout=60, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "stages", *argv], cwd=cwd, capture_output=True, text=True, timeout=60, env=env
+    )
 
 
-@pytest.mark.parametrize(("mutate", "key", "stage"),
-                         [pytest.param(m, k, s, id=f"{i}-{s}") for i, m, k, stages in STAGE_CASES for s in stages])
+@pytest.mark.parametrize(
+    ("mutate", "key", "stage"),
+    [pytest.param(m, k, s, id=f"{i}-{s}") for i, m, k, stages in STAGE_CASES for s in stages],
+)
 def test_stage_stops_before_any_work(tmp_path, mutate, key, stage):
     write(tmp_path / "params.yaml", mutated(mutate))
     proc = run_stage_in(tmp_path, [stage, *STAGE_ARGS[stage]])

@@ -55,20 +55,24 @@ def build(final: Path, text: str) -> None:
 
 # --- leftovers of dead processes ------------------------------------------------------------------
 
+
 def test_leftovers_of_dead_processes_are_removed_at_the_next_build(tmp_path):
     final = tmp_path / "trajectories" / "s"
     build(final, "v1")
     dead = dead_pid()
-    stale = [final.with_name(f".s.tmp-{dead}"), final.with_name(f".s.old-{dead}"),
-             final.with_name(f".s.parts-{dead}-k2j4x_1a")]
+    stale = [
+        final.with_name(f".s.tmp-{dead}"),
+        final.with_name(f".s.old-{dead}"),
+        final.with_name(f".s.parts-{dead}-k2j4x_1a"),
+    ]
     for d in stale:
         d.mkdir()
-        (d / "manifest.json").write_text("{}")   # a complete old version looks built: still garbage
+        (d / "manifest.json").write_text("{}")  # a complete old version looks built: still garbage
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        live = final.with_name(f".s.tmp-{sleeper.pid}")       # another process building it now
-        other = final.with_name(f".other.tmp-{dead}")          # another output's leftover
-        elsewhere = tmp_path / "tasks" / f".s.tmp-{dead}"      # beside another output: not now
+        live = final.with_name(f".s.tmp-{sleeper.pid}")  # another process building it now
+        other = final.with_name(f".other.tmp-{dead}")  # another output's leftover
+        elsewhere = tmp_path / "tasks" / f".s.tmp-{dead}"  # beside another output: not now
         live.mkdir(), other.mkdir(), elsewhere.mkdir(parents=True)
         build(final, "v2")
         assert [d for d in [*stale, other] if d.exists()] == []
@@ -82,8 +86,7 @@ def test_leftovers_of_dead_processes_are_removed_at_the_next_build(tmp_path):
 def test_scratch_dirs_without_a_pid_are_removed_when_older_than_the_build(tmp_path):
     final = tmp_path / "trajectories" / "s"
     final.parent.mkdir(parents=True)
-    old, own, other = (final.with_name(n)
-                       for n in (".s.parts-k2j4x_1a", ".s.parts-zz9_0abc", ".t.parts-k2j4x_1a"))
+    old, own, other = (final.with_name(n) for n in (".s.parts-k2j4x_1a", ".s.parts-zz9_0abc", ".t.parts-k2j4x_1a"))
     for d in (old, own, other):
         d.mkdir()
     an_hour_ago = time.time() - 3600
@@ -142,7 +145,7 @@ def test_temporary_names_carry_the_pid(tmp_path):
     assert swap.owner_pid(".s.parts-123-ab_c9") == ("s", 123)
     assert swap.owner_pid(".s.b.tmp-77") == ("s.b", 77)
     assert swap.owner_pid(".manifest.json.tmp-77") == ("manifest.json", 77)
-    assert swap.owner_pid(".s.parts-k2j4x_1a") is None   # no pid (mkdtemp's name): removed by age
+    assert swap.owner_pid(".s.parts-k2j4x_1a") is None  # no pid (mkdtemp's name): removed by age
     assert swap.owner_pid("s") is None and swap.owner_pid(".s.tmp-") is None
     scratch = swap.scratch_dir(tmp_path / "lake" / "s")
     assert swap.owner_pid(scratch.name) == ("s", os.getpid()) and scratch.is_dir()
@@ -176,8 +179,9 @@ print(steps)
 def _swap_killed_at(final: Path, step: int, text: str) -> int | None:
     """Build `final` in a child process SIGKILLed at the swap's `step`-th file-system call; the
     number of steps when it finished instead."""
-    proc = subprocess.run([sys.executable, "-c", _KILL_AT_STEP, str(final), str(step), text],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILL_AT_STEP, str(final), str(step), text], capture_output=True, text=True
+    )
     if proc.returncode == -signal.SIGKILL:
         return None
     assert proc.returncode == 0, proc.stderr
@@ -196,7 +200,7 @@ def test_a_kill_at_any_step_of_the_swap_leaves_a_whole_version(tmp_path):
         finished = _swap_killed_at(final, step, f"v{step}")
         assert final.is_dir(), f"killed at step {step} of the swap: {final} is missing"
         assert (final / "data.txt").read_text() in (before, f"v{step}")
-        assert Lake(tmp_path).built_selections() == {"1k": final}   # leftovers are never listed
+        assert Lake(tmp_path).built_selections() == {"1k": final}  # leftovers are never listed
         if finished is not None:
             break
     assert step > 2
@@ -217,6 +221,7 @@ def test_without_renameat2_the_swap_falls_back_to_renames(tmp_path, monkeypatch)
 
 # --- DVC's own state files ------------------------------------------------------------------------
 
+
 def test_status_names_an_empty_dvc_lock_and_rwlock(tmp_path, monkeypatch):
     from tracelake.explore.status import dvc_problems
 
@@ -235,8 +240,7 @@ def test_status_names_an_empty_dvc_lock_and_rwlock(tmp_path, monkeypatch):
     assert "rwlock" in problems[1] and "delete it" in problems[1]
     source = tmp_path / "lake" / "tasks" / "s"
     source.mkdir(parents=True)
-    write_json(source / "manifest.json",
-               {"version_id": "0" * 12, "counts": {"inputs": 0, "rows": 0, "rejects": 0}})
+    write_json(source / "manifest.json", {"version_id": "0" * 12, "counts": {"inputs": 0, "rows": 0, "rejects": 0}})
     console = Console(record=True, width=300)
     render_status(tmp_path / "lake", console)
     text = console.export_text()
@@ -245,16 +249,22 @@ def test_status_names_an_empty_dvc_lock_and_rwlock(tmp_path, monkeypatch):
 
 # --- the pipeline, killed -------------------------------------------------------------------------
 
+
 def _env() -> dict[str, str]:
     return dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
 
 
-def repro_killed_when(repo: Path, pattern: str, delay: float, *, force: bool = False,
-                      timeout: float = 180) -> bool:
+def repro_killed_when(repo: Path, pattern: str, delay: float, *, force: bool = False, timeout: float = 180) -> bool:
     """Run `dvc repro` (`--force`: every stage); once a path matching `pattern` (a glob under repo)
     appears, wait `delay` seconds and SIGKILL its whole process group. False when it ended first."""
-    proc = subprocess.Popen(["dvc", "repro", *(["--force"] if force else [])], cwd=repo, env=_env(),
-                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        ["dvc", "repro", *(["--force"] if force else [])],
+        cwd=repo,
+        env=_env(),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + timeout
     try:
         while proc.poll() is None and time.monotonic() < deadline:
@@ -277,13 +287,13 @@ def leftovers(root: Path) -> list[str]:
 
 # (what must exist, then seconds to wait before the kill): inside a stage, its output half written
 KILLS = [
-    ("lake/trajectories/.superuser.tmp-*/trajectories", 0.2),   # ingest, a table half written
-    ("lake/exports/sft/.1k.tmp-*", 0.1),                         # export_sft, shards half written
+    ("lake/trajectories/.superuser.tmp-*/trajectories", 0.2),  # ingest, a table half written
+    ("lake/exports/sft/.1k.tmp-*", 0.1),  # export_sft, shards half written
 ]
-MORE_KILLS = [   # each in a forced rebuild of its own
-    ("lake/trajectories/.swesmith.parts-*", 0.0),                # ingest, before its output dir
+MORE_KILLS = [  # each in a forced rebuild of its own
+    ("lake/trajectories/.swesmith.parts-*", 0.0),  # ingest, before its output dir
     ("lake/tasks/.tezos.tmp-*", 0.0),
-    ("lake/trajectories/.nl2bash.tmp-*/manifest.json", 0.0),     # at the swap itself
+    ("lake/trajectories/.nl2bash.tmp-*/manifest.json", 0.0),  # at the swap itself
     ("lake/.scores.tmp-*", 0.05),
     ("lake/.dedup.tmp-*", 0.0),
     ("lake/.pool.tmp-*", 0.1),
@@ -297,6 +307,7 @@ MORE_KILLS = [   # each in a forced rebuild of its own
 def unbuilt_copy(project: Path, dest: Path) -> Path:
     """The project files of a built project (its code as it was built, whatever changed in the
     work tree since), without outputs, dvc.lock, DVC's or tracelake's caches, in a new git repository."""
+
     def ignore(directory: str, names: list[str]) -> set[str]:
         rel = Path(directory).relative_to(project)
         skip = {"dvc.lock", ".git", ".tracelake", *OUTPUTS} if rel == Path(".") else set()
@@ -313,8 +324,14 @@ def same_as_uninterrupted(repo: Path, reference: Path) -> None:
     output); the message lists what differs."""
     ours, theirs = ((r / "dvc.lock").read_text().splitlines() for r in (repo, reference))
     assert ours == theirs, "dvc.lock differs:\n" + "\n".join(difflib.unified_diff(theirs, ours, lineterm="", n=8))
-    ours, theirs = ({k: v for k, v in tree_digest(*(r / d for d in OUTPUTS)).items()
-                     if not any(TEMP_NAME.match(part) for part in Path(k).parts)} for r in (repo, reference))
+    ours, theirs = (
+        {
+            k: v
+            for k, v in tree_digest(*(r / d for d in OUTPUTS)).items()
+            if not any(TEMP_NAME.match(part) for part in Path(k).parts)
+        }
+        for r in (repo, reference)
+    )
     differ = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
     assert not differ, f"outputs differ: {differ[:20]}"
 
@@ -352,8 +369,14 @@ def test_a_pipeline_killed_at_random_times_reruns_to_the_same_bytes(sample_proje
     """Kills at fixed offsets (in seconds) after each start: wherever they land."""
     repo = unbuilt_copy(sample_project, tmp_path / "killed")
     for seconds in (1.5, 2.7, 4.1, 5.3, 7.9, 3.3):
-        proc = subprocess.Popen(["dvc", "repro"], cwd=repo, env=_env(), start_new_session=True,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            ["dvc", "repro"],
+            cwd=repo,
+            env=_env(),
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             proc.wait(timeout=seconds)
         except subprocess.TimeoutExpired:
@@ -361,11 +384,10 @@ def test_a_pipeline_killed_at_random_times_reruns_to_the_same_bytes(sample_proje
             proc.wait()
     from tracelake.explore.status import dvc_problems
 
-    for problem in dvc_problems(repo):   # DVC's files emptied by a kill: docs/reliability.md
+    for problem in dvc_problems(repo):  # DVC's files emptied by a kill: docs/reliability.md
         print(problem)
         name = problem.split()[0]
         assert name in ("dvc.lock", ".dvc/tmp/rwlock") or name.endswith(("/dvc.lock", "/rwlock")), problem
         (repo / ("dvc.lock" if name.endswith("dvc.lock") else ".dvc/tmp/rwlock")).unlink()
     run_ok(["dvc", "repro"], repo)
     same_as_uninterrupted(repo, sample_project)
-

@@ -54,8 +54,8 @@ def links(text: str) -> list[str]:
 def slug(heading: str) -> str:
     """GitHub's anchor for a heading: the text without markup, lowercased, every character but
     letters, digits, '_', '-' and spaces removed, spaces turned into '-'."""
-    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)   # links and images: their text
-    text = re.sub(r"<[^>]+>", "", text)                          # inline HTML tags
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # links and images: their text
+    text = re.sub(r"<[^>]+>", "", text)  # inline HTML tags
     text = text.replace("`", "").replace("*", "")
     text = text.strip().lower()
     text = re.sub(r"[^\w\- ]", "", text)
@@ -78,19 +78,21 @@ def anchors(path: Path) -> set[str]:
 
 
 def test_slug_matches_github():
-    assert slug("What the model trains on: LLaMA-Factory's modes") == \
-        "what-the-model-trains-on-llama-factorys-modes"
-    assert slug("`tracelake view`, 100,000 trajectories, 2026-11-25, same machine") == \
-        "tracelake-view-100000-trajectories-2026-11-25-same-machine"
-    assert slug("Near-duplicate clusters share one quota (`cluster_quota_v1`)") == \
-        "near-duplicate-clusters-share-one-quota-cluster_quota_v1"
+    assert slug("What the model trains on: LLaMA-Factory's modes") == "what-the-model-trains-on-llama-factorys-modes"
+    assert (
+        slug("`tracelake view`, 100,000 trajectories, 2026-11-25, same machine")
+        == "tracelake-view-100000-trajectories-2026-11-25-same-machine"
+    )
+    assert (
+        slug("Near-duplicate clusters share one quota (`cluster_quota_v1`)")
+        == "near-duplicate-clusters-share-one-quota-cluster_quota_v1"
+    )
     assert slug("Older versions: `--rev`") == "older-versions---rev"
     assert slug("An empty `dvc.lock` or `rwlock`") == "an-empty-dvclock-or-rwlock"
 
 
 def test_links_skip_code():
-    text = ("a [x](one.md) `[y](two.md)`\n```\n[z](three.md)\n```\n"
-            "![img](img/a.png) [r]: ref.md\n[r]: four.md\n")
+    text = "a [x](one.md) `[y](two.md)`\n```\n[z](three.md)\n```\n![img](img/a.png) [r]: ref.md\n[r]: four.md\n"
     assert links(text) == ["one.md", "img/a.png", "four.md"]
 
 
@@ -103,7 +105,7 @@ def test_the_pages_exist():
 def test_relative_links_resolve(page: Path):
     broken = []
     for target in links(page.read_text()):
-        if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.IGNORECASE):   # http:, https:, mailto:, …
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.IGNORECASE):  # http:, https:, mailto:, …
             continue
         path_part, _, anchor = target.partition("#")
         dest = page if not path_part else (page.parent / unquote(path_part)).resolve()
@@ -126,6 +128,9 @@ def test_readme_is_a_landing_page():
 def test_every_docs_page_is_in_the_table_of_contents():
     index = (ROOT / "docs" / "README.md").read_text()
     listed = {(ROOT / "docs" / t.partition("#")[0]).resolve() for t in links(index) if not t.startswith("#")}
-    missing = [p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md")
-               if p.name != "README.md" and p.resolve() not in listed]
+    missing = [
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / "docs").rglob("*.md")
+        if p.name != "README.md" and p.resolve() not in listed
+    ]
     assert not missing, f"docs/README.md does not link {missing}"

@@ -49,7 +49,8 @@ def test_dvc_yaml_is_written_from_the_declarations() -> None:
     """dvc.yaml is exactly what `python -m stages.dvc_yaml` writes: each stage's deps are the import
     closure of `python -m stages NAME` (stages/closure.py) plus its declared data."""
     assert (ROOT / "dvc.yaml").read_text() == render(ROOT / "params.yaml"), (
-        "dvc.yaml is out of date with the stage declarations: run `python -m stages.dvc_yaml`")
+        "dvc.yaml is out of date with the stage declarations: run `python -m stages.dvc_yaml`"
+    )
 
 
 def test_check_reports_a_removed_dep(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -77,16 +78,23 @@ def test_closure_rules(tmp_path: Path) -> None:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     files = stage_closure("stages/s.py", tmp_path).files
-    assert sorted(files) == sorted([
-        "stages/s.py", "src/tracelake/__init__.py", "src/tracelake/core/__init__.py",
-        "src/tracelake/core/assets.py", "src/tracelake/core/schema.py", "src/tracelake/core/tables.py",
-        "src/tracelake/lib.py",
-        "sql/filter_rules",  # 'filters/' + rule: the directory its literal prefix names
-        "sql",  # f'{rule}.x': no literal prefix, the whole directory
-        "schemas/a.yaml", "schemas/b.yaml",  # a loop over literals
-        "schemas/const.yaml",  # a module-level constant
-        "schemas/pool.yaml",  # through the wrapper read_table(directory, name)
-    ]), "\n".join(f"{f}: {why}" for f, why in sorted(files.items()))
+    assert sorted(files) == sorted(
+        [
+            "stages/s.py",
+            "src/tracelake/__init__.py",
+            "src/tracelake/core/__init__.py",
+            "src/tracelake/core/assets.py",
+            "src/tracelake/core/schema.py",
+            "src/tracelake/core/tables.py",
+            "src/tracelake/lib.py",
+            "sql/filter_rules",  # 'filters/' + rule: the directory its literal prefix names
+            "sql",  # f'{rule}.x': no literal prefix, the whole directory
+            "schemas/a.yaml",
+            "schemas/b.yaml",  # a loop over literals
+            "schemas/const.yaml",  # a module-level constant
+            "schemas/pool.yaml",  # through the wrapper read_table(directory, name)
+        ]
+    ), "\n".join(f"{f}: {why}" for f, why in sorted(files.items()))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -96,6 +104,7 @@ def test_closure_rules(tmp_path: Path) -> None:
 def _copy(src: Path, dst: Path) -> Path:
     def ignore(directory: str, names: list[str]) -> set[str]:
         return {"cache", "tmp"} & set(names) if Path(directory).name == ".dvc" else set()
+
     shutil.copytree(src, dst, symlinks=True, ignore=ignore)
     return dst
 
@@ -121,21 +130,30 @@ def traced(sample_project: Path, tmp_path_factory: pytest.TempPathFactory) -> Tr
         traces[name] = trace_stage(project, stage["cmd"], strace_path)
         package = traces[name].package
         assert package is None or Path(package).resolve().is_relative_to(project), (
-            f"{name}: tracelake was imported from {package}, not from the copy's src/: its reads are unseen")
+            f"{name}: tracelake was imported from {package}, not from the copy's src/: its reads are unseen"
+        )
     return Traced(params, stages, traces, time.monotonic() - start)
 
 
 @pytest.mark.e2e
 def test_every_stage_declares_what_it_opens(traced: Traced) -> None:
     print(f"{len(traced.traces)} stage runs traced in {traced.seconds:.1f}s")
-    missing = [m for name, stage in traced.stages.items()
-               for m in unexplained_reads(name, stage, traced.traces[name].reads, traced.params)]
+    missing = [
+        m
+        for name, stage in traced.stages.items()
+        for m in unexplained_reads(name, stage, traced.traces[name].reads, traced.params)
+    ]
     assert not missing, explain(missing, "files the stage opened through Python while it ran")
 
     # The same check reports a data dependency once it is gone from the stage's deps.
-    name, dep = next((n, d) for n, t in reversed(traced.traces.items()) for r in t.reads
-                     if r.file.endswith("manifest.json") for d in _paths(traced.stages[n].get("deps"))
-                     if covered(r.file, [d]))
+    name, dep = next(
+        (n, d)
+        for n, t in reversed(traced.traces.items())
+        for r in t.reads
+        if r.file.endswith("manifest.json")
+        for d in _paths(traced.stages[n].get("deps"))
+        if covered(r.file, [d])
+    )
     stage = traced.stages[name]
     without = {**stage, "deps": [d for d in _paths(stage["deps"]) if d != dep]}
     reads = traced.traces[name].reads
@@ -148,9 +166,13 @@ def test_every_stage_declares_what_it_opens(traced: Traced) -> None:
 def test_every_stage_declares_what_native_code_reads(traced: Traced) -> None:
     """The same over every open(2) (DuckDB, Arrow and tokenizers open their files themselves)."""
     if any(t.native is None for t in traced.traces.values()):
-        pytest.skip("strace is not installed or may not trace here (apt-get install strace): "
-                    "reads by native code were not recorded")
-    missing = [m for name, stage in traced.stages.items()
-               for m in unexplained_reads(name, stage, traced.traces[name].native or [], traced.params)]
+        pytest.skip(
+            "strace is not installed or may not trace here (apt-get install strace): "
+            "reads by native code were not recorded"
+        )
+    missing = [
+        m
+        for name, stage in traced.stages.items()
+        for m in unexplained_reads(name, stage, traced.traces[name].native or [], traced.params)
+    ]
     assert not missing, explain(missing, "files the stage's process opened while it ran (strace)")
-

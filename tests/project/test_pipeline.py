@@ -37,8 +37,12 @@ def sh(args: list[str], cwd: Path) -> str:
 
 def tree_digest(*dirs: Path) -> dict[str, str]:
     """sha256 of every file under the directories."""
-    return {str(p.relative_to(d.parent)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for d in dirs for p in sorted(d.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(d.parent)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for d in dirs
+        for p in sorted(d.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -108,12 +112,17 @@ def test_every_scale_is_a_content_addressed_dataset(repo):
         info = json.loads((repo / "lake" / "exports" / "sft" / scale / "dataset_info.json").read_text())
         assert info[export["dataset_id"]]["file_name"] == export["dataset_id"]
         shards = sorted((repo / "lake" / "exports" / "sft" / scale / export["dataset_id"]).iterdir())
-        assert [p.suffix for p in shards] == [".parquet"] * c["shards"]   # nothing but shards
+        assert [p.suffix for p in shards] == [".parquet"] * c["shards"]  # nothing but shards
     funnel = yaml.safe_load((repo / "metrics" / "filter.json").read_text())
     for source, f in funnel["sources"].items():
         assert f["in"] == f["kept"] + sum(f["dropped"].values()), source
-    proc = subprocess.run(["dvc", "plots", "show", "--json"], cwd=repo, capture_output=True, text=True,
-                          env=dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"))
+    proc = subprocess.run(
+        ["dvc", "plots", "show", "--json"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"),
+    )
     plots = json.loads(proc.stdout)["data"]
     for name in ("rows_by_source", "rollouts_per_task", "assistant_turns", "tokens", "funnel"):
         (spec,) = plots[f"reports/plots/{name}.csv"]
@@ -165,12 +174,19 @@ def test_changing_a_training_hyperparameter_reruns_only_the_configs(repo):
     assert sh(["git", "status", "--porcelain"], repo).strip() == ""
 
 
-@pytest.mark.parametrize(("edit", "line"), [
-    (lambda p: p["filter"].update(sucess_only=True),
-     "tracelake: params.yaml: unknown key filter.sucess_only (known: "),
-    (lambda p: p.update(filtr={"min_assistant_turns": 3}),
-     "tracelake: params.yaml: unknown top-level key 'filtr' (known: "),
-])
+@pytest.mark.parametrize(
+    ("edit", "line"),
+    [
+        (
+            lambda p: p["filter"].update(sucess_only=True),
+            "tracelake: params.yaml: unknown key filter.sucess_only (known: ",
+        ),
+        (
+            lambda p: p.update(filtr={"min_assistant_turns": 3}),
+            "tracelake: params.yaml: unknown top-level key 'filtr' (known: ",
+        ),
+    ],
+)
 def test_a_misspelled_param_stops_dvc_repro_in_one_line(repo, edit, line):
     """Not "Data and pipelines are up to date": the stage that owns the section (or `check`, for a
     key no stage reads) reruns, because it tracks its section whole, and stops on the unknown key."""

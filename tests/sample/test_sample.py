@@ -43,7 +43,7 @@ def test_rejects_are_exactly_the_injected_faults(sample, spec, tmp_path):
         jobs = sample / spec.name / "jobs"
         result = ingest_harbor(jobs, source=spec.name, out_dir=out)
         prefix = f"{spec.name}/jobs/"
-        expected = {(trial_of(f["path"][len(prefix):], f["fault"]), f["fault"]) for f in faults}
+        expected = {(trial_of(f["path"][len(prefix) :], f["fault"]), f["fault"]) for f in faults}
         rejects = read_table(out, "rejects").to_pylist()
         got = {(trial_of(r["path"], r["reason"]), r["reason"]) for r in rejects}
     else:

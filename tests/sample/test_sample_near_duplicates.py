@@ -23,10 +23,12 @@ from tracelake.sample.near_duplicates import (
 from tracelake.sample.synth import DEFAULT_SOURCES, SynthSummary, synthesize
 from tracelake.sample.tasks import make_task, with_instruction
 
-TEXT = ("ValueError raised by `format` in click/core.py\n\n"
-        "Steps to reproduce:\n```python\nfrom click.core import format\n```\n\n"
-        "Actual behavior:\n  File \"/testbed/click/core.py\", line 248, in format\n\n"
-        "Notes:\n- Existing tests in tests/test_core.py still pass, so coverage is missing.")
+TEXT = (
+    "ValueError raised by `format` in click/core.py\n\n"
+    "Steps to reproduce:\n```python\nfrom click.core import format\n```\n\n"
+    'Actual behavior:\n  File "/testbed/click/core.py", line 248, in format\n\n'
+    "Notes:\n- Existing tests in tests/test_core.py still pass, so coverage is missing."
+)
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +44,7 @@ def _instruction(out: Path, source: str, task: str) -> str:
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 # --------------------------------------------------------------------------- variants
@@ -78,8 +79,7 @@ def test_lines_and_difficulty_follow_the_instruction() -> None:
 def test_planted_truth_is_deterministic(tmp_path: Path) -> None:
     a = synthesize(tmp_path / "a", seed=3, trials=400, tasks=120)
     b = synthesize(tmp_path / "b", seed=3, trials=400, tasks=120)
-    planted = [json.loads((tmp_path / x / "synth_manifest.json").read_text())["planted"]
-               for x in "ab"]
+    planted = [json.loads((tmp_path / x / "synth_manifest.json").read_text())["planted"] for x in "ab"]
     assert a.planted == b.planted and planted[0] == planted[1]
     assert planted[0]["near_duplicates"]
     assert _tree(tmp_path / "a" / BENCHMARK_DIR) == _tree(tmp_path / "b" / BENCHMARK_DIR)
@@ -121,9 +121,9 @@ def test_benchmark_copies_hold_on_disk(sample: tuple[Path, SynthSummary, dict]) 
         assert normalize(copy) == normalize(source)
         assert (copy == source) == (row["kind"] == "exact")
     assert summary.planted == {
-        "near_duplicates": {k: sum(r["kind"] == k for r in planted["near_duplicates"])
-                            for k in KINDS},
-        "benchmark_copies": {k: sum(r["kind"] == k for r in rows) for k in COPY_KINDS}}
+        "near_duplicates": {k: sum(r["kind"] == k for r in planted["near_duplicates"]) for k in KINDS},
+        "benchmark_copies": {k: sum(r["kind"] == k for r in rows) for k in COPY_KINDS},
+    }
     for name in ("near_duplicates", "benchmark_copies"):
         assert planted[name] == sorted(planted[name], key=lambda r: (r["source"], r["task"]))
 
@@ -137,8 +137,7 @@ def test_trials_carry_the_planted_instruction(sample: tuple[Path, SynthSummary, 
     for row in planted:
         text = _instruction(out, row["source"], row["task"]).removesuffix("\n")
         if row["source"] in harbor:
-            for path in sorted((out / row["source"] / "jobs").glob(
-                    f"*/{row['task']}__*/agent/trajectory.json"))[:1]:
+            for path in sorted((out / row["source"] / "jobs").glob(f"*/{row['task']}__*/agent/trajectory.json"))[:1]:
                 try:
                     first = json.loads(path.read_bytes())["steps"][0]["message"]
                 except (ValueError, KeyError, IndexError):
@@ -166,11 +165,9 @@ def _trace_openings(table: Path, task: str) -> list[str]:
 
 
 def test_planting_can_be_turned_off(tmp_path: Path) -> None:
-    summary = synthesize(tmp_path / "out", seed=0, trials=400, tasks=120, near_duplicates=0,
-                         benchmark_tasks=0)
+    summary = synthesize(tmp_path / "out", seed=0, trials=400, tasks=120, near_duplicates=0, benchmark_tasks=0)
     manifest = json.loads((tmp_path / "out" / "synth_manifest.json").read_text())
-    assert manifest["planted"] == {"near_duplicates": [], "benchmark_copies": [],
-                                   "benchmark_dir": BENCHMARK_DIR}
+    assert manifest["planted"] == {"near_duplicates": [], "benchmark_copies": [], "benchmark_dir": BENCHMARK_DIR}
     assert sum(sum(c.values()) for c in summary.planted.values()) == 0
     assert not (tmp_path / "out" / BENCHMARK_DIR).exists()
     for spec, n in summary.tasks.items():
@@ -193,8 +190,7 @@ BAD_ARGS = [
 
 
 @pytest.mark.parametrize(("kwargs", "needle"), BAD_ARGS)
-def test_bad_planting_arguments_raise_value_error(tmp_path: Path, kwargs: dict,
-                                                  needle: str) -> None:
+def test_bad_planting_arguments_raise_value_error(tmp_path: Path, kwargs: dict, needle: str) -> None:
     with pytest.raises(ValueError, match=needle) as info:
         synthesize(tmp_path / "out", trials=20, tasks=10, **kwargs)
     assert "\n" not in str(info.value)
@@ -202,7 +198,12 @@ def test_bad_planting_arguments_raise_value_error(tmp_path: Path, kwargs: dict,
 
 
 def test_a_source_may_be_named_benchmark_without_a_benchmark(tmp_path: Path) -> None:
-    summary = synthesize(tmp_path / "out", trials=20, tasks=10, benchmark_tasks=0,
-                         sources=(SourceSpec("benchmark", "tezos", "harbor", 1.0),))
+    summary = synthesize(
+        tmp_path / "out",
+        trials=20,
+        tasks=10,
+        benchmark_tasks=0,
+        sources=(SourceSpec("benchmark", "tezos", "harbor", 1.0),),
+    )
     assert summary.tasks == {"benchmark": 10}
     assert (tmp_path / "out" / "benchmark" / "tasks").is_dir()

@@ -21,13 +21,15 @@ DIST_ROWS = 2000
 
 
 def _rows(out: Path) -> list[dict]:
-    return [orjson.loads(line) for f in sorted((out / "traces").glob("part-*.jsonl"))
-            for line in f.read_bytes().splitlines()]
+    return [
+        orjson.loads(line)
+        for f in sorted((out / "traces").glob("part-*.jsonl"))
+        for line in f.read_bytes().splitlines()
+    ]
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +54,7 @@ def dist() -> list[dict]:
 
 # --- layout and determinism ------------------------------------------------------------------
 
+
 def test_layout_and_manifest(small: tuple[Path, dict]) -> None:
     out, manifest = small
     parts = sorted(p.name for p in (out / "traces").iterdir())
@@ -71,8 +74,19 @@ def test_layout_and_manifest(small: tuple[Path, dict]) -> None:
     assert stats["chars_per_row"]["max"] == max(chars)
     assert stats["bytes_per_row"]["min"] == min(len(orjson.dumps(r)) + 1 for r in rows)
     assert sum(v for k, v in manifest["counts"].items() if k.startswith("result=")) == 60
-    assert list(rows[0]) == ["conversations", "agent", "model", "model_provider", "date", "task",
-                             "episode", "run_id", "trial_name", "trace_source", "result"]
+    assert list(rows[0]) == [
+        "conversations",
+        "agent",
+        "model",
+        "model_provider",
+        "date",
+        "task",
+        "episode",
+        "run_id",
+        "trial_name",
+        "trace_source",
+        "result",
+    ]
     base = {re.sub(r"_copy\d{4}$", "", r["task"]) for r in rows}
     assert base == {p.name for p in (out / "tasks").iterdir()}
     for r in rows:
@@ -82,8 +96,7 @@ def test_layout_and_manifest(small: tuple[Path, dict]) -> None:
         first = r["conversations"][0]["content"]
         assert first.startswith(PREAMBLE + "Task Description:\n")
         assert "\n\nCurrent terminal state:\nCurrent Terminal Screen:\n" in first
-        instruction = first[len(PREAMBLE) + len("Task Description:\n"):].split(
-            "\n\nCurrent terminal state:")[0]
+        instruction = first[len(PREAMBLE) + len("Task Description:\n") :].split("\n\nCurrent terminal state:")[0]
         name = re.sub(r"_copy\d{4}$", "", r["task"])
         assert (out / "tasks" / name / "instruction.md").read_text() == instruction + "\n"
         second = r["conversations"][1]["content"]
@@ -93,8 +106,7 @@ def test_layout_and_manifest(small: tuple[Path, dict]) -> None:
         assert all(set(c) == {"keystrokes", "duration"} for c in answer["commands"])
 
 
-def test_same_args_same_bytes_and_rows_per_file_only_splits(tmp_path: Path,
-                                                             small: tuple[Path, dict]) -> None:
+def test_same_args_same_bytes_and_rows_per_file_only_splits(tmp_path: Path, small: tuple[Path, dict]) -> None:
     out, manifest = small
     again = synthesize_openthoughts(tmp_path / "again", rows=60, seed=3, rows_per_file=25)
     assert again == manifest
@@ -104,8 +116,7 @@ def test_same_args_same_bytes_and_rows_per_file_only_splits(tmp_path: Path,
     joined = b"".join(p.read_bytes() for p in sorted((out / "traces").iterdir()))
     assert (tmp_path / "one" / "traces" / "part-00000.jsonl").read_bytes() == joined
     assert _tree(tmp_path / "one" / "tasks") == _tree(out / "tasks")
-    streamed = b"".join(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE)
-                        for r in openthoughts_rows(rows=60, seed=3))
+    streamed = b"".join(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in openthoughts_rows(rows=60, seed=3))
     assert streamed == joined
     other = synthesize_openthoughts(tmp_path / "seed4", rows=60, seed=4, rows_per_file=1000)
     assert other["total_bytes"] != one_file["total_bytes"]
@@ -122,6 +133,7 @@ def test_refuses_a_non_empty_directory(tmp_path: Path) -> None:
 
 
 # --- realism ---------------------------------------------------------------------------------
+
 
 def test_sizes_match_published_rows(dist: list[dict]) -> None:
     shapes = dist
@@ -172,12 +184,19 @@ def test_text_is_not_repeated_across_rows(small: tuple[Path, dict]) -> None:
     firsts = Counter(r["conversations"][0]["content"] for r in rows)
     by_task = Counter(re.sub(r"_copy\d{4}$", "", r["task"]) for r in rows)
     assert sorted(firsts.values()) == sorted(by_task.values())
-    lines = Counter(line for r in rows for m in r["conversations"][1:] if m["role"] == "user"
-                    for line in m["content"].split("\n") if len(line) > 30)
+    lines = Counter(
+        line
+        for r in rows
+        for m in r["conversations"][1:]
+        if m["role"] == "user"
+        for line in m["content"].split("\n")
+        if len(line) > 30
+    )
     assert len(lines) / sum(lines.values()) > 0.7  # boilerplate (warnings, prompts) aside
 
 
 # --- the lake takes it -----------------------------------------------------------------------
+
 
 def test_ingest_traces_takes_every_row(tmp_path: Path, small: tuple[Path, dict]) -> None:
     out, manifest = small

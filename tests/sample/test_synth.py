@@ -32,8 +32,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, SynthSummary
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def _trial_dirs(out: Path, source: str) -> list[Path]:
@@ -110,12 +109,15 @@ def test_summary_and_manifest_match_disk(corpus: tuple[Path, SynthSummary, dict]
             lines = (out / spec.name / "traces.jsonl").read_bytes().splitlines()
             assert len(lines) == summary.trials[spec.name] + sum(summary.extras[spec.name].values())
         counts = manifest["counts"][spec.name]
-        assert counts == {"trials": summary.trials[spec.name], "tasks": summary.tasks[spec.name],
-                          "faults": summary.faults[spec.name], "extras": summary.extras[spec.name]}
+        assert counts == {
+            "trials": summary.trials[spec.name],
+            "tasks": summary.tasks[spec.name],
+            "faults": summary.faults[spec.name],
+            "extras": summary.extras[spec.name],
+        }
         listed = Counter(f["fault"] for f in manifest["faults"] if f["source"] == spec.name)
         assert dict(listed) == summary.faults[spec.name]
-    assert manifest["faults"] == sorted(manifest["faults"],
-                                        key=lambda f: (f["path"], f["line"] or 0))
+    assert manifest["faults"] == sorted(manifest["faults"], key=lambda f: (f["path"], f["line"] or 0))
 
 
 def test_fault_coverage_and_rate(corpus: tuple[Path, SynthSummary, dict]) -> None:
@@ -130,15 +132,13 @@ def test_fault_coverage_and_rate(corpus: tuple[Path, SynthSummary, dict]) -> Non
 def test_task_directories_complete(corpus: tuple[Path, SynthSummary, dict]) -> None:
     out, _, _ = corpus
     for task in sorted((out / "tezos" / "tasks").iterdir())[:10]:
-        for rel in ("instruction.md", "task.toml", "environment/Dockerfile",
-                    "solution/solve.sh", "tests/test.sh"):
+        for rel in ("instruction.md", "task.toml", "environment/Dockerfile", "solution/solve.sh", "tests/test.sh"):
             assert (task / rel).is_file(), task / rel
     lines = [p.read_text().count("\n") for p in out.glob("*/tasks/*/instruction.md")]
     assert min(lines) == 1 and max(lines) >= 30
 
 
-def test_every_task_has_a_trial_and_rollouts_are_uneven(
-        corpus: tuple[Path, SynthSummary, dict]) -> None:
+def test_every_task_has_a_trial_and_rollouts_are_uneven(corpus: tuple[Path, SynthSummary, dict]) -> None:
     out, _, _ = corpus
     for source in ("swesmith", "superuser", "tezos"):
         tasks = {p.name for p in (out / source / "tasks").iterdir()}
@@ -211,8 +211,7 @@ def test_clean_trials_have_no_fault_markers(corpus: tuple[Path, SynthSummary, di
     out, _, manifest = corpus
     for _, traj in _valid_trajectories(out, manifest):
         assert {s["source"] for s in traj["steps"]} <= {"user", "agent", "system"}
-    bad_dirs = {f["path"].split("/agent/")[0].removesuffix("/result.json")
-                for f in manifest["faults"]}
+    bad_dirs = {f["path"].split("/agent/")[0].removesuffix("/result.json") for f in manifest["faults"]}
     for source in _harbor(manifest):
         for trial in _trial_dirs(out, source):
             if trial.relative_to(out).as_posix() not in bad_dirs:
@@ -234,8 +233,7 @@ def test_step_ids_are_contiguous(corpus: tuple[Path, SynthSummary, dict]) -> Non
 
 def test_turn_counts_and_outcomes(corpus: tuple[Path, SynthSummary, dict]) -> None:
     out, _, manifest = corpus
-    turns = sorted(_agent_turns(p, t) for p, t in _main_trajectories(out, manifest)
-                   if len(t["steps"]) > 1)
+    turns = sorted(_agent_turns(p, t) for p, t in _main_trajectories(out, manifest) if len(t["steps"]) > 1)
     assert turns[0] <= 4 and turns[-1] >= 30 and turns[-1] <= 80
     assert 9 <= turns[len(turns) // 2] <= 15
     assert sum(t <= 4 for t in turns) / len(turns) >= 0.03
@@ -260,8 +258,13 @@ def test_subagents_and_continuations(corpus: tuple[Path, SynthSummary, dict]) ->
     mains = _main_trajectories(out, manifest)
     handoffs = conts = 0
     for path, traj in mains:
-        refs = [r for s in traj["steps"] if s["source"] == "system"
-                for res in s["observation"]["results"] for r in res["subagent_trajectory_ref"]]
+        refs = [
+            r
+            for s in traj["steps"]
+            if s["source"] == "system"
+            for res in s["observation"]["results"]
+            for r in res["subagent_trajectory_ref"]
+        ]
         if refs:
             handoffs += 1
             for ref in refs:
@@ -292,11 +295,13 @@ def test_agent_steps_look_like_terminus2(corpus: tuple[Path, SynthSummary, dict]
             for call in step["tool_calls"]:
                 if call["function_name"] == "bash_command":
                     assert call["arguments"]["keystrokes"].endswith("\n")
-                    assert call["arguments"]["keystrokes"] in step["observation"]["results"][0][
-                        "content"]
+                    assert call["arguments"]["keystrokes"] in step["observation"]["results"][0]["content"]
                 else:
-                    assert call == {"tool_call_id": call["tool_call_id"],
-                                    "function_name": "mark_task_complete", "arguments": {}}
+                    assert call == {
+                        "tool_call_id": call["tool_call_id"],
+                        "function_name": "mark_task_complete",
+                        "arguments": {},
+                    }
     assert 0.2 <= reasoning / agent <= 0.4
 
 
@@ -309,9 +314,19 @@ def test_trace_rows_have_published_shape(corpus: tuple[Path, SynthSummary, dict]
         if number in faulty:
             continue
         row = json.loads(line)
-        assert set(row) == {"agent", "conversations", "date", "episode", "model",
-                            "model_provider", "result", "run_id", "task", "trace_source",
-                            "trial_name"}
+        assert set(row) == {
+            "agent",
+            "conversations",
+            "date",
+            "episode",
+            "model",
+            "model_provider",
+            "result",
+            "run_id",
+            "task",
+            "trace_source",
+            "trial_name",
+        }
         roles = [m["role"] for m in row["conversations"]]
         assert roles == ["user", "assistant"] * (len(roles) // 2)
         for m in row["conversations"][1::2]:
@@ -330,12 +345,10 @@ BAD_ARGS = [
     ({"trials": 0}, "trials"),
     ({"tasks": 0}, "tasks"),
     ({"sources": (SourceSpec("a", "swesmith", "harbor", 0.5),)}, "sum to 1"),
-    ({"sources": (SourceSpec("a", "swesmith", "harbor", 0.5),
-                  SourceSpec("a", "tezos", "harbor", 0.5))}, "duplicate"),
+    ({"sources": (SourceSpec("a", "swesmith", "harbor", 0.5), SourceSpec("a", "tezos", "harbor", 0.5))}, "duplicate"),
     ({"sources": (SourceSpec("a", "cooking", "harbor", 1.0),)}, "cooking"),
     ({"sources": (SourceSpec("a", "tezos", "parquet", 1.0),)}, "parquet"),
-    ({"sources": (SourceSpec("a", "tezos", "harbor", 1.5),
-                  SourceSpec("b", "tezos", "harbor", -0.5))}, "share"),
+    ({"sources": (SourceSpec("a", "tezos", "harbor", 1.5), SourceSpec("b", "tezos", "harbor", -0.5))}, "share"),
     ({"sources": ()}, "sources"),
 ]
 
@@ -366,9 +379,11 @@ def test_refuses_non_empty_output(tmp_path: Path) -> None:
 def test_cli_refuses_non_empty_output_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "keep.txt").write_text("x")
-    proc = subprocess.run([sys.executable, "-m", "tracelake", "synth", "--out",
-                           str(tmp_path / "out"), "--trials", "5", "--tasks", "2"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tracelake", "synth", "--out", str(tmp_path / "out"), "--trials", "5", "--tasks", "2"],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tracelake: ") and "is not empty" in lines[0]

@@ -25,9 +25,15 @@ def main(config_path: str, *overrides: str) -> None:
     template = get_template_and_fix_tokenizer(tokenizer_module["tokenizer"], data_args)
     module = get_dataset(template, model_args, data_args, training_args, stage="sft", **tokenizer_module)
     ds = module["train_dataset"]
-    print(json.dumps({"examples": len(ds),
-                      "lengths": [len(x) for x in ds["input_ids"]],
-                      "trained_tokens": [sum(1 for t in x if t != -100) for x in ds["labels"]]}))
+    print(
+        json.dumps(
+            {
+                "examples": len(ds),
+                "lengths": [len(x) for x in ds["input_ids"]],
+                "trained_tokens": [sum(1 for t in x if t != -100) for x in ds["labels"]],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-try:   # skyrl 0.4+ (the unified package), else skyrl-train 0.3.x
+try:  # skyrl 0.4+ (the unified package), else skyrl-train 0.3.x
     from skyrl.train.dataset import PromptDataset
 except ImportError:
     from skyrl_train.dataset import PromptDataset
@@ -33,16 +33,29 @@ def main() -> None:
     args = parser.parse_args()
 
     tok = AutoTokenizer.from_pretrained(args.tokenizer)
-    ds = PromptDataset(datasets=list(args.files), tokenizer=tok, max_prompt_length=args.max_prompt_length,
-                       num_workers=1)
+    ds = PromptDataset(
+        datasets=list(args.files), tokenizer=tok, max_prompt_length=args.max_prompt_length, num_workers=1
+    )
     items = []
     for i in range(len(ds)):
         messages, env_class, extra, uid = ds[i]
-        items.append({"uid": uid, "env_class": env_class, "extra": extra, "messages": messages,
-                      "n_tokens": len(tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                              return_dict=False))})
-    result = {"len": len(ds), "tokenizer_class": type(tok).__name__, "package": PromptDataset.__module__,
-              "items": items}
+        items.append(
+            {
+                "uid": uid,
+                "env_class": env_class,
+                "extra": extra,
+                "messages": messages,
+                "n_tokens": len(
+                    tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+                ),
+            }
+        )
+    result = {
+        "len": len(ds),
+        "tokenizer_class": type(tok).__name__,
+        "package": PromptDataset.__module__,
+        "items": items,
+    }
     Path(args.out).write_text(json.dumps(result, sort_keys=True, default=repr))
 
 

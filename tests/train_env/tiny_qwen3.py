@@ -21,10 +21,20 @@ def main(tokenizer_dir: str, out: str) -> None:
             shutil.copy(f, out_dir / f.name)
     tok = AutoTokenizer.from_pretrained(out_dir)
     torch.manual_seed(0)
-    config = Qwen3Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=65536,
-                         tie_word_embeddings=True, bos_token_id=None, eos_token_id=tok.eos_token_id,
-                         pad_token_id=tok.pad_token_id)
+    config = Qwen3Config(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=65536,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
     Qwen3ForCausalLM(config).save_pretrained(out_dir)
 
 

@@ -42,7 +42,7 @@ def read_ahead(items: Iterable[T], ahead: int = 2) -> Iterator[T]:
                 if not put(("item", item)):
                     return
             put(("end", None))
-        except BaseException as e:   # handed to the consumer, raised there
+        except BaseException as e:  # handed to the consumer, raised there
             put(("error", e))
 
     thread = threading.Thread(target=produce, name="read_ahead", daemon=True)

@@ -11,8 +11,12 @@ from tracelake.core.lake import Lake
 from tracelake.core.outputs import read_manifest
 
 
-def connect(lake: Path | str, sources: Iterable[str], tables: Iterable[str] = ("trajectories", "tasks"),
-            threads: int | None = None) -> duckdb.DuckDBPyConnection:
+def connect(
+    lake: Path | str,
+    sources: Iterable[str],
+    tables: Iterable[str] = ("trajectories", "tasks"),
+    threads: int | None = None,
+) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with one view per table over every source's file."""
     con = duckdb.connect()
     if threads:

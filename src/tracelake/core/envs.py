@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-ENVIRONMENTS: dict[str, tuple[str, str, str]] = {   # kind -> (variable, default directory, setup command)
+ENVIRONMENTS: dict[str, tuple[str, str, str]] = {  # kind -> (variable, default directory, setup command)
     "training": ("TRACELAKE_TRAIN_ENV", ".venv-train", "bash training/setup-env.sh"),
     "skyrl": ("TRACELAKE_SKYRL_ENV", ".venv-skyrl", "bash training/setup-skyrl-env.sh"),
     "vllm": ("TRACELAKE_VLLM_ENV", ".venv-vllm", "bash scoring/setup-vllm-env.sh"),

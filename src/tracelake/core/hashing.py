@@ -39,7 +39,7 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-FINGERPRINT_EDGE = 1 << 20   # bytes read at each end of a model file
+FINGERPRINT_EDGE = 1 << 20  # bytes read at each end of a model file
 
 
 def model_fingerprint(directory: Path) -> str:

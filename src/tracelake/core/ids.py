@@ -57,7 +57,7 @@ def matches_id_prefix(ref: str, dataset_id: str) -> bool:
     alone (`396828`) or after the id's head (`sft-3.16k-396828`)."""
     head, _, digest = dataset_id.rpartition("-")
     if head and ref.startswith(head + "-"):
-        ref = ref[len(head) + 1:]
+        ref = ref[len(head) + 1 :]
     return len(ref) >= MIN_PREFIX and digest.startswith(ref)
 
 

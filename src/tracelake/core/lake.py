@@ -133,8 +133,9 @@ def pick_dataset(ref: str, named: dict[str, str], what: str = "dataset", where: 
     no match (listing what is built) and for an ambiguous prefix (listing the candidates)."""
     if ref in named:
         return ref
-    matches = [n for n, i in named.items() if i == ref] or \
-              [n for n, i in named.items() if i and matches_id_prefix(ref, i)]
+    matches = [n for n, i in named.items() if i == ref] or [
+        n for n, i in named.items() if i and matches_id_prefix(ref, i)
+    ]
     if len(matches) > 1:
         raise BadInput(f"{ref!r} is ambiguous: {', '.join(named[n] for n in matches)}")
     if not matches:

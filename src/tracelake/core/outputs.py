@@ -62,17 +62,29 @@ def write_json(path: Path, value: Any) -> None:
     tmp.replace(path)
 
 
-def write_manifest(directory: Path, *, kind: str, tables: list[Any], inputs: dict[str, Any],
-                   params: dict[str, Any], formulas: dict[str, str], counts: dict[str, Any],
-                   dataset_id: str | None = None) -> dict:
+def write_manifest(
+    directory: Path,
+    *,
+    kind: str,
+    tables: list[Any],
+    inputs: dict[str, Any],
+    params: dict[str, Any],
+    formulas: dict[str, str],
+    counts: dict[str, Any],
+    dataset_id: str | None = None,
+) -> dict:
     """Write manifest.json (call last; `tables`: core.tables.TableInfo). The directory's version id
     hashes its tables and params;
     a dataset (one scale's selection) also carries its content-addressed name, `dataset_id`."""
     table_map = {t.name: t.as_json() for t in tables}
     version_id = content_id(
         "manifest",
-        {"kind": kind, "tables": {n: t["version_id"] for n, t in table_map.items()},
-         "params": params, "formulas": formulas},
+        {
+            "kind": kind,
+            "tables": {n: t["version_id"] for n, t in table_map.items()},
+            "params": params,
+            "formulas": formulas,
+        },
         n_hex=VERSION_HEX,
     )
     manifest = {

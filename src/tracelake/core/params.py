@@ -82,10 +82,12 @@ Count = Annotated[int, Field(ge=1)]
 
 def one_of(choices: tuple[str, ...] | dict[str, Any]) -> BeforeValidator:
     """A str that must be one of a registry's names (the registry lives with the code that uses it)."""
+
     def check(value: Any) -> Any:
         if not isinstance(value, str) or value not in choices:
             raise Invalid(f"must be one of {', '.join(choices)}, got {value!r}")
         return value
+
     return BeforeValidator(check)
 
 
@@ -103,14 +105,16 @@ class CheckedAs:
         def check(value: Any) -> Any:
             adapter.validate_python(value, strict=True)
             return value
+
         return core_schema.no_info_after_validator_function(check, handler(source))
 
 
 class TokenizerParams(Section):
     """The project's own small tokenizer (stage `tokenizer`)."""
+
     vocab_size: Annotated[int, Field(ge=300)] = 4096
     out: str = "data/tokenizer"
-    cache: str = ".tracelake/cache/tokens"   # segment token counts of any tokenizer (core/token_count.py)
+    cache: str = ".tracelake/cache/tokens"  # segment token counts of any tokenizer (core/token_count.py)
 
 
 def _lake(value: Any) -> Any:
@@ -244,17 +248,27 @@ def _walk(root: type[BaseModel], loc: tuple) -> tuple[int, Any, list]:
     return depth, tp, meta
 
 
-_PLAIN = {bool: "true or false", int: "an integer", float: "a number", str: "a string", dict: "a mapping",
-          list: "a list", Any: "a value"}
+_PLAIN = {
+    bool: "true or false",
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    dict: "a mapping",
+    list: "a list",
+    Any: "a value",
+}
 _PLURAL = {str: "strings", int: "integers", float: "numbers", bool: "booleans"}
 
 
 def _expected(tp: Any, meta: list) -> str:
     """What a type accepts, in words: "an integer >= 1 or null", "one of last, all", ..."""
     tp, meta = _strip(tp, meta)
-    bounds = "".join(f" {op} {getattr(m, attr)}" for m in meta
-                     for attr, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
-                     if getattr(m, attr, None) is not None)
+    bounds = "".join(
+        f" {op} {getattr(m, attr)}"
+        for m in meta
+        for attr, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+        if getattr(m, attr, None) is not None
+    )
     if _union(tp):
         args = get_args(tp)
         rest = [a for a in args if a is not type(None)]

@@ -22,9 +22,22 @@ from tracelake.core.assets import asset_dir
 from tracelake.core.errors import SchemaViolation
 from tracelake.core.hashing import content_id
 
-TABLES = ("tasks", "trajectories", "rejects", "scores", "responses", "task_clusters", "contamination", "pool",
-          "dropped", "selection",
-          "sft_rows", "export_rejects", "rl_prompts", "harbor_tasks")
+TABLES = (
+    "tasks",
+    "trajectories",
+    "rejects",
+    "scores",
+    "responses",
+    "task_clusters",
+    "contamination",
+    "pool",
+    "dropped",
+    "selection",
+    "sft_rows",
+    "export_rejects",
+    "rl_prompts",
+    "harbor_tasks",
+)
 
 _SCALARS = {
     "string": pa.string(),
@@ -52,7 +65,7 @@ def _parse(s: str) -> tuple[pa.DataType, str]:
     m = re.match(r"[a-z0-9]+", s)
     if not m:
         raise ValueError(f"expected a type name at {s!r}")
-    name, rest = m.group(0), s[m.end():]
+    name, rest = m.group(0), s[m.end() :]
     if name in _SCALARS:
         return _SCALARS[name], rest
     if name == "list" and rest.startswith("<"):
@@ -66,7 +79,7 @@ def _parse(s: str) -> tuple[pa.DataType, str]:
             fm = re.match(r"([a-z_][a-z0-9_]*):", rest)
             if not fm:
                 raise ValueError(f"expected 'field:' at {rest!r}")
-            ftype, rest = _parse(rest[fm.end():])
+            ftype, rest = _parse(rest[fm.end() :])
             fields.append(pa.field(fm.group(1), ftype))
             if rest.startswith(","):
                 rest = rest[1:]

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Literal, Union
 
 from tracelake.core.errors import Bug, TracelakeError
 
-Rows = Union[Any, Iterable[Any]]   # a pyarrow Table, or an iterable of RecordBatches or of row dicts
+Rows = Union[Any, Iterable[Any]]  # a pyarrow Table, or an iterable of RecordBatches or of row dicts
 
 
 @dataclass(frozen=True)
@@ -98,8 +98,8 @@ class Stage:
     outs: tuple[str, ...] = ()
     metrics: str | None = None
     foreach: Literal["sources", "scales"] | None = None
-    outs_uncached: tuple[str, ...] = ()   # outputs kept in git, not in DVC's cache
-    plots: str | None = None              # a directory of DVC plot files (uncached)
+    outs_uncached: tuple[str, ...] = ()  # outputs kept in git, not in DVC's cache
+    plots: str | None = None  # a directory of DVC plot files (uncached)
 
 
 def publish(stage: Stage, result: Result, key: str | None = None) -> list[dict]:
@@ -121,9 +121,18 @@ def publish(stage: Stage, result: Result, key: str | None = None) -> list[dict]:
             if out.dataset:
                 name = dataset_id(out.dataset[0], out.dataset[1], infos[0].version_id)
                 counts = {"dataset_id": name, **counts}
-            manifests.append(write_manifest(tmp, kind=out.kind, tables=infos, inputs=out.inputs,
-                                            params=out.params, formulas=out.formulas, counts=counts,
-                                            dataset_id=name))
+            manifests.append(
+                write_manifest(
+                    tmp,
+                    kind=out.kind,
+                    tables=infos,
+                    inputs=out.inputs,
+                    params=out.params,
+                    formulas=out.formulas,
+                    counts=counts,
+                    dataset_id=name,
+                )
+            )
     if stage.metrics:
         metrics = result.metrics(manifests) if callable(result.metrics) else result.metrics
         path = Path(stage.metrics.replace("${key}", key or ""))
@@ -160,8 +169,11 @@ def run_stage(main: Callable[[], None]) -> None:
         sys.exit(130)
     except Bug:
         traceback.print_exc()
-        print("tracelake: this is a bug in tracelake (an internal check failed); please report it with "
-              "the traceback above", file=sys.stderr)
+        print(
+            "tracelake: this is a bug in tracelake (an internal check failed); please report it with "
+            "the traceback above",
+            file=sys.stderr,
+        )
         sys.exit(Bug.exit_code)
 
 
@@ -173,5 +185,4 @@ def interrupted_message() -> str:
     left = unfinished_outputs()
     if not left:
         return "interrupted before any output was started; nothing was written"
-    return (f"interrupted; not written (the previous version, if any, is unchanged): "
-            f"{', '.join(str(p) for p in left)}")
+    return f"interrupted; not written (the previous version, if any, is unchanged): {', '.join(str(p) for p in left)}"

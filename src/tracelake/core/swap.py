@@ -31,7 +31,7 @@ KINDS = ("tmp", "old", "parts")
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-_STARTED = time.time()   # about when this process started (a stage imports this module first)
+_STARTED = time.time()  # about when this process started (a stage imports this module first)
 
 
 def temp_path(final: Path, kind: str) -> Path:
@@ -61,11 +61,12 @@ def _start_time(pid: int) -> float | None:
     """When process `pid` started (seconds since the epoch), None when it is gone or a zombie."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime "))
+        boot = next(
+            float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime ")
+        )
     except (OSError, StopIteration, ValueError):
         return None if not _signalable(pid) else 0.0
-    fields = stat.rsplit(")", 1)[1].split()   # the name, in parentheses, may hold spaces
+    fields = stat.rsplit(")", 1)[1].split()  # the name, in parentheses, may hold spaces
     if fields[0] in ("Z", "X"):
         return None
     return boot + int(fields[19]) / _CLOCK_TICKS
@@ -161,7 +162,7 @@ def replace_dir(new: Path, final: Path, old: Path) -> None:
     """Put directory `new` in place of `final` (which may not exist) and remove the previous
     version: an atomic exchange where possible, else `final` -> `old`, `new` -> `final`."""
     if exchange(new, final):
-        shutil.rmtree(new, ignore_errors=True)   # now the previous version
+        shutil.rmtree(new, ignore_errors=True)  # now the previous version
         return
     if final.exists():
         final.rename(old)

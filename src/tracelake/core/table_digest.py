@@ -47,12 +47,12 @@ class TableDigest:
         t = array.type
         if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
             self._stream(path + "#len").update(_fixed(pc.binary_length(array), pa.int64()))
-            stream = self._stream(path + "#data")   # every stream, every time: the set must not depend on batching
+            stream = self._stream(path + "#data")  # every stream, every time: the set must not depend on batching
             offsets, data = array.buffers()[1:3]
             if data is not None and len(array):
                 wide = pa.types.is_large_string(t) or pa.types.is_large_binary(t)
                 positions = memoryview(offsets).cast("q" if wide else "i")
-                stream.update(memoryview(data)[positions[array.offset]:positions[array.offset + len(array)]])
+                stream.update(memoryview(data)[positions[array.offset] : positions[array.offset + len(array)]])
         elif pa.types.is_integer(t) or pa.types.is_boolean(t):
             self._stream(path).update(_fixed(array, pa.int64()))
         elif pa.types.is_floating(t):
@@ -80,4 +80,4 @@ def _fixed(array: pa.Array, as_type: pa.DataType) -> memoryview:
         return memoryview(b"")
     values = pc.cast(pc.fill_null(pc.cast(array, as_type), 0), as_type)
     width = as_type.bit_width // 8
-    return memoryview(values.buffers()[1])[values.offset * width:(values.offset + len(values)) * width]
+    return memoryview(values.buffers()[1])[values.offset * width : (values.offset + len(values)) * width]

@@ -34,7 +34,7 @@ from tracelake.core.table_digest import TableDigest
 ROW_GROUP_SIZE = 1000
 # Columns of long, unique text: dictionary encoding only hashes them in vain (15% of writing a part).
 _LONG_TEXT = frozenset({"messages", "conversations"})
-PART_ROWS = 1000   # rows per part when rows are written one by one (parallel ingest: one part per input batch)
+PART_ROWS = 1000  # rows per part when rows are written one by one (parallel ingest: one part per input batch)
 _PARQUET_OPTIONS = dict(
     compression="zstd",
     compression_level=1,
@@ -57,8 +57,12 @@ class TableInfo:
         return TableInfo(self.name, file, self.rows, self.version_id, self.schema_fingerprint)
 
     def as_json(self) -> dict[str, Any]:
-        return {"file": self.file, "rows": self.rows, "version_id": self.version_id,
-                "schema_fingerprint": self.schema_fingerprint}
+        return {
+            "file": self.file,
+            "rows": self.rows,
+            "version_id": self.version_id,
+            "schema_fingerprint": self.schema_fingerprint,
+        }
 
 
 class TableWriter:
@@ -78,7 +82,7 @@ class TableWriter:
         self._path = directory / self.file
         self._row_group_size = row_group_size
         self._dicts: list[dict] = []
-        self._pending: list[pa.Table] = []   # validated Arrow rows not yet written
+        self._pending: list[pa.Table] = []  # validated Arrow rows not yet written
         self._rows = 0
         self._hash = hashlib.sha256(schema.fingerprint.encode())
         self._writer = pq.ParquetWriter(self._path, schema.arrow, **_PARQUET_OPTIONS)
@@ -127,8 +131,9 @@ class TableWriter:
     def close(self) -> TableInfo:
         self._flush()
         self._writer.close()
-        return TableInfo(self.schema.name, self.file, self._rows,
-                         self._hash.hexdigest()[:VERSION_HEX], self.schema.fingerprint)
+        return TableInfo(
+            self.schema.name, self.file, self._rows, self._hash.hexdigest()[:VERSION_HEX], self.schema.fingerprint
+        )
 
 
 def write_part(path: Path, table: pa.Table) -> None:
@@ -202,8 +207,9 @@ class PartedTableWriter:
         if self._parts == 0:
             write_part(self._next_path(), self.schema.arrow.empty_table())
             self._parts += 1
-        return TableInfo(self.schema.name, self.file, self._rows,
-                         self._hash.hexdigest()[:VERSION_HEX], self.schema.fingerprint)
+        return TableInfo(
+            self.schema.name, self.file, self._rows, self._hash.hexdigest()[:VERSION_HEX], self.schema.fingerprint
+        )
 
 
 def table_writer(directory: Path, schema: TableSchema) -> TableWriter | PartedTableWriter:
@@ -222,25 +228,31 @@ class ShardWriter:
     directory; `close()` finishes the last shard and returns the table's info.
     """
 
-    def __init__(self, directory: Path, schema: TableSchema, rows_per_shard: int, prefix: str = "train",
-                 row_group_size: int = ROW_GROUP_SIZE, ahead: int = 2):
+    def __init__(
+        self,
+        directory: Path,
+        schema: TableSchema,
+        rows_per_shard: int,
+        prefix: str = "train",
+        row_group_size: int = ROW_GROUP_SIZE,
+        ahead: int = 2,
+    ):
         if rows_per_shard < 1:
             raise ValueError("rows_per_shard must be >= 1")
         self.schema, self.directory, self.prefix = schema, Path(directory), prefix
         self.directory.mkdir(parents=True, exist_ok=True)
         self._rows_per_shard, self._row_group_size = rows_per_shard, min(row_group_size, rows_per_shard)
         self._dicts: list[dict] = []
-        self._pending: list[pa.Table] = []   # rows of the open shard not yet handed to the writer thread
+        self._pending: list[pa.Table] = []  # rows of the open shard not yet handed to the writer thread
         self._pending_rows = 0
-        self._in_shard = 0                   # rows of the open shard written or pending
+        self._in_shard = 0  # rows of the open shard written or pending
         self._rows = 0
-        self._writer: pq.ParquetWriter | None = None   # used by the writer thread only
-        self._open = False                               # a shard file is named and not yet closed
+        self._writer: pq.ParquetWriter | None = None  # used by the writer thread only
+        self._open = False  # a shard file is named and not yet closed
         self._background = InOrder(ahead, name="shard_writer")
         self.files: list[str] = []
         self._digest = TableDigest(schema.arrow)
-        self._options = {**_PARQUET_OPTIONS,
-                         "use_dictionary": [c for c in schema.arrow.names if c not in _LONG_TEXT]}
+        self._options = {**_PARQUET_OPTIONS, "use_dictionary": [c for c in schema.arrow.names if c not in _LONG_TEXT]}
 
     def __enter__(self) -> "ShardWriter":
         return self
@@ -294,13 +306,13 @@ class ShardWriter:
         self._pending, self._pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
         self._rows += cut
 
-    def _write_group(self, path: Path, group: pa.Table) -> None:   # on the writer thread
+    def _write_group(self, path: Path, group: pa.Table) -> None:  # on the writer thread
         if self._writer is None:
             self._writer = pq.ParquetWriter(path, self.schema.arrow, **self._options)
         self._digest.update(group)
         self._writer.write_table(group, row_group_size=self._row_group_size)
 
-    def _close_shard(self) -> None:   # on the writer thread
+    def _close_shard(self) -> None:  # on the writer thread
         self._writer.close()
         self._writer = None
 
@@ -311,8 +323,13 @@ class ShardWriter:
             self._background.submit(self._close_shard)
             self._open = False
         self._background.join()
-        return TableInfo(self.schema.name, self.directory.name + "/", self._rows,
-                         self._digest.hexdigest()[:VERSION_HEX], self.schema.fingerprint)
+        return TableInfo(
+            self.schema.name,
+            self.directory.name + "/",
+            self._rows,
+            self._digest.hexdigest()[:VERSION_HEX],
+            self.schema.fingerprint,
+        )
 
 
 def open_parquet(path: Path | str, what: str = "") -> pq.ParquetFile:

@@ -42,8 +42,11 @@ def _sorted_run(frame: pl.DataFrame) -> pl.DataFrame:
     """Sorted by k1, with a repeated (k1, k2) entry kept once where the sort puts them side by side."""
     frame = frame.sort("k1", maintain_order=True)
     if frame.height > 1:
-        frame = frame.filter((pl.col("k1") != pl.col("k1").shift(1)) | (pl.col("k2") != pl.col("k2").shift(1))
-                             | pl.int_range(pl.len()).eq(0))
+        frame = frame.filter(
+            (pl.col("k1") != pl.col("k1").shift(1))
+            | (pl.col("k2") != pl.col("k2").shift(1))
+            | pl.int_range(pl.len()).eq(0)
+        )
     return frame.rechunk()
 
 
@@ -52,9 +55,9 @@ class SegmentCache:
 
     def __init__(self, root: Path | None, tokenizer_sha256: str):
         self.dir = Path(root) / tokenizer_sha256[:16] if root else None
-        self._runs: list[pl.DataFrame] | None = None   # sorted by k1; the parts, loaded on first use
-        self._parts: list[Path] = []                   # parts read or written by this process
-        self._pending: dict[bytes, int] = {}            # newest entries, not yet a run
+        self._runs: list[pl.DataFrame] | None = None  # sorted by k1; the parts, loaded on first use
+        self._parts: list[Path] = []  # parts read or written by this process
+        self._pending: dict[bytes, int] = {}  # newest entries, not yet a run
 
     def _loaded(self) -> list[pl.DataFrame]:
         if self._runs is None:
@@ -64,10 +67,10 @@ class SegmentCache:
                     try:
                         run = pl.read_parquet(part, columns=list(_SCHEMA)).cast(_SCHEMA)
                     except (OSError, pl.exceptions.PolarsError):
-                        continue   # removed by a concurrent compaction, or damaged: recount instead
+                        continue  # removed by a concurrent compaction, or damaged: recount instead
                     if not run["k1"].is_sorted():
-                        run = _sorted_run(run)   # written by hand, or by another tool
-                    self._runs.append(run.rechunk())   # one buffer a column: searched in place
+                        run = _sorted_run(run)  # written by hand, or by another tool
+                    self._runs.append(run.rechunk())  # one buffer a column: searched in place
                     self._parts.append(part)
         return self._runs
 
@@ -112,8 +115,9 @@ class SegmentCache:
         if not self._pending:
             return
         k1, k2 = _halves(list(self._pending))
-        run = _sorted_run(pl.DataFrame({"k1": k1, "k2": k2,
-                                        "n": pl.Series(list(self._pending.values()), dtype=pl.UInt32)}))
+        run = _sorted_run(
+            pl.DataFrame({"k1": k1, "k2": k2, "n": pl.Series(list(self._pending.values()), dtype=pl.UInt32)})
+        )
         self._pending = {}
         self._loaded().append(run)
         if self.dir is not None:
@@ -125,7 +129,7 @@ class SegmentCache:
         self._flush()
         if self.dir is None or not self.dir.is_dir() or len(list(self.dir.glob("part-*.parquet"))) <= MAX_PARTS:
             return
-        compacted = _sorted_run(pl.concat(self._loaded()))   # what this process read, plus its own
+        compacted = _sorted_run(pl.concat(self._loaded()))  # what this process read, plus its own
         merged = _write_part(self.dir, compacted)
         for part in set(self._parts) - {merged}:
             part.unlink(missing_ok=True)

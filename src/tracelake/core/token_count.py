@@ -42,17 +42,19 @@ from tracelake.core.token_cache import SegmentCache
 from tracelake.core.tokenizer import load_tokenizer, render_chatml, tokenizer_file
 
 CHUNK_CHARS = 8192
-ENCODE_BATCH_CHARS = 4 << 20        # encode the missing segments this many characters at a time
+ENCODE_BATCH_CHARS = 4 << 20  # encode the missing segments this many characters at a time
 
 _GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 # Split patterns (tokenizer.json `pre_tokenizer`) known to keep a newline between two non-space
 # characters a pre-token of its own: tests/core/test_token_count.py checks each against real encodes.
-SPLIT_PATTERNS = frozenset({
-    # Qwen2, Qwen2.5, Qwen3
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
-    # Llama 3, cl100k
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
-})
+SPLIT_PATTERNS = frozenset(
+    {
+        # Qwen2, Qwen2.5, Qwen3
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+        # Llama 3, cl100k
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    }
+)
 _SAFE_CUT = re.compile(r"(?<=\S\n)(?=\S)")
 
 
@@ -68,18 +70,23 @@ def _pretokenizer_is_splittable(pre: dict[str, Any] | None) -> bool:
         return False
     split, byte_level = steps
     pattern = (split.get("pattern") or {}).get("Regex")
-    return (split.get("type") == "Split" and pattern in SPLIT_PATTERNS
-            and split.get("behavior") == "Isolated" and not split.get("invert", False)
-            and byte_level.get("type") == "ByteLevel" and not byte_level.get("use_regex", True)
-            and not byte_level.get("add_prefix_space", True))
+    return (
+        split.get("type") == "Split"
+        and pattern in SPLIT_PATTERNS
+        and split.get("behavior") == "Isolated"
+        and not split.get("invert", False)
+        and byte_level.get("type") == "ByteLevel"
+        and not byte_level.get("use_regex", True)
+        and not byte_level.get("add_prefix_space", True)
+    )
 
 
 @dataclass(frozen=True)
 class SegmentRule:
     """How a tokenizer's texts are cut into independently encodable segments."""
 
-    name: str                                  # "split" or "whole"
-    added: re.Pattern | None = None            # added tokens matched on the raw text
+    name: str  # "split" or "whole"
+    added: re.Pattern | None = None  # added tokens matched on the raw text
     added_normalized: re.Pattern | None = None  # added tokens matched after the first split
 
     @classmethod
@@ -90,19 +97,26 @@ class SegmentRule:
         added = config.get("added_tokens") or []
         plain = all(not (t.get("lstrip") or t.get("rstrip") or t.get("single_word")) for t in added)
         normalizer_ok = normalizer is None or normalizer.get("type") == "NFC"
-        if not (model.get("type") == "BPE" and model.get("dropout") is None and plain and normalizer_ok
-                and _pretokenizer_is_splittable(config.get("pre_tokenizer"))):
+        if not (
+            model.get("type") == "BPE"
+            and model.get("dropout") is None
+            and plain
+            and normalizer_ok
+            and _pretokenizer_is_splittable(config.get("pre_tokenizer"))
+        ):
             return cls("whole")
         if normalizer is not None and any(t.get("normalized") for t in added):
-            return cls("whole")   # matched on normalized text: keep the tokenizer's own view
+            return cls("whole")  # matched on normalized text: keep the tokenizer's own view
 
         def alternation(tokens: list[str]) -> re.Pattern | None:
-            tokens = sorted(set(tokens), key=lambda t: (-len(t), t))   # leftmost, then longest
+            tokens = sorted(set(tokens), key=lambda t: (-len(t), t))  # leftmost, then longest
             return re.compile("(" + "|".join(map(re.escape, tokens)) + ")") if tokens else None
 
-        return cls("split",
-                   alternation([t["content"] for t in added if not t.get("normalized")]),
-                   alternation([t["content"] for t in added if t.get("normalized")]))
+        return cls(
+            "split",
+            alternation([t["content"] for t in added if not t.get("normalized")]),
+            alternation([t["content"] for t in added if t.get("normalized")]),
+        )
 
     def segments(self, text: str, out: list[str]) -> int:
         """Append text's segments to `out`; return how many added tokens it holds."""
@@ -111,7 +125,7 @@ class SegmentRule:
                 out.append(text)
             return 0
         parts = self.added.split(text) if self.added else [text]
-        n_added = len(parts) // 2            # the pattern captures: odd items are added tokens
+        n_added = len(parts) // 2  # the pattern captures: odd items are added tokens
         for piece in parts[::2]:
             if not piece:
                 continue
@@ -133,7 +147,7 @@ def _cut(text: str, out: list[str]) -> None:
         m = _SAFE_CUT.search(text, start + CHUNK_CHARS)
         if m is None:
             break
-        out.append(text[start:m.start()])
+        out.append(text[start : m.start()])
         start = m.start()
     out.append(text[start:])
 
@@ -152,20 +166,22 @@ def rendering_key(rule: str, content_sha256: str) -> bytes:
 
 @dataclass
 class CountStats:
-    recalled: int = 0           # whole renderings whose count the cache held (nothing rendered)
-    texts: int = 0              # texts cut into segments and counted
+    recalled: int = 0  # whole renderings whose count the cache held (nothing rendered)
+    texts: int = 0  # texts cut into segments and counted
     segments: int = 0
-    cached: int = 0             # segments whose count came from the cache (this run or earlier ones)
-    encoded: int = 0            # distinct segments encoded
+    cached: int = 0  # segments whose count came from the cache (this run or earlier ones)
+    encoded: int = 0  # distinct segments encoded
     encoded_chars: int = 0
 
     def as_json(self) -> dict[str, int]:
         return dict(vars(self))
 
     def summary(self) -> str:
-        return (f"{self.recalled:,} renderings counted before (whole conversations, per counting rule); {self.texts:,} texts, "
-                f"{self.segments:,} segments: {self.encoded:,} encoded "
-                f"({self.encoded_chars / 1e6:,.1f} M characters), {self.cached:,} from the token cache")
+        return (
+            f"{self.recalled:,} renderings counted before (whole conversations, per counting rule); {self.texts:,} texts, "
+            f"{self.segments:,} segments: {self.encoded:,} encoded "
+            f"({self.encoded_chars / 1e6:,.1f} M characters), {self.cached:,} from the token cache"
+        )
 
 
 @dataclass
@@ -247,7 +263,7 @@ class TokenCounter:
         """Encode the missing segments in batches, add them to the cache, return their counts."""
         fresh: dict[bytes, int] = {}
         keys, texts, size = [], [], 0
-        for k, text in [*missing.items(), (None, None)]:     # (None, None): flush the last batch
+        for k, text in [*missing.items(), (None, None)]:  # (None, None): flush the last batch
             if k is not None:
                 keys.append(k)
                 texts.append(text)
@@ -272,8 +288,9 @@ class TokenCounter:
             self.close()
 
 
-def count_chatml_tokens(tokenizer: "Tokenizer | TokenCounter", conversations: list[list[dict]],
-                        batch_size: int = 256) -> list[int]:
+def count_chatml_tokens(
+    tokenizer: "Tokenizer | TokenCounter", conversations: list[list[dict]], batch_size: int = 256
+) -> list[int]:
     """Token count of each conversation's ChatML rendering (rule `chatml_tokens_v1`).
 
     The count is the length of `tokenizer.encode(render_chatml(conv), add_special_tokens=False)`:
@@ -289,5 +306,5 @@ def count_chatml_tokens(tokenizer: "Tokenizer | TokenCounter", conversations: li
     counter = TokenCounter.of(tokenizer)
     counts: list[int] = []
     for i in range(0, len(conversations), batch_size):
-        counts.extend(counter.count([render_chatml(c) for c in conversations[i:i + batch_size]]))
+        counts.extend(counter.count([render_chatml(c) for c in conversations[i : i + batch_size]]))
     return counts

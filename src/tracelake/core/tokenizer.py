@@ -25,8 +25,17 @@ from tracelake.core.errors import BadInput, BadParams
 from tracelake.core.outputs import output_dir
 
 TOKEN_COUNT_RULE = "chatml_tokens_v1"
-SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>",  # ids 0..8
-                  "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
+SPECIAL_TOKENS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<think>",
+    "</think>",  # ids 0..8
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+)
 EOS_TOKEN, PAD_TOKEN = "<|im_end|>", "<|endoftext|>"
 MODEL_MAX_LENGTH = 32768
 CHAT_TEMPLATE = (
@@ -37,9 +46,13 @@ CHAT_TEMPLATE = (
 )
 
 _CORPUS = (  # fixed: changing any line changes every tokenizer built from it
-    "ls -la\n", "cd /app && git status --short\n", "cat README.md | head -n 20\n",
-    "grep -rn 'def main' src/ --include='*.py'\n", "find . -name '*.log' -mtime +7 -delete\n",
-    "python3 -m pytest tests/ -q -x\n", "pip install --no-cache-dir -r requirements.txt\n",
+    "ls -la\n",
+    "cd /app && git status --short\n",
+    "cat README.md | head -n 20\n",
+    "grep -rn 'def main' src/ --include='*.py'\n",
+    "find . -name '*.log' -mtime +7 -delete\n",
+    "python3 -m pytest tests/ -q -x\n",
+    "pip install --no-cache-dir -r requirements.txt\n",
     "mkdir -p /tmp/build && tar -xzf archive.tar.gz -C /tmp/build\n",
     'echo $HOME; export PATH="$HOME/.local/bin:$PATH"\n',
     "curl -sSL http://localhost:8080/health || echo 'server down' >&2\n",
@@ -51,15 +64,21 @@ _CORPUS = (  # fixed: changing any line changes every tokenizer built from it
     "    def push(self, item):\n        self.items.append(item)\n",
     "for i, line in enumerate(sys.stdin):\n    if 'ERROR' in line:\n        print(i, line)\n",
     "try:\n    value = int(text)\nexcept ValueError as exc:\n    raise SystemExit(exc)\n",
-    ('{"analysis": "The directory is empty, so the project has not been cloned yet.", '
-    '"plan": "Clone the repository and list its files.", "commands": [{"keystrokes": '
-    '"ls -la\\n", "duration": 0.1}], "task_complete": false}\n'),
-    ('{"analysis": "The tests pass and the output file exists.", "plan": "Finish.", '
-    '"commands": [{"keystrokes": "cat out.txt\\n", "duration": 0.5}], "task_complete": true}\n'),
+    (
+        '{"analysis": "The directory is empty, so the project has not been cloned yet.", '
+        '"plan": "Clone the repository and list its files.", "commands": [{"keystrokes": '
+        '"ls -la\\n", "duration": 0.1}], "task_complete": false}\n'
+    ),
+    (
+        '{"analysis": "The tests pass and the output file exists.", "plan": "Finish.", '
+        '"commands": [{"keystrokes": "cat out.txt\\n", "duration": 0.5}], "task_complete": true}\n'
+    ),
     '{"name": "run_shell", "arguments": {"command": "python3 solve.py --input data.csv"}}\n',
     '<tool_call>\n{"name": "read_file", "arguments": {"path": "/app/main.py"}}\n</tool_call>\n',
-    ('<tool_response>\nTraceback (most recent call last):\n  File "main.py", line 3\n'
-    "SyntaxError: invalid syntax\n</tool_response>\n"),
+    (
+        '<tool_response>\nTraceback (most recent call last):\n  File "main.py", line 3\n'
+        "SyntaxError: invalid syntax\n</tool_response>\n"
+    ),
     "<think>\nThe error says the file is missing, so I should create it first.\n</think>\n",
     "You are an agent working in a Linux terminal. Solve the task and say when you are done.\n",
     "The task is to fix the failing build. First I will read the error message carefully.\n",
@@ -75,8 +94,7 @@ _CORPUS = (  # fixed: changing any line changes every tokenizer built from it
 
 
 def _write_json(path: Path, value: object) -> None:
-    path.write_text(json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False) + "\n",
-                    encoding="utf-8")
+    path.write_text(json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def _train(vocab_size: int) -> Tokenizer:
@@ -110,14 +128,21 @@ def build_tokenizer(out_dir: Path, vocab_size: int = 4096) -> Path:
     tok = _train(vocab_size)
     with output_dir(out_dir) as tmp:
         (tmp / "tokenizer.json").write_text(tok.to_str(pretty=True) + "\n", encoding="utf-8")
-        specials = {"eos_token": EOS_TOKEN, "pad_token": PAD_TOKEN,
-                    "additional_special_tokens": list(SPECIAL_TOKENS)}
+        specials = {"eos_token": EOS_TOKEN, "pad_token": PAD_TOKEN, "additional_special_tokens": list(SPECIAL_TOKENS)}
         _write_json(tmp / "special_tokens_map.json", specials)
-        _write_json(tmp / "tokenizer_config.json", {
-            **specials, "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": None,
-            "unk_token": None, "model_max_length": MODEL_MAX_LENGTH, "chat_template": CHAT_TEMPLATE,
-            "clean_up_tokenization_spaces": False, "add_prefix_space": False,
-        })
+        _write_json(
+            tmp / "tokenizer_config.json",
+            {
+                **specials,
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": None,
+                "unk_token": None,
+                "model_max_length": MODEL_MAX_LENGTH,
+                "chat_template": CHAT_TEMPLATE,
+                "clean_up_tokenization_spaces": False,
+                "add_prefix_space": False,
+            },
+        )
     return out_dir
 
 

@@ -24,9 +24,19 @@ out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 def _bar(*extra: TextColumn) -> Progress:
     """Rendered on a terminal, nothing in logs (DVC, CI)."""
-    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), *extra[:1],
-                    TimeElapsedColumn(), TimeRemainingColumn(), *extra[1:], console=err, transient=True,
-                    disable=not err.is_terminal)
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        *extra[:1],
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        *extra[1:],
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    )
 
 
 @contextmanager
@@ -48,4 +58,5 @@ def progress_status(description: str) -> Iterator[tuple[Callable[[int], None], C
             bar.advance(task, n)
             speed = bar.tasks[0].speed
             bar.update(task, status=str(status), rate=f"{speed:.1f}/s" if speed else "")
+
         yield (lambda total: bar.update(task, total=total)), advance

@@ -29,28 +29,35 @@ from tracelake.core.token_count import CountStats, TokenCounter, count_chatml_to
 from tracelake.core.tokenizer import TOKEN_COUNT_RULE, tokenizer_fingerprint
 from tracelake.curate.params import FilterParams
 
-TOKEN_BATCH = 128   # conversations read and rendered at a time (~10 MB of text: memory stays flat)
+TOKEN_BATCH = 128  # conversations read and rendered at a time (~10 MB of text: memory stays flat)
 
 
 @dataclass(frozen=True)
 class Rule:
-    name: str                                       # versioned: change the name when the meaning changes
-    query: str                                      # sql/filter_rules/<query>.sql
+    name: str  # versioned: change the name when the meaning changes
+    query: str  # sql/filter_rules/<query>.sql
     enabled: Callable[[FilterParams], bool]
     bind: Callable[[FilterParams], dict[str, Any]]  # the query's bound parameters
 
 
 RULES: tuple[Rule, ...] = (
     Rule("contaminated_v1", "contaminated", lambda p: p.contaminated, lambda p: {}),
-    Rule("timeout_v1", "timeout", lambda p: bool(p.timeout_exceptions),
-         lambda p: {"exceptions": list(p.timeout_exceptions)}),
+    Rule(
+        "timeout_v1",
+        "timeout",
+        lambda p: bool(p.timeout_exceptions),
+        lambda p: {"exceptions": list(p.timeout_exceptions)},
+    ),
     Rule("subagent_v1", "subagent", lambda p: p.drop_subagents, lambda p: {}),
     Rule("earlier_episode_v1", "earlier_episode", lambda p: p.episodes == "last", lambda p: {}),
-    Rule("min_assistant_turns_v1", "min_assistant_turns", lambda p: p.min_assistant_turns > 0,
-         lambda p: {"min_turns": p.min_assistant_turns}),
+    Rule(
+        "min_assistant_turns_v1",
+        "min_assistant_turns",
+        lambda p: p.min_assistant_turns > 0,
+        lambda p: {"min_turns": p.min_assistant_turns},
+    ),
     Rule("success_only_v1", "success_only", lambda p: p.success_only, lambda p: {}),
-    Rule("max_tokens_v1", "max_tokens", lambda p: p.max_tokens is not None,
-         lambda p: {"max_tokens": p.max_tokens}),
+    Rule("max_tokens_v1", "max_tokens", lambda p: p.max_tokens is not None, lambda p: {"max_tokens": p.max_tokens}),
     Rule("near_duplicate_v1", "near_duplicate", lambda p: p.near_duplicates, lambda p: {}),
     Rule("duplicate_conversation_v1", "duplicate_conversation", lambda p: p.dedup_conversations, lambda p: {}),
 )
@@ -59,25 +66,32 @@ _COUNT_TOKENS_BEFORE = "max_tokens_v1"
 
 @dataclass
 class FilterResult:
-    rules: list[str]                  # the enabled rules, in order
+    rules: list[str]  # the enabled rules, in order
     funnel: dict[str, dict[str, Any]]  # source -> {"in", "dropped": {rule: n}, "kept"}
     formulas: dict[str, str]
-    token_stats: CountStats | None = None   # what counting encoded and what the cache answered
+    token_stats: CountStats | None = None  # what counting encoded and what the cache answered
 
     def totals(self) -> dict[str, Any]:
         """The funnel over every source: in, kept, dropped per rule."""
         sources = self.funnel.values()
-        return {"in": sum(f["in"] for f in sources), "kept": sum(f["kept"] for f in sources),
-                "dropped": {r: sum(f["dropped"][r] for f in sources) for r in self.rules}}
+        return {
+            "in": sum(f["in"] for f in sources),
+            "kept": sum(f["kept"] for f in sources),
+            "dropped": {r: sum(f["dropped"][r] for f in sources) for r in self.rules},
+        }
 
     def metrics(self) -> dict[str, Any]:
         """metrics/filter.json and the pool manifest's counts: rules, per-source funnel, totals."""
         return {"rules": self.rules, "sources": self.funnel, "total": self.totals()}
 
 
-def run_filters(con: duckdb.DuckDBPyConnection, params: FilterParams,
-                on_tokens: Callable[[int], None] | None = None, sources: list[str] = (),
-                token_cache: Path | None = None) -> FilterResult:
+def run_filters(
+    con: duckdb.DuckDBPyConnection,
+    params: FilterParams,
+    on_tokens: Callable[[int], None] | None = None,
+    sources: list[str] = (),
+    token_cache: Path | None = None,
+) -> FilterResult:
     """Apply the enabled rules to the `trajectories` view; leaves tables `pool` and `dropped`.
     `sources` are listed in the funnel even when they have no rows (an empty source shows as 0).
     `token_cache`: the segment token count cache (params tokenizer.cache); None counts without one."""
@@ -94,16 +108,19 @@ def run_filters(con: duckdb.DuckDBPyConnection, params: FilterParams,
             stats = _count_tokens(con, Path(params.tokenizer), token_cache, on_tokens)
             formulas["tokens"] = f"{TOKEN_COUNT_RULE} tokenizer sha256 {tokenizer_fingerprint(params.tokenizer)}"
         if rule in enabled:
-            con.execute(f"INSERT INTO dropped SELECT trajectory_id, $rule_name, detail "
-                        f"FROM ({sql('filter_rules/' + rule.query)})", {"rule_name": rule.name, **rule.bind(params)})
+            con.execute(
+                f"INSERT INTO dropped SELECT trajectory_id, $rule_name, detail "
+                f"FROM ({sql('filter_rules/' + rule.query)})",
+                {"rule_name": rule.name, **rule.bind(params)},
+            )
             formulas[rule.name] = rule.name
     con.execute(sql("filter/pool"))
-    return FilterResult([r.name for r in enabled], _funnel(con, [r.name for r in enabled], sources), formulas,
-                        stats)
+    return FilterResult([r.name for r in enabled], _funnel(con, [r.name for r in enabled], sources), formulas, stats)
 
 
-def _count_tokens(con: duckdb.DuckDBPyConnection, tokenizer_dir: Path, cache: Path | None,
-                  on_tokens: Callable[[int], None] | None) -> CountStats:
+def _count_tokens(
+    con: duckdb.DuckDBPyConnection, tokenizer_dir: Path, cache: Path | None, on_tokens: Callable[[int], None] | None
+) -> CountStats:
     """n_tokens for every row still standing (the tokens table). A conversation counted by an
     earlier run (same tokenizer, same content hash) is recalled without reading its messages; the
     rest are read batch by batch in storage order (sorting would hold every conversation in memory),
@@ -123,22 +140,27 @@ def _count_tokens(con: duckdb.DuckDBPyConnection, tokenizer_dir: Path, cache: Pa
                 counts.append(n)
         if on_tokens:
             on_tokens(len(ids))
-        con.execute("SET threads = 1")   # one row group of conversations in memory at a time, not one per thread
+        con.execute("SET threads = 1")  # one row group of conversations in memory at a time, not one per thread
         con.register("uncounted", pa.table({"trajectory_id": pa.array(missing, pa.string())}))
         reader = con.sql("""SELECT trajectory_id, conversation_sha256, messages FROM trajectories
-                            WHERE trajectory_id IN (SELECT trajectory_id FROM uncounted)""").to_arrow_reader(TOKEN_BATCH)
+                            WHERE trajectory_id IN (SELECT trajectory_id FROM uncounted)""").to_arrow_reader(
+            TOKEN_BATCH
+        )
         for batch in reader:
             fresh = count_chatml_tokens(counter, batch.column("messages").to_pylist(), TOKEN_BATCH)
-            counter.remember([rendering_key(TOKEN_COUNT_RULE, h)
-                              for h in batch.column("conversation_sha256").to_pylist()], fresh)
+            counter.remember(
+                [rendering_key(TOKEN_COUNT_RULE, h) for h in batch.column("conversation_sha256").to_pylist()], fresh
+            )
             ids.extend(batch.column("trajectory_id").to_pylist())
             counts.extend(fresh)
             if on_tokens:
                 on_tokens(batch.num_rows)
         con.unregister("uncounted")
         con.execute("RESET threads")
-    con.register("token_counts", pa.table({"trajectory_id": pa.array(ids, pa.string()),
-                                           "n_tokens": pa.array(counts, pa.int64())}))
+    con.register(
+        "token_counts",
+        pa.table({"trajectory_id": pa.array(ids, pa.string()), "n_tokens": pa.array(counts, pa.int64())}),
+    )
     con.execute("INSERT INTO tokens SELECT * FROM token_counts")
     con.unregister("token_counts")
     return counter.stats

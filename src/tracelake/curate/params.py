@@ -21,24 +21,24 @@ _SCORER = re.compile(r"^[a-z0-9_]+_v[0-9]+$")
 # The built-in scorers by name; their code is curate/scoring/scorers.py (BUILTIN_SCORERS, kept in step with
 # these names by a test). Checking params imports no scorer, so no stage depends on scorer code.
 MODEL_FREE_SCORERS = ("response_length_proxy_v1",)
-MODEL_SCORERS = ("llm_response_length_v1",)   # need score.model
+MODEL_SCORERS = ("llm_response_length_v1",)  # need score.model
 BUILTIN_SCORERS = MODEL_FREE_SCORERS + MODEL_SCORERS
 
 
 class ImportParams(Section):
     """A column of precomputed scores in a user's own Parquet file, imported as a scorer."""
+
     path: str
-    score: str                    # column holding the score
-    task: str | None = None       # column holding task names (matched on the base name)
-    task_id: str | None = None    # or: column holding tracelake task ids
-    source: str | None = None     # optional column restricting a name to one source
-    model: str | None = None      # recorded in the scores table
+    score: str  # column holding the score
+    task: str | None = None  # column holding task names (matched on the base name)
+    task_id: str | None = None  # or: column holding tracelake task ids
+    source: str | None = None  # optional column restricting a name to one source
+    model: str | None = None  # recorded in the scores table
 
     @model_validator(mode="after")
     def _one_way_to_match(self) -> ImportParams:
         if (self.task is None) == (self.task_id is None):
-            raise Invalid("needs exactly one of task (a column of task names) or task_id (a column of "
-                          "task ids)")
+            raise Invalid("needs exactly one of task (a column of task names) or task_id (a column of task ids)")
         return self
 
 
@@ -60,57 +60,59 @@ class ModelParams(Section):
     sampling keys: temperature, max_tokens, seed, n); every other key changes how answers are
     fetched, never which answers are kept.
     """
+
     backend: Literal["openai", "vllm", "transformers"] = "openai"
-    name: Annotated[str, Field(min_length=1)]   # the model id: sent to the endpoint, recorded in scores
-    path: str | None = None          # vllm, transformers: local model directory (default: name)
-    python: str | None = None        # vllm, transformers: interpreter of the environment holding the engine
+    name: Annotated[str, Field(min_length=1)]  # the model id: sent to the endpoint, recorded in scores
+    path: str | None = None  # vllm, transformers: local model directory (default: name)
+    python: str | None = None  # vllm, transformers: interpreter of the environment holding the engine
     # sampling (part of the cache key)
-    temperature: Annotated[Number | None, Field(ge=0)] = 1.0    # null: the endpoint's default
-    max_tokens: Annotated[int, Field(ge=1)] = 4096              # an answer cut here is marked censored
-    seed: int | None = 0             # each request samples with a seed drawn from this and its key
-    n: Annotated[int, Field(ge=1)] = 1                          # answers per task; the score averages them
-    score_by: Literal["chars", "tokens"] = "chars"              # chars: the recipe's len(response)
+    temperature: Annotated[Number | None, Field(ge=0)] = 1.0  # null: the endpoint's default
+    max_tokens: Annotated[int, Field(ge=1)] = 4096  # an answer cut here is marked censored
+    seed: int | None = 0  # each request samples with a seed drawn from this and its key
+    n: Annotated[int, Field(ge=1)] = 1  # answers per task; the score averages them
+    score_by: Literal["chars", "tokens"] = "chars"  # chars: the recipe's len(response)
     # openai: any OpenAI-compatible chat endpoint
     base_url: str = "https://api.openai.com/v1"
-    api_key_env: str | None = "OPENAI_API_KEY"   # the variable holding the key (never written anywhere)
+    api_key_env: str | None = "OPENAI_API_KEY"  # the variable holding the key (never written anywhere)
     concurrency: Annotated[int, Field(ge=1)] = 16
     requests_per_minute: Annotated[int | None, Field(ge=1)] = None
     tokens_per_minute: Annotated[int | None, Field(ge=1)] = None
     timeout_s: Annotated[Number, Field(gt=0)] = 300
-    max_retries: Annotated[int, Field(ge=0)] = 8    # on 429, 5xx, timeouts and dropped connections only
-    backoff_s: Annotated[Number, Field(ge=0)] = 1.0       # first retry wait, doubled each time, with jitter
-    max_backoff_s: Annotated[Number, Field(ge=0)] = 60    # (a Retry-After header wins)
-    price_input_per_million: Annotated[Number | None, Field(ge=0)] = None    # for the cost estimate
+    max_retries: Annotated[int, Field(ge=0)] = 8  # on 429, 5xx, timeouts and dropped connections only
+    backoff_s: Annotated[Number, Field(ge=0)] = 1.0  # first retry wait, doubled each time, with jitter
+    max_backoff_s: Annotated[Number, Field(ge=0)] = 60  # (a Retry-After header wins)
+    price_input_per_million: Annotated[Number | None, Field(ge=0)] = None  # for the cost estimate
     price_output_per_million: Annotated[Number | None, Field(ge=0)] = None
     # vllm, transformers
-    batch_size: Annotated[int, Field(ge=1)] = 64          # requests per generate call (answers stored after each)
-    max_model_len: Annotated[int | None, Field(ge=1)] = None   # context length (default: the model's)
+    batch_size: Annotated[int, Field(ge=1)] = 64  # requests per generate call (answers stored after each)
+    max_model_len: Annotated[int | None, Field(ge=1)] = None  # context length (default: the model's)
 
     def sampling(self) -> dict[str, Any]:
         """The keys that decide which answers a request gets (part of every cache key)."""
-        return {"temperature": self.temperature, "max_tokens": self.max_tokens, "seed": self.seed,
-                "n": self.n}
+        return {"temperature": self.temperature, "max_tokens": self.max_tokens, "seed": self.seed, "n": self.n}
 
 
 class ScoreModalParams(Section):
     """`tracelake score --backend modal`: the vllm engine on a Modal GPU (scoring/modal_app.py). Where
     answers come from changes nothing they are keyed by: not a parameter of the score stage."""
+
     app: str = "tracelake-score"
     gpu: str = "H100:1"
     timeout_hours: Annotated[int, Field(ge=1)] = 4
-    volume: str = "tracelake-scoring"   # model directories by content hash (uploaded once) and the hub cache
+    volume: str = "tracelake-scoring"  # model directories by content hash (uploaded once) and the hub cache
     image_python: str = "3.12"
-    vllm: str = "0.32.0"                # the vllm release the GPU image installs
+    vllm: str = "0.32.0"  # the vllm release the GPU image installs
 
 
 class ScoreParams(Section):
     scorers: list[str] = Field(default_factory=lambda: ["response_length_proxy_v1"])
     # checked as ImportParams, kept as written: stages/score.py reads them, the manifest records them
-    imports: Annotated[dict[str, dict[str, Any]], CheckedAs(dict[ScorerName, ImportParams])] = \
-        Field(default_factory=dict)
-    model: ModelParams | None = None   # needed by the model scorers (llm_response_length_v1)
-    max_failures: Annotated[int, Field(ge=0)] = 0   # tasks a model scorer may fail after retries
-    modal: ScoreModalParams = Field(default_factory=ScoreModalParams)   # tracelake score --backend modal
+    imports: Annotated[dict[str, dict[str, Any]], CheckedAs(dict[ScorerName, ImportParams])] = Field(
+        default_factory=dict
+    )
+    model: ModelParams | None = None  # needed by the model scorers (llm_response_length_v1)
+    max_failures: Annotated[int, Field(ge=0)] = 0  # tasks a model scorer may fail after retries
+    modal: ScoreModalParams = Field(default_factory=ScoreModalParams)  # tracelake score --backend modal
     cache: str = ".tracelake/cache/scores"
 
     @field_validator("scorers")
@@ -118,38 +120,39 @@ class ScoreParams(Section):
     def _built_in(cls, scorers: list[str]) -> list[str]:
         for name in scorers:
             if name not in BUILTIN_SCORERS:
-                raise Invalid(f": unknown scorer {name!r} (built in: {', '.join(BUILTIN_SCORERS)}; import "
-                              f"others under score.imports)")
+                raise Invalid(
+                    f": unknown scorer {name!r} (built in: {', '.join(BUILTIN_SCORERS)}; import "
+                    f"others under score.imports)"
+                )
         return scorers
 
     @model_validator(mode="after")
     def _model_for_model_scorers(self) -> ScoreParams:
         needing = [name for name in self.scorers if name in MODEL_SCORERS]
         if needing and self.model is None:
-            raise Invalid(f": {needing[0]} needs a score.model block (backend, name: see params.yaml)",
-                          at=("scorers",))
+            raise Invalid(f": {needing[0]} needs a score.model block (backend, name: see params.yaml)", at=("scorers",))
         return self
 
 
 class FilterParams(Section):
-    timeout_exceptions: list[Annotated[str, Field(min_length=1)]] = \
-        Field(default_factory=lambda: ["AgentTimeoutError"])
+    timeout_exceptions: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=lambda: ["AgentTimeoutError"])
     drop_subagents: bool = True
     episodes: Literal["last", "all"] = "last"
     min_assistant_turns: Annotated[int, Field(ge=0)] = 5
     success_only: bool = False
     max_tokens: Annotated[int | None, Field(ge=1)] = None
-    tokenizer: str = "data/tokenizer"   # an HF tokenizer directory: n_tokens for max_tokens and reports
-    count_tokens: bool = True           # false: n_tokens stays null (max_tokens must then be null)
+    tokenizer: str = "data/tokenizer"  # an HF tokenizer directory: n_tokens for max_tokens and reports
+    count_tokens: bool = True  # false: n_tokens stays null (max_tokens must then be null)
     dedup_conversations: bool = True
-    contaminated: bool = True           # drop the rollouts of tasks the dedup stage found in a benchmark
-    near_duplicates: bool = True        # drop those of near-duplicate tasks (dedup.keep: one)
+    contaminated: bool = True  # drop the rollouts of tasks the dedup stage found in a benchmark
+    near_duplicates: bool = True  # drop those of near-duplicate tasks (dedup.keep: one)
 
     @model_validator(mode="after")
     def _counts_for_max_tokens(self) -> FilterParams:
         if self.max_tokens is not None and not self.count_tokens:
-            raise Invalid(f"max_tokens {self.max_tokens} needs count_tokens: true (or set max_tokens: null)",
-                          at=("max_tokens",))
+            raise Invalid(
+                f"max_tokens {self.max_tokens} needs count_tokens: true (or set max_tokens: null)", at=("max_tokens",)
+            )
         return self
 
 
@@ -182,8 +185,9 @@ def _scale_names(scales: Any) -> Any:
             raise Invalid("must name at least one scale")
         for name, n in scales.items():
             if isinstance(name, int):
-                raise Invalid(f': quote a numeric scale name ("{name}": {n}) so DVC can address it as a '
-                              f'param', at=(name,))
+                raise Invalid(
+                    f': quote a numeric scale name ("{name}": {n}) so DVC can address it as a param', at=(name,)
+                )
     return scales
 
 
@@ -197,30 +201,32 @@ Similarity = Annotated[float, Field(gt=0, le=1)]
 
 class MinHashParams(Section):
     """Near-exact duplicates: MinHash LSH over word n-gram shingles, verified by true Jaccard."""
+
     enabled: bool = True
-    ngram: Count = 5                  # words per shingle
-    bands: Count = 14                 # bands * rows hash functions (14 x 8 = 112)
+    ngram: Count = 5  # words per shingle
+    bands: Count = 14  # bands * rows hash functions (14 x 8 = 112)
     rows: Count = 8
-    threshold: Similarity = 0.7       # verified Jaccard a pair must reach
+    threshold: Similarity = 0.7  # verified Jaccard a pair must reach
     seed: int = 0
 
 
 class EmbeddingParams(Section):
     """Semantic near-duplicates: cosine range search over an embeddings table in LanceDB."""
+
     enabled: bool = True
     # hashed_char_ngrams_v1: model-free, deterministic; transformers: an encoder from `model` (a local
     # directory), mean-pooled, run by `python` (default: the training environment's)
     embedder: Literal["hashed_char_ngrams_v1", "transformers"] = "hashed_char_ngrams_v1"
-    dim: Annotated[int, Field(ge=16, le=4096)] = 256                # hashed: vector size
-    ngrams: list[Annotated[int, Field(ge=1, le=16)]] = Field(default_factory=lambda: [3, 4, 5])   # hashed
-    model: str | None = None                                        # transformers: the model directory
-    python: str | None = None                                       # transformers: its interpreter
-    batch_size: Count = 32                                          # transformers
-    max_length: Count = 512                                         # transformers: tokens per text
-    threshold: Similarity = 0.95      # cosine similarity a pair must reach
-    neighbours: Count = 32            # nearest rows a text asks for (union-find links the rest)
-    exact_below: Count = 20000        # rows below which the search is exact; above, an IVF_FLAT index
-    nprobes: Count = 16               # IVF partitions a query scans
+    dim: Annotated[int, Field(ge=16, le=4096)] = 256  # hashed: vector size
+    ngrams: list[Annotated[int, Field(ge=1, le=16)]] = Field(default_factory=lambda: [3, 4, 5])  # hashed
+    model: str | None = None  # transformers: the model directory
+    python: str | None = None  # transformers: its interpreter
+    batch_size: Count = 32  # transformers
+    max_length: Count = 512  # transformers: tokens per text
+    threshold: Similarity = 0.95  # cosine similarity a pair must reach
+    neighbours: Count = 32  # nearest rows a text asks for (union-find links the rest)
+    exact_below: Count = 20000  # rows below which the search is exact; above, an IVF_FLAT index
+    nprobes: Count = 16  # IVF partitions a query scans
 
     @model_validator(mode="after")
     def _model_for_transformers(self) -> EmbeddingParams:
@@ -230,11 +236,11 @@ class EmbeddingParams(Section):
 
 
 class DedupParams(Section):
-    keep: Literal["one", "all"] = "one"     # one: drop the rollouts of every task but the representative
-    per_source: dict[Name, Literal["one", "all"]] = Field(default_factory=dict)   # overrides `keep`
+    keep: Literal["one", "all"] = "one"  # one: drop the rollouts of every task but the representative
+    per_source: dict[Name, Literal["one", "all"]] = Field(default_factory=dict)  # overrides `keep`
     minhash: MinHashParams = Field(default_factory=MinHashParams)
     embedding: EmbeddingParams = Field(default_factory=EmbeddingParams)
-    cache: str | None = ".tracelake/cache/embeddings"   # vectors by (embedder, text sha256); null: none
+    cache: str | None = ".tracelake/cache/embeddings"  # vectors by (embedder, text sha256); null: none
 
     def keep_for(self, source: str) -> str:
         return self.per_source.get(source, self.keep)
@@ -242,8 +248,8 @@ class DedupParams(Section):
 
 class BenchmarkParams(Section):
     path: str
-    column: str = "instruction"       # a table's instruction column
-    id: str | None = None             # a table's item id column (default: the row number)
+    column: str = "instruction"  # a table's instruction column
+    id: str | None = None  # a table's item id column (default: the row number)
 
 
 def _benchmark(value: Any) -> Any:
@@ -253,11 +259,12 @@ def _benchmark(value: Any) -> Any:
 class DecontaminateParams(Section):
     """Benchmarks whose tasks must not be trained on: name -> a directory of Harbor tasks, or a
     Parquet / JSONL / JSON file of instructions ({path, column, id})."""
+
     benchmarks: dict[Name, Annotated[BenchmarkParams, BeforeValidator(_benchmark)]] = Field(default_factory=dict)
-    root: str = "benchmarks"                    # every benchmark's path is under it (the stage's DVC dependency)
-    ngram: Count = 13                           # words per n-gram (normalised)
-    ngram_min_share: Annotated[float, Field(ge=0, le=1)] = 0.8   # of the task's or the item's n-grams shared
-    embedding_threshold: Similarity | None = 0.95   # cosine to a benchmark item; null: n-grams only
+    root: str = "benchmarks"  # every benchmark's path is under it (the stage's DVC dependency)
+    ngram: Count = 13  # words per n-gram (normalised)
+    ngram_min_share: Annotated[float, Field(ge=0, le=1)] = 0.8  # of the task's or the item's n-grams shared
+    embedding_threshold: Similarity | None = 0.95  # cosine to a benchmark item; null: n-grams only
 
     @model_validator(mode="after")
     def _under_root(self) -> DecontaminateParams:
@@ -265,8 +272,10 @@ class DecontaminateParams(Section):
         for name, b in self.benchmarks.items():
             path = Path(b.path).resolve()
             if path != root and root not in path.parents:
-                raise Invalid(f"{b.path} is not under decontaminate.root ({self.root}), the stage's DVC dependency",
-                              at=("benchmarks", name, "path"))
+                raise Invalid(
+                    f"{b.path} is not under decontaminate.root ({self.root}), the stage's DVC dependency",
+                    at=("benchmarks", name, "path"),
+                )
         return self
 
 

@@ -18,11 +18,11 @@ from tracelake.core.lake import Lake
 from tracelake.core.outputs import read_manifest
 
 PLOTS = {  # plot -> (x column, y column); `group` is the source or the scale, as noted
-    "rows_by_source": ("scale", "rows"),        # group: source
+    "rows_by_source": ("scale", "rows"),  # group: source
     "rollouts_per_task": ("rollouts", "tasks"),  # group: scale
-    "assistant_turns": ("turns", "share"),       # group: scale
-    "tokens": ("tokens", "share"),               # group: scale
-    "funnel": ("rule", "dropped"),               # group: source
+    "assistant_turns": ("turns", "share"),  # group: scale
+    "tokens": ("tokens", "share"),  # group: scale
+    "funnel": ("rule", "dropped"),  # group: source
 }
 
 
@@ -39,8 +39,11 @@ def build_report(lake: Path, scales: dict[str, int]) -> tuple[dict[str, Any], di
         binds = {"selection": str(directory / "selection.parquet"), "pool": pool_file}
         cursor = con.execute(sql("report_scale"), binds)
         row = dict(zip([d[0] for d in cursor.description], cursor.fetchall()[0]))
-        metrics[scale] = {"dataset_id": manifest["dataset_id"], **row,
-                          "rows_by_source": manifest["counts"]["rows_by_source"]}
+        metrics[scale] = {
+            "dataset_id": manifest["dataset_id"],
+            **row,
+            "rows_by_source": manifest["counts"]["rows_by_source"],
+        }
         label = dataset_label(n)
         for plot, x, value in con.execute(sql("report_distributions"), binds).fetchall():
             if plot == "rows_by_source":

@@ -49,15 +49,23 @@ def mixed_sources(tasks: dict[str, Task], scores: dict[str, float], mix: MixPara
     present = sorted({t.source for t in tasks.values()})
     chosen = present if mix.sources == "all" else [s for s in present if s in mix.sources]
     if mix.top_k is not None:
+
         def mean_score(source: str) -> float:
             values = [scores.get(t.task_id, 0.0) for t in tasks.values() if t.source == source]
             return sum(values) / len(values)
+
         chosen = sorted(chosen, key=lambda s: (-mean_score(s), s))[: mix.top_k]
     return sorted(chosen)
 
 
-def select(tasks: dict[str, Task], scores: dict[str, float], mix: MixParams, n: int,
-           unscored: str = "zero", clusters: dict[str, str] | None = None) -> Selection:
+def select(
+    tasks: dict[str, Task],
+    scores: dict[str, float],
+    mix: MixParams,
+    n: int,
+    unscored: str = "zero",
+    clusters: dict[str, str] | None = None,
+) -> Selection:
     """The slots of one dataset of exactly n rows (fewer only when the pool is empty: an error).
 
     A task without a score (select.unscored): `zero` scores it 0 (it keeps the one rollout every
@@ -72,20 +80,27 @@ def select(tasks: dict[str, Task], scores: dict[str, float], mix: MixParams, n: 
     missing = sorted(tid for tid in candidates if tid not in scores)
     if missing and unscored == "error":
         t = candidates[missing[0]]
-        raise BadInput(f"{len(missing)} of {len(candidates)} tasks have no score (first: {t.task!r} of {t.source}, "
-                       f"{missing[0]}); select.unscored: zero or drop selects without them")
+        raise BadInput(
+            f"{len(missing)} of {len(candidates)} tasks have no score (first: {t.task!r} of {t.source}, "
+            f"{missing[0]}); select.unscored: zero or drop selects without them"
+        )
     if unscored == "drop":
         candidates = {tid: t for tid, t in candidates.items() if tid in scores}
     if not candidates:
-        why = (f"select.unscored: drop left out all {len(missing)} unscored tasks" if missing and unscored == "drop"
-               else "the filters dropped every rollout of the mixed sources (see metrics/filter.json)")
+        why = (
+            f"select.unscored: drop left out all {len(missing)} unscored tasks"
+            if missing and unscored == "drop"
+            else "the filters dropped every rollout of the mixed sources (see metrics/filter.json)"
+        )
         raise BadInput(f"no task is left to select from: {why}")
     score_of = {tid: scores.get(tid, 0.0) for tid in candidates}
     for tid, value in score_of.items():
         if not value >= 0:  # also catches NaN
             t = candidates[tid]
-            raise BadInput(f"task {t.task!r} of {t.source} ({tid}) has score {value}: upsampling by score "
-                           f"share needs scores >= 0 (rescale the scorer's values)")
+            raise BadInput(
+                f"task {t.task!r} of {t.source} ({tid}) has score {value}: upsampling by score "
+                f"share needs scores >= 0 (rescale the scorer's values)"
+            )
     units = _units(candidates, clusters or {}, by_source=bool(mix.weights))
     unit_score = {u: sum(score_of[t] for t in members) / len(members) for u, members in units.items()}
     if mix.weights:
@@ -97,8 +112,9 @@ def select(tasks: dict[str, Task], scores: dict[str, float], mix: MixParams, n: 
         for source in weighted:
             own = {u: unit_score[u] for u, members in units.items() if candidates[members[0]].source == source}
             if share[source] and not own:
-                raise BadInput(f"mix.weights gives {source} {share[source]} rows but no rollout of it "
-                               f"survived the filters")
+                raise BadInput(
+                    f"mix.weights gives {source} {share[source]} rows but no rollout of it survived the filters"
+                )
             quotas.update(apportion(own, share[source]) if own else {})
     else:
         quotas = apportion(unit_score, n)
@@ -110,13 +126,22 @@ def select(tasks: dict[str, Task], scores: dict[str, float], mix: MixParams, n: 
         for trajectory_id, copy in assign_rollouts(quotas.get(unit, 0), pooled):
             tid = task_of[trajectory_id]
             task = candidates[tid]
-            rows.append({"slot_id": content_id("slot", [trajectory_id, copy]), "trajectory_id": trajectory_id,
-                         "task_id": tid, "source": task.source, "task": task.task, "copy": copy,
-                         "name": copy_name(task.task, copy), "score": score_of[tid]})
-    rows.sort(key=lambda r: (r["source"], r["task"], r["task_id"]))   # stable: a task's slots in copy order
+            rows.append(
+                {
+                    "slot_id": content_id("slot", [trajectory_id, copy]),
+                    "trajectory_id": trajectory_id,
+                    "task_id": tid,
+                    "source": task.source,
+                    "task": task.task,
+                    "copy": copy,
+                    "name": copy_name(task.task, copy),
+                    "score": score_of[tid],
+                }
+            )
+    rows.sort(key=lambda r: (r["source"], r["task"], r["task_id"]))  # stable: a task's slots in copy order
     check(len(rows) == n, f"selected {len(rows)} rows for n={n}")
     counts = _counts(rows, candidates, scores, sources)
-    counts["unscored_tasks"] = len(missing)   # with unscored: drop, those left out
+    counts["unscored_tasks"] = len(missing)  # with unscored: drop, those left out
     shared = [members for members in units.values() if len(members) > 1]
     counts["shared_quotas"] = {"clusters": len(shared), "tasks": sum(len(m) for m in shared)}
     return Selection(rows, counts)
@@ -134,8 +159,9 @@ def _units(candidates: dict[str, Task], clusters: dict[str, str], by_source: boo
     return units
 
 
-def _counts(rows: list[dict], candidates: dict[str, Task], scores: dict[str, float],
-            sources: list[str]) -> dict[str, Any]:
+def _counts(
+    rows: list[dict], candidates: dict[str, Task], scores: dict[str, float], sources: list[str]
+) -> dict[str, Any]:
     per_task: dict[str, int] = {}
     by_source = {s: 0 for s in sources}
     for r in rows:

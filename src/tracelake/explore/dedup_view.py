@@ -17,7 +17,7 @@ from tracelake.core import assets
 from tracelake.core.errors import BadInput
 from tracelake.explore.sql import open_lake
 
-PREVIEW = 700   # characters of each instruction shown side by side
+PREVIEW = 700  # characters of each instruction shown side by side
 
 
 def _need(views: dict[str, str], lake: Path) -> None:
@@ -46,10 +46,15 @@ def render_explain(rows: list[dict[str, Any]], ref: str, console: Console) -> No
     if rep["cluster_size"] == 1:
         console.print(f"[bold]{rep['source']}/{rep['task']}[/] ({rep['task_id']}) has no near-duplicate.")
     else:
-        console.print(f"[bold]cluster of {rep['cluster_size']} tasks[/], represented by "
-                      f"[bold]{rep['source']}/{rep['task']}[/] ({rep['task_id']}, {rep['trajectories']} trajectories)")
-    shown = [rep] + [r for r in rows[1:] if ref in (r["task_id"], r["task"], f"{r['source']}/{r['task']}")
-                     or r["task_id"].startswith(ref)][:1]
+        console.print(
+            f"[bold]cluster of {rep['cluster_size']} tasks[/], represented by "
+            f"[bold]{rep['source']}/{rep['task']}[/] ({rep['task_id']}, {rep['trajectories']} trajectories)"
+        )
+    shown = [rep] + [
+        r
+        for r in rows[1:]
+        if ref in (r["task_id"], r["task"], f"{r['source']}/{r['task']}") or r["task_id"].startswith(ref)
+    ][:1]
     shown += [r for r in rows[1:] if r not in shown][: max(0, 3 - len(shown))]
     table = Table(show_lines=True)
     table.add_column("")
@@ -69,13 +74,16 @@ def render_explain(rows: list[dict[str, Any]], ref: str, console: Console) -> No
         console.print(f"{len(rows) - len(shown)} more member(s):")
         for r in rows:
             if r not in shown:
-                console.print(f"  {r['source']}/{r['task']}  {r['method']}  {_similarity(r)}"
-                              f"{'  dropped' if r['dropped'] else ''}")
+                console.print(
+                    f"  {r['source']}/{r['task']}  {r['method']}  {_similarity(r)}{'  dropped' if r['dropped'] else ''}"
+                )
 
 
 def _similarity(r: dict[str, Any]) -> str:
-    parts = [f"jaccard {r['jaccard']:.3f}" if r["jaccard"] is not None else "",
-             f"cosine {r['cosine']:.3f}" if r["cosine"] is not None else ""]
+    parts = [
+        f"jaccard {r['jaccard']:.3f}" if r["jaccard"] is not None else "",
+        f"cosine {r['cosine']:.3f}" if r["cosine"] is not None else "",
+    ]
     return ", ".join(p for p in parts if p) or "-"
 
 
@@ -93,32 +101,48 @@ def _preview(text: str) -> str:
 def summary(lake: Path, top: int = 10) -> dict[str, Any]:
     con, views = open_lake(lake)
     _need(views, lake)
-    clusters = con.sql(f"""
+    clusters = (
+        con.sql(f"""
         SELECT r.source || '/' || r.task AS representative, k.cluster_size AS tasks,
                count(*) FILTER (WHERE k.dropped) AS dropped, string_agg(DISTINCT k.method, ', ') FILTER (WHERE NOT k.task_id = k.cluster_id) AS methods
         FROM task_clusters k JOIN task_clusters r ON r.task_id = k.cluster_id
         WHERE k.cluster_size > 1
-        GROUP BY ALL ORDER BY tasks DESC, representative LIMIT {int(top)}""").to_arrow_table().to_pylist()
-    totals = con.sql("""SELECT count(*) AS tasks, count(*) FILTER (WHERE cluster_size > 1) AS clustered,
+        GROUP BY ALL ORDER BY tasks DESC, representative LIMIT {int(top)}""")
+        .to_arrow_table()
+        .to_pylist()
+    )
+    totals = (
+        con.sql("""SELECT count(*) AS tasks, count(*) FILTER (WHERE cluster_size > 1) AS clustered,
                                count(DISTINCT cluster_id) FILTER (WHERE cluster_size > 1) AS clusters,
-                               count(*) FILTER (WHERE dropped) AS dropped FROM task_clusters""").to_arrow_table().to_pylist()[0]
-    contamination = con.sql("""SELECT benchmark, count(*) AS tasks, count(*) FILTER (WHERE method = 'embedding') AS by_embedding
-                               FROM contamination GROUP BY 1 ORDER BY 1""").to_arrow_table().to_pylist()
+                               count(*) FILTER (WHERE dropped) AS dropped FROM task_clusters""")
+        .to_arrow_table()
+        .to_pylist()[0]
+    )
+    contamination = (
+        con.sql("""SELECT benchmark, count(*) AS tasks, count(*) FILTER (WHERE method = 'embedding') AS by_embedding
+                               FROM contamination GROUP BY 1 ORDER BY 1""")
+        .to_arrow_table()
+        .to_pylist()
+    )
     return {"totals": totals, "clusters": clusters, "contamination": contamination}
 
 
 def render_summary(s: dict[str, Any], console: Console) -> None:
     t = s["totals"]
-    console.print(f"{t['tasks']} tasks: {t['clusters']} clusters of near-duplicates hold {t['clustered']} tasks; "
-                  f"{t['dropped']} dropped by near_duplicate_v1")
+    console.print(
+        f"{t['tasks']} tasks: {t['clusters']} clusters of near-duplicates hold {t['clustered']} tasks; "
+        f"{t['dropped']} dropped by near_duplicate_v1"
+    )
     if s["clusters"]:
         table = Table("representative", "tasks", "dropped", "how the others match")
         for c in s["clusters"]:
             table.add_row(c["representative"], str(c["tasks"]), str(c["dropped"]), c["methods"] or "")
         console.print(table)
     for c in s["contamination"]:
-        console.print(f"benchmark {c['benchmark']}: {c['tasks']} contaminated task(s) "
-                      f"({c['by_embedding']} by embedding similarity) dropped by contaminated_v1")
+        console.print(
+            f"benchmark {c['benchmark']}: {c['tasks']} contaminated task(s) "
+            f"({c['by_embedding']} by embedding similarity) dropped by contaminated_v1"
+        )
     if not s["contamination"]:
         console.print("no task copies a benchmark (decontaminate.benchmarks)")
     console.print("explain one: tracelake dedup --explain <task>")

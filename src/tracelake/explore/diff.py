@@ -49,15 +49,15 @@ TOP_TASKS = 20
 class Version:
     """One side of a diff: a built dataset directory and the lineage it was built from."""
 
-    spec: str                       # as given on the command line
-    rev: str | None                 # the git revision it was read at (None: the work tree)
+    spec: str  # as given on the command line
+    rev: str | None  # the git revision it was read at (None: the work tree)
     sha: str | None
-    directory: Path                 # where its files are (a temporary tree for a revision)
-    path: str                       # the directory as the user would name it (relative to the repository)
+    directory: Path  # where its files are (a temporary tree for a revision)
+    path: str  # the directory as the user would name it (relative to the repository)
     manifest: dict[str, Any]
-    pool: Path | None = None        # the pool directory it was drawn from, when known
-    selection: Path | None = None   # the selection directory it is or was exported from, when known
-    lineage: dict[str, dict[str, Any]] = field(default_factory=dict)   # kind -> manifest
+    pool: Path | None = None  # the pool directory it was drawn from, when known
+    selection: Path | None = None  # the selection directory it is or was exported from, when known
+    lineage: dict[str, dict[str, Any]] = field(default_factory=dict)  # kind -> manifest
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -84,8 +84,15 @@ class Version:
         return self.lineage.get("selection", {}).get("params", {}).get("score")
 
     def describe(self) -> dict[str, Any]:
-        return {"spec": self.spec, "rev": self.rev, "commit": self.sha, "path": self.path, "kind": self.kind,
-                "dataset_id": self.dataset_id, "version_id": self.manifest["version_id"]}
+        return {
+            "spec": self.spec,
+            "rev": self.rev,
+            "commit": self.sha,
+            "path": self.path,
+            "kind": self.kind,
+            "dataset_id": self.dataset_id,
+            "version_id": self.manifest["version_id"],
+        }
 
 
 def _find(base: Path, lake: str, ref: str, spec: str) -> Path:
@@ -121,8 +128,9 @@ def resolve_version(spec: str, stack: ExitStack, lake: str = "lake", root: Path 
     directory = _find(base, lake, ref, spec)
     manifest = read_manifest(directory)
     if manifest.get("kind") not in KINDS:
-        raise BadInput(f"{spec}: {ref} holds a {manifest.get('kind')!r} output; diff compares versions of "
-                       f"{', '.join(KINDS)}")
+        raise BadInput(
+            f"{spec}: {ref} holds a {manifest.get('kind')!r} output; diff compares versions of {', '.join(KINDS)}"
+        )
     path = str(directory.relative_to(base)) if directory.is_relative_to(base) else str(directory)
     version = Version(spec, rev, sha, directory, path, manifest)
     _attach_lineage(version)
@@ -131,7 +139,7 @@ def resolve_version(spec: str, stack: ExitStack, lake: str = "lake", root: Path 
 
 def _under(path: str, lake: str) -> bool:
     parts, lake_parts = Path(path).parts, Path(lake).parts
-    return parts[:len(lake_parts)] == lake_parts
+    return parts[: len(lake_parts)] == lake_parts
 
 
 def _attach_lineage(v: Version) -> None:
@@ -163,8 +171,10 @@ def _link(v: Version, directory: Path, kind: str, version_id: str | None, requir
         return False
     m = read_manifest(directory)
     if version_id and m["version_id"] != version_id:
-        v.notes.append(f"{v.spec}: the {kind} beside it ({m['version_id']}) is not the one it was built from "
-                       f"({version_id}); run `dvc repro` there: explanations may be off")
+        v.notes.append(
+            f"{v.spec}: the {kind} beside it ({m['version_id']}) is not the one it was built from "
+            f"({version_id}); run `dvc repro` there: explanations may be off"
+        )
     v.lineage[kind] = m
     if kind == "pool":
         v.pool = directory
@@ -195,38 +205,50 @@ def _load_side(con: duckdb.DuckDBPyConnection, side: str, v: Version) -> None:
     params: dict[str, Any] = {"files": v.files()}
     if v.kind == "selection":
         if v.pool is None:
-            raise BadInput(f"{v.spec}: a selection needs the pool it was drawn from beside it "
-                           f"(lake/pool) for turns and tokens")
+            raise BadInput(
+                f"{v.spec}: a selection needs the pool it was drawn from beside it (lake/pool) for turns and tokens"
+            )
         params["pool"] = str(v.pool / "pool.parquet")
     try:
         con.execute(f"CREATE TABLE {side}_rows AS " + assets.sql(f"diff/rows_{v.kind}"), params)
     except duckdb.Error as e:
         raise BadInput(f"{v.spec}: cannot read its rows: {str(e).splitlines()[0]}") from None
     if v.pool is not None:
-        con.execute(f"CREATE TABLE {side}_pool AS SELECT trajectory_id FROM read_parquet($f)",
-                    {"f": str(v.pool / "pool.parquet")})
+        con.execute(
+            f"CREATE TABLE {side}_pool AS SELECT trajectory_id FROM read_parquet($f)",
+            {"f": str(v.pool / "pool.parquet")},
+        )
     else:
         con.execute(f"CREATE TABLE {side}_pool (trajectory_id VARCHAR)")
     dropped = v.pool / "dropped.parquet" if v.pool is not None else None
     if dropped is not None and dropped.is_file():
-        con.execute(f"CREATE TABLE {side}_dropped AS SELECT trajectory_id, rule, detail FROM read_parquet($f)",
-                    {"f": str(dropped)})
+        con.execute(
+            f"CREATE TABLE {side}_dropped AS SELECT trajectory_id, rule, detail FROM read_parquet($f)",
+            {"f": str(dropped)},
+        )
     else:
         con.execute(f"CREATE TABLE {side}_dropped (trajectory_id VARCHAR, rule VARCHAR, detail VARCHAR)")
     rejects = v.directory / "export_rejects.parquet"
     if v.kind == "export_sft" and rejects.is_file():
-        con.execute(f"""CREATE TABLE {side}_xrej AS SELECT trajectory_id, reason, detail FROM read_parquet($f)
-                        WHERE trajectory_id IS NOT NULL""", {"f": str(rejects)})
+        con.execute(
+            f"""CREATE TABLE {side}_xrej AS SELECT trajectory_id, reason, detail FROM read_parquet($f)
+                        WHERE trajectory_id IS NOT NULL""",
+            {"f": str(rejects)},
+        )
     else:
         con.execute(f"CREATE TABLE {side}_xrej (trajectory_id VARCHAR, reason VARCHAR, detail VARCHAR)")
     if v.selection is not None:
         try:
-            con.execute(f"CREATE TABLE {side}_scores AS " + assets.sql("diff/scores_selection"),
-                        {"file": str(v.selection / "selection.parquet")})
+            con.execute(
+                f"CREATE TABLE {side}_scores AS " + assets.sql("diff/scores_selection"),
+                {"file": str(v.selection / "selection.parquet")},
+            )
             return
         except duckdb.Error as e:
-            v.notes.append(f"{v.spec}: cannot read the task scores of its selection ({str(e).splitlines()[0]}): "
-                           f"selection moves are explained without them")
+            v.notes.append(
+                f"{v.spec}: cannot read the task scores of its selection ({str(e).splitlines()[0]}): "
+                f"selection moves are explained without them"
+            )
             v.selection = None
     con.execute(f"CREATE TABLE {side}_scores (task_id VARCHAR, score DOUBLE)")
 
@@ -246,9 +268,17 @@ def diff_versions(a: Version, b: Version) -> dict[str, Any]:
         con.execute("UPDATE a_rows SET content = NULL; UPDATE b_rows SET content = NULL")
     content_stage = "export" if "export_sft" in (a.kind, b.kind) else "filter"
     scores_known = a.selection is not None and b.selection is not None
-    con.execute("CREATE TABLE traj AS " + assets.sql("diff/trajectories"),
-                {"content_stage": content_stage, "a_lineage": a.pool is not None, "b_lineage": b.pool is not None,
-                 "scores_known": scores_known, "a_scorer": a.scorer, "b_scorer": b.scorer})
+    con.execute(
+        "CREATE TABLE traj AS " + assets.sql("diff/trajectories"),
+        {
+            "content_stage": content_stage,
+            "a_lineage": a.pool is not None,
+            "b_lineage": b.pool is not None,
+            "scores_known": scores_known,
+            "a_scorer": a.scorer,
+            "b_scorer": b.scorer,
+        },
+    )
 
     totals = _rows(con, assets.sql("diff/status_totals"))
     by_status = {s: {"trajectories": 0, "rows_a": 0, "rows_b": 0} for s in STATUSES}
@@ -268,13 +298,21 @@ def diff_versions(a: Version, b: Version) -> dict[str, Any]:
         "b": b.describe() | {"rows": rows_b},
         "identical": a.dataset_id == b.dataset_id,
         "notes": a.notes + b.notes + _kind_notes(a, b),
-        "summary": {"rows_a": rows_a, "rows_b": rows_b, "rows_delta": rows_b - rows_a, "trajectories": by_status,
-                    "scorers": _scorers(a, b)},
+        "summary": {
+            "rows_a": rows_a,
+            "rows_b": rows_b,
+            "rows_delta": rows_b - rows_a,
+            "trajectories": by_status,
+            "scorers": _scorers(a, b),
+        },
         "explained": explained,
         "sources": _rows(con, assets.sql("diff/by_source")),
-        "tasks": {"counts": task_counts,
-                  "top": _rows(con, "SELECT * FROM tasks WHERE delta <> 0 ORDER BY abs(delta) DESC, task_id LIMIT $n",
-                               {"n": TOP_TASKS})},
+        "tasks": {
+            "counts": task_counts,
+            "top": _rows(
+                con, "SELECT * FROM tasks WHERE delta <> 0 ORDER BY abs(delta) DESC, task_id LIMIT $n", {"n": TOP_TASKS}
+            ),
+        },
         "distributions": _distributions(con),
         "params": _params_diff(a, b),
         "funnel": _funnel_diff(a, b),
@@ -293,16 +331,27 @@ def _scorers(a: Version, b: Version) -> dict[str, Any]:
 def _kind_notes(a: Version, b: Version) -> list[str]:
     if a.kind == b.kind:
         return []
-    return [f"comparing {a.kind} with {b.kind}: rows compare by trajectory id and copies only (not content), "
-            f"and turns and tokens are counted the way each kind counts them"]
+    return [
+        f"comparing {a.kind} with {b.kind}: rows compare by trajectory id and copies only (not content), "
+        f"and turns and tokens are counted the way each kind counts them"
+    ]
 
 
 def _distributions(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for r in _rows(con, assets.sql("diff/quantiles")):
         q = r.pop("q") or [None] * 5
-        entry = {"n": r["n"], "min": r["min"], "p10": q[0], "p25": q[1], "p50": q[2], "p75": q[3], "p90": q[4],
-                 "mean": None if r["mean"] is None else round(float(r["mean"]), 2), "max": r["max"]}
+        entry = {
+            "n": r["n"],
+            "min": r["min"],
+            "p10": q[0],
+            "p25": q[1],
+            "p50": q[2],
+            "p75": q[3],
+            "p90": q[4],
+            "mean": None if r["mean"] is None else round(float(r["mean"]), 2),
+            "max": r["max"],
+        }
         out.setdefault(r["metric"], {})[r["side"]] = entry
     for metric, column in (("turns", "n_turns"), ("tokens", "n_tokens")):
         sides = out.get(metric, {})
@@ -316,14 +365,19 @@ def _distributions(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
         for r in _rows(con, assets.sql("diff/histogram"), {"metric": column, "lo": lo, "width": width}):
             counts[r["side"]][min(int(r["bin"]), HIST_BINS - 1)] += int(r["rows"])
         n_bins = -(-(hi - lo + 1) // width)
-        out[metric]["histogram"] = {"lo": lo, "hi": hi, "width": width, "a": counts["a"][:n_bins], "b": counts["b"][:n_bins]}
+        out[metric]["histogram"] = {
+            "lo": lo,
+            "hi": hi,
+            "width": width,
+            "a": counts["a"][:n_bins],
+            "b": counts["b"][:n_bins],
+        }
     return out
 
 
 def _params_diff(a: Version, b: Version) -> list[dict[str, Any]]:
     pa_, pb = flat_params(a), flat_params(b)
-    return [{"key": k, "a": pa_.get(k), "b": pb.get(k)}
-            for k in sorted(set(pa_) | set(pb)) if pa_.get(k) != pb.get(k)]
+    return [{"key": k, "a": pa_.get(k), "b": pb.get(k)} for k in sorted(set(pa_) | set(pb)) if pa_.get(k) != pb.get(k)]
 
 
 def _funnel_diff(a: Version, b: Version) -> dict[str, Any] | None:
@@ -334,10 +388,24 @@ def _funnel_diff(a: Version, b: Version) -> dict[str, Any] | None:
 
     def rows(ca: dict, cb: dict) -> dict[str, Any]:
         rules = list(dict.fromkeys(list(ca.get("dropped", {})) + list(cb.get("dropped", {}))))
-        return {"in_a": ca.get("in", 0), "in_b": cb.get("in", 0), "kept_a": ca.get("kept", 0), "kept_b": cb.get("kept", 0),
-                "rules": [{"rule": r, "a": ca.get("dropped", {}).get(r, 0), "b": cb.get("dropped", {}).get(r, 0),
-                           "delta": cb.get("dropped", {}).get(r, 0) - ca.get("dropped", {}).get(r, 0)} for r in rules]}
+        return {
+            "in_a": ca.get("in", 0),
+            "in_b": cb.get("in", 0),
+            "kept_a": ca.get("kept", 0),
+            "kept_b": cb.get("kept", 0),
+            "rules": [
+                {
+                    "rule": r,
+                    "a": ca.get("dropped", {}).get(r, 0),
+                    "b": cb.get("dropped", {}).get(r, 0),
+                    "delta": cb.get("dropped", {}).get(r, 0) - ca.get("dropped", {}).get(r, 0),
+                }
+                for r in rules
+            ],
+        }
 
     sources = sorted(set(fa.get("sources", {})) | set(fb.get("sources", {})))
-    return {"total": rows(fa["total"], fb["total"]),
-            "sources": {s: rows(fa["sources"].get(s, {}), fb["sources"].get(s, {})) for s in sources}}
+    return {
+        "total": rows(fa["total"], fb["total"]),
+        "sources": {s: rows(fa["sources"].get(s, {}), fb["sources"].get(s, {})) for s in sources},
+    }

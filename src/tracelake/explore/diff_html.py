@@ -32,26 +32,37 @@ def _delta(n: int) -> str:
 
 
 def _table(headers: list[str], rows: list[list[str]], numeric: set[int] = frozenset()) -> str:
-    head = "".join(f'<th class="n">{escape(h)}</th>' if i in numeric else f"<th>{escape(h)}</th>"
-                   for i, h in enumerate(headers))
-    body = "".join("<tr>" + "".join(c if c.startswith("<td") else
-                                    (f'<td class="n">{c}</td>' if i in numeric else f"<td>{c}</td>")
-                                    for i, c in enumerate(r)) + "</tr>" for r in rows)
+    head = "".join(
+        f'<th class="n">{escape(h)}</th>' if i in numeric else f"<th>{escape(h)}</th>" for i, h in enumerate(headers)
+    )
+    body = "".join(
+        "<tr>"
+        + "".join(
+            c if c.startswith("<td") else (f'<td class="n">{c}</td>' if i in numeric else f"<td>{c}</td>")
+            for i, c in enumerate(r)
+        )
+        + "</tr>"
+        for r in rows
+    )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _side(label: str, s: dict[str, Any]) -> str:
     at = f" at <code>{escape(s['commit'][:10])}</code>" if s.get("commit") else ""
-    return (f'<div class="side"><b>{label}</b> <code>{escape(s["spec"])}</code> — {escape(s["path"])}{at} — '
-            f'{escape(s["kind"])} <code>{escape(s["dataset_id"])}</code> — {s["rows"]:,} rows</div>')
+    return (
+        f'<div class="side"><b>{label}</b> <code>{escape(s["spec"])}</code> — {escape(s["path"])}{at} — '
+        f"{escape(s['kind'])} <code>{escape(s['dataset_id'])}</code> — {s['rows']:,} rows</div>"
+    )
 
 
 def render_html(report: dict[str, Any]) -> str:
     a, b = report["a"], report["b"]
-    return (f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>tracelake diff {escape(a['dataset_id'])} → {escape(b['dataset_id'])}</title>"
-            f"<style>{CSS}</style></head><body><h1>tracelake diff</h1>{render_body(report)}</body></html>\n")
+    return (
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>tracelake diff {escape(a['dataset_id'])} → {escape(b['dataset_id'])}</title>"
+        f"<style>{CSS}</style></head><body><h1>tracelake diff</h1>{render_body(report)}</body></html>\n"
+    )
 
 
 def render_body(report: dict[str, Any]) -> str:
@@ -65,7 +76,9 @@ def render_body(report: dict[str, Any]) -> str:
         parts.append('<p class="note">Same content id: the two versions are identical.</p>')
     cards = [("rows A → B", f"{s['rows_a']:,} → {s['rows_b']:,}"), ("rows Δ", signed(s["rows_delta"]))]
     cards += [(f"trajectories {k}", f"{t[k]['trajectories']:,}") for k in t]
-    parts.append('<div class="cards">' + "".join(f'<div class="card">{escape(k)}<b>{v}</b></div>' for k, v in cards) + "</div>")
+    parts.append(
+        '<div class="cards">' + "".join(f'<div class="card">{escape(k)}<b>{v}</b></div>' for k, v in cards) + "</div>"
+    )
     line = scorer_line(s)
     if line:
         parts.append(f"<p><b>Scorers</b> {escape(line)}</p>")
@@ -73,71 +86,169 @@ def render_body(report: dict[str, Any]) -> str:
     parts.append("<h2>Why rows moved</h2>")
     if report["explained"]:
         cats = [f"{e['status']} · {e['stage']} {e['rule'] or ''}".strip() for e in report["explained"]]
-        parts.append(svg.diverging_bars("Rows gained (+) and lost (−) in B, by explanation", cats,
-                                        [e["rows_delta"] for e in report["explained"]]))
-        parts.append(_table(["status", "stage", "rule", "trajectories", "rows Δ"],
-                            [[escape(e["status"]), escape(e["stage"] or ""), escape(e["rule"] or ""),
-                              f"{e['trajectories']:,}", _delta(e["rows_delta"])] for e in report["explained"]], {3, 4}))
+        parts.append(
+            svg.diverging_bars(
+                "Rows gained (+) and lost (−) in B, by explanation",
+                cats,
+                [e["rows_delta"] for e in report["explained"]],
+            )
+        )
+        parts.append(
+            _table(
+                ["status", "stage", "rule", "trajectories", "rows Δ"],
+                [
+                    [
+                        escape(e["status"]),
+                        escape(e["stage"] or ""),
+                        escape(e["rule"] or ""),
+                        f"{e['trajectories']:,}",
+                        _delta(e["rows_delta"]),
+                    ]
+                    for e in report["explained"]
+                ],
+                {3, 4},
+            )
+        )
     else:
         parts.append("<p>No row moved.</p>")
 
     parts.append("<h2>Params that differ</h2>")
     if report["params"]:
-        parts.append(_table(["key", "A", "B"], [[f"<code>{escape(d['key'])}</code>", escape(fmt_value(d["a"])),
-                                                 escape(fmt_value(d["b"]))] for d in report["params"]]))
+        parts.append(
+            _table(
+                ["key", "A", "B"],
+                [
+                    [f"<code>{escape(d['key'])}</code>", escape(fmt_value(d["a"])), escape(fmt_value(d["b"]))]
+                    for d in report["params"]
+                ],
+            )
+        )
     else:
         parts.append("<p>None: the manifests of both versions and their lineage record the same params.</p>")
 
     f = report["funnel"]
     if f is not None:
         tot = f["total"]
-        parts.append(f"<h2>Filter funnel</h2><p>In {tot['in_a']:,} → {tot['in_b']:,}; kept {tot['kept_a']:,} → {tot['kept_b']:,}.</p>")
-        parts.append(svg.grouped_bars("Rows dropped per filter rule", [r["rule"] for r in tot["rules"]],
-                                      [r["a"] for r in tot["rules"]], [r["b"] for r in tot["rules"]]))
-        parts.append(_table(["rule", "dropped A", "dropped B", "Δ"],
-                            [[escape(r["rule"]), f"{r['a']:,}", f"{r['b']:,}", _delta(r["delta"])] for r in tot["rules"]],
-                            {1, 2, 3}))
+        parts.append(
+            f"<h2>Filter funnel</h2><p>In {tot['in_a']:,} → {tot['in_b']:,}; kept {tot['kept_a']:,} → {tot['kept_b']:,}.</p>"
+        )
+        parts.append(
+            svg.grouped_bars(
+                "Rows dropped per filter rule",
+                [r["rule"] for r in tot["rules"]],
+                [r["a"] for r in tot["rules"]],
+                [r["b"] for r in tot["rules"]],
+            )
+        )
+        parts.append(
+            _table(
+                ["rule", "dropped A", "dropped B", "Δ"],
+                [[escape(r["rule"]), f"{r['a']:,}", f"{r['b']:,}", _delta(r["delta"])] for r in tot["rules"]],
+                {1, 2, 3},
+            )
+        )
 
     parts.append("<h2>Sources</h2>")
     src = report["sources"]
-    parts.append(svg.grouped_bars("Rows per source", [r["source"] for r in src], [r["rows_a"] for r in src],
-                                  [r["rows_b"] for r in src]))
-    parts.append(_table(["source", "rows A", "rows B", "Δ", "trajectories A → B", "tasks A → B"],
-                        [[escape(r["source"]), f"{r['rows_a']:,}", f"{r['rows_b']:,}", _delta(r["rows_delta"]),
-                          f"{r['trajectories_a']:,} → {r['trajectories_b']:,}", f"{r['tasks_a']:,} → {r['tasks_b']:,}"]
-                         for r in src], {1, 2, 3, 4, 5}))
+    parts.append(
+        svg.grouped_bars(
+            "Rows per source", [r["source"] for r in src], [r["rows_a"] for r in src], [r["rows_b"] for r in src]
+        )
+    )
+    parts.append(
+        _table(
+            ["source", "rows A", "rows B", "Δ", "trajectories A → B", "tasks A → B"],
+            [
+                [
+                    escape(r["source"]),
+                    f"{r['rows_a']:,}",
+                    f"{r['rows_b']:,}",
+                    _delta(r["rows_delta"]),
+                    f"{r['trajectories_a']:,} → {r['trajectories_b']:,}",
+                    f"{r['tasks_a']:,} → {r['tasks_b']:,}",
+                ]
+                for r in src
+            ],
+            {1, 2, 3, 4, 5},
+        )
+    )
 
-    parts.append("<h2>Turns and tokens</h2><div class=\"charts\">")
+    parts.append('<h2>Turns and tokens</h2><div class="charts">')
     d = report["distributions"]
     for metric, unit in (("turns", "assistant turns"), ("tokens", "tokens")):
         h = d.get(metric, {}).get("histogram")
         if h:
-            parts.append(svg.histogram(f"{metric.capitalize()} per row (share of each side's rows)", h["lo"], h["hi"], h["width"],
-                                       h["a"], h["b"], unit))
+            parts.append(
+                svg.histogram(
+                    f"{metric.capitalize()} per row (share of each side's rows)",
+                    h["lo"],
+                    h["hi"],
+                    h["width"],
+                    h["a"],
+                    h["b"],
+                    unit,
+                )
+            )
     parts.append("</div>")
-    rows = [[metric if side == "a" else "", side.upper(), *(fmt_value(d[metric][side][q]) for q in QUANTILES)]
-            for metric in ("turns", "tokens") for side in ("a", "b") if side in d.get(metric, {})]
+    rows = [
+        [metric if side == "a" else "", side.upper(), *(fmt_value(d[metric][side][q]) for q in QUANTILES)]
+        for metric in ("turns", "tokens")
+        for side in ("a", "b")
+        if side in d.get(metric, {})
+    ]
     parts.append(_table(["metric", "side", *QUANTILES], rows, set(range(2, 2 + len(QUANTILES)))))
 
     tasks = report["tasks"]
     c = tasks["counts"]
-    parts.append(f"<h2>Tasks</h2><p>added {c['added']:,} · removed {c['removed']:,} · rollout count changed "
-                 f"{c['changed']:,} · unchanged {c['unchanged']:,}</p>")
+    parts.append(
+        f"<h2>Tasks</h2><p>added {c['added']:,} · removed {c['removed']:,} · rollout count changed "
+        f"{c['changed']:,} · unchanged {c['unchanged']:,}</p>"
+    )
     if tasks["top"]:
-        parts.append(_table(["task", "source", "rows A", "rows B", "Δ", "task_id"],
-                            [[escape(r["task"]), escape(r["source"]), str(r["rows_a"]), str(r["rows_b"]), _delta(r["delta"]),
-                              f"<code>{escape(r['task_id'])}</code>"] for r in tasks["top"]], {2, 3, 4}))
+        parts.append(
+            _table(
+                ["task", "source", "rows A", "rows B", "Δ", "task_id"],
+                [
+                    [
+                        escape(r["task"]),
+                        escape(r["source"]),
+                        str(r["rows_a"]),
+                        str(r["rows_b"]),
+                        _delta(r["delta"]),
+                        f"<code>{escape(r['task_id'])}</code>",
+                    ]
+                    for r in tasks["top"]
+                ],
+                {2, 3, 4},
+            )
+        )
 
     moved = report["moved"]
-    parts.append(f"<h2>Moved trajectories</h2><p>{len(moved):,} moved"
-                 + (f"; the first {SHOW_MOVED:,} are listed (<code>--json</code> has all)" if len(moved) > SHOW_MOVED else "")
-                 + ".</p>")
+    parts.append(
+        f"<h2>Moved trajectories</h2><p>{len(moved):,} moved"
+        + (f"; the first {SHOW_MOVED:,} are listed (<code>--json</code> has all)" if len(moved) > SHOW_MOVED else "")
+        + ".</p>"
+    )
     if moved:
         parts.append(f"<details><summary>show {min(len(moved), SHOW_MOVED):,} rows</summary>")
-        parts.append(_table(["trajectory_id", "status", "copies A → B", "source", "task", "why"],
-                            [[f"<code>{escape(r['trajectory_id'])}</code>", escape(r["status"]), f"{r['copies_a']} → {r['copies_b']}",
-                              escape(r["source"]), escape(r["task"]),
-                              escape(" ".join(x for x in (r["stage"], r["rule"]) if x) + (f": {r['detail']}" if r["detail"] else ""))]
-                             for r in moved[:SHOW_MOVED]]))
+        parts.append(
+            _table(
+                ["trajectory_id", "status", "copies A → B", "source", "task", "why"],
+                [
+                    [
+                        f"<code>{escape(r['trajectory_id'])}</code>",
+                        escape(r["status"]),
+                        f"{r['copies_a']} → {r['copies_b']}",
+                        escape(r["source"]),
+                        escape(r["task"]),
+                        escape(
+                            " ".join(x for x in (r["stage"], r["rule"]) if x)
+                            + (f": {r['detail']}" if r["detail"] else "")
+                        ),
+                    ]
+                    for r in moved[:SHOW_MOVED]
+                ],
+            )
+        )
         parts.append("</details>")
     return "".join(parts)

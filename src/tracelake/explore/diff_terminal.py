@@ -47,8 +47,13 @@ def render(report: dict[str, Any], console: Console) -> None:
         for col in ("status", "stage", "rule", "trajectories", "rows Δ"):
             table.add_column(col, justify="right" if col in ("trajectories", "rows Δ") else "left")
         for e in report["explained"]:
-            table.add_row(e["status"], e["stage"] or "", e["rule"] or "", f"{e['trajectories']:,}",
-                          f"[{_style(e['rows_delta'])}]{signed(e['rows_delta'])}[/]")
+            table.add_row(
+                e["status"],
+                e["stage"] or "",
+                e["rule"] or "",
+                f"{e['trajectories']:,}",
+                f"[{_style(e['rows_delta'])}]{signed(e['rows_delta'])}[/]",
+            )
         p(table)
 
     if report["params"]:
@@ -64,8 +69,11 @@ def render(report: dict[str, Any], console: Console) -> None:
     f = report["funnel"]
     if f is not None:
         tot = f["total"]
-        table = Table(title=f"Filter funnel (pool): in {tot['in_a']:,} → {tot['in_b']:,}, kept {tot['kept_a']:,} → {tot['kept_b']:,}",
-                      title_justify="left", title_style="bold")
+        table = Table(
+            title=f"Filter funnel (pool): in {tot['in_a']:,} → {tot['in_b']:,}, kept {tot['kept_a']:,} → {tot['kept_b']:,}",
+            title_justify="left",
+            title_style="bold",
+        )
         for col in ("rule", "dropped A", "dropped B", "Δ"):
             table.add_column(col, justify="left" if col == "rule" else "right")
         for r in tot["rules"]:
@@ -76,8 +84,14 @@ def render(report: dict[str, Any], console: Console) -> None:
     for col in ("source", "A", "B", "Δ", "trajectories A → B", "tasks A → B"):
         table.add_column(col, justify="left" if col == "source" else "right")
     for r in report["sources"]:
-        table.add_row(r["source"], f"{r['rows_a']:,}", f"{r['rows_b']:,}", f"[{_style(r['rows_delta'])}]{signed(r['rows_delta'])}[/]",
-                      f"{r['trajectories_a']:,} → {r['trajectories_b']:,}", f"{r['tasks_a']:,} → {r['tasks_b']:,}")
+        table.add_row(
+            r["source"],
+            f"{r['rows_a']:,}",
+            f"{r['rows_b']:,}",
+            f"[{_style(r['rows_delta'])}]{signed(r['rows_delta'])}[/]",
+            f"{r['trajectories_a']:,} → {r['trajectories_b']:,}",
+            f"{r['tasks_a']:,} → {r['tasks_b']:,}",
+        )
     p(table)
 
     table = Table(title="Distributions over rows", title_justify="left", title_style="bold")
@@ -94,26 +108,39 @@ def render(report: dict[str, Any], console: Console) -> None:
 
     tasks = report["tasks"]
     c = tasks["counts"]
-    p(f"[bold]Tasks[/]  added {c['added']:,} · removed {c['removed']:,} · rollout count changed {c['changed']:,} · "
-      f"unchanged {c['unchanged']:,}")
+    p(
+        f"[bold]Tasks[/]  added {c['added']:,} · removed {c['removed']:,} · rollout count changed {c['changed']:,} · "
+        f"unchanged {c['unchanged']:,}"
+    )
     if tasks["top"]:
         table = Table(title="Largest per-task changes (rows)", title_justify="left", title_style="bold")
         for col in ("task", "source", "A", "B", "Δ", "task_id"):
             table.add_column(col, justify="right" if col in ("A", "B", "Δ") else "left")
         for r in tasks["top"][:SHOW_TASKS]:
-            table.add_row(r["task"], r["source"], str(r["rows_a"]), str(r["rows_b"]),
-                          f"[{_style(r['delta'])}]{signed(r['delta'])}[/]", r["task_id"])
+            table.add_row(
+                r["task"],
+                r["source"],
+                str(r["rows_a"]),
+                str(r["rows_b"]),
+                f"[{_style(r['delta'])}]{signed(r['delta'])}[/]",
+                r["task_id"],
+            )
         p(table)
 
     moved = report["moved"]
     if moved:
-        table = Table(title=f"Moved trajectories (first {min(SHOW_MOVED, len(moved))} of {len(moved):,}; --json lists all)",
-                      title_justify="left", title_style="bold")
+        table = Table(
+            title=f"Moved trajectories (first {min(SHOW_MOVED, len(moved))} of {len(moved):,}; --json lists all)",
+            title_justify="left",
+            title_style="bold",
+        )
         for col in ("trajectory_id", "status", "copies A → B", "source", "task", "why"):
             table.add_column(col, overflow="fold")
         for r in moved[:SHOW_MOVED]:
             why = " ".join(x for x in (r["stage"], r["rule"]) if x) + (f": {r['detail']}" if r["detail"] else "")
-            table.add_row(r["trajectory_id"], r["status"], f"{r['copies_a']} → {r['copies_b']}", r["source"], r["task"], why)
+            table.add_row(
+                r["trajectory_id"], r["status"], f"{r['copies_a']} → {r['copies_b']}", r["source"], r["task"], why
+            )
         p(table)
 
 

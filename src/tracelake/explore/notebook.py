@@ -58,7 +58,7 @@ class NotebookLake:
         """A polars LazyFrame over one view (`pool`, `trajectories`, `selection_1k`, a dataset id, ...)."""
         if view not in self.views:
             raise BadInput(f"no view {view!r}; views: {', '.join(sorted(self.views))}")
-        return self.con.sql(f'SELECT * FROM "{view}"').pl(lazy=True)   # a name from self.views, quoted
+        return self.con.sql(f'SELECT * FROM "{view}"').pl(lazy=True)  # a name from self.views, quoted
 
     def close(self) -> None:
         """Close the connection and remove a revision's temporary tree."""

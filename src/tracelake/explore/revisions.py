@@ -25,8 +25,8 @@ from tracelake.core.errors import BadInput
 
 @dataclass(frozen=True)
 class Revision:
-    name: str        # as the user wrote it
-    sha: str         # the commit it resolves to
+    name: str  # as the user wrote it
+    sha: str  # the commit it resolves to
 
 
 def split_spec(spec: str) -> tuple[str | None, str]:
@@ -46,8 +46,10 @@ def _open_repo(root: Path):
     try:
         return Repo(str(root))
     except NotDvcRepoError:
-        raise BadInput(f"{root.resolve()} is not a DVC repository: revisions need the project's git "
-                       f"and DVC history (run from the repository root)") from None
+        raise BadInput(
+            f"{root.resolve()} is not a DVC repository: revisions need the project's git "
+            f"and DVC history (run from the repository root)"
+        ) from None
 
 
 def resolve(repo, rev: str) -> Revision:
@@ -63,7 +65,7 @@ def resolve(repo, rev: str) -> Revision:
 
 @dataclass(frozen=True)
 class Tree:
-    root: Path               # a temporary directory: root/<path> for each path asked for
+    root: Path  # a temporary directory: root/<path> for each path asked for
     revision: Revision
 
 
@@ -88,14 +90,18 @@ def tree_at(rev: str, paths: Iterable[str], root: Path | str = ".") -> Iterator[
                         continue
                     files = fs.find(path, detail=True) if fs.isdir(path) else {path: fs.info(path)}
                 except Exception as e:  # DVC raises its own types for a directory listing it cannot load
-                    raise BadInput(f"cannot list {path} at {rev}: its DVC data is not in the cache "
-                                   f"(`dvc fetch --rev {rev}` or `dvc pull` first): {_first_line(e)}") from None
+                    raise BadInput(
+                        f"cannot list {path} at {rev}: its DVC data is not in the cache "
+                        f"(`dvc fetch --rev {rev}` or `dvc pull` first): {_first_line(e)}"
+                    ) from None
                 found += 1
                 for name, info in files.items():
                     _place(fs, cache, name, info, out / name, rev)
             if not found:
-                raise BadInput(f"{', '.join(paths)} did not exist at {rev} ({revision.sha[:10]}): "
-                               f"was the pipeline built and committed there?")
+                raise BadInput(
+                    f"{', '.join(paths)} did not exist at {rev} ({revision.sha[:10]}): "
+                    f"was the pipeline built and committed there?"
+                )
             yield Tree(out, revision)
         finally:
             shutil.rmtree(out, ignore_errors=True)
@@ -112,8 +118,10 @@ def _place(fs, cache, name: str, info: dict, target: Path, rev: str) -> None:
     try:
         fs.get_file(name, str(target))
     except Exception as e:
-        raise BadInput(f"{name} at {rev} is neither in the DVC cache nor fetchable "
-                       f"(`dvc fetch --rev {rev}` or `dvc pull` first): {_first_line(e)}") from None
+        raise BadInput(
+            f"{name} at {rev} is neither in the DVC cache nor fetchable "
+            f"(`dvc fetch --rev {rev}` or `dvc pull` first): {_first_line(e)}"
+        ) from None
 
 
 def _first_line(e: Exception) -> str:

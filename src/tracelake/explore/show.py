@@ -17,7 +17,7 @@ from rich.text import Text
 from tracelake.core.errors import BadInput
 from tracelake.core.ids import MIN_PREFIX
 
-FOLD_LINES = 12   # a message longer than this shows its first and last FOLD_LINES // 2 lines
+FOLD_LINES = 12  # a message longer than this shows its first and last FOLD_LINES // 2 lines
 _HEX = re.compile(r"^[0-9a-f]+$")
 _THINK = re.compile(r"(<think>.*?</think>)", re.DOTALL)
 ROLE_STYLE = {"system": "magenta", "user": "cyan", "assistant": "green", "tool": "yellow"}
@@ -32,8 +32,15 @@ def find_trajectory(lake: Path | str, ref: str) -> dict[str, Any]:
     if not files:
         raise BadInput(f"{lake} has no trajectories: run `dvc repro` (or `tracelake ingest`)")
     rel = duckdb.connect().read_parquet(files, union_by_name=True)
-    hits = rel.filter(duckdb.FunctionExpression("starts_with", duckdb.ColumnExpression("trajectory_id"),
-                                                duckdb.ConstantExpression(ref))).limit(11).to_arrow_table()
+    hits = (
+        rel.filter(
+            duckdb.FunctionExpression(
+                "starts_with", duckdb.ColumnExpression("trajectory_id"), duckdb.ConstantExpression(ref)
+            )
+        )
+        .limit(11)
+        .to_arrow_table()
+    )
     ids = hits["trajectory_id"].to_pylist()
     if not ids:
         raise BadInput(f"show: no trajectory id starts with {ref!r}")
@@ -51,15 +58,20 @@ def fold(text: str, lines: int = FOLD_LINES) -> str:
     parts = text.split("\n")
     if len(parts) <= lines:
         return text
-    head, tail = parts[: lines // 2], parts[-(lines // 2):]
+    head, tail = parts[: lines // 2], parts[-(lines // 2) :]
     return "\n".join([*head, f"… {len(parts) - len(head) - len(tail)} more lines …", *tail])
 
 
 def render(row: dict[str, Any], console: Console, full: bool = False) -> None:
-    outcome = row.get("exception_type") or (f"reward {row['reward']}" if row.get("reward") is not None else "no verifier")
-    console.print(f"[bold]{row['trajectory_id']}[/bold]  {row['source']} / {row['task']}  "
-                  f"({row['trace_source']}, {row['n_messages']} messages, {row['n_assistant_turns']} assistant turns, "
-                  f"{outcome})", highlight=False)
+    outcome = row.get("exception_type") or (
+        f"reward {row['reward']}" if row.get("reward") is not None else "no verifier"
+    )
+    console.print(
+        f"[bold]{row['trajectory_id']}[/bold]  {row['source']} / {row['task']}  "
+        f"({row['trace_source']}, {row['n_messages']} messages, {row['n_assistant_turns']} assistant turns, "
+        f"{outcome})",
+        highlight=False,
+    )
     for i, m in enumerate(row["messages"]):
         role, content = m["role"], m["content"] or ""
         body = Text()

@@ -57,6 +57,7 @@ _QUOTED = re.compile(r'"([^"]+)"')
 
 # --- views ---------------------------------------------------------------------------------------
 
+
 class _Views:
     """The views made on one connection (name -> what it reads) and every file they read."""
 
@@ -117,8 +118,10 @@ def _ingest_views(v: _Views, layout: Lake, pool: dict | None) -> None:
     built = {(table, source): _finished(d)[1] for table, source, d in layout.ingested()}
     for source in pool["inputs"].get("trajectories", {}) if pool else ():
         if ("trajectories", source) not in built:
-            raise _rebuilding(f"{layout.table('trajectories', source)}, which the pool was made from, is missing "
-                              f"or unfinished; if no rebuild is running, run `dvc repro`")
+            raise _rebuilding(
+                f"{layout.table('trajectories', source)}, which the pool was made from, is missing "
+                f"or unfinished; if no rebuild is running, run `dvc repro`"
+            )
 
     def files(table: str, name: str) -> list[str]:
         return [f for (t, _), tables in built.items() if t == table for f in tables.get(name, [])]
@@ -131,8 +134,10 @@ def _ingest_views(v: _Views, layout: Lake, pool: dict | None) -> None:
 def _make_views(v: _Views, layout: Lake) -> None:
     pool = _finished(layout.pool) if is_built(layout.pool) else None
     _ingest_views(v, layout, pool and pool[0])
-    for directory, names in ((layout.scores, ("scores", "responses")),
-                             (layout.dedup, ("task_clusters", "contamination"))):
+    for directory, names in (
+        (layout.scores, ("scores", "responses")),
+        (layout.dedup, ("task_clusters", "contamination")),
+    ):
         if is_built(directory):
             tables = _finished(directory)[1]
             for name in names:
@@ -145,8 +150,11 @@ def _make_views(v: _Views, layout: Lake) -> None:
         v.what["messages"] = "trajectories, one row per message"
     if pool:
         funnel = pool[0]["counts"]
-        rows = [{"source": s, "rule": rule, "dropped": n, "in": f["in"], "kept": f["kept"]}
-                for s, f in funnel["sources"].items() for rule, n in f["dropped"].items()]
+        rows = [
+            {"source": s, "rule": rule, "dropped": n, "in": f["in"], "kept": f["kept"]}
+            for s, f in funnel["sources"].items()
+            for rule, n in f["dropped"].items()
+        ]
         v.con.register("funnel", pa.Table.from_pylist(rows))
         v.what["funnel"] = "lake/pool/manifest.json"
     for scale, d in layout.built_selections().items():
@@ -165,7 +173,9 @@ def _make_views(v: _Views, layout: Lake) -> None:
     v.add("export_rejects", export_rejects)
 
 
-def open_lake(lake: Path | str, files: dict[str, list[str]] | None = None) -> tuple[duckdb.DuckDBPyConnection, dict[str, str]]:
+def open_lake(
+    lake: Path | str, files: dict[str, list[str]] | None = None
+) -> tuple[duckdb.DuckDBPyConnection, dict[str, str]]:
     """A sandboxed, read-only connection with every view the lake supports; (connection, view -> what
     it reads). `files`, when given, receives each Parquet view's files (view -> paths)."""
     lake = Path(lake)
@@ -201,6 +211,7 @@ def sandbox(con: duckdb.DuckDBPyConnection, lake: Path, files: list[str]) -> Non
 
 
 # --- the guard and queries -----------------------------------------------------------------------
+
 
 def guard_query(con: duckdb.DuckDBPyConnection, query: str) -> list[str]:
     """The statements of `query` once each is known to only read: SELECT-like, no COPY anywhere in its
@@ -319,6 +330,7 @@ def query_error(e: duckdb.Error, query: str) -> BadInput:
 
 # --- results -------------------------------------------------------------------------------------
 
+
 def to_json_lines(table: pa.Table) -> bytes:
     return b"".join(orjson.dumps(row, default=str) + b"\n" for row in table.to_pylist())
 
@@ -330,8 +342,12 @@ def to_csv(table: pa.Table) -> bytes:
 
     import pyarrow.csv as pacsv
 
-    columns = [pa.array([None if v is None else orjson.dumps(v, default=str).decode() for v in c.to_pylist()],
-                        pa.string()) if pa.types.is_nested(c.type) else c for c in table.columns]
+    columns = [
+        pa.array([None if v is None else orjson.dumps(v, default=str).decode() for v in c.to_pylist()], pa.string())
+        if pa.types.is_nested(c.type)
+        else c
+        for c in table.columns
+    ]
     buf = io.BytesIO()
     try:
         pacsv.write_csv(pa.Table.from_arrays(columns, names=table.column_names), buf)

@@ -23,8 +23,11 @@ from tracelake.core.schema import TABLES, load_schema
 
 # DVC's state files that a killed `dvc repro` can leave empty: path, what reads it, the fix.
 _DVC_STATE = (
-    ("dvc.lock", "yaml", "restore it with `git checkout dvc.lock` (or delete it: every stage runs "
-                         "again), then run `dvc repro`"),
+    (
+        "dvc.lock",
+        "yaml",
+        "restore it with `git checkout dvc.lock` (or delete it: every stage runs again), then run `dvc repro`",
+    ),
     (".dvc/tmp/rwlock", "json", "when no dvc process is running, delete it and run `dvc repro` again"),
 )
 
@@ -45,8 +48,9 @@ def dvc_problems(project: Path) -> list[str]:
     for name, kind, fix in _DVC_STATE:
         path = Path(project) / name
         if path.is_file() and not _readable(path.read_bytes(), kind):
-            problems.append(f"{os.path.relpath(path)} is empty or unreadable (a `dvc repro` was killed "
-                            f"while writing it): {fix}")
+            problems.append(
+                f"{os.path.relpath(path)} is empty or unreadable (a `dvc repro` was killed while writing it): {fix}"
+            )
     return problems
 
 
@@ -67,26 +71,42 @@ def render_status(lake: Path, console: Console) -> None:
     if not outputs:
         raise BadInput(f"nothing is built under {lake}/ yet: run `dvc repro` (or `tracelake ingest ...`)")
     table = Table(title=f"lake: {lake}", title_justify="left")
-    for col, justify in [("table", "left"), ("source", "left"), ("version", "left"), ("inputs", "right"),
-                         ("rows", "right"), ("rejects", "right")]:
+    for col, justify in [
+        ("table", "left"),
+        ("source", "left"),
+        ("version", "left"),
+        ("inputs", "right"),
+        ("rows", "right"),
+        ("rejects", "right"),
+    ]:
         table.add_column(col, justify=justify)
     totals: dict[str, list[int]] = {}
     reasons: dict[str, int] = {}
     for name, source, directory in outputs:
         manifest = read_manifest(directory)
         counts = manifest["counts"]
-        table.add_row(name, source, manifest["version_id"], f"{counts['inputs']:,}",
-                      f"{counts['rows']:,}", f"{counts['rejects']:,}")
+        table.add_row(
+            name,
+            source,
+            manifest["version_id"],
+            f"{counts['inputs']:,}",
+            f"{counts['rows']:,}",
+            f"{counts['rejects']:,}",
+        )
         t = totals.setdefault(name, [0, 0])
         t[0] += counts["rows"]
         t[1] += counts["rejects"]
         for reason, n in counts.get("rejects_by_reason", {}).items():
             reasons[reason] = reasons.get(reason, 0) + n
     console.print(table)
-    console.print("  ".join(f"{name}: {rows:,} rows, {rejects:,} rejects" for name, (rows, rejects) in sorted(totals.items())))
+    console.print(
+        "  ".join(f"{name}: {rows:,} rows, {rejects:,} rejects" for name, (rows, rejects) in sorted(totals.items()))
+    )
     if reasons:
-        console.print("rejects by reason: " + ", ".join(
-            f"{k} {v}" for k, v in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))))
+        console.print(
+            "rejects by reason: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+        )
     files = [str(p) for name, _, d in outputs if name == "trajectories" for p in table_paths(d, name)]
     if files:
         console.print(trajectory_overview(files))
@@ -105,11 +125,11 @@ def render_curation(lake: Path, console: Console) -> None:
             table.add_column(rule.split("_")[0], justify="right")
         table.add_column("kept", justify="right")
         for source, f in [*funnel["sources"].items(), ("all", funnel["total"])]:
-            table.add_row(source, f"{f['in']:,}", *(f"-{f['dropped'][r]:,}" for r in funnel["rules"]),
-                          f"{f['kept']:,}")
+            table.add_row(source, f"{f['in']:,}", *(f"-{f['dropped'][r]:,}" for r in funnel["rules"]), f"{f['kept']:,}")
         console.print(table)
-    selections = sorted((read_manifest(d) for d in layout.built_selections().values()),
-                        key=lambda m: m["counts"]["rows"])
+    selections = sorted(
+        (read_manifest(d) for d in layout.built_selections().values()), key=lambda m: m["counts"]["rows"]
+    )
     if selections:
         sources = sorted({s for m in selections for s in m["counts"]["rows_by_source"]})
         table = Table(title="datasets (lake/selections/<scale>): rows per source", title_justify="left")
@@ -118,9 +138,13 @@ def render_curation(lake: Path, console: Console) -> None:
             table.add_column(col, justify="right")
         for m in selections:
             c = m["counts"]
-            table.add_row(m["dataset_id"], f"{c['tasks']:,}", f"{c['distinct_trajectories']:,}",
-                          str(c["max_rows_per_task"]),
-                          *(f"{c['rows_by_source'].get(s, 0):,}" for s in sources))
+            table.add_row(
+                m["dataset_id"],
+                f"{c['tasks']:,}",
+                f"{c['distinct_trajectories']:,}",
+                str(c["max_rows_per_task"]),
+                *(f"{c['rows_by_source'].get(s, 0):,}" for s in sources),
+            )
         console.print(table)
     render_exports(lake, console)
 
@@ -133,8 +157,7 @@ def render_exports(lake: Path, console: Console) -> None:
         exports.append(("rl", read_manifest(layout.rl_export)))
     if not exports:
         return
-    table = Table(title="training datasets (lake/exports): tracelake train sft|rl --dataset ID",
-                  title_justify="left")
+    table = Table(title="training datasets (lake/exports): tracelake train sft|rl --dataset ID", title_justify="left")
     for col in ("export", "dataset id", "out", "in", "rejected", "shards"):
         table.add_column(col, no_wrap=True, justify="left" if col in ("export", "dataset id", "rejected") else "right")
     for name, m in sorted(exports, key=lambda e: (e[0] == "rl", e[1]["counts"].get("rows_in", 0))):
@@ -151,8 +174,10 @@ def trajectory_overview(files: list[str]) -> Table:
     try:
         cursor = duckdb.connect().execute(sql("status_trajectories"), {"files": files})
     except duckdb.IOException as e:
-        raise BadInput(f"the lake is being rebuilt ({str(e).splitlines()[0]}); run `tracelake status` "
-                       f"again when `dvc repro` is done") from None
+        raise BadInput(
+            f"the lake is being rebuilt ({str(e).splitlines()[0]}); run `tracelake status` "
+            f"again when `dvc repro` is done"
+        ) from None
     columns = [d[0] for d in cursor.description]
     table = Table(title="trajectories by source", title_justify="left")
     for col in columns:

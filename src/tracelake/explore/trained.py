@@ -29,17 +29,28 @@ def export_row(lake: Path | str, trajectory_id: str) -> dict[str, Any]:
     for scale, directory in sorted(exports.items(), key=lambda kv: _rows(kv[1])):
         manifest = read_manifest(directory)
         files = [str(directory / f) for f in manifest["counts"]["files"]]
-        found = duckdb.connect().execute(
-            "SELECT system, conversations, n_tokens FROM read_parquet($files) WHERE trajectory_id = $id LIMIT 1",
-            {"files": files, "id": trajectory_id}).fetchall()
+        found = (
+            duckdb.connect()
+            .execute(
+                "SELECT system, conversations, n_tokens FROM read_parquet($files) WHERE trajectory_id = $id LIMIT 1",
+                {"files": files, "id": trajectory_id},
+            )
+            .fetchall()
+        )
         if found:
             system, conversations, n_tokens = found[0]
             params = manifest.get("params", {})
-            return {"scale": scale, "dataset_id": manifest["dataset_id"], "template": params.get("template"),
-                    "cutoff_len": params.get("cutoff_len"),
-                    "tokenizer": params.get("export_sft", {}).get("tokenizer"),
-                    "tokenizer_sha256": manifest.get("inputs", {}).get("tokenizer"),
-                    "system": system or "", "conversations": conversations, "n_tokens": n_tokens}
+            return {
+                "scale": scale,
+                "dataset_id": manifest["dataset_id"],
+                "template": params.get("template"),
+                "cutoff_len": params.get("cutoff_len"),
+                "tokenizer": params.get("export_sft", {}).get("tokenizer"),
+                "tokenizer_sha256": manifest.get("inputs", {}).get("tokenizer"),
+                "system": system or "",
+                "conversations": conversations,
+                "n_tokens": n_tokens,
+            }
     raise BadInput(f"show --trained: {trajectory_id} is in no SFT export ({', '.join(sorted(exports))})")
 
 
@@ -62,6 +73,7 @@ def _encoder(row: dict[str, Any]):
         if text not in seen:
             seen[text] = len(tokenizer.encode(text, add_special_tokens=False).ids)
         return seen[text]
+
     return count
 
 
@@ -75,8 +87,9 @@ def trained_counts(row: dict[str, Any], count) -> dict[str, int]:
     return {name: trained_tokens(sharegpt, slots, mode, count, row.get("cutoff_len")) for name, mode in MODES.items()}
 
 
-def render_trained(lake: Path | str, trajectory_id: str, console: Console, mode: str = "default",
-                   full: bool = False) -> dict[str, int]:
+def render_trained(
+    lake: Path | str, trajectory_id: str, console: Console, mode: str = "default", full: bool = False
+) -> dict[str, int]:
     """Print the row's rendering in `mode`, trained pieces bold green, the rest dim (long prompt pieces
     folded unless `full`), after one line of trained tokens per mode; those counts."""
     from tracelake.export.sharegpt import SharegptRow
@@ -86,11 +99,19 @@ def render_trained(lake: Path | str, trajectory_id: str, console: Console, mode:
     row = export_row(lake, trajectory_id)
     count = _encoder(row)
     counts = trained_counts(row, count)
-    console.print(f"[bold]{trajectory_id}[/bold] in {row['dataset_id']} (sft_{row['scale']}), template "
-                  f"{row['template']}: {row['n_tokens']:,} tokens", highlight=False)
-    console.print("trained tokens by LLaMA-Factory mode: " + ", ".join(
-        f"{'[bold]' if name == mode else ''}{name} {n:,}{'[/bold]' if name == mode else ''}" for name, n in counts.items()),
-        highlight=False)
+    console.print(
+        f"[bold]{trajectory_id}[/bold] in {row['dataset_id']} (sft_{row['scale']}), template "
+        f"{row['template']}: {row['n_tokens']:,} tokens",
+        highlight=False,
+    )
+    console.print(
+        "trained tokens by LLaMA-Factory mode: "
+        + ", ".join(
+            f"{'[bold]' if name == mode else ''}{name} {n:,}{'[/bold]' if name == mode else ''}"
+            for name, n in counts.items()
+        ),
+        highlight=False,
+    )
     how = "the v1 data engine (USE_V1=1)" if chosen.v1 else f"LLaMA-Factory args {chosen.lf_args()}"
     cut = f"; v1 cuts at cutoff_len {row['cutoff_len']:,}" if chosen.v1 and row.get("cutoff_len") else ""
     console.print(f"mode {mode}: {how}{cut}; [bold green]trained[/], [dim]not trained[/]\n", highlight=False)

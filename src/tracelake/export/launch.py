@@ -47,7 +47,7 @@ REMOTE_DEEPSPEED_DIR = "/opt/tracelake/deepspeed"
 REMOTE_SFT_CONFIG = "/tmp/tracelake-sft.yaml"
 MODAL_APP_FILE = "training/modal_app.py"
 CHECK_RL_FILE = "training/check_rl_config.py"
-LEGACY_RL_TRAINER = "skyrl-train"   # rl.yaml files written before train.rl.trainer existed
+LEGACY_RL_TRAINER = "skyrl-train"  # rl.yaml files written before train.rl.trainer existed
 
 
 class Params(Protocol):
@@ -77,17 +77,18 @@ class Plan:
     dataset: Dataset
     backend: str
     command: list[str]
-    env: dict[str, str] = field(default_factory=dict)   # set for the command (no secrets)
+    env: dict[str, str] = field(default_factory=dict)  # set for the command (no secrets)
     gpu: str | None = None
-    volumes: dict[str, str] = field(default_factory=dict)   # mount point -> volume name
-    upload: tuple[str, str, str] | None = None               # (local dir, volume, remote dir)
+    volumes: dict[str, str] = field(default_factory=dict)  # mount point -> volume name
+    upload: tuple[str, str, str] | None = None  # (local dir, volume, remote dir)
     remote_config: dict[str, Any] | None = None
     remote_command: list[str] | None = None
-    environment: str = "training"          # core/envs.py kind holding the trainer
+    environment: str = "training"  # core/envs.py kind holding the trainer
     rl_overrides: list[str] | None = None  # what SkyRL parses (checked by check_rl)
 
 
 # --- datasets ----------------------------------------------------------------------------------
+
 
 def _exports(params: Params, kind: str) -> dict[str, Path]:
     lake = Lake(params.lake)
@@ -111,8 +112,10 @@ def resolve_dataset(params: Params, kind: str, ref: str) -> Dataset:
         raise BadInput(f"{config} is missing: run `dvc repro train_config`")
     config_id = _config_dataset_id(kind, config)
     if config_id != manifest["dataset_id"]:
-        raise BadInput(f"{config} trains on {config_id} but {export_dir} holds {manifest['dataset_id']}: "
-                       f"run `dvc repro` to bring them in line")
+        raise BadInput(
+            f"{config} trains on {config_id} but {export_dir} holds {manifest['dataset_id']}: "
+            f"run `dvc repro` to bring them in line"
+        )
     return Dataset(kind, manifest["dataset_id"], export_dir, config, manifest)
 
 
@@ -125,6 +128,7 @@ def _config_dataset_id(kind: str, config: Path) -> str:
 
 # --- the training environment -------------------------------------------------------------------
 
+
 def train_env_bin(name: str) -> str:
     """A program of the training environment (TRACELAKE_TRAIN_ENV, else .venv-train), else the bare
     name, found on PATH when it runs."""
@@ -132,6 +136,7 @@ def train_env_bin(name: str) -> str:
 
 
 # --- plans --------------------------------------------------------------------------------------
+
 
 def parse_sets(sets: list[str]) -> dict[str, Any]:
     """`--set key=value` options, typed the way the trainers' own command lines (OmegaConf, Hydra)
@@ -170,8 +175,12 @@ def _cli_value(v: Any) -> str:
 def plan_local(params: Params, ds: Dataset, sets: dict[str, Any], gpus: int | None = None) -> Plan:
     if ds.kind == "sft":
         gpus = gpus or params.train.sft.gpus
-        command = [train_env_bin("llamafactory-cli"), "train", str(ds.config_path),
-                   *(f"{k}={_cli_value(v)}" for k, v in sets.items())]
+        command = [
+            train_env_bin("llamafactory-cli"),
+            "train",
+            str(ds.config_path),
+            *(f"{k}={_cli_value(v)}" for k, v in sets.items()),
+        ]
         env = {"FORCE_TORCHRUN": "1", "NNODES": "1", "NPROC_PER_NODE": str(gpus)} if gpus > 1 else {}
         return Plan(ds, "local", command, env=env)
     config = yaml.safe_load(ds.config_path.read_text())
@@ -206,33 +215,59 @@ def plan_modal(params: Params, ds: Dataset, sets: dict[str, Any]) -> Plan:
         local_prefix = ds.export_dir.as_posix().rstrip("/") + "/"
         o = config["overrides"]
         for key in ("data.train_data", "data.val_data"):
-            o[key] = [remote_dir + "/" + f[len(local_prefix):] if f.startswith(local_prefix) else f
-                      for f in o.get(key) or []]
+            o[key] = [
+                remote_dir + "/" + f[len(local_prefix) :] if f.startswith(local_prefix) else f for f in o.get(key) or []
+            ]
         o["trainer.ckpt_path"], o["trainer.export_path"] = f"{out_dir}/ckpts", f"{out_dir}/exports"
         o.update(sets)
         rl_overrides = hydra_overrides(o)
         remote_command = ["python", "-m", config["entrypoint"], *rl_overrides]
         remote_env = {}
         gpu = m.rl_gpu
-    job = {"command": remote_command, "env": remote_env,
-           "config": config if ds.kind == "sft" else None, "config_path": REMOTE_SFT_CONFIG}
+    job = {
+        "command": remote_command,
+        "env": remote_env,
+        "config": config if ds.kind == "sft" else None,
+        "config_path": REMOTE_SFT_CONFIG,
+    }
     if ds.kind == "rl":
         command_env = {"TRACELAKE_MODAL_RL_TRAINER": config.get("trainer", LEGACY_RL_TRAINER)}
         environment = rl_environment(config)
     else:
         command_env, rl_overrides, environment = {}, None, "training"
-    command = [train_env_bin("modal"), "run", MODAL_APP_FILE + f"::{ds.kind}",
-               "--dataset-id", ds.dataset_id, "--dataset-dir", ds.export_dir.as_posix(),
-               "--job-json", orjson.dumps(job, option=orjson.OPT_SORT_KEYS).decode()]
-    env = {"TRACELAKE_MODAL_APP": m.app, "TRACELAKE_MODAL_GPU": gpu,
-           "TRACELAKE_MODAL_TIMEOUT_HOURS": str(m.timeout_hours),
-           "TRACELAKE_MODAL_DATASETS_VOLUME": m.datasets_volume, "TRACELAKE_MODAL_RUNS_VOLUME": m.runs_volume,
-           "TRACELAKE_MODAL_PYTHON": m.image_python, **command_env}
-    return Plan(ds, "modal", command, env=env, gpu=gpu,
-                volumes={DATASETS_MOUNT: m.datasets_volume, RUNS_MOUNT: m.runs_volume},
-                upload=(ds.export_dir.as_posix(), m.datasets_volume, f"/{ds.dataset_id}"),
-                remote_config=config, remote_command=remote_command, environment=environment,
-                rl_overrides=rl_overrides)
+    command = [
+        train_env_bin("modal"),
+        "run",
+        MODAL_APP_FILE + f"::{ds.kind}",
+        "--dataset-id",
+        ds.dataset_id,
+        "--dataset-dir",
+        ds.export_dir.as_posix(),
+        "--job-json",
+        orjson.dumps(job, option=orjson.OPT_SORT_KEYS).decode(),
+    ]
+    env = {
+        "TRACELAKE_MODAL_APP": m.app,
+        "TRACELAKE_MODAL_GPU": gpu,
+        "TRACELAKE_MODAL_TIMEOUT_HOURS": str(m.timeout_hours),
+        "TRACELAKE_MODAL_DATASETS_VOLUME": m.datasets_volume,
+        "TRACELAKE_MODAL_RUNS_VOLUME": m.runs_volume,
+        "TRACELAKE_MODAL_PYTHON": m.image_python,
+        **command_env,
+    }
+    return Plan(
+        ds,
+        "modal",
+        command,
+        env=env,
+        gpu=gpu,
+        volumes={DATASETS_MOUNT: m.datasets_volume, RUNS_MOUNT: m.runs_volume},
+        upload=(ds.export_dir.as_posix(), m.datasets_volume, f"/{ds.dataset_id}"),
+        remote_config=config,
+        remote_command=remote_command,
+        environment=environment,
+        rl_overrides=rl_overrides,
+    )
 
 
 def make_plan(params: Params, kind: str, ref: str, backend: str, sets: list[str], gpus: int | None = None) -> Plan:
@@ -248,11 +283,12 @@ def make_plan(params: Params, kind: str, ref: str, backend: str, sets: list[str]
 
 # --- checking an RL config against the installed SkyRL -------------------------------------------
 
+
 @dataclass
 class Check:
-    ok: bool | None   # None: not checked (the trainer's environment is not installed here)
+    ok: bool | None  # None: not checked (the trainer's environment is not installed here)
     line: str
-    notes: list[str] = field(default_factory=list)   # what the check saw that may fail later (env_class)
+    notes: list[str] = field(default_factory=list)  # what the check saw that may fail later (env_class)
 
 
 def check_rl(plan: Plan) -> Check:
@@ -264,8 +300,12 @@ def check_rl(plan: Plan) -> Check:
     if python is None:
         _, _, setup = ENVIRONMENTS[plan.environment]
         return Check(None, f"not checked: the {plan.environment} environment is not installed ({setup})")
-    proc = subprocess.run([str(python), CHECK_RL_FILE, *plan.rl_overrides], capture_output=True, text=True,
-                          env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+    proc = subprocess.run(
+        [str(python), CHECK_RL_FILE, *plan.rl_overrides],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+    )
     lines = [line for line in proc.stdout.splitlines() if line.startswith(("ok: ", "error: "))]
     if not lines:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -276,14 +316,17 @@ def check_rl(plan: Plan) -> Check:
 
 # --- output and running -------------------------------------------------------------------------
 
+
 def describe(plan: Plan) -> str:
     """What would run, in plain text (the --dry-run output)."""
     ds = plan.dataset
     rows = ds.manifest["counts"].get("rows_out", ds.manifest["counts"].get("tasks_out"))
-    lines = [f"dataset:  {ds.dataset_id} ({rows} {'examples' if ds.kind == 'sft' else 'task prompts'}, "
-             f"{ds.export_dir.as_posix()})",
-             f"config:   {ds.config_path.as_posix()}",
-             f"backend:  {plan.backend}"]
+    lines = [
+        f"dataset:  {ds.dataset_id} ({rows} {'examples' if ds.kind == 'sft' else 'task prompts'}, "
+        f"{ds.export_dir.as_posix()})",
+        f"config:   {ds.config_path.as_posix()}",
+        f"backend:  {plan.backend}",
+    ]
     if plan.gpu:
         lines.append(f"gpu:      {plan.gpu}")
     for mount, volume in plan.volumes.items():
@@ -292,8 +335,11 @@ def describe(plan: Plan) -> str:
         local, volume, remote = plan.upload
         lines.append(f"upload:   {local} -> {volume}:{remote} (skipped when {remote} is already on the volume)")
     if plan.backend == "modal":
-        lines.append("secrets:  " + ", ".join(f"{n} ({'set' if os.environ.get(n) else 'not set'})"
-                                              for n in FORWARDED_ENV) + " from the local environment")
+        lines.append(
+            "secrets:  "
+            + ", ".join(f"{n} ({'set' if os.environ.get(n) else 'not set'})" for n in FORWARDED_ENV)
+            + " from the local environment"
+        )
     for k, v in plan.env.items():
         lines.append(f"env:      {k}={v}")
     lines.append("command:  " + shlex.join(plan.command))
@@ -311,6 +357,8 @@ def run(plan: Plan) -> int:
     if not (Path(program).exists() or shutil.which(program)):
         environment = "training" if plan.backend == "modal" else plan.environment
         variable, _, setup = ENVIRONMENTS[environment]
-        raise BadInput(f"{Path(program).name} not found: install the {environment} environment with "
-                       f"`{setup}` (or set {variable} to one)")
+        raise BadInput(
+            f"{Path(program).name} not found: install the {environment} environment with "
+            f"`{setup}` (or set {variable} to one)"
+        )
     return subprocess.run(plan.command, env={**os.environ, **plan.env}).returncode

@@ -18,9 +18,9 @@ LearningRate = Annotated[Number, Field(gt=0)]
 
 class ExportSftParams(Section):
     rows_per_shard: Count = 5000
-    same_role: Annotated[str, one_of(SAME_ROLE_POLICIES)] = "merge"   # consecutive same-side messages
+    same_role: Annotated[str, one_of(SAME_ROLE_POLICIES)] = "merge"  # consecutive same-side messages
     tokenizer: str = "data/tokenizer"
-    count_tokens: bool = True   # false: n_tokens null, rows over cutoff_len not rejected (not length-checked)
+    count_tokens: bool = True  # false: n_tokens null, rows over cutoff_len not rejected (not length-checked)
 
 
 class ExportRlParams(Section):
@@ -29,7 +29,7 @@ class ExportRlParams(Section):
     reward_method: NonEmpty = "rule"
     system_prompt: str | None = None
     max_turns: Count = 32
-    max_prompt_length: Count = 8192   # longer prompts are rejected (SkyRL would drop them silently)
+    max_prompt_length: Count = 8192  # longer prompts are rejected (SkyRL would drop them silently)
     # a task without a task_binary (derived from a trace table): prompt (no task table row) | reject
     without_binary: Literal["prompt", "reject"] = "prompt"
     rows_per_shard: Count = 5000
@@ -44,9 +44,10 @@ def _template(name: Any) -> Any:
 
 class SftTrainParams(Section):
     """LLaMA-Factory full SFT (the seed recipe). `extra` passes any other LLaMA-Factory key as-is."""
+
     model: str = "Qwen/Qwen3-8B"
     template: Annotated[str, BeforeValidator(_template)] = "qwen3"
-    cutoff_len: Count = 32768         # export_sft rejects longer examples (LLaMA-Factory would cut them)
+    cutoff_len: Count = 32768  # export_sft rejects longer examples (LLaMA-Factory would cut them)
     # the LLaMA-Factory (v0) training mode the config selects, written out key by key (templates.MODES)
     mode: Annotated[str, one_of(V0_MODES)] = "default"
     finetuning_type: str = "full"
@@ -70,7 +71,7 @@ class SftTrainParams(Section):
 
 # SkyRL packages tracelake writes configs for, and each one's entrypoint and training environment:
 # `skyrl` 0.4+ (the unified package, typed config, Python >= 3.12) and `skyrl-train` 0.3.x (Hydra).
-RL_TRAINERS: dict[str, tuple[str, str]] = {   # trainer -> (default entrypoint, environment: core/envs.py)
+RL_TRAINERS: dict[str, tuple[str, str]] = {  # trainer -> (default entrypoint, environment: core/envs.py)
     "skyrl": ("skyrl.train.entrypoints.main_base", "skyrl"),
     "skyrl-train": ("skyrl_train.entrypoints.main_base", "training"),
 }
@@ -79,8 +80,9 @@ RL_TRAINERS: dict[str, tuple[str, str]] = {   # trainer -> (default entrypoint, 
 class RlTrainParams(Section):
     """SkyRL GRPO. `extra` passes any other SkyRL config key (dotted) as-is; `tracelake train rl`
     checks every key against the installed trainer's own config before it starts."""
+
     trainer: Annotated[str, one_of(RL_TRAINERS)] = "skyrl"
-    entrypoint: str | None = None     # null: the trainer's main_base (RL_TRAINERS)
+    entrypoint: str | None = None  # null: the trainer's main_base (RL_TRAINERS)
     model: str = "Qwen/Qwen3-8B"
     advantage_estimator: str = "grpo"
     n_samples_per_prompt: Count = 8
@@ -88,16 +90,19 @@ class RlTrainParams(Section):
     train_batch_size: Count = 32
     learning_rate: LearningRate = 1.0e-6
     gpus: Count = 8
-    inference_engines: Count = 4      # vLLM engines sharing the policy's GPUs (SkyRL's colocate_all):
-    tensor_parallel_size: Count = 2   # gpus must equal inference_engines x tensor_parallel_size
+    inference_engines: Count = 4  # vLLM engines sharing the policy's GPUs (SkyRL's colocate_all):
+    tensor_parallel_size: Count = 2  # gpus must equal inference_engines x tensor_parallel_size
     extra: dict[Any, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _engines_fill_the_gpus(self) -> RlTrainParams:
         if self.inference_engines * self.tensor_parallel_size != self.gpus:
-            raise Invalid(f": gpus ({self.gpus}) must equal inference_engines x tensor_parallel_size "
-                          f"({self.inference_engines} x {self.tensor_parallel_size}): SkyRL puts the policy and "
-                          f"its inference engines on the same GPUs", at=("gpus",))
+            raise Invalid(
+                f": gpus ({self.gpus}) must equal inference_engines x tensor_parallel_size "
+                f"({self.inference_engines} x {self.tensor_parallel_size}): SkyRL puts the policy and "
+                f"its inference engines on the same GPUs",
+                at=("gpus",),
+            )
         return self
 
     @property
@@ -110,8 +115,8 @@ class ModalParams(Section):
     sft_gpu: str = "H100:8"
     rl_gpu: str = "H100:8"
     timeout_hours: Count = 24
-    datasets_volume: str = "tracelake-datasets"   # shards, uploaded once per content id
-    runs_volume: str = "tracelake-runs"           # checkpoints and logs
+    datasets_volume: str = "tracelake-datasets"  # shards, uploaded once per content id
+    runs_volume: str = "tracelake-runs"  # checkpoints and logs
     image_python: str = "3.11"
 
 

@@ -51,24 +51,29 @@ BATCH = 64  # task_binary values can be megabytes each
 @dataclass(frozen=True)
 class RlSettings:
     """The export_rl params that shape a prompt row."""
+
     env_class: str
     reward_method: str
     system_prompt: str | None
     max_turns: int
     max_prompt_length: int
-    without_binary: str = "prompt"   # a task without a task_binary: "prompt" (no task table row) or "reject"
+    without_binary: str = "prompt"  # a task without a task_binary: "prompt" (no task table row) or "reject"
 
 
 @dataclass
 class RlStats:
     tasks_in: int = 0
     tasks_out: int = 0
-    prompt_only: int = 0   # prompts whose task has no binary, hence no row in the task table
+    prompt_only: int = 0  # prompts whose task has no binary, hence no row in the task table
     rejected: Counter = field(default_factory=Counter)
 
     def as_json(self) -> dict[str, Any]:
-        return {"tasks_in": self.tasks_in, "tasks_out": self.tasks_out, "prompt_only": self.prompt_only,
-                "rejected": {r: self.rejected.get(r, 0) for r in REJECT_REASONS}}
+        return {
+            "tasks_in": self.tasks_in,
+            "tasks_out": self.tasks_out,
+            "prompt_only": self.prompt_only,
+            "rejected": {r: self.rejected.get(r, 0) for r in REJECT_REASONS},
+        }
 
 
 def task_path(source: str, name: str) -> str:
@@ -86,7 +91,7 @@ def prompt_tokens(tokenizer: Tokenizer, prompts: list[list[dict[str, str]]], bat
     """Tokens of each prompt as PromptDataset counts them: the ChatML rendering plus the generation prompt."""
     counts: list[int] = []
     for i in range(0, len(prompts), batch_size):
-        texts = [render_chatml(p) + GENERATION_PROMPT for p in prompts[i:i + batch_size]]
+        texts = [render_chatml(p) + GENERATION_PROMPT for p in prompts[i : i + batch_size]]
         counts.extend(len(e.ids) for e in tokenizer.encode_batch(texts, add_special_tokens=False))
     return counts
 
@@ -101,26 +106,43 @@ def prompt_row(task: dict[str, Any], messages: list[dict[str, str]], s: RlSettin
         "data_source": task["source"],
         "max_turns": s.max_turns,
         "task_id": task["task_id"],
-        "extra_info": {"task_id": task["task_id"], "task": task["name"], "source": task["source"],
-                       "path": path, "task_checksum": task["task_checksum"]},
+        "extra_info": {
+            "task_id": task["task_id"],
+            "task": task["name"],
+            "source": task["source"],
+            "path": path,
+            "task_checksum": task["task_checksum"],
+        },
     }
 
 
 def harbor_row(task: dict[str, Any]) -> dict[str, Any]:
     """One harbor_tasks row: the task's binary as ingested, under its path."""
-    return {"path": task_path(task["source"], task["name"]), "task_binary": task["task_binary"],
-            "task_id": task["task_id"], "source": task["source"], "name": task["name"],
-            "task_checksum": task["task_checksum"]}
+    return {
+        "path": task_path(task["source"], task["name"]),
+        "task_binary": task["task_binary"],
+        "task_id": task["task_id"],
+        "source": task["source"],
+        "name": task["name"],
+        "task_checksum": task["task_checksum"],
+    }
 
 
 def reject_row(task: dict[str, Any], reason: str, detail: str) -> dict[str, Any]:
     check(reason in REJECT_REASONS, f"unknown export reject reason {reason!r}")
-    return {"item_id": task["task_id"], "trajectory_id": None, "source": task["source"], "name": task["name"],
-            "reason": reason, "detail": detail}
+    return {
+        "item_id": task["task_id"],
+        "trajectory_id": None,
+        "source": task["source"],
+        "name": task["name"],
+        "reason": reason,
+        "detail": detail,
+    }
 
 
-def convert_batch(tasks: Iterable[dict[str, Any]], settings: RlSettings, tokenizer: Tokenizer,
-                  stats: RlStats) -> tuple[list[dict], list[dict], list[dict]]:
+def convert_batch(
+    tasks: Iterable[dict[str, Any]], settings: RlSettings, tokenizer: Tokenizer, stats: RlStats
+) -> tuple[list[dict], list[dict], list[dict]]:
     """Task rows (TASK_COLUMNS) -> (rl_prompts rows, harbor_tasks rows, export_rejects rows).
 
     Both lists keep the input order; the task rows are those of the prompts whose task has a
@@ -128,19 +150,29 @@ def convert_batch(tasks: Iterable[dict[str, Any]], settings: RlSettings, tokeniz
     """
     tasks = list(tasks)
     reject_unrunnable = settings.without_binary == "reject"
-    messages = {i: prompt_messages(t["instruction"], settings.system_prompt)
-                for i, t in enumerate(tasks) if t["task_binary"] is not None or not reject_unrunnable}
+    messages = {
+        i: prompt_messages(t["instruction"], settings.system_prompt)
+        for i, t in enumerate(tasks)
+        if t["task_binary"] is not None or not reject_unrunnable
+    }
     n_tokens = dict(zip(messages, prompt_tokens(tokenizer, list(messages.values()))))
     prompts: list[dict] = []
     harbor: list[dict] = []
     rejects: list[dict] = []
     for i, t in enumerate(tasks):
         if i not in messages:
-            rejects.append(reject_row(t, "no_task_binary", "the task row has no task_binary: the Harbor "
-                                      "environment cannot run it"))
+            rejects.append(
+                reject_row(t, "no_task_binary", "the task row has no task_binary: the Harbor environment cannot run it")
+            )
         elif n_tokens[i] > settings.max_prompt_length:
-            rejects.append(reject_row(t, "prompt_too_long", f"{n_tokens[i]} prompt tokens > max_prompt_length "
-                                      f"{settings.max_prompt_length} (SkyRL would drop it silently)"))
+            rejects.append(
+                reject_row(
+                    t,
+                    "prompt_too_long",
+                    f"{n_tokens[i]} prompt tokens > max_prompt_length "
+                    f"{settings.max_prompt_length} (SkyRL would drop it silently)",
+                )
+            )
         else:
             prompts.append(prompt_row(t, messages[i], settings))
             if t["task_binary"] is None:
@@ -153,8 +185,15 @@ def convert_batch(tasks: Iterable[dict[str, Any]], settings: RlSettings, tokeniz
     return prompts, harbor, rejects
 
 
-def export_rl(lake: Lake, sources: list[str], settings: RlSettings, *, tokenizer_path: str, rows_per_shard: int,
-              params: dict[str, Any]) -> dict[str, Any]:
+def export_rl(
+    lake: Lake,
+    sources: list[str],
+    settings: RlSettings,
+    *,
+    tokenizer_path: str,
+    rows_per_shard: int,
+    params: dict[str, Any],
+) -> dict[str, Any]:
     """Every task of `sources` -> <lake>/exports/rl/ (prompts, Harbor task table, rejects, manifest).
     Returns the counts (dataset id, shards, in/out/rejected, files) that the manifest records."""
     con = connect(lake.root, sources, tables=("tasks",))
@@ -164,9 +203,11 @@ def export_rl(lake: Lake, sources: list[str], settings: RlSettings, *, tokenizer
     rows = f"SELECT {', '.join(TASK_COLUMNS)} FROM tasks ORDER BY source, name, task_id"
     out = lake.rl_export
     with output_dir(out) as tmp:
-        with (ShardWriter(tmp / "prompts", load_schema("rl_prompts"), rows_per_shard) as prompts,
-              ShardWriter(tmp / "tasks", load_schema("harbor_tasks"), rows_per_shard, row_group_size=BATCH) as harbor,
-              progress("export_rl") as (set_total, advance)):
+        with (
+            ShardWriter(tmp / "prompts", load_schema("rl_prompts"), rows_per_shard) as prompts,
+            ShardWriter(tmp / "tasks", load_schema("harbor_tasks"), rows_per_shard, row_group_size=BATCH) as harbor,
+            progress("export_rl") as (set_total, advance),
+        ):
             rejects = TableWriter(tmp, load_schema("export_rejects"))
             set_total(total)
             for batch in con.sql(rows).to_arrow_reader(BATCH):
@@ -179,20 +220,33 @@ def export_rl(lake: Lake, sources: list[str], settings: RlSettings, *, tokenizer
                     rejects.write(row)
                 advance(batch.num_rows)
             info, task_info, reject_info = prompts.close(), harbor.close(), rejects.close()
-        check(stats.tasks_in == stats.tasks_out + sum(stats.rejected.values()) == total,
-              f"export_rl accounting: {total} tasks, {stats.as_json()}")
-        check(info.rows == stats.tasks_out and task_info.rows == stats.tasks_out - stats.prompt_only,
-              "export_rl: prompt and task shards differ")
+        check(
+            stats.tasks_in == stats.tasks_out + sum(stats.rejected.values()) == total,
+            f"export_rl accounting: {total} tasks, {stats.as_json()}",
+        )
+        check(
+            info.rows == stats.tasks_out and task_info.rows == stats.tasks_out - stats.prompt_only,
+            "export_rl: prompt and task shards differ",
+        )
         if not info.rows:
-            raise BadInput(f"export_rl: every one of {total} tasks was rejected ({dict(stats.rejected)}); "
-                           f"see {out}/export_rejects.parquet")
+            raise BadInput(
+                f"export_rl: every one of {total} tasks was rejected ({dict(stats.rejected)}); "
+                f"see {out}/export_rejects.parquet"
+            )
         name = dataset_id("rl", stats.tasks_out, info.version_id)
         files = {"prompts": [f"prompts/{f}" for f in prompts.files], "tasks": [f"tasks/{f}" for f in harbor.files]}
         counts = {"dataset_id": name, "shards": len(prompts.files), **stats.as_json(), "files": files}
         write_manifest(
-            tmp, kind="export_rl", dataset_id=name,
+            tmp,
+            kind="export_rl",
+            dataset_id=name,
             tables=[info.with_file("prompts/"), task_info.with_file("tasks/"), reject_info],
-            inputs={"tasks": input_versions(lake.root, "tasks", sources),
-                    "tokenizer": tokenizer_fingerprint(tokenizer_path)},
-            params=params, formulas={"prompts": PROMPT_RULE}, counts=counts)
+            inputs={
+                "tasks": input_versions(lake.root, "tasks", sources),
+                "tokenizer": tokenizer_fingerprint(tokenizer_path),
+            },
+            params=params,
+            formulas={"prompts": PROMPT_RULE},
+            counts=counts,
+        )
     return counts

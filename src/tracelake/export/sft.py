@@ -58,11 +58,12 @@ from tracelake.export.templates import (
 )
 
 TOKEN_RULE = "lf_template_tokens_v1"
-TRAINED_RULE = "lf_trained_tokens_v1"    # tokens each LLaMA-Factory mode trains on (templates.MODES)
+TRAINED_RULE = "lf_trained_tokens_v1"  # tokens each LLaMA-Factory mode trains on (templates.MODES)
 
 
-def count_template_tokens(tokenizer: Tokenizer | TokenCounter, rows: list[SharegptRow],
-                          template: TemplateSlots) -> list[int]:
+def count_template_tokens(
+    tokenizer: Tokenizer | TokenCounter, rows: list[SharegptRow], template: TemplateSlots
+) -> list[int]:
     """Tokens LLaMA-Factory 0.9.5's supervised processor gives each row (rule lf_template_tokens_v1).
 
     It encodes every message's formatted text on its own (the system block separately from the first
@@ -78,7 +79,7 @@ def count_template_tokens(tokenizer: Tokenizer | TokenCounter, rows: list[Shareg
     thought = counter.count([template.empty_thought])[0] if template.empty_thought else 0
     for k, row in enumerate(rows):
         for text, role, _ in render_pieces(row, template):
-            if role == "empty_thought":   # one text: counted once above
+            if role == "empty_thought":  # one text: counted once above
                 extra[k] += thought
             else:
                 pieces.append(text)
@@ -89,8 +90,13 @@ def count_template_tokens(tokenizer: Tokenizer | TokenCounter, rows: list[Shareg
     return counts
 
 
-def count_trained_tokens(tokenizer: Tokenizer | TokenCounter, rows: list[SharegptRow], template: TemplateSlots,
-                         mode: LfMode, cutoff_len: int | None = None) -> list[int]:
+def count_trained_tokens(
+    tokenizer: Tokenizer | TokenCounter,
+    rows: list[SharegptRow],
+    template: TemplateSlots,
+    mode: LfMode,
+    cutoff_len: int | None = None,
+) -> list[int]:
     """Tokens LLaMA-Factory 0.9.5 trains on (labels != -100) in each row in `mode` (rule
     lf_trained_tokens_v1): the trained pieces of templates.render_pieces, each encoded on its own.
     In v1, which cuts a sample at cutoff_len, every piece is counted and only the trained tokens
@@ -117,30 +123,38 @@ class SftStats:
     rows_in: int = 0
     rows_out: int = 0
     rejected: Counter = field(default_factory=Counter)
-    rows_merged: int = 0          # examples with at least one merged message
+    rows_merged: int = 0  # examples with at least one merged message
     messages_merged: int = 0
-    rows_trimmed: int = 0         # examples whose trailing prompt-side messages were removed
+    rows_trimmed: int = 0  # examples whose trailing prompt-side messages were removed
     messages_trimmed: int = 0
     max_tokens: int = 0
-    rows_with_system: int = 0     # examples with a system prompt (LLaMA-Factory v1's converter drops it)
-    length_checked: bool = True   # False: tokens not counted, rows over cutoff_len not rejected
-    trained_tokens: Counter = field(default_factory=Counter)   # LF mode -> tokens trained over every row
-    token_counts: str = ""        # what counting encoded (printed, not in metrics: it depends on the cache)
+    rows_with_system: int = 0  # examples with a system prompt (LLaMA-Factory v1's converter drops it)
+    length_checked: bool = True  # False: tokens not counted, rows over cutoff_len not rejected
+    trained_tokens: Counter = field(default_factory=Counter)  # LF mode -> tokens trained over every row
+    token_counts: str = ""  # what counting encoded (printed, not in metrics: it depends on the cache)
 
     def as_json(self) -> dict[str, Any]:
-        return {"rows_in": self.rows_in, "rows_out": self.rows_out, "length_checked": self.length_checked,
-                "rejected": dict(sorted(self.rejected.items())), "rows_merged": self.rows_merged,
-                "messages_merged": self.messages_merged, "rows_trimmed": self.rows_trimmed,
-                "messages_trimmed": self.messages_trimmed, "max_tokens": self.max_tokens,
-                "rows_with_system": self.rows_with_system,
-                **({"trained_tokens": {m: self.trained_tokens[m] for m in MODES}} if self.length_checked else {})}
+        return {
+            "rows_in": self.rows_in,
+            "rows_out": self.rows_out,
+            "length_checked": self.length_checked,
+            "rejected": dict(sorted(self.rejected.items())),
+            "rows_merged": self.rows_merged,
+            "messages_merged": self.messages_merged,
+            "rows_trimmed": self.rows_trimmed,
+            "messages_trimmed": self.messages_trimmed,
+            "max_tokens": self.max_tokens,
+            "rows_with_system": self.rows_with_system,
+            **({"trained_tokens": {m: self.trained_tokens[m] for m in MODES}} if self.length_checked else {}),
+        }
 
 
 COLUMNS = ["trajectory_id", "conversation_sha256", "messages"]
 
 
-def trajectories_with_slots(slots: list[dict[str, Any]], trajectory_files: list[str],
-                            batch_size: int = 256) -> Iterator[tuple[pa.Table, dict[str, list[dict[str, Any]]]]]:
+def trajectories_with_slots(
+    slots: list[dict[str, Any]], trajectory_files: list[str], batch_size: int = 256
+) -> Iterator[tuple[pa.Table, dict[str, list[dict[str, Any]]]]]:
     """The selected trajectories' (trajectory_id, conversation_sha256, messages) as Arrow batches, streamed in
     trajectory-file order, with the selection slots of each (by trajectory id, in selection order).
 
@@ -160,13 +174,22 @@ def trajectories_with_slots(slots: list[dict[str, Any]], trajectory_files: list[
             if batch.num_rows:
                 yield pa.Table.from_batches([batch]), by_id
     if found != len(by_id):
-        raise BadInput(f"{len(by_id) - found} selected trajectories are not in the trajectories tables "
-                       f"(a stale selection: run `dvc repro`)")
+        raise BadInput(
+            f"{len(by_id) - found} selected trajectories are not in the trajectories tables "
+            f"(a stale selection: run `dvc repro`)"
+        )
 
 
-def convert_batch(trajectories: pa.Table, slots: dict[str, list[dict[str, Any]]], *, same_role: str,
-                  cutoff_len: int | None, tokenizer: Tokenizer | TokenCounter | None, template: TemplateSlots,
-                  stats: SftStats) -> tuple[pa.Table, list[dict]]:
+def convert_batch(
+    trajectories: pa.Table,
+    slots: dict[str, list[dict[str, Any]]],
+    *,
+    same_role: str,
+    cutoff_len: int | None,
+    tokenizer: Tokenizer | TokenCounter | None,
+    template: TemplateSlots,
+    stats: SftStats,
+) -> tuple[pa.Table, list[dict]]:
     """Trajectories (trajectory_id, messages) and the selection slots of each -> (sft rows as an
     Arrow table, export_rejects rows), one outcome per slot, in trajectory then slot order.
 
@@ -179,7 +202,7 @@ def convert_batch(trajectories: pa.Table, slots: dict[str, list[dict[str, Any]]]
     messages = trajectories.column("messages").combine_chunks()
     batch = sharegpt_batch(messages, same_role)
     rejects: list[dict] = []
-    kept: list[int] = []      # index of each ok trajectory
+    kept: list[int] = []  # index of each ok trajectory
     for i, good in enumerate(batch.ok):
         if good:
             kept.append(i)
@@ -197,19 +220,27 @@ def convert_batch(trajectories: pa.Table, slots: dict[str, list[dict[str, Any]]]
     else:
         counter, hashes = TokenCounter.of(tokenizer), trajectories.column("conversation_sha256")
         tokens = _template_tokens(counter, batch, hashes, kept, template, same_role)
-        trained = {name: _trained_tokens(counter, batch, hashes, kept, template, same_role, mode, cutoff_len)
-                   for name, mode in MODES.items()}
+        trained = {
+            name: _trained_tokens(counter, batch, hashes, kept, template, same_role, mode, cutoff_len)
+            for name, mode in MODES.items()
+        }
     has_system = pc.greater(pc.utf8_length(batch.system), 0).to_pylist()
     take: list[int] = []
-    columns: dict[str, list] = {name: [] for name in ("id", "slot_id", "trajectory_id", "task_id", "source",
-                                                      "task", "copy", "n_tokens")}
+    columns: dict[str, list] = {
+        name: [] for name in ("id", "slot_id", "trajectory_id", "task_id", "source", "task", "copy", "n_tokens")
+    }
     for k, i in enumerate(kept):
         n_tokens = tokens[k]
         for slot in slots[ids[i]]:
             stats.rows_in += 1
             if n_tokens is not None and cutoff_len is not None and n_tokens > cutoff_len:
-                rejects.append(_reject(slot, "over_cutoff_len", f"{n_tokens} tokens > cutoff_len {cutoff_len} "
-                                       f"(LLaMA-Factory would cut it silently)"))
+                rejects.append(
+                    _reject(
+                        slot,
+                        "over_cutoff_len",
+                        f"{n_tokens} tokens > cutoff_len {cutoff_len} (LLaMA-Factory would cut it silently)",
+                    )
+                )
                 continue
             stats.rows_merged += batch.merged[k] > 0
             stats.messages_merged += batch.merged[k]
@@ -217,7 +248,7 @@ def convert_batch(trajectories: pa.Table, slots: dict[str, list[dict[str, Any]]]
             stats.messages_trimmed += batch.trimmed[k]
             stats.max_tokens = max(stats.max_tokens, n_tokens or 0)
             stats.rows_with_system += has_system[k]
-            for name, counts in trained.items():      # each upsampled copy is trained on again
+            for name, counts in trained.items():  # each upsampled copy is trained on again
                 stats.trained_tokens[name] += counts[k]
             take.append(k)
             columns["id"].append(f"{slot['source']}/{slot['name']}")
@@ -229,31 +260,65 @@ def convert_batch(trajectories: pa.Table, slots: dict[str, list[dict[str, Any]]]
         stats.rejected[rej["reason"]] += 1
     schema = load_schema("sft_rows")
     indices = pa.array(take, pa.int64())
-    arrays = {**{name: pa.array(values, schema.arrow.field(name).type) for name, values in columns.items()},
-              "conversations": batch.conversations.take(indices), "system": batch.system.take(indices)}
+    arrays = {
+        **{name: pa.array(values, schema.arrow.field(name).type) for name, values in columns.items()},
+        "conversations": batch.conversations.take(indices),
+        "system": batch.system.take(indices),
+    }
     out = schema.conform(pa.table({name: arrays[name] for name in schema.columns}))
     stats.rows_out += out.num_rows
     return out, rejects
 
 
-def _template_tokens(counter: TokenCounter, batch: SharegptBatch, hashes: pa.ChunkedArray, kept: list[int],
-                     template: TemplateSlots, same_role: str) -> list[int]:
+def _template_tokens(
+    counter: TokenCounter,
+    batch: SharegptBatch,
+    hashes: pa.ChunkedArray,
+    kept: list[int],
+    template: TemplateSlots,
+    same_role: str,
+) -> list[int]:
     """count_template_tokens of each kept row, recalled by content hash (_recalled)."""
-    return _recalled(counter, batch, hashes, kept, f"{TOKEN_RULE}\0{SHAREGPT_RULE}\0{same_role}\0{template!r}",
-                     lambda rows: count_template_tokens(counter, rows, template))
+    return _recalled(
+        counter,
+        batch,
+        hashes,
+        kept,
+        f"{TOKEN_RULE}\0{SHAREGPT_RULE}\0{same_role}\0{template!r}",
+        lambda rows: count_template_tokens(counter, rows, template),
+    )
 
 
-def _trained_tokens(counter: TokenCounter, batch: SharegptBatch, hashes: pa.ChunkedArray, kept: list[int],
-                    template: TemplateSlots, same_role: str, mode: LfMode, cutoff_len: int | None) -> list[int]:
+def _trained_tokens(
+    counter: TokenCounter,
+    batch: SharegptBatch,
+    hashes: pa.ChunkedArray,
+    kept: list[int],
+    template: TemplateSlots,
+    same_role: str,
+    mode: LfMode,
+    cutoff_len: int | None,
+) -> list[int]:
     """count_trained_tokens of each kept row in `mode`, recalled by content hash (_recalled)."""
-    cutoff = cutoff_len if mode.v1 else None   # only v1's count depends on it
-    return _recalled(counter, batch, hashes, kept,
-                     f"{TRAINED_RULE}\0{mode!r}\0{cutoff}\0{SHAREGPT_RULE}\0{same_role}\0{template!r}",
-                     lambda rows: count_trained_tokens(counter, rows, template, mode, cutoff))
+    cutoff = cutoff_len if mode.v1 else None  # only v1's count depends on it
+    return _recalled(
+        counter,
+        batch,
+        hashes,
+        kept,
+        f"{TRAINED_RULE}\0{mode!r}\0{cutoff}\0{SHAREGPT_RULE}\0{same_role}\0{template!r}",
+        lambda rows: count_trained_tokens(counter, rows, template, mode, cutoff),
+    )
 
 
-def _recalled(counter: TokenCounter, batch: SharegptBatch, hashes: pa.ChunkedArray, kept: list[int], rule: str,
-              count: Callable[[list[SharegptRow]], list[int]]) -> list[int]:
+def _recalled(
+    counter: TokenCounter,
+    batch: SharegptBatch,
+    hashes: pa.ChunkedArray,
+    kept: list[int],
+    rule: str,
+    count: Callable[[list[SharegptRow]], list[int]],
+) -> list[int]:
     """`count` of each kept row; a conversation counted by an earlier run under the same `rule` (which
     names the tokenizer's use: counting rule, template, same_role, mode) and content hash is recalled,
     not rendered again."""
@@ -262,8 +327,10 @@ def _recalled(counter: TokenCounter, batch: SharegptBatch, hashes: pa.ChunkedArr
     todo = [k for k, n in enumerate(tokens) if n is None]
     if todo:
         at = pa.array(todo, pa.int64())
-        rows = [SharegptRow(system, conv, 0, 0) for system, conv in
-                zip(batch.system.take(at).to_pylist(), batch.conversations.take(at).to_pylist())]
+        rows = [
+            SharegptRow(system, conv, 0, 0)
+            for system, conv in zip(batch.system.take(at).to_pylist(), batch.conversations.take(at).to_pylist())
+        ]
         fresh = count(rows)
         counter.remember([keys[k] for k in todo], fresh)
         for k, n in zip(todo, fresh):
@@ -272,8 +339,14 @@ def _recalled(counter: TokenCounter, batch: SharegptBatch, hashes: pa.ChunkedArr
 
 
 def _reject(r: dict[str, Any], reason: str, detail: str) -> dict[str, Any]:
-    return {"item_id": r["slot_id"], "trajectory_id": r["trajectory_id"], "source": r["source"],
-            "name": r["name"], "reason": reason, "detail": detail}
+    return {
+        "item_id": r["slot_id"],
+        "trajectory_id": r["trajectory_id"],
+        "source": r["source"],
+        "name": r["name"],
+        "reason": reason,
+        "detail": detail,
+    }
 
 
 def dataset_info(dataset_id: str, shard_files: list[str]) -> dict[str, Any]:
@@ -290,22 +363,40 @@ def dataset_info_v1(dataset_id: str, export_dir: Path, shard_files: list[str], r
     by v1's sharegpt converter. No size or weight: either makes v1 resample the rows with replacement
     (v1/core/data_engine.py:108-113). v1 takes each path as given, relative to where it runs (the
     project root, as the generated configs' dataset_dir)."""
-    header = [f"LLaMA-Factory v1 data engine (USE_V1=1): train_dataset: <this file>, for {dataset_id}.",
-              "v1 reads `conversations` only: "
-              + (f"{rows_with_system} rows have a system prompt it drops." if rows_with_system
-                 else "no row has a system prompt, so nothing is dropped."),
-              "Set cutoff_len and template explicitly: v1's defaults are 2048 and qwen3_nothink."]
-    entries = {shard_entry_name(dataset_id, i): {"path": (export_dir / dataset_id / f).as_posix(), "source": "local",
-                                                  "converter": "sharegpt", "split": "train"}
-               for i, f in enumerate(shard_files)}
+    header = [
+        f"LLaMA-Factory v1 data engine (USE_V1=1): train_dataset: <this file>, for {dataset_id}.",
+        "v1 reads `conversations` only: "
+        + (
+            f"{rows_with_system} rows have a system prompt it drops."
+            if rows_with_system
+            else "no row has a system prompt, so nothing is dropped."
+        ),
+        "Set cutoff_len and template explicitly: v1's defaults are 2048 and qwen3_nothink.",
+    ]
+    entries = {
+        shard_entry_name(dataset_id, i): {
+            "path": (export_dir / dataset_id / f).as_posix(),
+            "source": "local",
+            "converter": "sharegpt",
+            "split": "train",
+        }
+        for i, f in enumerate(shard_files)
+    }
     return "".join(f"# {h}\n" for h in header) + yaml.safe_dump(entries, sort_keys=False)
 
 
 BATCH = 256
 
 
-def export_sft(lake: Lake, scale: str, sources: list[str], cfg: ExportSftParams, sft: SftTrainParams,
-               params: dict[str, Any], token_cache: Path | None = None) -> dict[str, Any]:
+def export_sft(
+    lake: Lake,
+    scale: str,
+    sources: list[str],
+    cfg: ExportSftParams,
+    sft: SftTrainParams,
+    params: dict[str, Any],
+    token_cache: Path | None = None,
+) -> dict[str, Any]:
     """One scale's selection -> <lake>/exports/sft/<scale>/ (shards, dataset_info.json, rejects,
     manifest). Returns the counts the manifest records (dataset id, shards, in/out/rejected, ...) and
     `token_counts`, a line saying what counting encoded (it depends on the cache: not a metric).
@@ -319,15 +410,23 @@ def export_sft(lake: Lake, scale: str, sources: list[str], cfg: ExportSftParams,
     stats = SftStats()
     total = selection["tables"]["selection"]["rows"]
     with output_dir(lake.sft_export(scale)) as tmp:
-        with (ShardWriter(tmp / "shards", load_schema("sft_rows"), cfg.rows_per_shard) as shards,
-              progress(f"export_sft {scale}") as (set_total, advance)):
+        with (
+            ShardWriter(tmp / "shards", load_schema("sft_rows"), cfg.rows_per_shard) as shards,
+            progress(f"export_sft {scale}") as (set_total, advance),
+        ):
             rejects = TableWriter(tmp, load_schema("export_rejects"))
             set_total(total)
             # the next batch is read (a thread) and the last one written (another) while this one converts
             for trajectories, by_id in read_ahead(trajectories_with_slots(slots, trajectory_files, BATCH)):
-                rows, rejected = convert_batch(trajectories, by_id, same_role=cfg.same_role,
-                                               cutoff_len=sft.cutoff_len, tokenizer=tokenizer,
-                                               template=template, stats=stats)
+                rows, rejected = convert_batch(
+                    trajectories,
+                    by_id,
+                    same_role=cfg.same_role,
+                    cutoff_len=sft.cutoff_len,
+                    tokenizer=tokenizer,
+                    template=template,
+                    stats=stats,
+                )
                 shards.write_batch(rows)
                 for row in rejected:
                     rejects.write(row)
@@ -336,22 +435,34 @@ def export_sft(lake: Lake, scale: str, sources: list[str], cfg: ExportSftParams,
         if tokenizer is not None:
             tokenizer.close()
             stats.token_counts = tokenizer.stats.summary()
-        check(stats.rows_in == stats.rows_out + sum(stats.rejected.values()) == total,
-              f"export_sft accounting: {total} slots, {stats.as_json()}")
+        check(
+            stats.rows_in == stats.rows_out + sum(stats.rejected.values()) == total,
+            f"export_sft accounting: {total} slots, {stats.as_json()}",
+        )
         if not info.rows:
-            raise BadInput(f"export_sft {scale}: every one of {total} rows was rejected "
-                           f"({', '.join(f'{k} {v}' for k, v in sorted(stats.rejected.items()))})")
+            raise BadInput(
+                f"export_sft {scale}: every one of {total} rows was rejected "
+                f"({', '.join(f'{k} {v}' for k, v in sorted(stats.rejected.items()))})"
+            )
         name = dataset_id("sft", selection["params"]["rows"], info.version_id)
         (tmp / "shards").rename(tmp / name)
         write_json(tmp / "dataset_info.json", dataset_info(name, shards.files))
-        (tmp / "dataset_info.yaml").write_text(dataset_info_v1(name, lake.sft_export(scale), shards.files,
-                                                               stats.rows_with_system))
+        (tmp / "dataset_info.yaml").write_text(
+            dataset_info_v1(name, lake.sft_export(scale), shards.files, stats.rows_with_system)
+        )
         counts = {"dataset_id": name, "shards": len(shards.files), **stats.as_json()}
         write_manifest(
-            tmp, kind="export_sft", dataset_id=name,
+            tmp,
+            kind="export_sft",
+            dataset_id=name,
             tables=[info.with_file(f"{name}/"), reject_info],
-            inputs={"selection": selection["version_id"], "selection_dataset": selection["dataset_id"],
-                    "tokenizer": tokenizer_fingerprint(cfg.tokenizer) if cfg.count_tokens else None},
-            params=params, formulas={"rows": SHAREGPT_RULE, "tokens": TOKEN_RULE if cfg.count_tokens else "not counted"},
-            counts={**counts, "files": [f"{name}/{f}" for f in shards.files]})
-    return {**counts, "token_counts": stats.token_counts}   # the stage prints it; metrics leave it out
+            inputs={
+                "selection": selection["version_id"],
+                "selection_dataset": selection["dataset_id"],
+                "tokenizer": tokenizer_fingerprint(cfg.tokenizer) if cfg.count_tokens else None,
+            },
+            params=params,
+            formulas={"rows": SHAREGPT_RULE, "tokens": TOKEN_RULE if cfg.count_tokens else "not counted"},
+            counts={**counts, "files": [f"{name}/{f}" for f in shards.files]},
+        )
+    return {**counts, "token_counts": stats.token_counts}  # the stage prints it; metrics leave it out

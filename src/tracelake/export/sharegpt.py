@@ -32,14 +32,25 @@ JOIN = "\n\n"
 
 # dataset_info.json: the column and tag names of the rows written here.
 DATASET_INFO_TAGS = {
-    "role_tag": "from", "content_tag": "value", "user_tag": "human", "assistant_tag": "gpt",
-    "observation_tag": "observation", "function_tag": "function_call", "system_tag": "system",
+    "role_tag": "from",
+    "content_tag": "value",
+    "user_tag": "human",
+    "assistant_tag": "gpt",
+    "observation_tag": "observation",
+    "function_tag": "function_call",
+    "system_tag": "system",
 }
-_EVEN_TAGS = ("human", "observation")   # what LLaMA-Factory accepts at positions 0, 2, 4, ...
+_EVEN_TAGS = ("human", "observation")  # what LLaMA-Factory accepts at positions 0, 2, 4, ...
 _ODD_TAGS = ("gpt", "function_call")
 _SIDE = {"user": "prompt", "tool": "prompt", "assistant": "response"}
-REJECT_REASONS = ("empty_conversation", "starts_with_assistant", "system_not_leading",
-                  "consecutive_same_role", "no_assistant_turn", "over_cutoff_len")
+REJECT_REASONS = (
+    "empty_conversation",
+    "starts_with_assistant",
+    "system_not_leading",
+    "consecutive_same_role",
+    "no_assistant_turn",
+    "over_cutoff_len",
+)
 
 
 class ExportReject(Exception):
@@ -54,9 +65,9 @@ class ExportReject(Exception):
 @dataclass(frozen=True)
 class SharegptRow:
     system: str
-    conversations: list[dict[str, str]]   # [{from, value}], alternating, even length
-    merged: int                            # messages folded into the turn before them
-    trimmed: int                           # trailing prompt-side messages removed
+    conversations: list[dict[str, str]]  # [{from, value}], alternating, even length
+    merged: int  # messages folded into the turn before them
+    trimmed: int  # trailing prompt-side messages removed
 
 
 def to_sharegpt(messages: Iterable[dict[str, Any]], same_role: str = "merge") -> SharegptRow:
@@ -71,7 +82,7 @@ def to_sharegpt(messages: Iterable[dict[str, Any]], same_role: str = "merge") ->
     while i < len(messages) and messages[i]["role"] == "system":
         systems.append(messages[i]["content"] or "")
         i += 1
-    turns: list[tuple[str, list[str], list[str]]] = []   # (side, roles, contents)
+    turns: list[tuple[str, list[str], list[str]]] = []  # (side, roles, contents)
     merged = 0
     for j, m in enumerate(messages[i:], start=i):
         role, content = m["role"], m["content"] or ""
@@ -79,11 +90,15 @@ def to_sharegpt(messages: Iterable[dict[str, Any]], same_role: str = "merge") ->
             raise ExportReject("system_not_leading", f"message {j} is a system message after the conversation began")
         side = _SIDE.get(role)
         if side is None:
-            raise ValueError(f"message {j} has role {role!r}; the trajectories schema allows system/user/assistant/tool")
+            raise ValueError(
+                f"message {j} has role {role!r}; the trajectories schema allows system/user/assistant/tool"
+            )
         if turns and turns[-1][0] == side:
             if same_role == "reject":
-                raise ExportReject("consecutive_same_role",
-                                   f"messages {j - 1} and {j} are both {side}-side ({turns[-1][1][-1]}, {role})")
+                raise ExportReject(
+                    "consecutive_same_role",
+                    f"messages {j - 1} and {j} are both {side}-side ({turns[-1][1][-1]}, {role})",
+                )
             turns[-1][1].append(role)
             turns[-1][2].append(content)
             merged += 1
@@ -112,9 +127,9 @@ class SharegptBatch:
     Rows not ok are the ones `to_sharegpt` rejects: run it on them for the reason."""
 
     ok: list[bool]
-    system: Any           # pa.StringArray, one per ok row
-    conversations: Any    # pa.ListArray of struct<from, value>, one per ok row
-    merged: list[int]     # per ok row
+    system: Any  # pa.StringArray, one per ok row
+    conversations: Any  # pa.ListArray of struct<from, value>, one per ok row
+    merged: list[int]  # per ok row
     trimmed: list[int]
 
 
@@ -147,12 +162,12 @@ def sharegpt_batch(messages: Any, same_role: str = "merge") -> SharegptBatch:
         first = start
         while first < end and roles[first] == "system":
             first += 1
-        starts: list[int] = []     # first message of each turn
+        starts: list[int] = []  # first message of each turn
         sides: list[str] = []
         good = first < end
         for j in range(first, end):
             side = side_of.get(roles[j])
-            if side is None:       # a system message after the start (or a role the schema forbids)
+            if side is None:  # a system message after the start (or a role the schema forbids)
                 good = False
                 break
             if not sides or sides[-1] != side:
@@ -168,7 +183,7 @@ def sharegpt_batch(messages: Any, same_role: str = "merge") -> SharegptBatch:
         ok.append(good)
         if not good:
             continue
-        stop = starts[kept] if kept < len(starts) else end   # the trimmed messages start here
+        stop = starts[kept] if kept < len(starts) else end  # the trimmed messages start here
         merged.append((stop - first) - kept)
         trimmed.append(end - stop)
         system_take.extend(range(start, first))
@@ -184,10 +199,14 @@ def sharegpt_batch(messages: Any, same_role: str = "merge") -> SharegptBatch:
                 tags.append("observation" if all(roles[i] == "tool" for i in range(a, b)) else "human")
         conversation_offsets.append(len(tags))
     content = pc.fill_null(content_array, "")
-    system = pc.binary_join(pa.ListArray.from_arrays(pa.array(system_offsets, pa.int32()),
-                                                     content.take(pa.array(system_take, pa.int64()))), JOIN)
-    values = pc.binary_join(pa.ListArray.from_arrays(pa.array(turn_offsets, pa.int32()),
-                                                     content.take(pa.array(turn_take, pa.int64()))), JOIN)
+    system = pc.binary_join(
+        pa.ListArray.from_arrays(pa.array(system_offsets, pa.int32()), content.take(pa.array(system_take, pa.int64()))),
+        JOIN,
+    )
+    values = pc.binary_join(
+        pa.ListArray.from_arrays(pa.array(turn_offsets, pa.int32()), content.take(pa.array(turn_take, pa.int64()))),
+        JOIN,
+    )
     turns = pa.StructArray.from_arrays([pa.array(tags, pa.string()), values], names=["from", "value"])
     conversations = pa.ListArray.from_arrays(pa.array(conversation_offsets, pa.int32()), turns)
     return SharegptBatch(ok, system, conversations, merged, trimmed)
@@ -211,5 +230,9 @@ def check_alternation(conversations: list[dict[str, str]]) -> None:
 def dataset_info_entry(file_name: str) -> dict[str, Any]:
     """One dataset_info.json entry for shards written by this module (never `formatting: openai`,
     which injects text into the system prompt)."""
-    return {"file_name": file_name, "formatting": "sharegpt",
-            "columns": {"messages": "conversations", "system": "system"}, "tags": dict(DATASET_INFO_TAGS)}
+    return {
+        "file_name": file_name,
+        "formatting": "sharegpt",
+        "columns": {"messages": "conversations", "system": "system"},
+        "tags": dict(DATASET_INFO_TAGS),
+    }

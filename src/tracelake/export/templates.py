@@ -89,11 +89,12 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class TemplateSlots:
     """How a LLaMA-Factory 0.9.5 template turns each message into text it encodes on its own."""
+
     system: str
     human: str
     observation: str
     gpt: str
-    empty_thought: str | None   # prepended to a gpt turn with no <think> (ReasoningTemplate)
+    empty_thought: str | None  # prepended to a gpt turn with no <think> (ReasoningTemplate)
     # (open, close) thought words of a ReasoningTemplate; None for a plain Template (qwen3_nothink)
     thought_words: tuple[str, str] | None = None
 
@@ -110,30 +111,36 @@ def _thought_pattern(words: tuple[str, str]) -> re.Pattern[str]:
     return re.compile(f"{re.escape(words[0])}(.*?){re.escape(words[1])}", re.DOTALL)
 
 
-_CHATML = dict(system="<|im_start|>system\n{}<|im_end|>\n",
-               human="<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n",
-               observation="<|im_start|>user\n<tool_response>\n{}\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
-               gpt="{}<|im_end|>\n")
+_CHATML = dict(
+    system="<|im_start|>system\n{}<|im_end|>\n",
+    human="<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n",
+    observation="<|im_start|>user\n<tool_response>\n{}\n</tool_response><|im_end|>\n<|im_start|>assistant\n",
+    gpt="{}<|im_end|>\n",
+)
 TEMPLATES = {
     # register_template's default thought_words (template.py:554); add_thought() is their concatenation
-    "qwen3": TemplateSlots(**_CHATML, empty_thought="<think>\n\n</think>\n\n",
-                           thought_words=("<think>\n", "\n</think>\n\n")),
+    "qwen3": TemplateSlots(
+        **_CHATML, empty_thought="<think>\n\n</think>\n\n", thought_words=("<think>\n", "\n</think>\n\n")
+    ),
     "qwen3_nothink": TemplateSlots(**_CHATML, empty_thought=None),
 }
 
 
 def template_slots(name: str) -> TemplateSlots:
     if name not in TEMPLATES:
-        raise BadParams(f"params.yaml: train.sft.template {name!r}: export_sft counts tokens exactly for "
-                        f"{', '.join(TEMPLATES)} only")
+        raise BadParams(
+            f"params.yaml: train.sft.template {name!r}: export_sft counts tokens exactly for "
+            f"{', '.join(TEMPLATES)} only"
+        )
     return TEMPLATES[name]
 
 
 @dataclass(frozen=True)
 class Segment:
     """One piece of text LLaMA-Factory encodes on its own; `trained`: its tokens are labels (loss)."""
+
     text: str
-    role: str        # "system", "human", "observation", "gpt" or "empty_thought"
+    role: str  # "system", "human", "observation", "gpt" or "empty_thought"
     trained: bool
 
 
@@ -142,36 +149,46 @@ class LfMode:
     """A LLaMA-Factory 0.9.5 training mode: the DataArguments (hparams/data_args.py) that change what
     its supervised processor encodes and trains. `lf_args()` are the yaml keys that select it. `v1`:
     the v1 data engine instead (USE_V1=1), which has none of those arguments."""
+
     name: str
     v1: bool = False
-    mask_history: bool = False       # data_args.py:54-57: train on the last turn only
-    enable_thinking: bool = True     # data_args.py:124-127 (LF's type allows None; not modelled here)
-    train_on_prompt: bool = False    # data_args.py:50-53: prompt tokens get labels too
+    mask_history: bool = False  # data_args.py:54-57: train on the last turn only
+    enable_thinking: bool = True  # data_args.py:124-127 (LF's type allows None; not modelled here)
+    train_on_prompt: bool = False  # data_args.py:50-53: prompt tokens get labels too
     preserve_thinking: bool = False  # data_args.py:128-131: keep history thoughts under mask_history
 
     def __post_init__(self) -> None:
-        if self.v1 and (self.mask_history or self.train_on_prompt or self.preserve_thinking or not self.enable_thinking):
+        if self.v1 and (
+            self.mask_history or self.train_on_prompt or self.preserve_thinking or not self.enable_thinking
+        ):
             raise BadParams(f"LF mode {self.name!r}: the v1 data engine has no v0 training arguments")
-        if self.mask_history and self.train_on_prompt:   # data_args.py:182-183 refuses it too
+        if self.mask_history and self.train_on_prompt:  # data_args.py:182-183 refuses it too
             raise BadParams(f"LF mode {self.name!r}: mask_history is incompatible with train_on_prompt")
 
     def lf_args(self) -> dict[str, bool]:
         if self.v1:
             return {}
-        return {"mask_history": self.mask_history, "enable_thinking": self.enable_thinking,
-                "train_on_prompt": self.train_on_prompt, "preserve_thinking": self.preserve_thinking}
+        return {
+            "mask_history": self.mask_history,
+            "enable_thinking": self.enable_thinking,
+            "train_on_prompt": self.train_on_prompt,
+            "preserve_thinking": self.preserve_thinking,
+        }
 
 
 DEFAULT = LfMode("default")
-MODES = {m.name: m for m in [
-    DEFAULT,
-    LfMode("mask_history", mask_history=True),
-    LfMode("mask_history_preserve_thinking", mask_history=True, preserve_thinking=True),
-    LfMode("no_thinking", enable_thinking=False),
-    LfMode("train_on_prompt", train_on_prompt=True),
-    LfMode("v1", v1=True),
-]}
-V0_MODES = [name for name, m in MODES.items() if not m.v1]   # what a v0 LLaMA-Factory config can select
+MODES = {
+    m.name: m
+    for m in [
+        DEFAULT,
+        LfMode("mask_history", mask_history=True),
+        LfMode("mask_history_preserve_thinking", mask_history=True, preserve_thinking=True),
+        LfMode("no_thinking", enable_thinking=False),
+        LfMode("train_on_prompt", train_on_prompt=True),
+        LfMode("v1", v1=True),
+    ]
+}
+V0_MODES = [name for name, m in MODES.items() if not m.v1]  # what a v0 LLaMA-Factory config can select
 
 
 def lf_mode(name: str) -> LfMode:
@@ -191,14 +208,13 @@ def render_segments(row: SharegptRow, template: TemplateSlots, mode: LfMode = DE
     return [Segment(text, role, trained) for text, role, trained in render_pieces(row, template, mode)]
 
 
-def render_pieces(row: SharegptRow, template: TemplateSlots,
-                  mode: LfMode = DEFAULT) -> Iterator[tuple[str, str, bool]]:
+def render_pieces(row: SharegptRow, template: TemplateSlots, mode: LfMode = DEFAULT) -> Iterator[tuple[str, str, bool]]:
     """render_segments as plain (text, role, trained) tuples: the one home of the rendering, without
     building a dataclass per piece (count_template_tokens renders every exported turn)."""
     if mode.v1:
         yield from _v1_pieces(row, template)
         return
-    reasoning = template.thought_words is not None    # ReasoningTemplate: only it reads the thinking args
+    reasoning = template.thought_words is not None  # ReasoningTemplate: only it reads the thinking args
     no_thinking = reasoning and not mode.enable_thinking
     discard_history_cot = reasoning and mode.mask_history and not mode.preserve_thinking
     prompt_trained = mode.train_on_prompt
@@ -225,8 +241,14 @@ _TOOL_OPEN, _TOOL_CLOSE = "<tool_response>", "</tool_response>"
 def _v1_pieces(row: SharegptRow, template: TemplateSlots) -> Iterator[tuple[str, str, bool]]:
     """The v1 data engine's pieces (module docstring): one per message, the system column dropped."""
     turns = [(t["from"], t["value"]) for t in row.conversations if t["from"] in ("human", "gpt", "observation")]
-    last_query = next((k for k in range(len(turns) - 1, -1, -1) if turns[k][0] == "human" and not (
-        turns[k][1].startswith(_TOOL_OPEN) and turns[k][1].endswith(_TOOL_CLOSE))), len(turns) - 1)
+    last_query = next(
+        (
+            k
+            for k in range(len(turns) - 1, -1, -1)
+            if turns[k][0] == "human" and not (turns[k][1].startswith(_TOOL_OPEN) and turns[k][1].endswith(_TOOL_CLOSE))
+        ),
+        len(turns) - 1,
+    )
     reasoning = template.thought_words is not None
     for k, (role, value) in enumerate(turns):
         if role == "human":
@@ -238,19 +260,28 @@ def _v1_pieces(row: SharegptRow, template: TemplateSlots) -> Iterator[tuple[str,
         else:
             opens = k == 0 or turns[k - 1][0] != "observation"
             closes = k == len(turns) - 1 or turns[k + 1][0] != "observation"
-            yield (("<|im_start|>user" if opens else "") + f"\n{_TOOL_OPEN}\n{value}\n{_TOOL_CLOSE}"
-                   + ("<|im_end|>\n" if closes else "")), "observation", False
+            yield (
+                (
+                    ("<|im_start|>user" if opens else "")
+                    + f"\n{_TOOL_OPEN}\n{value}\n{_TOOL_CLOSE}"
+                    + ("<|im_end|>\n" if closes else "")
+                ),
+                "observation",
+                False,
+            )
 
 
-def trained_tokens(row: SharegptRow, template: TemplateSlots, mode: LfMode, count: Callable[[str], int],
-                   cutoff_len: int | None = None) -> int:
+def trained_tokens(
+    row: SharegptRow, template: TemplateSlots, mode: LfMode, count: Callable[[str], int], cutoff_len: int | None = None
+) -> int:
     """Tokens of `row` LLaMA-Factory trains on (labels != -100) in `mode`; `count(text)` is the number
     of ids the tokenizer gives a text encoded on its own (no special tokens added). `cutoff_len`: v1
     keeps only the first cutoff_len tokens of a sample (the v0 modes ignore it: module docstring)."""
     if not (mode.v1 and cutoff_len is not None):
         return sum(count(text) for text, _, trained in render_pieces(row, template, mode) if trained)
-    return truncated_trained([(count(text), trained) for text, _, trained in render_pieces(row, template, mode)],
-                             cutoff_len)
+    return truncated_trained(
+        [(count(text), trained) for text, _, trained in render_pieces(row, template, mode)], cutoff_len
+    )
 
 
 def truncated_trained(pieces: list[tuple[int, bool]], cutoff_len: int) -> int:

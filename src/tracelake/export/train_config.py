@@ -48,7 +48,7 @@ def sft_config(sft: SftTrainParams, *, dataset_id: str, n_shards: int, dataset_d
         "dataset": ",".join(shard_entry_name(dataset_id, i) for i in range(n_shards)),
         "dataset_dir": dataset_dir,
         "template": sft.template,
-        **lf_mode(sft.mode).lf_args(),   # stated, never left to LLaMA-Factory's defaults
+        **lf_mode(sft.mode).lf_args(),  # stated, never left to LLaMA-Factory's defaults
         "cutoff_len": sft.cutoff_len,
         "overwrite_cache": True,
         "preprocessing_num_workers": 16,
@@ -81,21 +81,29 @@ def sft_config(sft: SftTrainParams, *, dataset_id: str, n_shards: int, dataset_d
 
 
 # The vLLM engines' keys: skyrl 0.4 moved them under generator.inference_engine.
-ENGINE_KEYS = {   # trainer -> (number of engines, tensor parallel size)
+ENGINE_KEYS = {  # trainer -> (number of engines, tensor parallel size)
     "skyrl": ("generator.inference_engine.num_engines", "generator.inference_engine.tensor_parallel_size"),
     "skyrl-train": ("generator.num_inference_engines", "generator.inference_engine_tensor_parallel_size"),
 }
 
 
-def rl_config(rl: RlTrainParams, *, dataset_id: str, prompt_files: list[str], max_turns: int,
-              max_prompt_length: int, env_class: str, runs: str) -> dict[str, Any]:
+def rl_config(
+    rl: RlTrainParams,
+    *,
+    dataset_id: str,
+    prompt_files: list[str],
+    max_turns: int,
+    max_prompt_length: int,
+    env_class: str,
+    runs: str,
+) -> dict[str, Any]:
     """The SkyRL package, its entrypoint and its dotted config overrides for the exported RL prompts.
     Every key exists in both skyrl 0.4 and skyrl-train 0.3.1 but the engines' (ENGINE_KEYS)."""
     out = str(PurePosixPath(runs) / dataset_id)
     engines, tensor_parallel = ENGINE_KEYS[rl.trainer]
     overrides: dict[str, Any] = {
         "data.train_data": list(prompt_files),
-        "data.val_data": [],                  # no eval set is exported; add one through train.rl.extra
+        "data.val_data": [],  # no eval set is exported; add one through train.rl.extra
         "trainer.eval_interval": -1,
         "trainer.policy.model.path": rl.model,
         "trainer.algorithm.advantage_estimator": rl.advantage_estimator,
@@ -116,8 +124,12 @@ def rl_config(rl: RlTrainParams, *, dataset_id: str, prompt_files: list[str], ma
         "environment.env_class": env_class,
     }
     overrides.update(rl.extra)
-    return {"dataset_id": dataset_id, "trainer": rl.trainer, "entrypoint": rl.resolved_entrypoint,
-            "overrides": overrides}
+    return {
+        "dataset_id": dataset_id,
+        "trainer": rl.trainer,
+        "entrypoint": rl.resolved_entrypoint,
+        "overrides": overrides,
+    }
 
 
 def override_value(v: Any) -> str:
@@ -142,8 +154,9 @@ def render(config: dict[str, Any], header: list[str]) -> str:
     return lines + yaml.safe_dump(config, sort_keys=False, default_flow_style=False, width=100000)
 
 
-def write_train_configs(out: Path, lake: Lake, scales: list[str], train: TrainParams,
-                        export_rl: ExportRlParams) -> None:
+def write_train_configs(
+    out: Path, lake: Lake, scales: list[str], train: TrainParams, export_rl: ExportRlParams
+) -> None:
     """`out`/sft-<scale>.yaml for every exported scale and `out`/rl.yaml, built whole and swapped in."""
     sft = train.sft
     with output_dir(out) as tmp:
@@ -151,20 +164,36 @@ def write_train_configs(out: Path, lake: Lake, scales: list[str], train: TrainPa
             export = lake.sft_export(scale)
             manifest = read_manifest(export)
             dataset_id = manifest["dataset_id"]
-            config = sft_config(sft, dataset_id=dataset_id, n_shards=manifest["counts"]["shards"],
-                                dataset_dir=export.as_posix(), runs=train.runs)
-            header = [f"LLaMA-Factory full SFT on {dataset_id} ({manifest['counts']['rows_out']} examples, "
-                      f"scale {scale}).",
-                      f"Total batch {total_batch(sft)} = {sft.per_device_train_batch_size} per device x {sft.gpus} "
-                      f"GPUs x {sft.gradient_accumulation_steps} accumulation steps.",
-                      f"Run: tracelake train sft --dataset {scale} --backend local|modal [--dry-run]", DO_NOT_EDIT]
+            config = sft_config(
+                sft,
+                dataset_id=dataset_id,
+                n_shards=manifest["counts"]["shards"],
+                dataset_dir=export.as_posix(),
+                runs=train.runs,
+            )
+            header = [
+                f"LLaMA-Factory full SFT on {dataset_id} ({manifest['counts']['rows_out']} examples, scale {scale}).",
+                f"Total batch {total_batch(sft)} = {sft.per_device_train_batch_size} per device x {sft.gpus} "
+                f"GPUs x {sft.gradient_accumulation_steps} accumulation steps.",
+                f"Run: tracelake train sft --dataset {scale} --backend local|modal [--dry-run]",
+                DO_NOT_EDIT,
+            ]
             (tmp / sft_config_name(scale)).write_text(render(config, header))
         manifest = read_manifest(lake.rl_export)
         files = [(lake.rl_export / f).as_posix() for f in manifest["counts"]["files"]["prompts"]]
-        rl = rl_config(train.rl, dataset_id=manifest["dataset_id"], prompt_files=files,
-                       max_turns=export_rl.max_turns, max_prompt_length=export_rl.max_prompt_length,
-                       env_class=export_rl.env_class, runs=train.runs)
-        header = [f"{train.rl.trainer} on {manifest['dataset_id']} ({manifest['counts']['tasks_out']} task prompts): "
-                  f"python -m <entrypoint> <key>=<value> for each override.",
-                  "Run: tracelake train rl --dataset rl --backend local|modal [--dry-run]", DO_NOT_EDIT]
+        rl = rl_config(
+            train.rl,
+            dataset_id=manifest["dataset_id"],
+            prompt_files=files,
+            max_turns=export_rl.max_turns,
+            max_prompt_length=export_rl.max_prompt_length,
+            env_class=export_rl.env_class,
+            runs=train.runs,
+        )
+        header = [
+            f"{train.rl.trainer} on {manifest['dataset_id']} ({manifest['counts']['tasks_out']} task prompts): "
+            f"python -m <entrypoint> <key>=<value> for each override.",
+            "Run: tracelake train rl --dataset rl --backend local|modal [--dry-run]",
+            DO_NOT_EDIT,
+        ]
         (tmp / RL_FILE).write_text(render(rl, header))

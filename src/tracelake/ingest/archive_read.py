@@ -34,7 +34,7 @@ DEFAULT_LIMITS = ArchiveParams()
 # Tar bytes a member may take beyond its file data: its header, padding and PAX headers (a path of
 # up to 4096 bytes fits), so any archive build_archive writes stays under the stream cap.
 MEMBER_OVERHEAD = 8192
-END_OVERHEAD = 4 * tarfile.RECORDSIZE   # end-of-archive blocks and the reader's read-ahead
+END_OVERHEAD = 4 * tarfile.RECORDSIZE  # end-of-archive blocks and the reader's read-ahead
 # The destination data_filter vets members against; it need not exist ('/nonexistent' never
 # should); if it did, the filter could only refuse more, never less.
 _VET_ROOT = "/nonexistent/tracelake-task"
@@ -51,13 +51,19 @@ class Entry:
 
 
 def too_many_members(limits: ArchiveParams) -> Reject:
-    return Reject("archive_too_large", f"the task has more than {limits.max_members} members "
-                  f"(files and directories; raise ingest.archive.max_members to accept it)")
+    return Reject(
+        "archive_too_large",
+        f"the task has more than {limits.max_members} members "
+        f"(files and directories; raise ingest.archive.max_members to accept it)",
+    )
 
 
 def too_many_bytes(limits: ArchiveParams) -> Reject:
-    return Reject("archive_too_large", f"the task's files hold more than {limits.max_total_bytes} bytes "
-                  f"uncompressed (raise ingest.archive.max_total_bytes to accept it)")
+    return Reject(
+        "archive_too_large",
+        f"the task's files hold more than {limits.max_total_bytes} bytes "
+        f"uncompressed (raise ingest.archive.max_total_bytes to accept it)",
+    )
 
 
 class _CappedStream:
@@ -68,7 +74,7 @@ class _CappedStream:
 
     def read(self, size: int = -1) -> bytes:
         allowed = self.limits.max_total_bytes + MEMBER_OVERHEAD * (self.members + 1) + END_OVERHEAD
-        room = allowed + 1 - self.read_bytes   # one byte past the cap tells a stream that crosses it
+        room = allowed + 1 - self.read_bytes  # one byte past the cap tells a stream that crosses it
         chunk = self.raw.read(room if size < 0 else min(size, room))
         self.read_bytes += len(chunk)
         if self.read_bytes > allowed:
@@ -103,11 +109,17 @@ def _read_members(tar: tarfile.TarFile, stream: _CappedStream, limits: ArchivePa
         seen.add(name)
         if not m.isdir():
             total += m.size
-            if total > limits.max_total_bytes:   # from the header: the data is not read yet
+            if total > limits.max_total_bytes:  # from the header: the data is not read yet
                 raise too_many_bytes(limits)
         if name != ".":
-            entries.append(Entry(name, is_dir=m.isdir(), executable=bool(m.mode & 0o111),
-                                 data=b"" if m.isdir() else tar.extractfile(m).read()))
+            entries.append(
+                Entry(
+                    name,
+                    is_dir=m.isdir(),
+                    executable=bool(m.mode & 0o111),
+                    data=b"" if m.isdir() else tar.extractfile(m).read(),
+                )
+            )
     return entries
 
 
@@ -129,8 +141,7 @@ def _safe_name(m: tarfile.TarInfo) -> str:
     try:
         tarfile.data_filter(m, _VET_ROOT)
     except tarfile.SpecialFileError:
-        raise Reject("unsafe_archive",
-                     f"member {m.name!r} is a device, fifo or other special file") from None
+        raise Reject("unsafe_archive", f"member {m.name!r} is a device, fifo or other special file") from None
     except tarfile.FilterError:  # AbsolutePathError, OutsideDestinationError, by the OS's rules
         raise Reject("unsafe_archive", escapes) from None
     check_text(m.name, f"member {m.name!r}")
@@ -148,4 +159,4 @@ def _strip_top_dir(entries: list[Entry]) -> list[Entry]:
     prefix = tops.pop() + "/"
     if prefix + "instruction.md" not in files and prefix + "task.toml" not in files:
         return entries
-    return [dataclasses.replace(e, name=e.name[len(prefix):]) for e in entries if e.name.startswith(prefix)]
+    return [dataclasses.replace(e, name=e.name[len(prefix) :]) for e in entries if e.name.startswith(prefix)]

@@ -81,8 +81,11 @@ def assistant_text(step: dict[str, Any], terminus_json: bool) -> str:
 
 def observation_text(step: dict[str, Any]) -> str | None:
     results = (step.get("observation") or {}).get("results") or []
-    texts = [text_of(r["content"], f"step {step.get('step_id')} observation")
-             for r in results if isinstance(r, dict) and "content" in r]
+    texts = [
+        text_of(r["content"], f"step {step.get('step_id')} observation")
+        for r in results
+        if isinstance(r, dict) and "content" in r
+    ]
     return "\n".join(texts) if texts else None
 
 

@@ -126,17 +126,21 @@ class IngestResult:
     rejects: int
     by_reason: dict[str, int] = field(default_factory=dict)
     manifest: dict[str, Any] = field(default_factory=dict)
-    files_from_cache: int = 0   # input files read back from the ingest cache (not in metrics: not content)
+    files_from_cache: int = 0  # input files read back from the ingest cache (not in metrics: not content)
 
     def metrics(self) -> dict[str, Any]:
-        return {"inputs": self.inputs, "rows": self.rows, "rejects": self.rejects,
-                "rejects_by_reason": dict(sorted(self.by_reason.items()))}
+        return {
+            "inputs": self.inputs,
+            "rows": self.rows,
+            "rejects": self.rejects,
+            "rejects_by_reason": dict(sorted(self.by_reason.items())),
+        }
 
 
 def check_text(value: Any, where: str) -> None:
     """Reject lone surrogates anywhere in a parsed JSON value (they cannot be written as UTF-8).
     Iterative: a value nested as deep as a parser allows does not exhaust the stack."""
-    if isinstance(value, str):   # the common case, without the stack
+    if isinstance(value, str):  # the common case, without the stack
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
@@ -157,12 +161,27 @@ def check_text(value: Any, where: str) -> None:
             stack.extend(v)
 
 
-def trajectory_row(*, source: str, task: str, messages: list[dict[str, str]], trace_source: str,
-                   run_id: str | None, trial_name: str | None, episode: str | None,
-                   n_episodes: int | None, agent: str | None, model: str | None,
-                   model_provider: str | None, date: str | None, result: str | None,
-                   reward: float | None, exception_type: str | None, renderer: str,
-                   provenance: list[dict[str, str]], row_index: int | None) -> dict[str, Any]:
+def trajectory_row(
+    *,
+    source: str,
+    task: str,
+    messages: list[dict[str, str]],
+    trace_source: str,
+    run_id: str | None,
+    trial_name: str | None,
+    episode: str | None,
+    n_episodes: int | None,
+    agent: str | None,
+    model: str | None,
+    model_provider: str | None,
+    date: str | None,
+    result: str | None,
+    reward: float | None,
+    exception_type: str | None,
+    renderer: str,
+    provenance: list[dict[str, str]],
+    row_index: int | None,
+) -> dict[str, Any]:
     """Validate messages, derive the computed columns and the content id of one trajectory.
 
     The text is valid: it was parsed by orjson or read from Arrow, which refuse invalid UTF-8 and
@@ -178,7 +197,7 @@ def trajectory_row(*, source: str, task: str, messages: list[dict[str, str]], tr
     if n_assistant == 0:
         raise Reject("empty_conversation", f"{len(messages)} messages but no assistant turn")
     identity = [source, task, run_id, trial_name, trace_source, episode]
-    conversation = sha256_bytes(canonical_json(messages))   # hashed once here, never again downstream
+    conversation = sha256_bytes(canonical_json(messages))  # hashed once here, never again downstream
     return {
         "trajectory_id": content_id("trajectory", [identity, conversation]),
         "task_id": task_id_for(source, task),
@@ -210,8 +229,15 @@ def trajectory_row(*, source: str, task: str, messages: list[dict[str, str]], tr
 
 
 def reject_row(source: str, input_kind: str, unit: Unit, reason: str, detail: str) -> dict[str, Any]:
-    body = {"source": source, "input_kind": input_kind, "path": unit.path, "row_index": unit.row_index,
-            "trace_source": unit.trace_source, "reason": reason, "detail": detail}
+    body = {
+        "source": source,
+        "input_kind": input_kind,
+        "path": unit.path,
+        "row_index": unit.row_index,
+        "trace_source": unit.trace_source,
+        "reason": reason,
+        "detail": detail,
+    }
     return {"reject_id": content_id("reject", body), **body}
 
 
@@ -221,11 +247,20 @@ def inputs_digest(listing: Iterable[tuple[str, str]]) -> dict[str, Any]:
     return {"files": len(items), "sha256": sha256_bytes(canonical_json(items))}
 
 
-def run_ingest(*, out_dir: Path, table: str, source: str, input_kind: str,
-               batches: Iterator[tuple[list[Unit], Callable[[list[Unit]], list[dict | Reject]]] | Parsed],
-               strict: bool, inputs: Callable[[], dict[str, Any]], params: dict[str, Any],
-               formulas: dict[str, str], metrics_path: Path | None = None,
-               on_progress: Callable[[int], None] | None = None) -> IngestResult:
+def run_ingest(
+    *,
+    out_dir: Path,
+    table: str,
+    source: str,
+    input_kind: str,
+    batches: Iterator[tuple[list[Unit], Callable[[list[Unit]], list[dict | Reject]]] | Parsed],
+    strict: bool,
+    inputs: Callable[[], dict[str, Any]],
+    params: dict[str, Any],
+    formulas: dict[str, str],
+    metrics_path: Path | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> IngestResult:
     """Drive one ingest: each batch is (units, process), where process returns one outcome per unit,
     or a Parsed batch (processed by a worker, its rows already a part file).
 
@@ -251,7 +286,8 @@ def run_ingest(*, out_dir: Path, table: str, source: str, input_kind: str,
                         raise RejectedInput(
                             f"{unit.path}{'' if unit.row_index is None else f' row {unit.row_index}'}: "
                             f"{outcome.reason} ({outcome.detail}); without --strict it is recorded in "
-                            f"rejects and ingest goes on")
+                            f"rejects and ingest goes on"
+                        )
                     rejects.append(reject_row(source, input_kind, unit, outcome.reason, outcome.detail))
                 elif outcome is not None:
                     writer.write(outcome)
@@ -265,8 +301,15 @@ def run_ingest(*, out_dir: Path, table: str, source: str, input_kind: str,
             if on_progress:
                 on_progress(len(units))
         info = writer.close()
-        rejects.sort(key=lambda r: (r["path"], r["row_index"] if r["row_index"] is not None else -1,
-                                    r["trace_source"] or "", r["reason"], r["reject_id"]))
+        rejects.sort(
+            key=lambda r: (
+                r["path"],
+                r["row_index"] if r["row_index"] is not None else -1,
+                r["trace_source"] or "",
+                r["reason"],
+                r["reject_id"],
+            )
+        )
         reject_writer = table_writer(tmp, load_schema("rejects"))
         for r in rejects:
             reject_writer.write(r)
@@ -277,17 +320,21 @@ def run_ingest(*, out_dir: Path, table: str, source: str, input_kind: str,
         result = IngestResult(out_dir, n_inputs, n_rows, len(rejects), by_reason)
         check(result.inputs == result.rows + result.rejects, f"ingest accounting: {result.metrics()}")
         result.manifest = write_manifest(
-            tmp, kind=f"ingest-{input_kind}", tables=[info, reject_info], inputs=inputs(),
-            params=params, formulas=formulas,
-            counts={"source": source, **result.metrics()})
+            tmp,
+            kind=f"ingest-{input_kind}",
+            tables=[info, reject_info],
+            inputs=inputs(),
+            params=params,
+            formulas=formulas,
+            counts={"source": source, **result.metrics()},
+        )
     if metrics_path is not None:
         metrics_path.parent.mkdir(parents=True, exist_ok=True)
-        write_json(metrics_path, {"source": source, "version_id": result.manifest["version_id"],
-                                  **result.metrics()})
+        write_json(metrics_path, {"source": source, "version_id": result.manifest["version_id"], **result.metrics()})
     return result
 
 
-FALLBACK_MAX_DEPTH = 500   # the stdlib parser recurses: deeper malformed JSON is json_too_deep
+FALLBACK_MAX_DEPTH = 500  # the stdlib parser recurses: deeper malformed JSON is json_too_deep
 
 
 def json_depth(text: str) -> int:
@@ -320,13 +367,16 @@ def parse_json_bytes(data: bytes, where: str) -> Any:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise Reject("invalid_utf8", f"{where}: byte {e.start} is not UTF-8 ({data[e.start:e.start + 4]!r})") from None
+        raise Reject(
+            "invalid_utf8", f"{where}: byte {e.start} is not UTF-8 ({data[e.start : e.start + 4]!r})"
+        ) from None
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError as e:
         if json_depth(text) > FALLBACK_MAX_DEPTH:
-            raise Reject("json_too_deep", f"{where} is not valid JSON and nests deeper than "
-                                          f"{FALLBACK_MAX_DEPTH} levels ({e})") from None
+            raise Reject(
+                "json_too_deep", f"{where} is not valid JSON and nests deeper than {FALLBACK_MAX_DEPTH} levels ({e})"
+            ) from None
         try:  # the stdlib parser accepts lone surrogate escapes, orjson does not: tell them apart
             value = json.loads(text)
         except json.JSONDecodeError:

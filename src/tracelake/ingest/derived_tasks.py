@@ -38,7 +38,7 @@ def derived_instruction(first_user: str) -> str:
     start = first_user.find(TASK_MARKER)
     if start < 0:
         return first_user.strip()
-    text = first_user[start + len(TASK_MARKER):]
+    text = first_user[start + len(TASK_MARKER) :]
     end = text.find(END_MARKER)
     return (text if end < 0 else text[:end]).strip()
 
@@ -46,11 +46,22 @@ def derived_instruction(first_user: str) -> str:
 def derived_task_row(source: str, row: dict[str, Any]) -> dict[str, Any]:
     instruction = derived_instruction(row["first_user"] or "")
     if not instruction:
-        raise Reject("missing_instruction", f"no user message in trajectory {row['trajectory_id']} to take the "
-                     f"task's instruction from")
-    return {"task_id": row["task_id"], "source": source, "name": row["name"], "instruction": instruction,
-            "task_checksum": sha256_bytes(instruction.encode()), "metadata_json": None, "n_files": 0,
-            "task_binary": None, "provenance": row["provenance"], "derived_from": row["trajectory_id"]}
+        raise Reject(
+            "missing_instruction",
+            f"no user message in trajectory {row['trajectory_id']} to take the task's instruction from",
+        )
+    return {
+        "task_id": row["task_id"],
+        "source": source,
+        "name": row["name"],
+        "instruction": instruction,
+        "task_checksum": sha256_bytes(instruction.encode()),
+        "metadata_json": None,
+        "n_files": 0,
+        "task_binary": None,
+        "provenance": row["provenance"],
+        "derived_from": row["trajectory_id"],
+    }
 
 
 def derive_tasks(lake: Lake, *, source: str, out_dir: Path, strict: bool = False) -> IngestResult:
@@ -62,8 +73,10 @@ def derive_tasks(lake: Lake, *, source: str, out_dir: Path, strict: bool = False
     def batches() -> Iterator[tuple[list[Unit], Any]]:
         for batch in reader:
             rows = batch.to_pylist()
-            units = [Unit(path=r["provenance"][0]["path"] if r["provenance"] else r["trajectory_id"], payload=r)
-                     for r in rows]
+            units = [
+                Unit(path=r["provenance"][0]["path"] if r["provenance"] else r["trajectory_id"], payload=r)
+                for r in rows
+            ]
             yield units, _process
 
     def _process(units: list[Unit]) -> list[dict | Reject]:
@@ -77,6 +90,13 @@ def derive_tasks(lake: Lake, *, source: str, out_dir: Path, strict: bool = False
 
     trajectories = read_manifest(lake.table("trajectories", source))["version_id"]
     return run_ingest(
-        out_dir=out_dir, table="tasks", source=source, input_kind=INPUT_KIND, batches=batches(), strict=strict,
+        out_dir=out_dir,
+        table="tasks",
+        source=source,
+        input_kind=INPUT_KIND,
+        batches=batches(),
+        strict=strict,
         inputs=lambda: {"kind": INPUT_KIND, "trajectories": trajectories},
-        params={"source": source, "input_kind": INPUT_KIND}, formulas={"tasks": DERIVE_RULE})
+        params={"source": source, "input_kind": INPUT_KIND},
+        formulas={"tasks": DERIVE_RULE},
+    )

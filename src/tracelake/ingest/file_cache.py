@@ -47,8 +47,11 @@ def code_digest() -> str:
     """sha256 over the code that makes trajectory rows (tracelake/ingest, tracelake/core) and the
     trajectories schema: any change to them makes every cached file stale."""
     package = Path(__file__).resolve().parents[1]
-    files = [*sorted((package / "ingest").glob("*.py")), *sorted((package / "core").glob("*.py")),
-             asset_dir("schemas") / "trajectories.yaml"]
+    files = [
+        *sorted((package / "ingest").glob("*.py")),
+        *sorted((package / "core").glob("*.py")),
+        asset_dir("schemas") / "trajectories.yaml",
+    ]
     h = hashlib.sha256()
     for path in files:
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
@@ -67,8 +70,9 @@ def copy_hashed(src: Path, dst: Path) -> tuple[int, str]:
 
 
 def _stat_key(path: Path, st: os.stat_result) -> str:
-    return hashlib.sha256(orjson.dumps([str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
-                                        st.st_ctime_ns])).hexdigest()
+    return hashlib.sha256(
+        orjson.dumps([str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns])
+    ).hexdigest()
 
 
 class FileCache:
@@ -102,8 +106,13 @@ class FileCache:
             st = os.stat(path)
         except OSError:
             return
-        if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != \
-                (before.st_dev, before.st_ino, before.st_size, before.st_mtime_ns, before.st_ctime_ns):
+        if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != (
+            before.st_dev,
+            before.st_ino,
+            before.st_size,
+            before.st_mtime_ns,
+            before.st_ctime_ns,
+        ):
             return
         key = _stat_key(path, st)
         final = self.root / "stat" / key[:2] / key
@@ -147,8 +156,10 @@ def _replay(rel: str, specs: list[dict], base: Path, into: Path) -> Iterator[Par
                     raise ValueError("a part's bytes changed")
             yield Parsed(units, rejects, part, spec["keys"])
         except (OSError, KeyError, TypeError, ValueError) as e:
-            raise BadInput(f"the ingest cache entry {base}.json is damaged ({e}); delete it (or the whole "
-                           f"ingest cache) and run again") from None
+            raise BadInput(
+                f"the ingest cache entry {base}.json is damaged ({e}); delete it (or the whole "
+                f"ingest cache) and run again"
+            ) from None
 
 
 class EntryWriter:
@@ -170,9 +181,16 @@ class EntryWriter:
             tmp.unlink(missing_ok=True)
             part = copy_hashed(parsed.part, tmp)
             self._parts.append(final)
-        self._specs.append({"part": part, "keys": parsed.keys, "units": [
-            [u.row_index, u.trace_source, r.reason if r else None, r.detail if r else None]
-            for u, r in zip(parsed.units, parsed.rejects)]})
+        self._specs.append(
+            {
+                "part": part,
+                "keys": parsed.keys,
+                "units": [
+                    [u.row_index, u.trace_source, r.reason if r else None, r.detail if r else None]
+                    for u, r in zip(parsed.units, parsed.rejects)
+                ],
+            }
+        )
 
     def commit(self) -> None:
         for final in self._parts:
@@ -180,7 +198,7 @@ class EntryWriter:
         index = self.base.with_suffix(".json")
         tmp = index.with_name(index.name + self._tmp)
         tmp.write_bytes(orjson.dumps(self._specs))
-        tmp.replace(index)   # last: an entry without its index is a miss
+        tmp.replace(index)  # last: an entry without its index is a miss
 
     def abort(self) -> None:
         for final in self._parts:

@@ -44,7 +44,7 @@ from tracelake.ingest.validate import show
 from tracelake.ingest.walk import Problem, Root, display, is_dir, is_text, listing, walk_dirs
 
 INPUT_KIND = "harbor"
-TRIAL_BATCH = 64   # trials a worker reads and writes as one part (a worker holds their rows: keep it bounded)
+TRIAL_BATCH = 64  # trials a worker reads and writes as one part (a worker holds their rows: keep it bounded)
 _MAX_CONTINUATIONS = 1000
 
 
@@ -57,7 +57,7 @@ def discover(root: Path) -> tuple[list[Path], list[Problem]]:
         raise BadInput(f"{display(str(root))} is not a directory (expected Harbor job directories)")
     inside = Root(root)
 
-    def bare_leaf(d: Path) -> bool:   # a trial whose agent never ran: it will be rejected with its reason
+    def bare_leaf(d: Path) -> bool:  # a trial whose agent never ran: it will be rejected with its reason
         result = d / "result.json"
         return os.path.isfile(result) and (not inside.contains(result) or not _is_job_result(inside, result))
 
@@ -83,11 +83,15 @@ def trial_units(root: Root, trial: Path) -> list[Unit]:
     try:
         names = [e.name for e in listing(agent)] if is_dir(agent) and root.dir_inside(agent) else []
     except OSError:
-        names = []   # the main unit says why (its trajectory.json cannot be read either)
+        names = []  # the main unit says why (its trajectory.json cannot be read either)
     for name in names:
-        if (name.startswith("trajectory.") and name.endswith(".json") and len(name) > len("trajectory.json")
-                and not name.startswith("trajectory.cont-")):
-            kind = name[len("trajectory."):-len(".json")]
+        if (
+            name.startswith("trajectory.")
+            and name.endswith(".json")
+            and len(name) > len("trajectory.json")
+            and not name.startswith("trajectory.cont-")
+        ):
+            kind = name[len("trajectory.") : -len(".json")]
             unit = Unit(path=display(_join(rel, f"agent/{name}")), trace_source=display(kind))
             if not is_text(name):
                 unit.payload = Reject("invalid_path", f"{unit.path} is not UTF-8")
@@ -145,7 +149,10 @@ class HarborReader:
         while isinstance(chain[-1][1], dict) and chain[-1][1].get("continued_trajectory_ref"):
             ref = chain[-1][1]["continued_trajectory_ref"]
             if not isinstance(ref, str) or "/" in ref or ref.startswith(".") or len(chain) > _MAX_CONTINUATIONS:
-                raise Reject("broken_continuation", f"{chain[-1][0]}: continued_trajectory_ref {show(ref)} is not a file name in agent/")
+                raise Reject(
+                    "broken_continuation",
+                    f"{chain[-1][0]}: continued_trajectory_ref {show(ref)} is not a file name in agent/",
+                )
             ref_rel = f"{agent_dir}/{ref}" if agent_dir else ref
             if any(ref_rel == where for where, _ in chain):
                 raise Reject("broken_continuation", f"{chain[-1][0]}: continuation loops back to {ref}")
@@ -154,25 +161,45 @@ class HarborReader:
             provenance.append(next_prov)
         messages, n_episodes = atif.main_conversation(chain)
         agent_info = doc.get("agent") or {}
-        return self._row(meta, messages, "main", f"episode-{n_episodes - 1}", n_episodes,
-                         meta.agent or agent_info.get("name"), agent_info.get("model_name") or meta.model,
-                         provenance), doc
+        return self._row(
+            meta,
+            messages,
+            "main",
+            f"episode-{n_episodes - 1}",
+            n_episodes,
+            meta.agent or agent_info.get("name"),
+            agent_info.get("model_name") or meta.model,
+            provenance,
+        ), doc
 
     def _subagent(self, unit: Unit, meta: TrialResult, result_prov: dict, main_doc: Any) -> dict:
         doc, prov = self._load(unit.path, "missing_trajectory")
         parent_json = isinstance(main_doc, dict) and atif.uses_terminus_json(main_doc)
         messages = atif.subagent_conversation(unit.path, doc, parent_json)
         model = (doc.get("agent") or {}).get("model_name") or meta.model
-        return self._row(meta, messages, unit.trace_source, "episode-0", 1, meta.agent, model,
-                         [result_prov, prov])
+        return self._row(meta, messages, unit.trace_source, "episode-0", 1, meta.agent, model, [result_prov, prov])
 
     def _row(self, meta: TrialResult, messages, trace_source, episode, n_episodes, agent, model, provenance):
         return trajectory_row(
-            source=self.source, task=meta.task, messages=messages, trace_source=trace_source,
-            run_id=meta.run_id, trial_name=meta.trial_name, episode=episode, n_episodes=n_episodes,
-            agent=agent, model=model, model_provider=meta.provider, date=meta.date, result=meta.result,
-            reward=meta.reward, exception_type=meta.exception_type, renderer=atif.RENDERER,
-            provenance=provenance, row_index=None)
+            source=self.source,
+            task=meta.task,
+            messages=messages,
+            trace_source=trace_source,
+            run_id=meta.run_id,
+            trial_name=meta.trial_name,
+            episode=episode,
+            n_episodes=n_episodes,
+            agent=agent,
+            model=model,
+            model_provider=meta.provider,
+            date=meta.date,
+            result=meta.result,
+            reward=meta.reward,
+            exception_type=meta.exception_type,
+            renderer=atif.RENDERER,
+            provenance=provenance,
+            row_index=None,
+        )
 
 
 def trial_rel(units: list[Unit]) -> str:
@@ -205,10 +232,17 @@ def read_trials(task: tuple[str, str, list[str], str]) -> TrialsRead:
         outcomes += trial_outcomes
         read.append((key, len(trial_units_), list(reader.files.items())))
     for u in units:
-        u.payload = None   # what travels back is the outcome, not the input
+        u.payload = None  # what travels back is the outcome, not the input
     rows = [o for o in outcomes if not isinstance(o, Reject)]
-    return TrialsRead(Parsed(units, [o if isinstance(o, Reject) else None for o in outcomes],
-                             write_scratch_part(directory, rows), [r["trajectory_id"] for r in rows]), read)
+    return TrialsRead(
+        Parsed(
+            units,
+            [o if isinstance(o, Reject) else None for o in outcomes],
+            write_scratch_part(directory, rows),
+            [r["trajectory_id"] for r in rows],
+        ),
+        read,
+    )
 
 
 class TrialDedup:
@@ -222,23 +256,31 @@ class TrialDedup:
     def __call__(self, read: TrialsRead) -> Parsed:
         parsed, start, keep = read.parsed, 0, []
         for key, n_units, files in read.trials:
-            units = parsed.units[start:start + n_units]
-            rejects = parsed.rejects[start:start + n_units]
+            units = parsed.units[start : start + n_units]
+            rejects = parsed.rejects[start : start + n_units]
             rel = trial_rel(units)
             first = self.seen.setdefault(key, rel) if key is not None else rel
             self.files.update(files if first == rel else files[:1])
             keep += [first == rel] * rejects.count(None)
             if first != rel:
-                parsed.rejects[start:start + n_units] = [Reject(
-                    "duplicate_trial", f"trial {key[1]} of task {key[0]} was already ingested from {first}")] * n_units
+                parsed.rejects[start : start + n_units] = [
+                    Reject("duplicate_trial", f"trial {key[1]} of task {key[0]} was already ingested from {first}")
+                ] * n_units
             start += n_units
         return drop_rows(parsed, keep)
 
 
-def ingest_harbor(jobs_dir: Path, *, source: str, out_dir: Path, strict: bool = False,
-                  metrics_path: Path | None = None, workers: int = 0,
-                  on_start: Callable[[int], None] | None = None,
-                  on_progress: Callable[[int], None] | None = None) -> IngestResult:
+def ingest_harbor(
+    jobs_dir: Path,
+    *,
+    source: str,
+    out_dir: Path,
+    strict: bool = False,
+    metrics_path: Path | None = None,
+    workers: int = 0,
+    on_start: Callable[[int], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> IngestResult:
     """Ingest every trial under jobs_dir into out_dir (the trajectories table, rejects.parquet,
     manifest). Trials are read TRIAL_BATCH at a time in `workers` processes (0: one per core), each
     batch written by its worker as a part; the output is the same whatever the worker count."""
@@ -252,9 +294,9 @@ def ingest_harbor(jobs_dir: Path, *, source: str, out_dir: Path, strict: bool = 
     dedup = TrialDedup()
 
     def batches() -> Iterator[Parsed | tuple[list[Unit], Callable]]:
-        if problems:   # directories that are no input: one reject each
+        if problems:  # directories that are no input: one reject each
             yield [Unit(path=p) for p, _ in problems], lambda units: [r for _, r in problems]
-        chunks = [trials[i:i + TRIAL_BATCH] for i in range(0, len(trials), TRIAL_BATCH)]
+        chunks = [trials[i : i + TRIAL_BATCH] for i in range(0, len(trials), TRIAL_BATCH)]
         work = ((str(jobs_dir), source, [str(t) for t in chunk], str(scratch)) for chunk in chunks)
         for chunk, read in zip(chunks, ordered_map(read_trials, work, worker_count(workers))):
             yield dedup(read)
@@ -263,10 +305,18 @@ def ingest_harbor(jobs_dir: Path, *, source: str, out_dir: Path, strict: bool = 
 
     try:
         return run_ingest(
-            out_dir=out_dir, table="trajectories", source=source, input_kind=INPUT_KIND,
-            batches=batches(), strict=strict,
-            inputs=lambda: {"kind": INPUT_KIND, "root": display(jobs_dir.as_posix()), "trials": len(trials),
-                            **inputs_digest(dedup.files.items())},
+            out_dir=out_dir,
+            table="trajectories",
+            source=source,
+            input_kind=INPUT_KIND,
+            batches=batches(),
+            strict=strict,
+            inputs=lambda: {
+                "kind": INPUT_KIND,
+                "root": display(jobs_dir.as_posix()),
+                "trials": len(trials),
+                **inputs_digest(dedup.files.items()),
+            },
             params={"source": source, "input_kind": INPUT_KIND},
             formulas={"renderer": atif.RENDERER},
             metrics_path=metrics_path,

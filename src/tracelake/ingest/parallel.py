@@ -23,6 +23,7 @@ R = TypeVar("R")
 @dataclass(frozen=True)
 class Ready:
     """An item that needs no work (a marker, a cached result): passed through in its place."""
+
     value: Any
 
 

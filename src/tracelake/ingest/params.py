@@ -9,7 +9,7 @@ from pydantic import BeforeValidator, Field
 
 from tracelake.core.params import Invalid, Name, Section
 
-Format = Literal["harbor", "traces"]   # harbor: job directories; traces: Parquet/JSON/JSONL trace tables
+Format = Literal["harbor", "traces"]  # harbor: job directories; traces: Parquet/JSON/JSONL trace tables
 
 
 def _source_selection(value: Any) -> Any:
@@ -24,22 +24,24 @@ the names: tracelake/params.py)."""
 
 
 MAX_MEMBERS = 100_000
-MAX_TOTAL_BYTES = 2 << 30   # 2 GiB
+MAX_TOTAL_BYTES = 2 << 30  # 2 GiB
 
 
 class ArchiveParams(Section):
     """Caps on one task (a task_binary read at ingest or extract, or a task directory): past either, the
     task is rejected `archive_too_large` as soon as the cap is crossed, before the rest is read."""
 
-    max_members: Annotated[int, Field(ge=1)] = MAX_MEMBERS           # files and directories in one task
-    max_total_bytes: Annotated[int, Field(ge=1)] = MAX_TOTAL_BYTES   # the task's file contents, uncompressed
+    max_members: Annotated[int, Field(ge=1)] = MAX_MEMBERS  # files and directories in one task
+    max_total_bytes: Annotated[int, Field(ge=1)] = MAX_TOTAL_BYTES  # the task's file contents, uncompressed
 
 
 class IngestParams(Section):
-    strict: bool = False   # true: the first reject stops the stage with a one-line error
-    workers: Annotated[int, Field(ge=0)] = 0   # processes parsing trace tables, Harbor trials and task directories; 0: one per core (same bytes either way)
-    cache: str = ".tracelake/cache/ingest"      # parsed trace table files by content: unchanged files are not parsed again
-    archive: ArchiveParams = Field(default_factory=ArchiveParams)   # caps on one task's archive or directory (zip bombs)
+    strict: bool = False  # true: the first reject stops the stage with a one-line error
+    workers: Annotated[int, Field(ge=0)] = (
+        0  # processes parsing trace tables, Harbor trials and task directories; 0: one per core (same bytes either way)
+    )
+    cache: str = ".tracelake/cache/ingest"  # parsed trace table files by content: unchanged files are not parsed again
+    archive: ArchiveParams = Field(default_factory=ArchiveParams)  # caps on one task's archive or directory (zip bombs)
 
 
 class SourceParams(Section):

@@ -27,7 +27,7 @@ from tracelake.ingest.validate import json_kind
 from tracelake.ingest.walk import Root, display, listing
 
 TABLE_SUFFIXES = (".parquet", ".jsonl", ".json")
-JSONL_BLOCK_BYTES = 32 << 20   # a JSONL file is read in blocks of whole lines of about this size
+JSONL_BLOCK_BYTES = 32 << 20  # a JSONL file is read in blocks of whole lines of about this size
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class Input:
 
     path: Path
     problem: tuple[str, str] | None = None
-    linked: bool = False   # found in a directory through a symlink (that stays inside it)
+    linked: bool = False  # found in a directory through a symlink (that stays inside it)
 
 
 def expand_inputs(paths: Sequence[Path]) -> list[Input]:
@@ -56,11 +56,12 @@ def expand_inputs(paths: Sequence[Path]) -> list[Input]:
         raise BadInput("no input files given")
     seen: dict[Path, Path] = {}
     for i in inputs:
-        if i.problem is None and not i.linked:   # a link inside a directory: its rows are duplicates
+        if i.problem is None and not i.linked:  # a link inside a directory: its rows are duplicates
             first = seen.setdefault(i.path.resolve(), i.path)
             if first is not i.path:
-                raise BadInput(f"{display(str(i.path))} is named twice (also as {display(str(first))}); "
-                               "name each input file once")
+                raise BadInput(
+                    f"{display(str(i.path))} is named twice (also as {display(str(first))}); name each input file once"
+                )
     return inputs
 
 
@@ -106,8 +107,8 @@ class RawBatch:
     standing for the whole file. `units()` turns it into Units wherever it is processed."""
 
     rel: str
-    start: int = 0                 # the first row's (or line's) 0-based index in its file
-    path: str | None = None        # JSONL: the file, and the byte range of whole lines
+    start: int = 0  # the first row's (or line's) 0-based index in its file
+    path: str | None = None  # JSONL: the file, and the byte range of whole lines
     offset: int = 0
     length: int = 0
     arrow: pa.RecordBatch | None = None
@@ -118,8 +119,11 @@ class RawBatch:
         if self.reject is not None:
             return [Unit(path=self.rel, payload=self.reject)]
         if self.path is not None:
-            return [Unit(path=self.rel, row_index=self.start + i, payload=line)
-                    for i, line in enumerate(self._read_lines()) if line and not line.isspace()]
+            return [
+                Unit(path=self.rel, row_index=self.start + i, payload=line)
+                for i, line in enumerate(self._read_lines())
+                if line and not line.isspace()
+            ]
         rows = _pylist(self.arrow) if self.arrow is not None else [_unwrap(r) for r in self.rows]
         return [Unit(path=self.rel, row_index=self.start + i, payload=row) for i, row in enumerate(rows)]
 
@@ -132,8 +136,9 @@ class RawBatch:
         return block.split(b"\n")
 
 
-def table_units(path: Path, rel: str, *, columns: Sequence[str], batch_size: int,
-                hashes: dict[str, str]) -> Iterator[list[Unit]]:
+def table_units(
+    path: Path, rel: str, *, columns: Sequence[str], batch_size: int, hashes: dict[str, str]
+) -> Iterator[list[Unit]]:
     """The rows of one table file as batches of units; records the file's sha256 in hashes.
 
     A unit's payload is a row (dict), a JSONL line (bytes, parsed by row_object) or a Reject
@@ -143,8 +148,9 @@ def table_units(path: Path, rel: str, *, columns: Sequence[str], batch_size: int
         yield raw.units()
 
 
-def raw_batches(path: Path, rel: str, *, columns: Sequence[str], batch_size: int,
-                hashes: dict[str, str]) -> Iterator[RawBatch]:
+def raw_batches(
+    path: Path, rel: str, *, columns: Sequence[str], batch_size: int, hashes: dict[str, str]
+) -> Iterator[RawBatch]:
     """table_units before the rows are decoded: what a worker process receives."""
     suffix = path.suffix.lower()
     if suffix not in TABLE_SUFFIXES or not path.is_file():
@@ -171,7 +177,7 @@ def _file_reject(rel: str, reason: str, detail: str) -> RawBatch:
 
 def _parquet_batches(path: Path, rel: str, columns: Sequence[str], batch_size: int) -> Iterator[RawBatch]:
     try:
-        pf = pq.ParquetFile(path, pre_buffer=False)   # read ahead is kept: memory would grow with the file
+        pf = pq.ParquetFile(path, pre_buffer=False)  # read ahead is kept: memory would grow with the file
         wanted = [c for c in pf.schema_arrow.names if c in columns] or None
         batches = pf.iter_batches(batch_size=batch_size, columns=wanted)
     except (OSError, pa.ArrowException) as e:
@@ -214,7 +220,7 @@ def _jsonl_batches(path: Path, rel: str, block_bytes: int, hashes: dict[str, str
         with open(path, "rb") as f:
             while block := f.read(block_bytes):
                 if not block.endswith(b"\n"):
-                    block += f.readline()   # finish the last line (one copy of the block)
+                    block += f.readline()  # finish the last line (one copy of the block)
                 h.update(block)
                 ranges.append(RawBatch(rel, line, path=str(path), offset=offset, length=len(block)))
                 offset += len(block)
@@ -227,7 +233,7 @@ def _jsonl_batches(path: Path, rel: str, block_bytes: int, hashes: dict[str, str
 
 
 def _json_batches(path: Path, rel: str, batch_size: int, hashes: dict[str, str]) -> Iterator[RawBatch]:
-    checked = True   # orjson refuses lone surrogates; the stdlib fallback below does not
+    checked = True  # orjson refuses lone surrogates; the stdlib fallback below does not
     try:
         data = path.read_bytes()
         hashes[rel] = sha256_bytes(data)
@@ -244,10 +250,10 @@ def _json_batches(path: Path, rel: str, batch_size: int, hashes: dict[str, str])
     if not isinstance(rows, list):
         yield _file_reject(rel, "invalid_field", 'expected a JSON list of rows or {"rows": [...]}')
         return
-    if not checked:   # a row holding a lone surrogate is rejected alone
+    if not checked:  # a row holding a lone surrogate is rejected alone
         rows = [_without_surrogates(item) for item in rows]
     for start in range(0, len(rows), batch_size):
-        yield RawBatch(rel, start, rows=rows[start:start + batch_size])
+        yield RawBatch(rel, start, rows=rows[start : start + batch_size])
 
 
 def _without_surrogates(item: Any) -> Any:

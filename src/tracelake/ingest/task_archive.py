@@ -48,8 +48,18 @@ from tracelake.ingest.common import Reject
 from tracelake.ingest.params import ArchiveParams
 from tracelake.ingest.walk import Root, display, is_text
 
-__all__ = ["ARCHIVE_FORMAT", "CHECKSUM_FORMULA", "DEFAULT_LIMITS", "Entry", "build_archive",
-           "extract_archive", "extract_table", "read_archive", "task_checksum", "walk_task_dir"]
+__all__ = [
+    "ARCHIVE_FORMAT",
+    "CHECKSUM_FORMULA",
+    "DEFAULT_LIMITS",
+    "Entry",
+    "build_archive",
+    "extract_archive",
+    "extract_table",
+    "read_archive",
+    "task_checksum",
+    "walk_task_dir",
+]
 
 ARCHIVE_FORMAT = "tar-pax-sorted-mode644/755-uid0-mtime0-gzip9-v1"
 CHECKSUM_FORMULA = "sha256(canonical_json(sorted [posix path, sha256(bytes)] of regular files))"
@@ -58,6 +68,7 @@ NOTHING = "nothing was extracted"
 
 
 # --- task directories ------------------------------------------------------------------------
+
 
 def walk_task_dir(task_dir: Path, limits: ArchiveParams = DEFAULT_LIMITS) -> list[Entry]:
     """Every file and directory under task_dir, sorted by path; links are refused, never followed,
@@ -73,7 +84,7 @@ def walk_task_dir(task_dir: Path, limits: ArchiveParams = DEFAULT_LIMITS) -> lis
         nonlocal total
         children = []
         with os.scandir(d) as it:
-            for e in it:   # counted as listed: a directory of a million files stops at the cap
+            for e in it:  # counted as listed: a directory of a million files stops at the cap
                 children.append(e)
                 if len(entries) + len(children) > limits.max_members:
                     raise too_many_members(limits)
@@ -89,10 +100,11 @@ def walk_task_dir(task_dir: Path, limits: ArchiveParams = DEFAULT_LIMITS) -> lis
             elif e.is_file(follow_symlinks=False):
                 st = e.stat(follow_symlinks=False)
                 total += st.st_size
-                if total > limits.max_total_bytes:   # from the size: the file is not read
+                if total > limits.max_total_bytes:  # from the size: the file is not read
                     raise too_many_bytes(limits)
-                entries.append(Entry(rel, is_dir=False, executable=bool(st.st_mode & 0o111),
-                                     data=_read_no_follow(e.path)))
+                entries.append(
+                    Entry(rel, is_dir=False, executable=bool(st.st_mode & 0o111), data=_read_no_follow(e.path))
+                )
             else:
                 raise Reject("unsafe_archive", f"{rel} is not a regular file or directory")
             if len(entries) > limits.max_members:
@@ -107,9 +119,12 @@ def walk_task_dir(task_dir: Path, limits: ArchiveParams = DEFAULT_LIMITS) -> lis
 
 def _refuse_link(path: Path, rel: str, inside: str | Path, where: str) -> None:
     """Reject a symlink: symlink_outside_input when it leads outside `inside`, else unsafe_archive."""
-    if not Root(inside).contains(path):   # realpath only reads links (and stops at loops)
-        raise Reject("symlink_outside_input", f"{rel} is a symlink leading outside {where} "
-                     f"(to {os.readlink(path)!r}); links are never followed: copy the file in instead")
+    if not Root(inside).contains(path):  # realpath only reads links (and stops at loops)
+        raise Reject(
+            "symlink_outside_input",
+            f"{rel} is a symlink leading outside {where} "
+            f"(to {os.readlink(path)!r}); links are never followed: copy the file in instead",
+        )
     raise Reject("unsafe_archive", f"{rel} is a symlink (links are never followed)")
 
 
@@ -123,8 +138,10 @@ def _read_no_follow(path: str) -> bytes:
 def build_archive(entries: list[Entry]) -> bytes:
     """A deterministic gzipped tar of the entries (same entries -> same bytes)."""
     buf = io.BytesIO()
-    with (gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, filename="", compresslevel=9) as gz,
-          tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8") as tar):
+    with (
+        gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, filename="", compresslevel=9) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8") as tar,
+    ):
         for e in sorted(entries, key=lambda e: e.name):
             info = tarfile.TarInfo(e.name)
             info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
@@ -145,8 +162,10 @@ def task_checksum(entries: list[Entry]) -> str:
 
 # --- extracting one archive ------------------------------------------------------------------
 
-def extract_archive(data: bytes, dest: Path, *, label: str | None = None,
-                    limits: ArchiveParams = DEFAULT_LIMITS) -> list[str]:
+
+def extract_archive(
+    data: bytes, dest: Path, *, label: str | None = None, limits: ArchiveParams = DEFAULT_LIMITS
+) -> list[str]:
     """Extract a task_binary into dest (absent or an empty directory); the files written, sorted.
 
     The archive is read and checked in memory (read_archive), written with `lake.output_dir` (a
@@ -164,7 +183,7 @@ def extract_archive(data: bytes, dest: Path, *, label: str | None = None,
         raise BadInput(f"{what}: {r.detail} — {NOTHING}") from None
     created = _make_parents(dest.parent, what)
     try:
-        with output_dir(dest, clean_siblings=False) as tmp:   # dest's parent is the user's
+        with output_dir(dest, clean_siblings=False) as tmp:  # dest's parent is the user's
             _write_entries(entries, tmp, what)
     except OSError as e:
         _remove_dirs(created)
@@ -203,8 +222,7 @@ def _write_entries(entries: list[Entry], root: Path, what: str) -> None:
                 f.write(e.data)
                 os.fchmod(f.fileno(), 0o755 if e.executable else 0o644)
         except OSError as err:
-            raise BadInput(f"{what}: member {e.name!r} cannot be written ({err.strerror or err}) "
-                           f"— {NOTHING}") from None
+            raise BadInput(f"{what}: member {e.name!r} cannot be written ({err.strerror or err}) — {NOTHING}") from None
     for d, _, _ in os.walk(root):
         os.chmod(d, 0o755)
 
@@ -230,8 +248,10 @@ def _remove_dirs(dirs: list[Path]) -> None:
 
 # --- extracting a task table -----------------------------------------------------------------
 
-def extract_table(table_path: Path, out: Path, *, names: list[str] | None = None,
-                  limits: ArchiveParams = DEFAULT_LIMITS) -> list[Path]:
+
+def extract_table(
+    table_path: Path, out: Path, *, names: list[str] | None = None, limits: ArchiveParams = DEFAULT_LIMITS
+) -> list[Path]:
     """Extract each (path, task_binary) row of a Parquet task table into out/<path>.
 
     names keeps only the rows whose path, or its last component, is one of them. Every selected
@@ -252,7 +272,7 @@ def extract_table(table_path: Path, out: Path, *, names: list[str] | None = None
     created: list[Path] = []
     try:
         for i, binary in _read_binaries(table, table_path, set(selected)):
-            _check_inside(targets[i], out, table_path)   # again: the check above was before any write
+            _check_inside(targets[i], out, table_path)  # again: the check above was before any write
             created += _make_parents(targets[i].parent, f"{table_path} row {i}")
             _check_inside(targets[i], out, table_path)
             extract_archive(binary, targets[i], label=selected[i], limits=limits)
@@ -270,8 +290,10 @@ def _check_inside(target: Path, out: Path, table_path: Path) -> None:
     root = os.path.realpath(out)
     real = os.path.realpath(target)
     if real != root and not real.startswith(root.rstrip("/") + "/"):
-        raise BadInput(f"{table_path}: {target} resolves to {real}, outside {out} (a symlink under it "
-                       f"leads elsewhere); remove the link or pass a new --out — {NOTHING}")
+        raise BadInput(
+            f"{table_path}: {target} resolves to {real}, outside {out} (a symlink under it "
+            f"leads elsewhere); remove the link or pass a new --out — {NOTHING}"
+        )
 
 
 def _open_table(table_path: Path) -> pq.ParquetFile:
@@ -284,8 +306,7 @@ def _open_table(table_path: Path) -> pq.ParquetFile:
 
 def _read_paths(table: pq.ParquetFile, table_path: Path) -> list[str | None]:
     try:
-        return [p for b in table.iter_batches(batch_size=65536, columns=["path"])
-                for p in b.column("path").to_pylist()]
+        return [p for b in table.iter_batches(batch_size=65536, columns=["path"]) for p in b.column("path").to_pylist()]
     except (pa.ArrowException, OSError) as e:
         raise BadInput(f"{table_path}: the path column cannot be read ({e})") from None
 
@@ -300,8 +321,10 @@ def _read_binaries(table: pq.ParquetFile, table_path: Path, rows: set[int]):
                 if row + j in rows:
                     value = column[j].as_py()
                     if not isinstance(value, bytes):
-                        raise BadInput(f"{table_path}: row {row + j} task_binary is "
-                                       f"{'missing' if value is None else 'not binary'} — {NOTHING}")
+                        raise BadInput(
+                            f"{table_path}: row {row + j} task_binary is "
+                            f"{'missing' if value is None else 'not binary'} — {NOTHING}"
+                        )
                     yield row + j, value
             row += len(column)
     except (pa.ArrowException, OSError) as e:
@@ -311,8 +334,11 @@ def _read_binaries(table: pq.ParquetFile, table_path: Path, rows: set[int]):
 def _select(paths: list[str | None], names: list[str] | None, table_path: Path) -> dict[int, str]:
     """Row index -> its checked relative path, for the rows names selects (all when None)."""
     wanted = None if names is None else set(names)
-    selected = {i: p for i, p in enumerate(paths)
-                if wanted is None or (isinstance(p, str) and (p in wanted or PurePosixPath(p).name in wanted))}
+    selected = {
+        i: p
+        for i, p in enumerate(paths)
+        if wanted is None or (isinstance(p, str) and (p in wanted or PurePosixPath(p).name in wanted))
+    }
     if wanted is not None:
         found = {x for p in selected.values() for x in (p, PurePosixPath(p).name)}
         unknown = sorted(wanted - found)
@@ -338,6 +364,5 @@ def _relative_path(value: str | None, row: int, table_path: Path) -> str:
         raise BadInput(f"{table_path}: row {row} path {value!r} has a NUL byte — {NOTHING}")
     p = PurePosixPath(value)
     if p.is_absolute() or ".." in p.parts or p.as_posix() == ".":
-        raise BadInput(f"{table_path}: row {row} path {value!r} is absolute or has a '..' component "
-                       f"— {NOTHING}")
+        raise BadInput(f"{table_path}: row {row} path {value!r} is absolute or has a '..' component — {NOTHING}")
     return p.as_posix()

@@ -52,10 +52,11 @@ from tracelake.ingest.walk import display, is_text
 
 INPUT_KIND = "tasks"
 BATCH_ROWS = 64  # task_binary values can be megabytes each
-DIR_BATCH = 16   # task directories a worker reads at a time
+DIR_BATCH = 16  # task directories a worker reads at a time
 
 
 # --- task directories ------------------------------------------------------------------------
+
 
 def is_task_dir(path: Path) -> bool:
     return os.path.lexists(path / "instruction.md") or os.path.lexists(path / "task.toml")
@@ -71,12 +72,14 @@ def find_task_dirs(path: Path) -> list[tuple[str, Path]]:
         return [(path.name, Path(os.path.realpath(path)))]
     names = sorted(c.name for c in path.iterdir() if c.is_dir() and not c.name.startswith("."))
     if not names:
-        raise BadInput(f"{path} is neither a task directory (instruction.md, task.toml) "
-                       f"nor a directory of task directories")
+        raise BadInput(
+            f"{path} is neither a task directory (instruction.md, task.toml) nor a directory of task directories"
+        )
     return [(n, path / n) for n in names]
 
 
 # --- one task --------------------------------------------------------------------------------
+
 
 def read_instruction(data: bytes | None) -> str:
     if data is None:
@@ -106,8 +109,15 @@ def read_metadata(data: bytes | None) -> str | None:
         raise Reject("invalid_field", f"task.toml holds a value JSON cannot carry: {e}") from None
 
 
-def task_row(*, source: str, name: str, entries: list[Entry], checksum: str, binary: bytes | None,
-             provenance: list[dict[str, str]]) -> dict[str, Any]:
+def task_row(
+    *,
+    source: str,
+    name: str,
+    entries: list[Entry],
+    checksum: str,
+    binary: bytes | None,
+    provenance: list[dict[str, str]],
+) -> dict[str, Any]:
     files = {e.name: e.data for e in entries if not e.is_dir}
     return {
         "task_id": task_id_for(source, name),
@@ -125,7 +135,7 @@ def task_row(*, source: str, name: str, entries: list[Entry], checksum: str, bin
 
 def table_task_name(row: dict[str, Any]) -> str:
     path = required_str(row, "path")
-    if "\x00" in path:   # no file system allows one: the task could never be extracted
+    if "\x00" in path:  # no file system allows one: the task could never be extracted
         raise Reject("invalid_field", f"path {path!r} has a NUL byte")
     name = PurePosixPath(path).name
     if name in ("", ".", ".."):
@@ -146,8 +156,7 @@ def table_binary(value: Any) -> bytes:
     raise Reject("invalid_field", f"task_binary is a {json_kind(value)}, not bytes or base64 text")
 
 
-def read_task_dirs(task: tuple[str, bool, ArchiveParams, list[Unit]]
-                   ) -> list[tuple[dict | Reject, str | None]]:
+def read_task_dirs(task: tuple[str, bool, ArchiveParams, list[Unit]]) -> list[tuple[dict | Reject, str | None]]:
     """(source, with_binary, limits, task directory units) -> each one's (row or Reject, task
     checksum or None when the directory could not be read). Runs in a worker."""
     source, with_binary, limits, units = task
@@ -155,13 +164,23 @@ def read_task_dirs(task: tuple[str, bool, ArchiveParams, list[Unit]]
     for unit in units:
         checksum = None
         try:
-            if isinstance(unit.payload, Reject):   # a task directory whose name is not UTF-8
+            if isinstance(unit.payload, Reject):  # a task directory whose name is not UTF-8
                 raise unit.payload
             entries = walk_task_dir(unit.payload, limits)
             checksum = task_checksum(entries)
-            out.append((task_row(source=source, name=unit.path, entries=entries, checksum=checksum,
-                                 binary=build_archive(entries) if with_binary else None,
-                                 provenance=[{"path": unit.path, "sha256": checksum}]), checksum))
+            out.append(
+                (
+                    task_row(
+                        source=source,
+                        name=unit.path,
+                        entries=entries,
+                        checksum=checksum,
+                        binary=build_archive(entries) if with_binary else None,
+                        provenance=[{"path": unit.path, "sha256": checksum}],
+                    ),
+                    checksum,
+                )
+            )
         except Reject as r:
             out.append((r, checksum))
     return out
@@ -218,18 +237,32 @@ class TaskReader:
         self._check_new(name)
         binary = table_binary(row.get("task_binary"))
         entries = read_archive(binary, self.limits)
-        return task_row(source=self.source, name=name, entries=entries,
-                        checksum=task_checksum(entries), binary=binary if self.with_binary else None,
-                        provenance=[{"path": unit.path, "sha256": self.hashes[unit.path]}])
+        return task_row(
+            source=self.source,
+            name=name,
+            entries=entries,
+            checksum=task_checksum(entries),
+            binary=binary if self.with_binary else None,
+            provenance=[{"path": unit.path, "sha256": self.hashes[unit.path]}],
+        )
 
 
 # --- the command -----------------------------------------------------------------------------
 
-def ingest_tasks(path: Path, *, source: str, out_dir: Path, strict: bool = False,
-                 metrics_path: Path | None = None, with_binary: bool = True, workers: int = 0,
-                 archive: ArchiveParams = DEFAULT_LIMITS,
-                 on_start: Callable[[int], None] | None = None,
-                 on_progress: Callable[[int], None] | None = None) -> IngestResult:
+
+def ingest_tasks(
+    path: Path,
+    *,
+    source: str,
+    out_dir: Path,
+    strict: bool = False,
+    metrics_path: Path | None = None,
+    with_binary: bool = True,
+    workers: int = 0,
+    archive: ArchiveParams = DEFAULT_LIMITS,
+    on_start: Callable[[int], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> IngestResult:
     """Ingest task directories or a task table into out_dir (tasks.parquet, rejects, manifest).
 
     Task directories are read and archived in `workers` processes (0: one per core), DIR_BATCH at a
@@ -240,9 +273,13 @@ def ingest_tasks(path: Path, *, source: str, out_dir: Path, strict: bool = False
     path = Path(path)
     reader = TaskReader(source, with_binary, archive)
     if path.is_dir():
-        layout, steps = "task_dirs", [
-            Unit(path=display(n), payload=d if is_text(n) else Reject("invalid_path", f"{display(n)} is not UTF-8"))
-            for n, d in find_task_dirs(path)]
+        layout, steps = (
+            "task_dirs",
+            [
+                Unit(path=display(n), payload=d if is_text(n) else Reject("invalid_path", f"{display(n)} is not UTF-8"))
+                for n, d in find_task_dirs(path)
+            ],
+        )
     elif path.is_file() and path.suffix.lower() in TABLE_SUFFIXES:
         layout, steps = "table", [path]
     elif path.exists():
@@ -254,14 +291,15 @@ def ingest_tasks(path: Path, *, source: str, out_dir: Path, strict: bool = False
 
     def batches() -> Iterator[tuple[list[Unit], Callable]]:
         if layout == "table":
-            for units in table_units(path, path.name, columns=("path", "task_binary"),
-                                     batch_size=BATCH_ROWS, hashes=reader.hashes):
+            for units in table_units(
+                path, path.name, columns=("path", "task_binary"), batch_size=BATCH_ROWS, hashes=reader.hashes
+            ):
                 yield units, reader.process
             reader.listing.update(reader.hashes)
             if on_progress:
                 on_progress(1)
             return
-        chunks = [steps[i:i + DIR_BATCH] for i in range(0, len(steps), DIR_BATCH)]
+        chunks = [steps[i : i + DIR_BATCH] for i in range(0, len(steps), DIR_BATCH)]
         work = ((source, with_binary, archive, units) for units in chunks)
         for units, read in zip(chunks, ordered_map(read_task_dirs, work, worker_count(workers))):
             outcomes = reader.accept_dirs(units, read)
@@ -270,12 +308,24 @@ def ingest_tasks(path: Path, *, source: str, out_dir: Path, strict: bool = False
                 on_progress(len(units))
 
     return run_ingest(
-        out_dir=out_dir, table="tasks", source=source, input_kind=INPUT_KIND,
-        batches=batches(), strict=strict,
-        inputs=lambda: {"kind": INPUT_KIND, "layout": layout, "steps": len(steps),
-                        **inputs_digest(reader.listing.items())},
-        params={"source": source, "input_kind": INPUT_KIND, "with_binary": with_binary,
-                "archive": archive.model_dump()},
+        out_dir=out_dir,
+        table="tasks",
+        source=source,
+        input_kind=INPUT_KIND,
+        batches=batches(),
+        strict=strict,
+        inputs=lambda: {
+            "kind": INPUT_KIND,
+            "layout": layout,
+            "steps": len(steps),
+            **inputs_digest(reader.listing.items()),
+        },
+        params={
+            "source": source,
+            "input_kind": INPUT_KIND,
+            "with_binary": with_binary,
+            "archive": archive.model_dump(),
+        },
         formulas={"task_checksum": CHECKSUM_FORMULA, "task_binary": ARCHIVE_FORMAT},
         metrics_path=metrics_path,
     )

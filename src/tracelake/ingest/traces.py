@@ -62,9 +62,20 @@ from tracelake.ingest.walk import display, is_text
 INPUT_KIND = "traces"
 RENDERER = "trace-table-v1"
 BATCH_ROWS = 1000
-READ_AHEAD = 8   # batches (byte ranges of about 32 MB) found and hashed ahead of the workers
-FIELDS = ("conversations", "task", "trace_source", "episode", "run_id", "trial_name", "agent",
-          "model", "model_provider", "date", "result")
+READ_AHEAD = 8  # batches (byte ranges of about 32 MB) found and hashed ahead of the workers
+FIELDS = (
+    "conversations",
+    "task",
+    "trace_source",
+    "episode",
+    "run_id",
+    "trial_name",
+    "agent",
+    "model",
+    "model_provider",
+    "date",
+    "result",
+)
 _OPTIONAL = ("episode", "run_id", "trial_name", "agent", "model", "model_provider", "date")
 # ShareGPT speaker names (and OpenAI's legacy "function") -> our roles; other names pass through
 # unchanged and trajectory_row rejects them as unknown_role.
@@ -75,13 +86,18 @@ _KNOWN_ROLES = frozenset(ROLES)
 
 # --- one row ---------------------------------------------------------------------------------
 
+
 def messages_of(conversations: Any) -> list[dict[str, str]]:
     """`conversations` -> [{role, content}], mapping ShareGPT {from, value} speaker names."""
     if type(conversations) is list and all(
-            type(m) is dict and m.keys() == _ROLE_CONTENT and type(m["role"]) is str and m["role"] in _KNOWN_ROLES
-            and type(m["content"]) is str
-            for m in conversations):
-        return conversations   # already {role, content} with known roles: nothing to map or check
+        type(m) is dict
+        and m.keys() == _ROLE_CONTENT
+        and type(m["role"]) is str
+        and m["role"] in _KNOWN_ROLES
+        and type(m["content"]) is str
+        for m in conversations
+    ):
+        return conversations  # already {role, content} with known roles: nothing to map or check
     if conversations is None:
         raise Reject("missing_required_field", "the row has no conversations")
     if not isinstance(conversations, list):
@@ -145,10 +161,19 @@ def trace_outcome(source: str, hashes: dict[str, str], unit: Unit) -> dict | Rej
         result, reward, exception_type = parse_result(row.get("result"))
         fields = {name: optional_str(row, name) for name in _OPTIONAL}
         return trajectory_row(
-            source=source, task=task, messages=messages, trace_source=trace_source,
-            n_episodes=None, result=result, reward=reward, exception_type=exception_type,
-            renderer=RENDERER, provenance=[{"path": unit.path, "sha256": hashes[unit.path]}],
-            row_index=unit.row_index, **fields)
+            source=source,
+            task=task,
+            messages=messages,
+            trace_source=trace_source,
+            n_episodes=None,
+            result=result,
+            reward=reward,
+            exception_type=exception_type,
+            renderer=RENDERER,
+            provenance=[{"path": unit.path, "sha256": hashes[unit.path]}],
+            row_index=unit.row_index,
+            **fields,
+        )
     except Reject as r:
         return r
 
@@ -160,10 +185,14 @@ def parse_batch(task: tuple[str, dict[str, str], RawBatch, str]) -> Parsed:
     units = raw.units()
     outcomes = [trace_outcome(source, hashes, u) for u in units]
     for u in units:
-        u.payload = None   # what travels back is the outcome, not the input
+        u.payload = None  # what travels back is the outcome, not the input
     rows = [o for o in outcomes if not isinstance(o, Reject)]
-    return Parsed(units, [o if isinstance(o, Reject) else None for o in outcomes],
-                  write_scratch_part(directory, rows), [r["trajectory_id"] for r in rows])
+    return Parsed(
+        units,
+        [o if isinstance(o, Reject) else None for o in outcomes],
+        write_scratch_part(directory, rows),
+        [r["trajectory_id"] for r in rows],
+    )
 
 
 class Deduplicate:
@@ -184,17 +213,19 @@ class Deduplicate:
             first = self.seen.setdefault(trajectory_id, where)
             keep.append(first == where)
             if first != where:
-                parsed.rejects[i] = Reject("duplicate_trial", f"identical to the row at {first} "
-                                                              f"(trajectory_id {trajectory_id})")
+                parsed.rejects[i] = Reject(
+                    "duplicate_trial", f"identical to the row at {first} (trajectory_id {trajectory_id})"
+                )
         return drop_rows(parsed, keep)
 
 
 # --- the command -----------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class _FileStart:
     rel: str
-    sha256: str | None   # None: nothing to keep in the cache (a hit, or a file that could not be hashed)
+    sha256: str | None  # None: nothing to keep in the cache (a hit, or a file that could not be hashed)
 
 
 @dataclass(frozen=True)
@@ -202,10 +233,18 @@ class _FileEnd:
     pass
 
 
-def ingest_traces(files: Sequence[Path], *, source: str, out_dir: Path, strict: bool = False,
-                  metrics_path: Path | None = None, workers: int = 0, cache: Path | None = None,
-                  on_start: Callable[[int], None] | None = None,
-                  on_progress: Callable[[int], None] | None = None) -> IngestResult:
+def ingest_traces(
+    files: Sequence[Path],
+    *,
+    source: str,
+    out_dir: Path,
+    strict: bool = False,
+    metrics_path: Path | None = None,
+    workers: int = 0,
+    cache: Path | None = None,
+    on_start: Callable[[int], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> IngestResult:
     """Ingest trace table files into out_dir. on_start gets the file count, on_progress(1) per file.
 
     Batches of rows (BATCH_ROWS rows, or a JSONL block) are parsed in `workers` processes (0: one
@@ -216,9 +255,11 @@ def ingest_traces(files: Sequence[Path], *, source: str, out_dir: Path, strict: 
     inputs = expand_inputs(files)
     paths = [i.path for i in inputs]
     raw_rels = relative_paths(paths)
-    rels = [display(rel) for rel in raw_rels]   # a name that is not UTF-8 is a reject naming it so
-    problems = [i.problem or (None if is_text(rel) else ("invalid_path", "the name is not UTF-8"))
-                for i, rel in zip(inputs, raw_rels)]
+    rels = [display(rel) for rel in raw_rels]  # a name that is not UTF-8 is a reject naming it so
+    problems = [
+        i.problem or (None if is_text(rel) else ("invalid_path", "the name is not UTF-8"))
+        for i, rel in zip(inputs, raw_rels)
+    ]
     if on_start:
         on_start(len(paths))
     hashes: dict[str, str] = {}
@@ -234,7 +275,7 @@ def ingest_traces(files: Sequence[Path], *, source: str, out_dir: Path, strict: 
                 yield source, {}, problem_batch(rel, problem), str(scratch)
                 yield Ready(_FileEnd())
                 continue
-            known, before = file_cache.known_sha256(path)   # an unchanged file is not even read
+            known, before = file_cache.known_sha256(path)  # an unchanged file is not even read
             cached = file_cache.get(rel, known, scratch) if known else None
             if cached is not None:
                 hashes[rel] = known
@@ -243,11 +284,14 @@ def ingest_traces(files: Sequence[Path], *, source: str, out_dir: Path, strict: 
                 yield Ready(_FileEnd())
                 continue
             raws = raw_batches(path, rel, columns=FIELDS, batch_size=BATCH_ROWS, hashes=hashes)
-            first = next(raws, None)   # the file is hashed by now (or is one reject)
+            first = next(raws, None)  # the file is hashed by now (or is one reject)
             if rel in hashes and first is not None and first.reject is None:
                 file_cache.remember_sha256(path, before, hashes[rel])
-            cached = (file_cache.get(rel, hashes[rel], scratch)
-                      if rel in hashes and first is not None and first.reject is None else None)
+            cached = (
+                file_cache.get(rel, hashes[rel], scratch)
+                if rel in hashes and first is not None and first.reject is None
+                else None
+            )
             if cached is not None:
                 raws.close()
                 yield Ready(_FileStart(rel, None))
@@ -264,7 +308,7 @@ def ingest_traces(files: Sequence[Path], *, source: str, out_dir: Path, strict: 
             # Input files are read and hashed on a thread, a few batches ahead of the workers: the
             # disk reads overlap the parsing instead of stalling it file by file.
             for out in ordered_map(parse_batch, read_ahead(items(), READ_AHEAD), worker_count(workers)):
-                if isinstance(out, _FileStart):   # opened here, in order: never one ahead of the output
+                if isinstance(out, _FileStart):  # opened here, in order: never one ahead of the output
                     entry = file_cache.writer(out.rel, out.sha256) if out.sha256 else None
                 elif isinstance(out, _FileEnd):
                     if entry is not None:
@@ -274,7 +318,7 @@ def ingest_traces(files: Sequence[Path], *, source: str, out_dir: Path, strict: 
                         on_progress(1)
                 else:
                     if entry is not None:
-                        entry.add(out)   # as parsed: before duplicates are looked for
+                        entry.add(out)  # as parsed: before duplicates are looked for
                     yield dedup(out)
         finally:
             if entry is not None:
@@ -282,8 +326,12 @@ def ingest_traces(files: Sequence[Path], *, source: str, out_dir: Path, strict: 
 
     try:
         result = run_ingest(
-            out_dir=out_dir, table="trajectories", source=source, input_kind=INPUT_KIND,
-            batches=batches(), strict=strict,
+            out_dir=out_dir,
+            table="trajectories",
+            source=source,
+            input_kind=INPUT_KIND,
+            batches=batches(),
+            strict=strict,
             inputs=lambda: {"kind": INPUT_KIND, "paths": rels, **inputs_digest(hashes.items())},
             params={"source": source, "input_kind": INPUT_KIND},
             formulas={"renderer": RENDERER},

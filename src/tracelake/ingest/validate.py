@@ -22,7 +22,7 @@ import orjson
 
 from tracelake.ingest.common import Reject
 
-MAX_DEPTH = 254   # what orjson.dumps accepts
+MAX_DEPTH = 254  # what orjson.dumps accepts
 STEP_SOURCES = ("system", "user", "agent")
 
 
@@ -43,7 +43,7 @@ def show(v: Any, limit: int = 60) -> str:
     """A value as a reject's detail shows it: short, and never a recursive repr of a container."""
     if isinstance(v, str):
         return repr(v[:limit]) + ("..." if len(v) > limit else "")
-    if v is None or isinstance(v, (bool, float)) or (isinstance(v, int) and abs(v) < 10 ** 18):
+    if v is None or isinstance(v, (bool, float)) or (isinstance(v, int) and abs(v) < 10**18):
         return repr(v)
     kind = json_kind(v)
     return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
@@ -61,9 +61,14 @@ class _Wrong(Exception):
 _STR, _INT, _BOOL, _LIST, _DICT = (str,), (int,), (bool,), (list,), (dict,)
 _TEXT, _ARGS = (str, list), (dict, str)
 _AGENT_FIELDS = (("name", _STR, "a string"), ("model_name", _STR, "a string"), ("extra", _DICT, "an object"))
-_STEP_FIELDS = (("step_id", _INT, "an integer"), ("message", _TEXT, "a string"),
-                ("reasoning_content", _STR, "a string"), ("is_copied_context", _BOOL, "a boolean"),
-                ("tool_calls", _LIST, "a list"), ("observation", _DICT, "an object"))
+_STEP_FIELDS = (
+    ("step_id", _INT, "an integer"),
+    ("message", _TEXT, "a string"),
+    ("reasoning_content", _STR, "a string"),
+    ("is_copied_context", _BOOL, "a boolean"),
+    ("tool_calls", _LIST, "a list"),
+    ("observation", _DICT, "an object"),
+)
 
 
 def _get(obj: dict[str, Any], key: str, types: tuple[type, ...], what: str) -> Any:

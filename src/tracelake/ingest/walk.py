@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tracelake.ingest.common import Reject
 
-Problem = tuple[str, Reject]   # (path as a reject names it, why it is no input)
+Problem = tuple[str, Reject]  # (path as a reject names it, why it is no input)
 
 
 def display(path: str) -> str:
@@ -67,7 +67,7 @@ class Root:
         self.real = os.path.realpath(path)
         self._prefix = self.real.rstrip(os.sep) + os.sep
         self._base = os.fspath(self.path)
-        self._dirs: dict[str, bool] = {self._base: True}   # directory -> inside the root
+        self._dirs: dict[str, bool] = {self._base: True}  # directory -> inside the root
 
     def contains(self, path: str | Path) -> bool:
         real = os.path.realpath(path)
@@ -81,7 +81,7 @@ class Root:
         if inside is None:
             parent = os.path.dirname(d)
             if parent == d or not d.startswith(self._base.rstrip(os.sep) + os.sep):
-                inside = self.contains(d)   # not named below the root: resolve it whole
+                inside = self.contains(d)  # not named below the root: resolve it whole
             else:
                 inside = self.dir_inside(parent) and (not os.path.islink(d) or self.contains(d))
             self._dirs[d] = inside
@@ -102,7 +102,7 @@ class Root:
                 except OSError as e:
                     if e.errno != errno.ELOOP:
                         raise
-            if fd is None:   # the file is a link, or its directory leads out
+            if fd is None:  # the file is a link, or its directory leads out
                 if not self.contains(path):
                     raise Reject("symlink_outside_input", f"{display(rel)} links outside the input root; not read")
                 fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -116,8 +116,9 @@ class Root:
             raise Reject("unreadable_file", f"{display(rel)}: {e.strerror or e}") from None
 
 
-def walk_dirs(root: Root, leaf: Callable[[Path], bool],
-              bare_leaf: Callable[[Path], bool]) -> tuple[list[tuple[Path, str]], list[Problem]]:
+def walk_dirs(
+    root: Root, leaf: Callable[[Path], bool], bare_leaf: Callable[[Path], bool]
+) -> tuple[list[tuple[Path, str]], list[Problem]]:
     """The leaf directories under root, sorted depth first, with their paths relative to the root,
     and the problems met on the way. `leaf(d)` is asked first and a leaf is not walked further;
     `bare_leaf(d)` is asked of a directory with no leaf below it."""
@@ -133,8 +134,14 @@ def walk_dirs(root: Root, leaf: Callable[[Path], bool],
             return False
         key = (st.st_dev, st.st_ino)
         if key in visited:
-            problems.append((display(rel), Reject("linked_directory", f"{display(rel)} is {display(visited[key])} "
-                                                                      "again (a mount?); walked once")))
+            problems.append(
+                (
+                    display(rel),
+                    Reject(
+                        "linked_directory", f"{display(rel)} is {display(visited[key])} again (a mount?); walked once"
+                    ),
+                )
+            )
             return False
         visited[key] = rel
         if leaf(d):
@@ -152,10 +159,19 @@ def walk_dirs(root: Root, leaf: Callable[[Path], bool],
             if not is_dir(child):
                 continue
             if e.is_symlink():
-                problems.append((display(child_rel), Reject(
-                    "linked_directory", f"{display(child_rel)} is a directory link; its target is walked where it lies")
-                    if root.contains(child) else Reject(
-                    "symlink_outside_input", f"{display(child_rel)} links outside the input root; not walked")))
+                problems.append(
+                    (
+                        display(child_rel),
+                        Reject(
+                            "linked_directory",
+                            f"{display(child_rel)} is a directory link; its target is walked where it lies",
+                        )
+                        if root.contains(child)
+                        else Reject(
+                            "symlink_outside_input", f"{display(child_rel)} links outside the input root; not walked"
+                        ),
+                    )
+                )
                 continue
             any_found |= scan(child, child_rel)
         if not any_found and bare_leaf(d):

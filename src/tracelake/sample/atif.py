@@ -18,31 +18,38 @@ from tracelake.sample.trials import Trial, Turn, first_message, handoff_texts, o
 
 
 def _agent_step(trial: Trial, turn: Turn, k: int, copied: bool = False) -> dict[str, Any]:
-    step: dict[str, Any] = {"source": "agent", "model_name": trial.model[1],
-                            "message": f"Analysis: {turn.analysis}\nPlan: {turn.plan}"}
+    step: dict[str, Any] = {
+        "source": "agent",
+        "model_name": trial.model[1],
+        "message": f"Analysis: {turn.analysis}\nPlan: {turn.plan}",
+    }
     if turn.reasoning:
         step["reasoning_content"] = turn.reasoning
     if turn.complete:
-        step["tool_calls"] = [{"tool_call_id": f"call_{k}_task_complete",
-                               "function_name": "mark_task_complete", "arguments": {}}]
+        step["tool_calls"] = [
+            {"tool_call_id": f"call_{k}_task_complete", "function_name": "mark_task_complete", "arguments": {}}
+        ]
     else:
-        step["tool_calls"] = [{"tool_call_id": f"call_{k}_{j + 1}",
-                               "function_name": "bash_command",
-                               "arguments": {"keystrokes": keys, "duration": dur}}
-                              for j, (keys, dur, _) in enumerate(turn.commands)]
+        step["tool_calls"] = [
+            {
+                "tool_call_id": f"call_{k}_{j + 1}",
+                "function_name": "bash_command",
+                "arguments": {"keystrokes": keys, "duration": dur},
+            }
+            for j, (keys, dur, _) in enumerate(turn.commands)
+        ]
     step["observation"] = {"results": [{"content": observation(trial, turn)}]}
     if copied:
         step["is_copied_context"] = True
-        step["extra"] = {"note": "Metrics omitted to avoid duplication - already recorded in "
-                                 "parent trajectory"}
+        step["extra"] = {"note": "Metrics omitted to avoid duplication - already recorded in parent trajectory"}
     else:
-        step["metrics"] = {"prompt_tokens": turn.prompt_tokens,
-                           "completion_tokens": turn.completion_tokens}
+        step["metrics"] = {"prompt_tokens": turn.prompt_tokens, "completion_tokens": turn.completion_tokens}
     return step
 
 
-def _text_step(source: str, message: str, model: str | None = None,
-               copied: bool = False, tokens: tuple[int, int] | None = None) -> dict[str, Any]:
+def _text_step(
+    source: str, message: str, model: str | None = None, copied: bool = False, tokens: tuple[int, int] | None = None
+) -> dict[str, Any]:
     step: dict[str, Any] = {"source": source}
     if model:
         step["model_name"] = model
@@ -54,20 +61,35 @@ def _text_step(source: str, message: str, model: str | None = None,
     return step
 
 
-def _atif(trial: Trial, steps: list[dict[str, Any]], session: str, name: str = "terminus-2",
-          extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def _atif(
+    trial: Trial,
+    steps: list[dict[str, Any]],
+    session: str,
+    name: str = "terminus-2",
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     for n, step in enumerate(steps, 1):
         step_id = {"step_id": n}
         step_id.update(step)
         steps[n - 1] = step_id
     metrics = [s["metrics"] for s in steps if "metrics" in s]
-    totals = {"total_prompt_tokens": sum(m["prompt_tokens"] for m in metrics),
-              "total_completion_tokens": sum(m["completion_tokens"] for m in metrics),
-              "total_cached_tokens": 0}
-    return {"schema_version": "ATIF-v1.5", "session_id": session,
-            "agent": {"name": name, "version": "2.0.0", "model_name": trial.model[1],
-                      "extra": extra or {"parser": "json", "temperature": 0.7}},
-            "steps": steps, "final_metrics": totals}
+    totals = {
+        "total_prompt_tokens": sum(m["prompt_tokens"] for m in metrics),
+        "total_completion_tokens": sum(m["completion_tokens"] for m in metrics),
+        "total_cached_tokens": 0,
+    }
+    return {
+        "schema_version": "ATIF-v1.5",
+        "session_id": session,
+        "agent": {
+            "name": name,
+            "version": "2.0.0",
+            "model_name": trial.model[1],
+            "extra": extra or {"parser": "json", "temperature": 0.7},
+        },
+        "steps": steps,
+        "final_metrics": totals,
+    }
 
 
 def _subagents(trial: Trial, texts: tuple[str, str, str]) -> dict[str, dict[str, Any]]:
@@ -75,24 +97,37 @@ def _subagents(trial: Trial, texts: tuple[str, str, str]) -> dict[str, dict[str,
     model, first = trial.model[1], first_message(trial)
     handoff = HANDOFF.format(instruction=trial.task.instruction)
     pickup = PICKUP.format(instruction=trial.task.instruction, summary=summary)
-    recent = [_agent_step(trial, t, k, copied=True)
-              for k, t in enumerate(trial.turns[: trial.split]) if k >= trial.split - 2]
-    seq = {"summary": [_text_step("user", first, copied=True), *recent,
-                       _text_step("user", handoff),
-                       _text_step("agent", summary, model, tokens=(3000, 400))],
-           "questions": [_text_step("user", pickup),
-                         _text_step("agent", questions, model, tokens=(900, 120))],
-           "answers": [_text_step("user", first, copied=True), *recent,
-                       _text_step("user", handoff, copied=True),
-                       _text_step("agent", summary, model, copied=True),
-                       _text_step("user", "The next agent has a few questions for you, please "
-                                  "answer each of them one by one in detail:\n\n" + questions),
-                       _text_step("agent", answers, model, tokens=(3400, 300))]}
+    recent = [
+        _agent_step(trial, t, k, copied=True) for k, t in enumerate(trial.turns[: trial.split]) if k >= trial.split - 2
+    ]
+    seq = {
+        "summary": [
+            _text_step("user", first, copied=True),
+            *recent,
+            _text_step("user", handoff),
+            _text_step("agent", summary, model, tokens=(3000, 400)),
+        ],
+        "questions": [_text_step("user", pickup), _text_step("agent", questions, model, tokens=(900, 120))],
+        "answers": [
+            _text_step("user", first, copied=True),
+            *recent,
+            _text_step("user", handoff, copied=True),
+            _text_step("agent", summary, model, copied=True),
+            _text_step(
+                "user",
+                "The next agent has a few questions for you, please "
+                "answer each of them one by one in detail:\n\n" + questions,
+            ),
+            _text_step("agent", answers, model, tokens=(3400, 300)),
+        ],
+    }
     extra = {"parent_session_id": trial.session_id, "summarization_index": 1}
-    return {f"agent/trajectory.summarization-1-{kind}.json":
-            _atif(trial, steps, f"{trial.session_id}-summarization-1-{kind}",
-                  f"terminus-2-summarization-{kind}", extra)
-            for kind, steps in seq.items()}
+    return {
+        f"agent/trajectory.summarization-1-{kind}.json": _atif(
+            trial, steps, f"{trial.session_id}-summarization-1-{kind}", f"terminus-2-summarization-{kind}", extra
+        )
+        for kind, steps in seq.items()
+    }
 
 
 def trajectories(trial: Trial) -> dict[str, dict[str, Any]]:
@@ -103,28 +138,41 @@ def trajectories(trial: Trial) -> dict[str, dict[str, Any]]:
     if split is None:
         return {"agent/trajectory.json": _atif(trial, [first, *steps], trial.session_id)}
     texts = handoff_texts(trial)
-    refs = [{"session_id": f"{trial.session_id}-summarization-1-{kind}",
-             "trajectory_path": f"trajectory.summarization-1-{kind}.json",
-             "extra": {"summary": f"Context summarization 1: {label}"}}
-            for kind, label in (("summary", "Step 1 - Summary generation"),
-                                ("questions", "Step 2 - Question asking"),
-                                ("answers", "Step 3 - Answer providing"))]
+    refs = [
+        {
+            "session_id": f"{trial.session_id}-summarization-1-{kind}",
+            "trajectory_path": f"trajectory.summarization-1-{kind}.json",
+            "extra": {"summary": f"Context summarization 1: {label}"},
+        }
+        for kind, label in (
+            ("summary", "Step 1 - Summary generation"),
+            ("questions", "Step 2 - Question asking"),
+            ("answers", "Step 3 - Answer providing"),
+        )
+    ]
     hand = _text_step("system", "Performed context summarization and handoff to continue task.")
     hand["observation"] = {"results": [{"subagent_trajectory_ref": refs}]}
     answers = _text_step("user", ANSWERS_PREFIX + texts[2] + CONTINUE)
     files = _subagents(trial, texts)
     if not trial.linear:
-        files["agent/trajectory.json"] = _atif(trial, [first, *steps[:split], hand, answers,
-                                                       *steps[split:]], trial.session_id)
+        files["agent/trajectory.json"] = _atif(
+            trial, [first, *steps[:split], hand, answers, *steps[split:]], trial.session_id
+        )
         return files
     main = _atif(trial, [first, *steps[:split], hand], trial.session_id)
     main["continued_trajectory_ref"] = "trajectory.cont-1.json"
     pickup = PICKUP.format(instruction=trial.task.instruction, summary=texts[0])
-    copied = [_text_step("user", first_message(trial), copied=True),
-              _text_step("user", pickup, copied=True),
-              _text_step("agent", texts[1], model, copied=True),
-              {**answers, "is_copied_context": True}]
-    cont = _atif(trial, [*copied, *steps[split:]], trial.session_id,
-                 extra={"parser": "json", "temperature": 0.7, "continuation_index": 1})
+    copied = [
+        _text_step("user", first_message(trial), copied=True),
+        _text_step("user", pickup, copied=True),
+        _text_step("agent", texts[1], model, copied=True),
+        {**answers, "is_copied_context": True},
+    ]
+    cont = _atif(
+        trial,
+        [*copied, *steps[split:]],
+        trial.session_id,
+        extra={"parser": "json", "temperature": 0.7, "continuation_index": 1},
+    )
     files.update({"agent/trajectory.json": main, "agent/trajectory.cont-1.json": cont})
     return files

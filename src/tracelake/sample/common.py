@@ -22,15 +22,17 @@ from typing import Any
 STYLES = ("swesmith", "superuser", "tezos")
 FORMATS = ("harbor", "traces")
 BASE_TIME = datetime(2026, 3, 2, 8, 0, 0)
-MODELS = (("glm", "hosted_vllm/glm", "hosted_vllm"),
-          ("qwen3-8b", "hosted_vllm/Qwen3-8B", "hosted_vllm"),
-          ("gpt-5-mini", "openai/gpt-5-mini", "openai"))
+MODELS = (
+    ("glm", "hosted_vllm/glm", "hosted_vllm"),
+    ("qwen3-8b", "hosted_vllm/Qwen3-8B", "hosted_vllm"),
+    ("gpt-5-mini", "openai/gpt-5-mini", "openai"),
+)
 
 
 @dataclass(frozen=True)
 class SourceSpec:
-    name: str    # e.g. "swesmith"
-    style: str   # "swesmith" | "superuser" | "tezos": task names, instructions, commands
+    name: str  # e.g. "swesmith"
+    style: str  # "swesmith" | "superuser" | "tezos": task names, instructions, commands
     format: str  # "harbor" (job directories) or "traces" (one JSONL trace table)
     share: float  # fraction of all trials and tasks that belong to this source
 

@@ -14,10 +14,18 @@ from typing import Any
 
 from tracelake.sample.common import SourceSpec, seeded
 
-HARBOR_FAULTS = ("unparsable_json", "missing_result_json", "invalid_utf8", "lone_surrogate",
-                 "empty_conversation", "unknown_role", "missing_required_field", "duplicate_trial")
+HARBOR_FAULTS = (
+    "unparsable_json",
+    "missing_result_json",
+    "invalid_utf8",
+    "lone_surrogate",
+    "empty_conversation",
+    "unknown_role",
+    "missing_required_field",
+    "duplicate_trial",
+)
 TRACE_FAULTS = ("unparsable_json", "empty_conversation", "unknown_role", "missing_required_field")
-FAULT_RATE = 0.015          # harbor faults per trial (at least one of each from 50 trials up)
+FAULT_RATE = 0.015  # harbor faults per trial (at least one of each from 50 trials up)
 MIN_TRIALS_FOR_ALL_FAULTS = 50
 
 

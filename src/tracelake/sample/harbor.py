@@ -36,30 +36,44 @@ ERROR_MESSAGES = {
 def _result_json(trial: Trial, job_name: str, source: str) -> dict[str, Any]:
     exc = None
     if trial.outcome != "ok":
-        exc = {"exception_type": trial.outcome,
-               "exception_message": ERROR_MESSAGES[trial.outcome],
-               "exception_traceback": ("Traceback (most recent call last):\n  File \"harbor/trial/"
-                                       f"trial.py\", line 241, in run\n{trial.outcome}: "
-                                       f"{ERROR_MESSAGES[trial.outcome]}\n"),
-               "occurred_at": iso(trial.finished - timedelta(seconds=5))}
-    return {"id": trial.trial_id, "task_name": trial.task.name, "trial_name": trial.name,
-            "trial_uri": f"file:///data/harbor/jobs/{job_name}/{trial.name}",
-            "task_checksum": trial.task.checksum,
-            "config": {"job_id": job_name, "agent": {"name": "terminus-2",
-                                                      "model_name": trial.model[1]},
-                       "task": {"path": f"{source}/tasks/{trial.task.name}"}},
-            "agent_info": {"name": "terminus-2", "version": "2.0.0",
-                           "model_info": {"name": trial.model[0], "provider": trial.model[2]}},
-            "agent_result": {"n_input_tokens": sum(t.prompt_tokens for t in trial.turns),
-                             "n_output_tokens": sum(t.completion_tokens for t in trial.turns)},
-            "verifier_result": (None if trial.reward is None
-                                else {"rewards": {"reward": trial.reward}}),
-            "exception_info": exc, "started_at": iso(trial.started),
-            "finished_at": iso(trial.finished)}
+        exc = {
+            "exception_type": trial.outcome,
+            "exception_message": ERROR_MESSAGES[trial.outcome],
+            "exception_traceback": (
+                'Traceback (most recent call last):\n  File "harbor/trial/'
+                f'trial.py", line 241, in run\n{trial.outcome}: '
+                f"{ERROR_MESSAGES[trial.outcome]}\n"
+            ),
+            "occurred_at": iso(trial.finished - timedelta(seconds=5)),
+        }
+    return {
+        "id": trial.trial_id,
+        "task_name": trial.task.name,
+        "trial_name": trial.name,
+        "trial_uri": f"file:///data/harbor/jobs/{job_name}/{trial.name}",
+        "task_checksum": trial.task.checksum,
+        "config": {
+            "job_id": job_name,
+            "agent": {"name": "terminus-2", "model_name": trial.model[1]},
+            "task": {"path": f"{source}/tasks/{trial.task.name}"},
+        },
+        "agent_info": {
+            "name": "terminus-2",
+            "version": "2.0.0",
+            "model_info": {"name": trial.model[0], "provider": trial.model[2]},
+        },
+        "agent_result": {
+            "n_input_tokens": sum(t.prompt_tokens for t in trial.turns),
+            "n_output_tokens": sum(t.completion_tokens for t in trial.turns),
+        },
+        "verifier_result": (None if trial.reward is None else {"rewards": {"reward": trial.reward}}),
+        "exception_info": exc,
+        "started_at": iso(trial.started),
+        "finished_at": iso(trial.finished),
+    }
 
 
-def _write_trial(trial_dir: Path, trial: Trial, job_name: str, source: str,
-                 fault: str | None) -> None:
+def _write_trial(trial_dir: Path, trial: Trial, job_name: str, source: str, fault: str | None) -> None:
     objs: dict[str, Any] = {"result.json": _result_json(trial, job_name, source)}
     objs.update(trajectories(trial))
     if fault:
@@ -96,23 +110,37 @@ class _JobStats:
 
 def _write_job(job_dir: Path, seed: int, source: str, j: int, stats: _JobStats) -> None:
     model = MODELS[j % len(MODELS)]
-    config = {"job_name": job_dir.name, "jobs_dir": "jobs", "n_attempts": 1,
-              "timeout_multiplier": 1.0,
-              "orchestrator": {"type": "local", "n_concurrent_trials": 32},
-              "agents": [{"name": "terminus-2", "model_name": model[1],
-                          "kwargs": {"parser": "json", "temperature": 0.7}}],
-              "datasets": [{"path": f"{source}/tasks"}]}
+    config = {
+        "job_name": job_dir.name,
+        "jobs_dir": "jobs",
+        "n_attempts": 1,
+        "timeout_multiplier": 1.0,
+        "orchestrator": {"type": "local", "n_concurrent_trials": 32},
+        "agents": [{"name": "terminus-2", "model_name": model[1], "kwargs": {"parser": "json", "temperature": 0.7}}],
+        "datasets": [{"path": f"{source}/tasks"}],
+    }
     n_scored = sum(stats.rewards.values())
     mean = round(stats.rewards.get("1.0", 0) / n_scored, 6) if n_scored else 0.0
     start = stats.started or BASE_TIME + timedelta(days=2 * j)
-    result = {"id": uuid4(seeded(seed, source, "job", j)), "started_at": iso(start),
-              "finished_at": iso(stats.finished or start), "n_total_trials": stats.n_trials,
-              "stats": {"n_trials": stats.n_trials, "n_errors": stats.n_errors,
-                        "evals": {f"terminus-2__{model[0]}__{source}": {
-                            "n_trials": stats.n_trials, "n_errors": stats.n_errors,
-                            "metrics": [{"mean": mean}],
-                            "reward_stats": {"reward": dict(sorted(stats.rewards.items()))},
-                            "exception_stats": dict(sorted(stats.exceptions.items()))}}}}
+    result = {
+        "id": uuid4(seeded(seed, source, "job", j)),
+        "started_at": iso(start),
+        "finished_at": iso(stats.finished or start),
+        "n_total_trials": stats.n_trials,
+        "stats": {
+            "n_trials": stats.n_trials,
+            "n_errors": stats.n_errors,
+            "evals": {
+                f"terminus-2__{model[0]}__{source}": {
+                    "n_trials": stats.n_trials,
+                    "n_errors": stats.n_errors,
+                    "metrics": [{"mean": mean}],
+                    "reward_stats": {"reward": dict(sorted(stats.rewards.items()))},
+                    "exception_stats": dict(sorted(stats.exceptions.items())),
+                }
+            },
+        },
+    }
     write(job_dir / "config.json", dumps(config))
     write(job_dir / "result.json", dumps(result))
 
@@ -121,8 +149,7 @@ class HarborWriter:
     """Writes one harbor source trial by trial; holds only per-job counters and the last
     clean trial (which a duplicate_trial fault copies)."""
 
-    def __init__(self, out: Path, seed: int, spec: SourceSpec, n_trials: int,
-                 faults: list[dict[str, Any]]) -> None:
+    def __init__(self, out: Path, seed: int, spec: SourceSpec, n_trials: int, faults: list[dict[str, Any]]) -> None:
         self.out, self.seed, self.spec, self.faults = out, seed, spec, faults
         self.root = out / spec.name
         self.plan = plan_faults(seed, spec, n_trials)

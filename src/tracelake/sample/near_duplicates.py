@@ -36,16 +36,29 @@ from typing import Any
 from tracelake.sample.common import STYLES, SourceSpec, seeded
 from tracelake.sample.tasks import Task, make_task, with_instruction
 
-__all__ = ["BENCHMARK_COPY_RATE", "BENCHMARK_DIR", "BENCHMARK_TASKS", "COPY_KINDS", "KINDS",
-           "NEAR_DUPLICATE_RATE", "Planted", "SourcePlanter", "copyable", "exact", "make_benchmark",
-           "near_exact", "normalize", "paraphrase"]
+__all__ = [
+    "BENCHMARK_COPY_RATE",
+    "BENCHMARK_DIR",
+    "BENCHMARK_TASKS",
+    "COPY_KINDS",
+    "KINDS",
+    "NEAR_DUPLICATE_RATE",
+    "Planted",
+    "SourcePlanter",
+    "copyable",
+    "exact",
+    "make_benchmark",
+    "near_exact",
+    "normalize",
+    "paraphrase",
+]
 
-NEAR_DUPLICATE_RATE = 0.10   # chance that a task (k >= 1) is a variant of an earlier original
-BENCHMARK_TASKS = 8          # tasks in out/benchmark
-BENCHMARK_COPY_RATE = 0.02   # chance that a task copies a benchmark task of its style (9 copies
-                             # in the default sample: seed 0, 2000 trials, 300 tasks)
+NEAR_DUPLICATE_RATE = 0.10  # chance that a task (k >= 1) is a variant of an earlier original
+BENCHMARK_TASKS = 8  # tasks in out/benchmark
+BENCHMARK_COPY_RATE = 0.02  # chance that a task copies a benchmark task of its style (9 copies
+# in the default sample: seed 0, 2000 trials, 300 tasks)
 BENCHMARK_DIR = "benchmark"  # under the output directory; no source may have this name
-MAX_ORIGINALS = 1000         # originals per source remembered as near-duplicate targets
+MAX_ORIGINALS = 1000  # originals per source remembered as near-duplicate targets
 KINDS = ("exact", "near_exact", "paraphrase")
 KIND_WEIGHTS = (0.25, 0.35, 0.40)
 COPY_KINDS = ("exact", "near_exact")
@@ -85,13 +98,15 @@ def paraphrase(rng: random.Random, text: str) -> str:
         raise ValueError("paraphrase needs at least two paragraphs after the title")
     body = "\n\n".join(_reorder(rng, blocks))
     body = _rename_files(rng, _rename_numbers(rng, body))
-    body = "\n".join(_respace(rng, _recase(rng, line, 0.05), trailing=0.05)
-                     for line in body.split("\n"))
+    body = "\n".join(_respace(rng, _recase(rng, line, 0.05), trailing=0.05) for line in body.split("\n"))
     return f"{title}\n\n{body}"
 
 
 VARIANTS: dict[str, Callable[[random.Random, str], str]] = {
-    "exact": exact, "near_exact": near_exact, "paraphrase": paraphrase}
+    "exact": exact,
+    "near_exact": near_exact,
+    "paraphrase": paraphrase,
+}
 
 
 def _paragraphs(text: str) -> int:
@@ -110,9 +125,11 @@ def _recase(rng: random.Random, line: str, p: float) -> str:
 
 def _respace(rng: random.Random, line: str, trailing: float) -> str:
     """Some single spaces between words doubled or turned into tabs; sometimes trailing spaces."""
+
     def gap(_: re.Match[str]) -> str:
         r = rng.random()
         return "  " if r < 0.08 else "\t" if r < 0.12 else " "
+
     line = _GAP.sub(gap, line)
     return line + " " * rng.randint(1, 2) if rng.random() < trailing else line
 
@@ -126,7 +143,7 @@ def _reblank(rng: random.Random, lines: list[str]) -> list[str]:
         return lines[:at] + [""] + lines[at:]
     if r < 0.55 and blanks:
         at = rng.choice(blanks)
-        return lines[:at] + lines[at + 1:]
+        return lines[:at] + lines[at + 1 :]
     return lines
 
 
@@ -155,8 +172,7 @@ def _other_number(rng: random.Random, old: str) -> str:
 
 def _file_like(token: str) -> bool:
     last = token.rsplit("/", 1)[-1]
-    return bool(last) and not last.startswith(".") and (
-        "/" in token or bool(_EXTENSION.search(token)))
+    return bool(last) and not last.startswith(".") and ("/" in token or bool(_EXTENSION.search(token)))
 
 
 def _rename_files(rng: random.Random, text: str) -> str:
@@ -168,7 +184,8 @@ def _rename_files(rng: random.Random, text: str) -> str:
 
     def sub(m: re.Match[str]) -> str:
         core = m.group().rstrip(".")
-        return mapping.get(core, core) + m.group()[len(core):]
+        return mapping.get(core, core) + m.group()[len(core) :]
+
     return _RUN.sub(sub, text)
 
 
@@ -202,23 +219,32 @@ def copyable(seed: int, tasks: Sequence[Task]) -> list[Task]:
 @dataclass
 class Planted:
     """The truth of what was planted, over all sources."""
+
     near_duplicates: list[dict[str, str]] = field(default_factory=list)
     benchmark_copies: list[dict[str, str]] = field(default_factory=list)
 
     def manifest(self) -> dict[str, Any]:
         """The manifest's "planted" entry, sorted by (source, task)."""
+
         def key(row: dict[str, str]) -> tuple[str, str]:
             return row["source"], row["task"]
-        return {"near_duplicates": sorted(self.near_duplicates, key=key),
-                "benchmark_copies": sorted(self.benchmark_copies, key=key),
-                "benchmark_dir": BENCHMARK_DIR}
+
+        return {
+            "near_duplicates": sorted(self.near_duplicates, key=key),
+            "benchmark_copies": sorted(self.benchmark_copies, key=key),
+            "benchmark_dir": BENCHMARK_DIR,
+        }
 
     def counts(self) -> dict[str, dict[str, int]]:
         """Per list, copies by kind (every kind listed, zeros included)."""
+
         def by_kind(rows: list[dict[str, str]], kinds: Sequence[str]) -> dict[str, int]:
             return {kind: sum(row["kind"] == kind for row in rows) for kind in kinds}
-        return {"near_duplicates": by_kind(self.near_duplicates, KINDS),
-                "benchmark_copies": by_kind(self.benchmark_copies, COPY_KINDS)}
+
+        return {
+            "near_duplicates": by_kind(self.near_duplicates, KINDS),
+            "benchmark_copies": by_kind(self.benchmark_copies, COPY_KINDS),
+        }
 
 
 @dataclass(frozen=True)
@@ -234,8 +260,7 @@ class SourcePlanter:
     Tasks must come in order k = 0, 1, ...: a near-duplicate copies an original made earlier.
     """
 
-    def __init__(self, seed: int, spec: SourceSpec, rate: float, benchmark: Sequence[Task],
-                 planted: Planted) -> None:
+    def __init__(self, seed: int, spec: SourceSpec, rate: float, benchmark: Sequence[Task], planted: Planted) -> None:
         self._seed, self._spec, self._rate, self._planted = seed, spec, rate, planted
         self._benchmark = [task for task in benchmark if task.style == spec.style]
         self._originals: deque[_Original] = deque(maxlen=MAX_ORIGINALS)
@@ -259,7 +284,8 @@ class SourcePlanter:
         source = rng.choice(self._benchmark)
         kind = rng.choice(COPY_KINDS)
         self._planted.benchmark_copies.append(
-            {"source": self._spec.name, "task": task.name, "benchmark": source.name, "kind": kind})
+            {"source": self._spec.name, "task": task.name, "benchmark": source.name, "kind": kind}
+        )
         return with_instruction(task, VARIANTS[kind](rng, source.instruction), dict(source.ctx))
 
     def _near_duplicate(self, k: int, task: Task) -> Task | None:
@@ -272,6 +298,6 @@ class SourcePlanter:
         pool = self._paraphrasable if kind == "paraphrase" else self._originals
         original = pool[rng.randrange(len(pool))]
         self._planted.near_duplicates.append(
-            {"source": self._spec.name, "task": task.name, "of": original.name, "kind": kind})
-        return with_instruction(task, VARIANTS[kind](rng, original.instruction),
-                                dict(original.ctx))
+            {"source": self._spec.name, "task": task.name, "of": original.name, "kind": kind}
+        )
+        return with_instruction(task, VARIANTS[kind](rng, original.instruction), dict(original.ctx))

@@ -61,17 +61,20 @@ AGENT, MODEL, PROVIDER = "terminus-2", "hosted_vllm/glm", "hosted_vllm"
 BASE_DATE = datetime(2026, 4, 16, 6, 0, 0)
 # (source, style for tasks.py, share of tasks): style swesmith works in /testbed, the others in /app
 SOURCES: tuple[tuple[str, str, float], ...] = (
-    ("swesmith", "swesmith", 0.55), ("nl2bash", "superuser", 0.15),
-    ("stackexchange-superuser", "superuser", 0.15), ("code-contests", "superuser", 0.15))
+    ("swesmith", "swesmith", 0.55),
+    ("nl2bash", "superuser", 0.15),
+    ("stackexchange-superuser", "superuser", 0.15),
+    ("code-contests", "superuser", 0.15),
+)
 SUBAGENT_RATE, TIMEOUT_RATE, REWARD_RATE = 0.05, 0.10, 0.20
-QUICK_RATE, TAIL_RATE = 0.08, 0.015   # runs at the 5-turn minimum; runs of 60-225 turns
-END_ON_USER_RATE = 0.03               # the table row stops before the last assistant turn
-MIN_TURNS, MAX_TURNS = 5, 225         # assistant turns: 10 to ~450 messages
+QUICK_RATE, TAIL_RATE = 0.08, 0.015  # runs at the 5-turn minimum; runs of 60-225 turns
+END_ON_USER_RATE = 0.03  # the table row stops before the last assistant turn
+MIN_TURNS, MAX_TURNS = 5, 225  # assistant turns: 10 to ~450 messages
 SUMMARY_SOURCE = "summarization-1-summary"
 _BIG_ENDIAN = sys.byteorder == "big"
-_BITS = 13               # `_Row.ix` draws indices of 13 bits: most pools have 2**13 entries
+_BITS = 13  # `_Row.ix` draws indices of 13 bits: most pools have 2**13 entries
 _N = 1 << _BITS
-_BUFFER = 8192           # indices drawn at once
+_BUFFER = 8192  # indices drawn at once
 _MASK = int.from_bytes((_N - 1).to_bytes(2, "little") * _BUFFER, "big")  # uint16 LE each
 
 PREAMBLE = (
@@ -105,7 +108,7 @@ PREAMBLE = (
     '- "keystrokes" (required): the exact characters typed into the terminal\n'
     '- "duration" (optional, seconds, 1.0 when left out): how long to wait for the command before '
     "the next one is typed\n\n"
-    'NOTE: keystrokes are typed exactly as written, nothing is added or removed. So:\n'
+    "NOTE: keystrokes are typed exactly as written, nothing is added or removed. So:\n"
     "- End each command with a newline (\\n); without it the command is typed but never run.\n"
     "- Send special keys as tmux key names, for example:\n"
     "  - C-c to interrupt (Ctrl+C)\n"
@@ -132,26 +135,34 @@ PREAMBLE = (
     "- An empty commands list is allowed when you only want to wait for output\n"
     "- The screen shows only the most recent output; older lines may already be cut off\n"
     "- Only set task_complete to true after you have checked the result; you will be asked to "
-    "confirm, and after that no further changes are possible\n\n")
+    "confirm, and after that no further changes are possible\n\n"
+)
 
-OBS_WARNING = ("Previous response had warnings:\nWARNINGS: - Extra text detected before JSON "
-               "object\n")
-OBS_WARNING_NEWLINE = ("- Command {k} should end with a newline when another command follows it; "
-                       "otherwise both are typed on the same line.\n")
-CONTEXT_WARNING = ("[SYSTEM WARNING] Context is {pct}% full ({used:,}/32,768 tokens). The "
-                   "conversation will be summarized soon to make room. State your current "
-                   "approach and your key findings clearly so that they survive the summary.\n\n")
-CONFIRM = ("Current terminal state:\nNew Terminal Output:\n\n{prompt}\n\n\nYou asked to mark the "
-           "task as complete. Grading starts right after you confirm and no further corrections "
-           "will be possible. To confirm, answer with \"task_complete\": true once more.")
-HANDOFF = ("You are about to hand the task over to another AI agent. Write a complete summary "
-           "of your work so far on this task.\n\nOriginal Task: {instruction}\n\nFrom the "
-           "conversation above, summarize:\n1. **Major Actions Completed** - every significant "
-           "command you ran and what it showed.\n2. **Important Information Learned** - file "
-           "locations, configuration, error messages and the state of the system.\n3. "
-           "**Challenging Problems Addressed** - what went wrong and how you handled it.\n4. "
-           "**Current Status** - exactly how far the task has come and what remains.\n\nBe "
-           "thorough: the next agent sees only your summary, not this conversation.")
+OBS_WARNING = "Previous response had warnings:\nWARNINGS: - Extra text detected before JSON object\n"
+OBS_WARNING_NEWLINE = (
+    "- Command {k} should end with a newline when another command follows it; "
+    "otherwise both are typed on the same line.\n"
+)
+CONTEXT_WARNING = (
+    "[SYSTEM WARNING] Context is {pct}% full ({used:,}/32,768 tokens). The "
+    "conversation will be summarized soon to make room. State your current "
+    "approach and your key findings clearly so that they survive the summary.\n\n"
+)
+CONFIRM = (
+    "Current terminal state:\nNew Terminal Output:\n\n{prompt}\n\n\nYou asked to mark the "
+    "task as complete. Grading starts right after you confirm and no further corrections "
+    'will be possible. To confirm, answer with "task_complete": true once more.'
+)
+HANDOFF = (
+    "You are about to hand the task over to another AI agent. Write a complete summary "
+    "of your work so far on this task.\n\nOriginal Task: {instruction}\n\nFrom the "
+    "conversation above, summarize:\n1. **Major Actions Completed** - every significant "
+    "command you ran and what it showed.\n2. **Important Information Learned** - file "
+    "locations, configuration, error messages and the state of the system.\n3. "
+    "**Challenging Problems Addressed** - what went wrong and how you handled it.\n4. "
+    "**Current Status** - exactly how far the task has come and what remains.\n\nBe "
+    "thorough: the next agent sees only your summary, not this conversation."
+)
 
 
 # --- pools: computed once from a fixed seed; every pool size is a power of two ----------------
@@ -206,89 +217,164 @@ ts delta timeout retry retries limit max_len min_len default defaults cfg settin
 plugin plugins module modules package version release tag tags commit branch diff patch hunk
 """.split()
 _NONASCII = ["—", "→", "✓", "≥", "…", "×"]
-_ERRORS = ("TypeError", "ValueError", "KeyError", "AttributeError", "IndexError",
-           "AssertionError", "RuntimeError", "UnboundLocalError", "NameError", "ZeroDivisionError",
-           "NotImplementedError", "FileNotFoundError", "ImportError", "RecursionError",
-           "OverflowError", "UnicodeDecodeError")  # 16: an index >> 9 picks one
+_ERRORS = (
+    "TypeError",
+    "ValueError",
+    "KeyError",
+    "AttributeError",
+    "IndexError",
+    "AssertionError",
+    "RuntimeError",
+    "UnboundLocalError",
+    "NameError",
+    "ZeroDivisionError",
+    "NotImplementedError",
+    "FileNotFoundError",
+    "ImportError",
+    "RecursionError",
+    "OverflowError",
+    "UnicodeDecodeError",
+)  # 16: an index >> 9 picks one
 _LEVELS = ("INFO", "INFO", "INFO", "INFO", "DEBUG", "DEBUG", "WARNING", "ERROR")  # index >> 10
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 _EXTS = ("py", "py", "py", "py", "txt", "cfg", "toml", "json", "md", "sh", "yaml", "ini", "c", "h")
-_DIRS = ("src", "lib", "tests", "docs", "scripts", "tools", "utils", "core", "internal", "api",
-         "models", "io", "cli", "config", "build", "examples", "benchmarks", "data", "vendor")
+_DIRS = (
+    "src",
+    "lib",
+    "tests",
+    "docs",
+    "scripts",
+    "tools",
+    "utils",
+    "core",
+    "internal",
+    "api",
+    "models",
+    "io",
+    "cli",
+    "config",
+    "build",
+    "examples",
+    "benchmarks",
+    "data",
+    "vendor",
+)
 _THINK_OPENERS = (
-    "Let me", "Now I", "I see", "Looking at", "The output shows", "OK, so", "Hmm,", "Wait,",
-    "Good.", "So the", "Interesting.", "Right, the", "Let me think about", "The test",
-    "That didn't work.", "Now let me", "I need to", "Perfect.", "Still", "The error",
-    "First,", "Alright,", "It seems", "Great, the", "Okay, the", "Actually,")
-_PLAN_OPENERS = ("First, I'll", "I'll", "Next I will", "Run", "Check", "Look at", "Open",
-                 "Search for", "Now", "Apply the fix and", "Re-run", "Inspect", "Verify")
+    "Let me",
+    "Now I",
+    "I see",
+    "Looking at",
+    "The output shows",
+    "OK, so",
+    "Hmm,",
+    "Wait,",
+    "Good.",
+    "So the",
+    "Interesting.",
+    "Right, the",
+    "Let me think about",
+    "The test",
+    "That didn't work.",
+    "Now let me",
+    "I need to",
+    "Perfect.",
+    "Still",
+    "The error",
+    "First,",
+    "Alright,",
+    "It seems",
+    "Great, the",
+    "Okay, the",
+    "Actually,",
+)
+_PLAN_OPENERS = (
+    "First, I'll",
+    "I'll",
+    "Next I will",
+    "Run",
+    "Check",
+    "Look at",
+    "Open",
+    "Search for",
+    "Now",
+    "Apply the fix and",
+    "Re-run",
+    "Inspect",
+    "Verify",
+)
 
 # Code and output templates, filled by _Row.fill: {0}-{3} identifiers, {4} a class name, {5} {6}
 # numbers, {7} a three-word phrase, {8} an exception name (str.format ignores unused slots).
 _PY_BLOCKS = (
-    "    def {0}(self, {1}, {2}=None):\n        \"\"\"Return the {7} for `{1}`.\"\"\"\n"
+    '    def {0}(self, {1}, {2}=None):\n        """Return the {7} for `{1}`."""\n'
     "        if {2} is None:\n            {2} = self._{3}\n        return self._{0}({1}, {2})\n",
-    "def {0}({1}, *args, **kwargs):\n    {2} = kwargs.pop(\"{3}\", {5})\n"
+    'def {0}({1}, *args, **kwargs):\n    {2} = kwargs.pop("{3}", {5})\n'
     "    for {3} in {1}:\n        if not {3}:\n            continue\n        {2} += len({3})\n"
     "    return {2}\n",
-    "class {4}({4}Base):\n    \"\"\"{7}.\"\"\"\n\n    {0} = {5}\n    {1}: str = \"{2}\"\n\n"
+    'class {4}({4}Base):\n    """{7}."""\n\n    {0} = {5}\n    {1}: str = "{2}"\n\n'
     "    def __init__(self, {2}, {3}={6}):\n        super().__init__()\n"
     "        self.{2} = {2}\n        self.{3} = {3}\n",
     "        try:\n            {0} = self.{1}[{2}]\n        except {8} as exc:\n"
-    "            raise {4}Error(f\"{7}: {{{2}!r}}\") from exc\n",
+    '            raise {4}Error(f"{7}: {{{2}!r}}") from exc\n',
     "import {0}\nimport {1}.{2}\nfrom {0}.{3} import {4}\nfrom typing import Any, Optional\n",
     "    @property\n    def {0}(self):\n        return self._{0}\n\n    @{0}.setter\n"
     "    def {0}(self, value):\n        self._{0} = self._{1}(value)\n",
     "        if isinstance({0}, slice):\n            {1} = {0}.indices(len(self))\n"
     "            return [self.{2}[i] for i in range(*{1})]\n        return self.{2}[{0}]\n",
-    "    # {7}\n    {0} = {1}.get(\"{2}\", {5})\n    if {0} > {6}:\n"
-    "        logger.warning(\"{7} (%s > %s)\", {0}, {6})\n",
+    '    # {7}\n    {0} = {1}.get("{2}", {5})\n    if {0} > {6}:\n        logger.warning("{7} (%s > %s)", {0}, {6})\n',
     "def test_{0}_{1}():\n    {2} = {4}({5}, {3}={6})\n    assert {2}.{0}() == {5}\n"
     "    with pytest.raises({8}):\n        {2}.{1}(None)\n",
-    "@pytest.mark.parametrize(\"{0}, expected\", [({5}, {6}), ({6}, {5}), (0, 0)])\n"
+    '@pytest.mark.parametrize("{0}, expected", [({5}, {6}), ({6}, {5}), (0, 0)])\n'
     "def test_{1}({0}, expected):\n    assert {2}({0}) == expected\n",
     "        for {0}, {1} in enumerate(self.{2}):\n            if {1}.{3} == {0}:\n"
     "                break\n        else:\n            return None\n",
-    "    return {{\n        \"{0}\": self.{0},\n        \"{1}\": [{2}.{3} for {2} in self.{1}],\n"
-    "        \"{3}\": {5},\n    }}\n",
-    "    {0} = [{1} for {1} in {2} if {1} is not None]\n    if len({0}) != {5}:\n"
-    "        raise {8}(\"{7}\")\n",
-    "    def __repr__(self):\n        return f\"{4}({0}={{self.{0}!r}}, {1}={{self.{1}!r}})\"\n",
-    "    with open({0}, \"r\", encoding=\"utf-8\") as fh:\n        {1} = fh.read()\n"
-    "    {2} = {1}.splitlines()[{5}:{6}]\n",
+    '    return {{\n        "{0}": self.{0},\n        "{1}": [{2}.{3} for {2} in self.{1}],\n'
+    '        "{3}": {5},\n    }}\n',
+    '    {0} = [{1} for {1} in {2} if {1} is not None]\n    if len({0}) != {5}:\n        raise {8}("{7}")\n',
+    '    def __repr__(self):\n        return f"{4}({0}={{self.{0}!r}}, {1}={{self.{1}!r}})"\n',
+    '    with open({0}, "r", encoding="utf-8") as fh:\n        {1} = fh.read()\n    {2} = {1}.splitlines()[{5}:{6}]\n',
     "        {0} = {1}.{2}({3}, {5})  # {7}\n        self.{0}.append({0})\n",
     "    while {0} < {5}:\n        {0} += {1}\n        if {2}({0}):\n            yield {0}\n",
-    "def _{0}({1}: \"{4}\", {2}: int = {5}) -> \"{4}\":\n    \"\"\"{7}.\n\n    Parameters\n"
-    "    ----------\n    {1} : {4}\n        The {3} to use.\n    \"\"\"\n"
+    'def _{0}({1}: "{4}", {2}: int = {5}) -> "{4}":\n    """{7}.\n\n    Parameters\n'
+    '    ----------\n    {1} : {4}\n        The {3} to use.\n    """\n'
     "    return {1}.{3}[{2}:]\n",
     "    {0} = {1} * {5} + {2} // {6}\n    {3} = max({0}, {3})\n",
-    "if __name__ == \"__main__\":\n    {0} = {4}()\n    print({0}.{1}({5}))\n",
+    'if __name__ == "__main__":\n    {0} = {4}()\n    print({0}.{1}({5}))\n',
 )
 _SH_BLOCKS = (
-    "#!/bin/bash\nset -euo pipefail\n{0}=\"/app/{1}\"\nmkdir -p \"${0}\"\n",
-    "for f in /app/{0}/*.{1}; do\n  echo \"processing $f\"\n  wc -l \"$f\" >> /app/{2}.log\ndone\n",
-    "if [ ! -f /app/{0}.txt ]; then\n  echo \"{7}\" >&2\n  exit {6}\nfi\n",
+    '#!/bin/bash\nset -euo pipefail\n{0}="/app/{1}"\nmkdir -p "${0}"\n',
+    'for f in /app/{0}/*.{1}; do\n  echo "processing $f"\n  wc -l "$f" >> /app/{2}.log\ndone\n',
+    'if [ ! -f /app/{0}.txt ]; then\n  echo "{7}" >&2\n  exit {6}\nfi\n',
     "awk -F',' 'NR>1 {{ s += ${5} }} END {{ print s / (NR-1) }}' /app/{0}.csv\n",
-    "{0}:\n  {1}: {5}\n  {2}: \"{3}\"\n  enabled: true\n",
+    '{0}:\n  {1}: {5}\n  {2}: "{3}"\n  enabled: true\n',
     "{0},{1},{5},{6}\n{2},{3},{6},{5}\n",
-    "[{0}]\n{1} = {5}\n{2} = \"{3}\"\n",
+    '[{0}]\n{1} = {5}\n{2} = "{3}"\n',
     "grep -E '^{0}' /var/log/{1}.log | sort | uniq -c | sort -rn | head -n {5}\n",
     "{0}() {{\n  local {1}=\"$1\"\n  echo \"${{{1}}}\" | tr '[:upper:]' '[:lower:]'\n}}\n",
 )
 # Program output, %-formatted with (identifier, number, a few words); index & 7 picks one.
-_PRINTS = ("%s: %s %s", "[%s, 0] -> %s: %s", "%s=%s  # %s", "%s(%s) returned '%s'",
-           ">>> %s(%s)\n%s", "Got %s=%s, expected: %s", "%s ... %s ok (%s)", "%s: %s\n  %s")
+_PRINTS = (
+    "%s: %s %s",
+    "[%s, 0] -> %s: %s",
+    "%s=%s  # %s",
+    "%s(%s) returned '%s'",
+    ">>> %s(%s)\n%s",
+    "Got %s=%s, expected: %s",
+    "%s ... %s ok (%s)",
+    "%s: %s\n  %s",
+)
 # pip log blocks: {0} {3} package names, {1} a version, {2} a size, {4} a sha256
-_PIP = ("Collecting {0}=={1}\n  Downloading {0}-{1}-py3-none-any.whl ({2} kB)",
-        "Requirement already satisfied: {0}>={1} in /usr/local/lib/python3.11/site-packages "
-        "(from {3}=={1}) ({1})",
-        "Building wheel for {0} (pyproject.toml): finished with status 'done'\n"
-        "  Created wheel for {0}: filename={0}-{1}-0.editable-py3-none-any.whl size={2} "
-        "sha256={4}",
-        "Using cached {0}-{1}-py3-none-any.whl ({2} kB)",
-        "Installing collected packages: {0}, {3}\n  Attempting uninstall: {0}\n"
-        "    Found existing installation: {0} {1}\n    Uninstalling {0}-{1}:\n"
-        "      Successfully uninstalled {0}-{1}")
+_PIP = (
+    "Collecting {0}=={1}\n  Downloading {0}-{1}-py3-none-any.whl ({2} kB)",
+    "Requirement already satisfied: {0}>={1} in /usr/local/lib/python3.11/site-packages (from {3}=={1}) ({1})",
+    "Building wheel for {0} (pyproject.toml): finished with status 'done'\n"
+    "  Created wheel for {0}: filename={0}-{1}-0.editable-py3-none-any.whl size={2} "
+    "sha256={4}",
+    "Using cached {0}-{1}-py3-none-any.whl ({2} kB)",
+    "Installing collected packages: {0}, {3}\n  Attempting uninstall: {0}\n"
+    "    Found existing installation: {0} {1}\n    Uninstalling {0}-{1}:\n"
+    "      Successfully uninstalled {0}-{1}",
+)
 _DIFF_MARKS = ("+", "-", " ", " ", " ", " ", "+", " ")  # index & 7
 # commands per assistant turn: 0 (just wait) 3%, 1 42%, 2 28%, 3 15%, 4 8%, 5 4%
 _N_COMMANDS = (0,) * 3 + (1,) * 42 + (2,) * 28 + (3,) * 15 + (4,) * 8 + (5,) * 4
@@ -313,15 +399,14 @@ def _pools() -> dict[str, Any]:
         r = rng.random()
         name = "_".join(rng.choices(_PARTS, k=1 if r < 0.25 else 2 if r < 0.75 else 3))
         r = rng.random()
-        idents.append("_" + name if r < 0.12 else f"{name}{rng.randint(1, 9)}" if r < 0.15
-                      else name)
-    classes = ["".join(p.capitalize() for p in rng.choices(_PARTS, k=rng.choice((1, 2, 2, 3))))
-               for _ in range(1 << 12)]
+        idents.append("_" + name if r < 0.12 else f"{name}{rng.randint(1, 9)}" if r < 0.15 else name)
+    classes = ["".join(p.capitalize() for p in rng.choices(_PARTS, k=rng.choice((1, 2, 2, 3)))) for _ in range(1 << 12)]
     nums = [str(int(rng.lognormvariate(math.log(40), 1.6))) for _ in range(_N)]
     files = []
     for _ in range(_N):
-        parts = [rng.choice(_DIRS) if rng.random() < 0.6 else rng.choice(_PARTS)
-                 for _ in range(rng.choice((1, 1, 2, 2, 3)))]
+        parts = [
+            rng.choice(_DIRS) if rng.random() < 0.6 else rng.choice(_PARTS) for _ in range(rng.choice((1, 1, 2, 2, 3)))
+        ]
         ext = rng.choice(_EXTS)
         stem = rng.choice(idents).lstrip("_")
         files.append("/".join(parts + [f"{'test_' if parts[0] == 'tests' else ''}{stem}.{ext}"]))
@@ -332,41 +417,86 @@ def _pools() -> dict[str, Any]:
     for w, v in zip(base, nxt):
         r = rng.random()
         tokens.append(
-            f"{w}. {v.capitalize()}" if r < 0.06 else f"{w}," if r < 0.11 else
-            f"{w}.\n\n{v.capitalize()}" if r < 0.115 else f"{w}:\n- {v}" if r < 0.118 else
-            f"`{rng.choice(idents)}`" if r < 0.135 else f"`{rng.choice(idents)}()`" if r < 0.14
-            else f"`{rng.choice(files)}`" if r < 0.15 else rng.choice(nums) if r < 0.163 else
-            rng.choice(_NONASCII) if r < 0.166 else f"({w}" if r < 0.172 else
-            f"{w})" if r < 0.178 else w)
-    words = [f"{a} {b} {c} {d}" for a, b, c, d in zip(
-        tokens, rng.sample(tokens, len(tokens)), rng.sample(tokens, len(tokens)),
-        rng.sample(tokens, len(tokens)))]
+            f"{w}. {v.capitalize()}"
+            if r < 0.06
+            else f"{w},"
+            if r < 0.11
+            else f"{w}.\n\n{v.capitalize()}"
+            if r < 0.115
+            else f"{w}:\n- {v}"
+            if r < 0.118
+            else f"`{rng.choice(idents)}`"
+            if r < 0.135
+            else f"`{rng.choice(idents)}()`"
+            if r < 0.14
+            else f"`{rng.choice(files)}`"
+            if r < 0.15
+            else rng.choice(nums)
+            if r < 0.163
+            else rng.choice(_NONASCII)
+            if r < 0.166
+            else f"({w}"
+            if r < 0.172
+            else f"{w})"
+            if r < 0.178
+            else w
+        )
+    words = [
+        f"{a} {b} {c} {d}"
+        for a, b, c, d in zip(
+            tokens, rng.sample(tokens, len(tokens)), rng.sample(tokens, len(tokens)), rng.sample(tokens, len(tokens))
+        )
+    ]
     plain = rng.choices(order, weights=zipf, k=3 * _N)
-    phrases = [" ".join(plain[i:i + 3]) for i in range(0, 3 * _N, 3)]
-    names = [f"{n.lstrip('_')}{rng.choice(('', '', '.py', '.py', '.txt', '.json', '.cfg', '.md'))}"
-             for n in idents]
-    prefixes = [f"{rng.choice(('-rw-r--r--',) * 6 + ('drwxr-xr-x',) * 3 + ('-rwxr-xr-x',))} "
-                f"{rng.randint(1, 3):2d} root root "
-                f"{int(rng.lognormvariate(math.log(2500), 1.4)):>6}"
-                for _ in range(1 << 12)]
-    dates = [f"{rng.choice(_MONTHS)} {rng.randint(1, 28):2d} " +
-             (f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}" if rng.random() < 0.5
-              else f" {rng.choice((2023, 2024, 2025))}") for _ in range(1 << 12)]
-    times = [f"2026-04-{rng.randint(16, 19)} {rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:"
-             f"{rng.randint(0, 59):02d},{rng.randint(0, 999):03d}" for _ in range(1 << 12)]
-    dots = ["".join(rng.choices(".", k=rng.randint(1, 60))) if rng.random() < 0.7 else
-            "".join(rng.choices(".....Fs.x", k=rng.randint(1, 60))) for _ in range(1 << 10)]
-    versions = [f"{rng.randint(0, 5)}.{rng.randint(0, 30)}.{rng.randint(0, 12)}"
-                for _ in range(1 << 10)]
-    pools = {"W": words, "ID": idents, "CLS": classes, "NUM": nums, "FILE": files, "PH": phrases,
-             "NAME": names, "PFX": prefixes, "DATE": dates, "TIME": times, "DOTS": dots,
-             "VER": versions, "avg_w": sum(len(w) + 1 for w in words) / len(words)}
+    phrases = [" ".join(plain[i : i + 3]) for i in range(0, 3 * _N, 3)]
+    names = [f"{n.lstrip('_')}{rng.choice(('', '', '.py', '.py', '.txt', '.json', '.cfg', '.md'))}" for n in idents]
+    prefixes = [
+        f"{rng.choice(('-rw-r--r--',) * 6 + ('drwxr-xr-x',) * 3 + ('-rwxr-xr-x',))} "
+        f"{rng.randint(1, 3):2d} root root "
+        f"{int(rng.lognormvariate(math.log(2500), 1.4)):>6}"
+        for _ in range(1 << 12)
+    ]
+    dates = [
+        f"{rng.choice(_MONTHS)} {rng.randint(1, 28):2d} "
+        + (
+            f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}"
+            if rng.random() < 0.5
+            else f" {rng.choice((2023, 2024, 2025))}"
+        )
+        for _ in range(1 << 12)
+    ]
+    times = [
+        f"2026-04-{rng.randint(16, 19)} {rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:"
+        f"{rng.randint(0, 59):02d},{rng.randint(0, 999):03d}"
+        for _ in range(1 << 12)
+    ]
+    dots = [
+        "".join(rng.choices(".", k=rng.randint(1, 60)))
+        if rng.random() < 0.7
+        else "".join(rng.choices(".....Fs.x", k=rng.randint(1, 60)))
+        for _ in range(1 << 10)
+    ]
+    versions = [f"{rng.randint(0, 5)}.{rng.randint(0, 30)}.{rng.randint(0, 12)}" for _ in range(1 << 10)]
+    pools = {
+        "W": words,
+        "ID": idents,
+        "CLS": classes,
+        "NUM": nums,
+        "FILE": files,
+        "PH": phrases,
+        "NAME": names,
+        "PFX": prefixes,
+        "DATE": dates,
+        "TIME": times,
+        "DOTS": dots,
+        "VER": versions,
+        "avg_w": sum(len(w) + 1 for w in words) / len(words),
+    }
     # templates of two blocks each (every ordered pair): one format call fills twice the text;
     # their mean filled length turns a character budget into a template count
     for key, blocks in (("py", _PY_BLOCKS), ("sh", _SH_BLOCKS)):
         pairs = pools[key] = [f"{a}\n{b}" for a in blocks for b in blocks]
-        sample = [b.format(*idents[:4], classes[0], "40", "7", phrases[0], _ERRORS[0])
-                  for b in pairs]
+        sample = [b.format(*idents[:4], classes[0], "40", "7", phrases[0], _ERRORS[0]) for b in pairs]
         pools["avg_" + key] = sum(len(s) + 1 for s in sample) / len(sample)
     return pools
 
@@ -392,14 +522,13 @@ class _Row:
         if pos + n > len(self.buf):
             size = max(n, _BUFFER)
             raw = int.from_bytes(self.rng.randbytes(2 * size), "big")
-            mask = _MASK if size == _BUFFER else int.from_bytes(
-                (_N - 1).to_bytes(2, "little") * size, "big")
+            mask = _MASK if size == _BUFFER else int.from_bytes((_N - 1).to_bytes(2, "little") * size, "big")
             self.buf = array("H", (raw & mask).to_bytes(2 * size, "big"))
             if _BIG_ENDIAN:  # the bytes are little-endian uint16 on every machine
                 self.buf.byteswap()
             pos = 0
         self.pos = pos + n
-        return self.buf[pos:pos + n]
+        return self.buf[pos : pos + n]
 
     def pick(self, seq: Any) -> Any:
         return seq[int(self.rng.random() * len(seq))]
@@ -427,9 +556,14 @@ class _Row:
         blocks, avg = self.p[key], self.p["avg_" + key]
         ID, CLS, NUM, PH, nb = self.ID, self.p["CLS"], self.NUM, self.p["PH"], len(blocks)
         it = iter(self.ix(9 * (int(nchars / avg) + 1)))
-        return "\n".join([blocks[t % nb].format(ID[a], ID[b], ID[c], ID[d], CLS[e & 0xFFF],
-                                                NUM[f], NUM[g], PH[h], _ERRORS[e >> 9])
-                          for t, a, b, c, d, e, f, g, h in zip(it, it, it, it, it, it, it, it, it)])
+        return "\n".join(
+            [
+                blocks[t % nb].format(
+                    ID[a], ID[b], ID[c], ID[d], CLS[e & 0xFFF], NUM[f], NUM[g], PH[h], _ERRORS[e >> 9]
+                )
+                for t, a, b, c, d, e, f, g, h in zip(it, it, it, it, it, it, it, it, it)
+            ]
+        )
 
     def file(self, f: str, nchars: int = 0) -> tuple[list[str], list[int]]:
         """The row's text of file f as (lines, cumulative lengths), at least nchars long: drawn
@@ -455,13 +589,11 @@ class _Row:
     def prints(self, budget: int) -> str:
         ID, NUM, W = self.ID, self.NUM, self.W
         it = iter(self.ix(3 * (budget // 55 + 1)))
-        return "\n".join([_PRINTS[a & 7] % (ID[a], NUM[b], W[c])
-                          for a, b, c in zip(it, it, it)])
+        return "\n".join([_PRINTS[a & 7] % (ID[a], NUM[b], W[c]) for a, b, c in zip(it, it, it)])
 
     # --- the assistant turn ---------------------------------------------------------------------
 
-    def assistant(self, commands: list[tuple[str, str, float, Any]], complete: bool,
-                  extra: str = "") -> str:
+    def assistant(self, commands: list[tuple[str, str, float, Any]], complete: bool, extra: str = "") -> str:
         rng = self.rng
         # one draw of prose, cut into the reasoning, the analysis and the plan
         a = self.ix(5)
@@ -475,15 +607,17 @@ class _Row:
         cut2 = len(text) - 1 if cut2 < 0 else cut2
         think = f"{_THINK_OPENERS[a[3] % len(_THINK_OPENERS)]} {text[:cut1].rstrip(',:')}."
         if rng.random() < 0.15:
-            think += (f"\n\n```python\n{self.code(self.lognorm(300, 0.6, 80, 1500))}\n```\n\n"
-                      + self.prose(self.lognorm(150, 0.6, 40, 600)))
-        analysis = text[cut1 + 1:cut2].rstrip(",:")
-        body = {"analysis": f"{analysis[:1].upper()}{analysis[1:]}.",
-                "plan": f"{_PLAN_OPENERS[a[4] % len(_PLAN_OPENERS)]} {text[cut2 + 1:]}",
-                "commands": [{"keystrokes": k, "duration": d} for _, k, d, _ in commands],
-                "task_complete": complete}
-        return (f"<think>{think}</think>{extra}"
-                + orjson.dumps(body, option=orjson.OPT_INDENT_2).decode())
+            think += f"\n\n```python\n{self.code(self.lognorm(300, 0.6, 80, 1500))}\n```\n\n" + self.prose(
+                self.lognorm(150, 0.6, 40, 600)
+            )
+        analysis = text[cut1 + 1 : cut2].rstrip(",:")
+        body = {
+            "analysis": f"{analysis[:1].upper()}{analysis[1:]}.",
+            "plan": f"{_PLAN_OPENERS[a[4] % len(_PLAN_OPENERS)]} {text[cut2 + 1 :]}",
+            "commands": [{"keystrokes": k, "duration": d} for _, k, d, _ in commands],
+            "task_complete": complete,
+        }
+        return f"<think>{think}</think>{extra}" + orjson.dumps(body, option=orjson.OPT_INDENT_2).decode()
 
     def commands(self) -> list[tuple[str, str, float, Any]]:
         rng = self.rng
@@ -510,15 +644,32 @@ class _Row:
             hi = lo + 10 + a[2] % 50
             return kind, f"sed -n '{lo},{hi}p' {f}\n", 0.1, (f, lo, hi)
         if kind == "grep":
-            return kind, self.pick((f'grep -rn "{ident}" {wd}/ --include=*.py | head -40\n',
-                                    f'grep -n "def {ident}\\|class " {f}\n',
-                                    f'grep -rn "{ident}" . 2>/dev/null | head -n 30\n')), 0.5, None
+            return (
+                kind,
+                self.pick(
+                    (
+                        f'grep -rn "{ident}" {wd}/ --include=*.py | head -40\n',
+                        f'grep -n "def {ident}\\|class " {f}\n',
+                        f'grep -rn "{ident}" . 2>/dev/null | head -n 30\n',
+                    )
+                ),
+                0.5,
+                None,
+            )
         if kind == "find":
             return kind, f'find {wd} -name "*{self.ID[a[1]][:6]}*" -type f | head -50\n', 0.5, None
         if kind == "py_run":
-            return kind, self.pick((f"python3 /tmp/repro_{a[1] % 100}.py\n",
-                                    f"cd {wd} && python -c \"from {self.task['pkg']} import "
-                                    f"{ident}; print({ident}({a[2] % 50}))\"\n")), 1.0, None
+            return (
+                kind,
+                self.pick(
+                    (
+                        f"python3 /tmp/repro_{a[1] % 100}.py\n",
+                        f'cd {wd} && python -c "from {self.task["pkg"]} import {ident}; print({ident}({a[2] % 50}))"\n',
+                    )
+                ),
+                1.0,
+                None,
+            )
         if kind == "py_heredoc":
             src = self.code(self.lognorm(400, 0.7, 100, 2500))
             return kind, f"python3 << 'EOF'\n{src}\nEOF\n", 2.0, None
@@ -530,8 +681,13 @@ class _Row:
                 lo = bisect_left(cum, cum[-1] - size) if cum[-1] > size else 0
                 mid = lo + (bisect_left(cum, cum[lo] + size) - lo) // 2
                 fresh = self.code(self.lognorm(200, 0.6, 60, 1200))
-                src = "\n".join(lines[lo:mid]) + "\n" + fresh + "\n" + "\n".join(
-                    lines[mid:bisect_left(cum, cum[lo] + size)])
+                src = (
+                    "\n".join(lines[lo:mid])
+                    + "\n"
+                    + fresh
+                    + "\n"
+                    + "\n".join(lines[mid : bisect_left(cum, cum[lo] + size)])
+                )
                 return kind, f"cat > {f} << 'EOF'\n{src}\nEOF\n", 0.5, None
             shell = self.task["style"] != "swesmith" and rng.random() < 0.6
             src = self.code(size, shell=shell)
@@ -539,21 +695,51 @@ class _Row:
             return kind, f"cat > {target} << 'EOF'\n{src}\nEOF\n", 0.5, None
         if kind == "pytest":
             t = self.pick([x for x in self.files if "test" in x] or self.files)
-            return (kind, f"python -m pytest {t} -x -q 2>&1 | tail -{30 + a[1] % 60}\n",
-                    float(self.pick((5, 10, 15, 30))), t)
+            return (
+                kind,
+                f"python -m pytest {t} -x -q 2>&1 | tail -{30 + a[1] % 60}\n",
+                float(self.pick((5, 10, 15, 30))),
+                t,
+            )
         if kind == "pip":
             version = self.pick(self.p["VER"])
-            return kind, self.pick(("pip install -e . 2>&1 | tail -20\n",
-                                    f"pip install {ident}=={version}\n")), 15.0, None
+            return (
+                kind,
+                self.pick(("pip install -e . 2>&1 | tail -20\n", f"pip install {ident}=={version}\n")),
+                15.0,
+                None,
+            )
         if kind == "git":
-            return kind, self.pick(("git diff\n", "git --no-pager log --oneline -n 15\n",
-                                    f"git diff HEAD~1 -- {f}\n", "git status\n")), 0.5, None
+            return (
+                kind,
+                self.pick(
+                    ("git diff\n", "git --no-pager log --oneline -n 15\n", f"git diff HEAD~1 -- {f}\n", "git status\n")
+                ),
+                0.5,
+                None,
+            )
         if kind == "shell_run":
-            return kind, self.pick((f"bash /app/{ident}.sh\n", f"./{ident} --verbose\n",
-                                    f"tail -n 40 /var/log/{ident}.log\n",
-                                    f"cat /app/{ident}.csv | head -n 25\n")), 1.0, None
-        return "small", self.pick((f"cd {wd}\n", "echo $?\n", f"wc -l {f}\n", "C-c",
-                                   f"chmod +x /app/{ident}.sh\n", "clear\n", "pwd\n")), 0.1, None
+            return (
+                kind,
+                self.pick(
+                    (
+                        f"bash /app/{ident}.sh\n",
+                        f"./{ident} --verbose\n",
+                        f"tail -n 40 /var/log/{ident}.log\n",
+                        f"cat /app/{ident}.csv | head -n 25\n",
+                    )
+                ),
+                1.0,
+                None,
+            )
+        return (
+            "small",
+            self.pick(
+                (f"cd {wd}\n", "echo $?\n", f"wc -l {f}\n", "C-c", f"chmod +x /app/{ident}.sh\n", "clear\n", "pwd\n")
+            ),
+            0.1,
+            None,
+        )
 
     # --- the observation ------------------------------------------------------------------------
 
@@ -561,8 +747,7 @@ class _Row:
         """The terminal after `commands`: each echoed after the prompt, then its output."""
         rng = self.rng
         budget = self.lognorm(1000, 1.0, 60, 16000)
-        weights = [0.0 if k in ("small", "write_file") else 0.2 + rng.random()
-                   for k, *_ in commands]
+        weights = [0.0 if k in ("small", "write_file") else 0.2 + rng.random() for k, *_ in commands]
         wsum = sum(weights) or 1.0
         prompt = self.prompt
         parts = [prefix]
@@ -584,13 +769,13 @@ class _Row:
             return self.ls(budget)
         if kind == "cat":
             lines, cum = self.file(arg, budget)
-            return "\n".join(lines[:bisect_left(cum, budget) + 1])
+            return "\n".join(lines[: bisect_left(cum, budget) + 1])
         if kind == "sed":
             f, lo, hi = arg
             lines, cum = self.file(f)
             if len(lines) < hi:
                 lines, cum = self.file(f, cum[-1] * hi // len(lines) + 100)
-            return "\n".join(lines[lo - 1:hi])
+            return "\n".join(lines[lo - 1 : hi])
         if kind == "grep":
             return self.grep(budget)
         if kind == "find":
@@ -618,10 +803,11 @@ class _Row:
         PFX, DATE, NAME = self.p["PFX"], self.p["DATE"], self.p["NAME"]
         n = budget // 56 + 1
         it = iter(self.ix(3 * n + 2))
-        head = (f"total {4 * n + next(it) % 64}\ndrwxr-xr-x  1 root root   4096 "
-                f"{DATE[next(it) & 0xFFF]} .\ndrwxr-xr-x  1 root root   4096 Apr 17 09:12 ..\n")
-        return head + "\n".join([f"{PFX[a & 0xFFF]} {DATE[b & 0xFFF]} {NAME[c]}"
-                                 for a, b, c in zip(it, it, it)])
+        head = (
+            f"total {4 * n + next(it) % 64}\ndrwxr-xr-x  1 root root   4096 "
+            f"{DATE[next(it) & 0xFFF]} .\ndrwxr-xr-x  1 root root   4096 Apr 17 09:12 ..\n"
+        )
+        return head + "\n".join([f"{PFX[a & 0xFFF]} {DATE[b & 0xFFF]} {NAME[c]}" for a, b, c in zip(it, it, it)])
 
     def grep(self, budget: int) -> str:
         """Hits in the row's files: path:line:text, with the line numbers of those files."""
@@ -631,9 +817,11 @@ class _Row:
             f = self.pick(seen)
             lines, _ = self.file(f)
             n = len(lines)
-            hits = [f"{f}:{k + 1}:{lines[k]}"
-                    for k in sorted({a % n for a in self.ix(min(1 + n // 12, budget // 50 + 1))})
-                    if lines[k]]
+            hits = [
+                f"{f}:{k + 1}:{lines[k]}"
+                for k in sorted({a % n for a in self.ix(min(1 + n // 12, budget // 50 + 1))})
+                if lines[k]
+            ]
             out += hits
             size += sum(map(len, hits)) + 40
         return "\n".join(out)
@@ -643,8 +831,7 @@ class _Row:
         frames = max(1, min(12, budget // 170))
         a = self.ix(3 * frames + 2)
         it = iter(a[2:])
-        lines = [f'Traceback (most recent call last):\n  File "<stdin>", line {1 + a[0] % 40}, '
-                 f"in <module>"]
+        lines = [f'Traceback (most recent call last):\n  File "<stdin>", line {1 + a[0] % 40}, in <module>']
         for x, y, z in zip(it, it, it):
             f = files[x % len(files)]
             code = self.file(f)[0]
@@ -660,23 +847,30 @@ class _Row:
     def pytest(self, testfile: str, budget: int) -> str:
         a = self.ix(8)
         total, failed = 5 + a[0] % 400, a[1] % 4
-        head = (f"============================= test session starts "
-                f"==============================\nplatform linux -- Python 3.11.{a[2] % 12}, "
-                f"pytest-8.{a[3] % 4}.{a[4] % 5}, pluggy-1.{a[5] % 6}.0\nrootdir: "
-                f"{self.task['workdir']}\nconfigfile: pyproject.toml\ncollected {total} items\n\n")
+        head = (
+            f"============================= test session starts "
+            f"==============================\nplatform linux -- Python 3.11.{a[2] % 12}, "
+            f"pytest-8.{a[3] % 4}.{a[4] % 5}, pluggy-1.{a[5] % 6}.0\nrootdir: "
+            f"{self.task['workdir']}\nconfigfile: pyproject.toml\ncollected {total} items\n\n"
+        )
         rows = max(1, budget // 200)
         files, nf, dots = self.files, len(self.files), self.p["DOTS"]
         it = iter(self.ix(2 * rows))
-        lines = "\n".join([f"{files[x % nf]} {dots[y & 0x3FF]}{' ' * (10 + x % 30)}"
-                           f"[{min(100, (k + 1) * 100 // rows):3d}%]"
-                           for k, (x, y) in enumerate(zip(it, it))])
+        lines = "\n".join(
+            [
+                f"{files[x % nf]} {dots[y & 0x3FF]}{' ' * (10 + x % 30)}[{min(100, (k + 1) * 100 // rows):3d}%]"
+                for k, (x, y) in enumerate(zip(it, it))
+            ]
+        )
         fails = ""
         if failed:
             err = _ERRORS[a[7] >> 9]
-            fails = (f"\n\n=================================== FAILURES "
-                     f"===================================\n___ test_{self.ID[a[6]]} ___\n\n"
-                     + self.code(max(100, budget - len(head) - len(lines) - 300))
-                     + f"\nE       {err}: {self.phrase()}\n\n{testfile}:{1 + a[7] % 700}: {err}")
+            fails = (
+                f"\n\n=================================== FAILURES "
+                f"===================================\n___ test_{self.ID[a[6]]} ___\n\n"
+                + self.code(max(100, budget - len(head) - len(lines) - 300))
+                + f"\nE       {err}: {self.phrase()}\n\n{testfile}:{1 + a[7] % 700}: {err}"
+            )
         passed = f"{total - failed} passed in {self.rng.random() * 40:.2f}s"
         tail = f"{'=' * 20} {f'{failed} failed, ' if failed else ''}{passed} {'=' * 20}"
         return f"{head}{lines}{fails}\n{tail}"
@@ -685,23 +879,32 @@ class _Row:
         ID, VER, NUM = self.ID, self.p["VER"], self.NUM
         it = iter(self.ix(5 * (budget // 110 + 1)))
         hexes = self.rng.randbytes(32 * (budget // 110 + 1)).hex()
-        return "\n".join([_PIP[t % 5].format(ID[a].strip("_").replace("_", "-"), VER[b & 0x3FF],
-                                             NUM[c], ID[c].strip("_"),
-                                             hexes[64 * k:64 * k + 64])
-                          for k, (t, a, b, c, _) in enumerate(zip(it, it, it, it, it))])
+        return "\n".join(
+            [
+                _PIP[t % 5].format(
+                    ID[a].strip("_").replace("_", "-"),
+                    VER[b & 0x3FF],
+                    NUM[c],
+                    ID[c].strip("_"),
+                    hexes[64 * k : 64 * k + 64],
+                )
+                for k, (t, a, b, c, _) in enumerate(zip(it, it, it, it, it))
+            ]
+        )
 
     def git(self, keys: str, budget: int) -> str:
         PH = self.p["PH"]
         if "log" in keys:
             n = budget // 40 + 1
             h = self.rng.randbytes(4 * n).hex()
-            return "\n".join([f"{h[k:k + 7]} {PH[i]}" for k, i in zip(range(0, 8 * n, 8),
-                                                                         self.ix(n))])
+            return "\n".join([f"{h[k : k + 7]} {PH[i]}" for k, i in zip(range(0, 8 * n, 8), self.ix(n))])
         if "status" in keys:
             FILE = self.FILE
-            return ("On branch main\nChanges not staged for commit:\n  (use \"git add <file>...\" "
-                    "to update what will be committed)\n" + "\n".join(
-                        [f"\tmodified:   {FILE[i]}" for i in self.ix(budget // 40 + 1)]))
+            return (
+                'On branch main\nChanges not staged for commit:\n  (use "git add <file>..." '
+                "to update what will be committed)\n"
+                + "\n".join([f"\tmodified:   {FILE[i]}" for i in self.ix(budget // 40 + 1)])
+            )
         out, size = [], 0
         seen = self.known()
         while size < budget:
@@ -710,12 +913,13 @@ class _Row:
             code, cum = self.file(f)
             a = self.ix(2)
             lo = a[0] % len(code)
-            lines = code[lo:bisect_left(cum, cum[lo] + min(budget - size, 900) + 50)]
-            hunk = "\n".join([_DIFF_MARKS[m & 7] + line
-                              for m, line in zip(self.ix(len(lines)), lines)])
-            s = (f"diff --git a/{f} b/{f}\nindex {h[:7]}..{h[7:14]} 100644\n--- a/{f}\n"
-                 f"+++ b/{f}\n@@ -{lo + 1},{len(lines)} +{lo + 1},"
-                 f"{len(lines) + a[1] % 3} @@ def {self.ID[a[1]]}\n{hunk}")
+            lines = code[lo : bisect_left(cum, cum[lo] + min(budget - size, 900) + 50)]
+            hunk = "\n".join([_DIFF_MARKS[m & 7] + line for m, line in zip(self.ix(len(lines)), lines)])
+            s = (
+                f"diff --git a/{f} b/{f}\nindex {h[:7]}..{h[7:14]} 100644\n--- a/{f}\n"
+                f"+++ b/{f}\n@@ -{lo + 1},{len(lines)} +{lo + 1},"
+                f"{len(lines) + a[1] % 3} @@ def {self.ID[a[1]]}\n{hunk}"
+            )
             out.append(s)
             size += len(s)
         return "\n".join(out)
@@ -723,23 +927,46 @@ class _Row:
     def logs(self, budget: int) -> str:
         TIME, ID, W = self.p["TIME"], self.ID, self.W
         it = iter(self.ix(4 * (budget // 75 + 1)))
-        return "\n".join([f"[{TIME[a & 0xFFF]}] {_LEVELS[a >> 10]} {ID[b]}: {W[c]} {W[d]}"
-                          for a, b, c, d in zip(it, it, it, it)])
+        return "\n".join(
+            [f"[{TIME[a & 0xFFF]}] {_LEVELS[a >> 10]} {ID[b]}: {W[c]} {W[d]}" for a, b, c, d in zip(it, it, it, it)]
+        )
 
 
 # --- tasks -------------------------------------------------------------------------------------
 
-_SWE_KINDS = (("ls", 7), ("cat", 12), ("sed", 10), ("grep", 13), ("find", 4), ("py_run", 10),
-              ("py_heredoc", 6), ("write_file", 6), ("pytest", 12), ("pip", 2), ("git", 6),
-              ("small", 8))
-_SH_KINDS = (("ls", 11), ("cat", 12), ("grep", 6), ("find", 6), ("shell_run", 18),
-             ("write_file", 10), ("small", 12), ("py_run", 6), ("py_heredoc", 4), ("pip", 3),
-             ("git", 3), ("sed", 5))
+_SWE_KINDS = (
+    ("ls", 7),
+    ("cat", 12),
+    ("sed", 10),
+    ("grep", 13),
+    ("find", 4),
+    ("py_run", 10),
+    ("py_heredoc", 6),
+    ("write_file", 6),
+    ("pytest", 12),
+    ("pip", 2),
+    ("git", 6),
+    ("small", 8),
+)
+_SH_KINDS = (
+    ("ls", 11),
+    ("cat", 12),
+    ("grep", 6),
+    ("find", 6),
+    ("shell_run", 18),
+    ("write_file", 10),
+    ("small", 12),
+    ("py_run", 6),
+    ("py_heredoc", 4),
+    ("pip", 3),
+    ("git", 3),
+    ("sed", 5),
+)
 
 
 def _task_name(source: str, t: int, tasks: int) -> str:
     width = max(5, len(str(tasks - 1)))
-    mod = 10 ** width  # 48271 is prime and coprime with 10**width: a bijection on [0, mod)
+    mod = 10**width  # 48271 is prime and coprime with 10**width: a bijection on [0, mod)
     return f"{source}-{(t * 48271 + 10007) % mod:0{width}d}"
 
 
@@ -748,21 +975,26 @@ def _instruction(r: _Row, style: str, pkg: str, cls: str, func: str, mod: str, e
     target = lognorm(rng, 1300, 0.45, 500, 3000)
     if style == "swesmith":
         title = f"{cls}.{func} {r.phrase()} when {r.phrase()}"
-        parts = [title, f"#### Description\n\n{r.prose(rng.randint(150, 600))}",
-                 f"#### Steps/Code to Reproduce\n\n```python\nfrom {pkg}.{mod} import {cls}\n\n"
-                 f"{r.code(rng.randint(150, 700))}\n```",
-                 f"#### Expected Behavior\n\n{r.prose(rng.randint(60, 250))}",
-                 f"#### Actual Behavior\n\n```\n{err}: {r.prose(60)[:-1]}\n```\n\n"
-                 f"{r.prose(rng.randint(40, 200))}"]
+        parts = [
+            title,
+            f"#### Description\n\n{r.prose(rng.randint(150, 600))}",
+            f"#### Steps/Code to Reproduce\n\n```python\nfrom {pkg}.{mod} import {cls}\n\n"
+            f"{r.code(rng.randint(150, 700))}\n```",
+            f"#### Expected Behavior\n\n{r.prose(rng.randint(60, 250))}",
+            f"#### Actual Behavior\n\n```\n{err}: {r.prose(60)[:-1]}\n```\n\n{r.prose(rng.randint(40, 200))}",
+        ]
         if rng.random() < 0.5:
-            parts.append(f"#### Environment\n\n- {pkg} {r.pick(r.p['VER'])}\n- Python 3.11."
-                         f"{rng.randint(0, 12)}\n- OS: Linux")
+            parts.append(
+                f"#### Environment\n\n- {pkg} {r.pick(r.p['VER'])}\n- Python 3.11.{rng.randint(0, 12)}\n- OS: Linux"
+            )
     else:
         title = f"{r.prose(rng.randint(60, 160))[:-1]}."
         reqs = "\n".join(f"- {r.prose(rng.randint(40, 140))}" for _ in range(rng.randint(2, 7)))
-        parts = [title, f"## Requirements\n\n{reqs}",
-                 f"Example input (`/app/{func}.txt`):\n\n```\n"
-                 f"{r.prints(rng.randint(80, 400))}\n```"]
+        parts = [
+            title,
+            f"## Requirements\n\n{reqs}",
+            f"Example input (`/app/{func}.txt`):\n\n```\n{r.prints(rng.randint(80, 400))}\n```",
+        ]
         if rng.random() < 0.6:
             parts.append(f"Notes: {r.prose(rng.randint(60, 300))}")
     text = "\n\n".join(parts)
@@ -784,15 +1016,24 @@ def _make_task(seed: int, t: int, tasks: int) -> dict[str, Any]:
     host = uuid4(rng) if swe else rng.randbytes(6).hex()
     prompt = f"(testbed) root@{host}:/testbed# " if swe else f"root@{host}:/app# "
     instruction = _instruction(r, style, pkg, cls, func, mod, err)
-    files = ([f"src/{pkg}/{mod}.py", f"tests/test_{mod}.py"] if swe
-             else [f"{func}.txt", f"{mod}.sh"])
+    files = [f"src/{pkg}/{mod}.py", f"tests/test_{mod}.py"] if swe else [f"{func}.txt", f"{mod}.sh"]
     kinds = _SWE_KINDS if swe else _SH_KINDS
-    first = (PREAMBLE + "Task Description:\n" + instruction + "\n\nCurrent terminal state:\n"
-             "Current Terminal Screen:\n" + prompt.rstrip() + "\n" * rng.randint(30, 45))
-    return {"name": name, "source": source, "style": style, "workdir": workdir, "pkg": pkg,
-            "prompt": prompt, "instruction": instruction, "first": first, "files": files,
-            "kinds": [k for (k, _), n in zip(kinds, apportion(256, [w for _, w in kinds]))
-                      for _ in range(n)]}
+    first = (
+        PREAMBLE + "Task Description:\n" + instruction + "\n\nCurrent terminal state:\n"
+        "Current Terminal Screen:\n" + prompt.rstrip() + "\n" * rng.randint(30, 45)
+    )
+    return {
+        "name": name,
+        "source": source,
+        "style": style,
+        "workdir": workdir,
+        "pkg": pkg,
+        "prompt": prompt,
+        "instruction": instruction,
+        "first": first,
+        "files": files,
+        "kinds": [k for (k, _), n in zip(kinds, apportion(256, [w for _, w in kinds])) for _ in range(n)],
+    }
 
 
 @lru_cache(maxsize=4096)  # rows come shuffled; 4096 tasks of ~5 KB keep memory bounded
@@ -804,8 +1045,7 @@ def _plan(seed: int, rows: int, tasks: int) -> tuple[array, array]:
     """(task of each row, copy number of each row), rows shuffled; uneven rollouts per task."""
     rng = seeded(seed, "openthoughts", "plan")
     weights = [rng.lognormvariate(0, 0.5) for _ in range(tasks)]
-    counts = ([1 + x for x in apportion(rows - tasks, weights)] if rows >= tasks
-              else apportion(rows, weights))
+    counts = [1 + x for x in apportion(rows - tasks, weights)] if rows >= tasks else apportion(rows, weights)
     order = [t for t, n in enumerate(counts) for _ in range(n)]
     rng.shuffle(order)
     seen = array("I", bytes(4 * tasks))
@@ -817,6 +1057,7 @@ def _plan(seed: int, rows: int, tasks: int) -> tuple[array, array]:
 
 
 # --- one row -----------------------------------------------------------------------------------
+
 
 def _turns(rng: random.Random) -> int:
     r = rng.random()
@@ -858,31 +1099,38 @@ def _row(seed: int, i: int, task: dict[str, Any], copy: int) -> dict[str, Any]:
                 used = rng.randint(22000, 24500)
                 prefix = CONTEXT_WARNING.format(pct=used * 100 // 32768, used=used) + prefix
                 context_warned = True
-            convo.append({"role": "user",
-                          "content": r.observation(commands, prefix + "New Terminal Output:\n\n")})
+            convo.append({"role": "user", "content": r.observation(commands, prefix + "New Terminal Output:\n\n")})
         last = k == n_assistant - 1
         if last and complete:
             commands = [] if rng.random() < 0.6 else [r.command("small")]
         else:
             commands = r.commands()
         extra = "\n\n" if rng.random() < 0.03 else ""
-        convo.append({"role": "assistant",
-                      "content": r.assistant(commands, last and complete, extra)})
+        convo.append({"role": "assistant", "content": r.assistant(commands, last and complete, extra)})
     if confirm:
         convo.append({"role": "user", "content": CONFIRM.format(prompt=task["prompt"].rstrip())})
         convo.append({"role": "assistant", "content": r.assistant([], True)})
     if subagent:
-        convo.append({"role": "user",
-                      "content": r.observation(commands,
-                                               OBS_WARNING + "\nNew Terminal Output:\n\n")})
+        convo.append({"role": "user", "content": r.observation(commands, OBS_WARNING + "\nNew Terminal Output:\n\n")})
         convo.append({"role": "user", "content": HANDOFF.format(instruction=task["instruction"])})
         sections = "\n\n".join(
-            f"## {j}. {title}\n\n" + "\n".join(f"- {r.prose(rng.randint(60, 300))}"
-                                               for _ in range(rng.randint(2, 6)))
-            for j, title in enumerate(("Major Actions Completed", "Important Information Learned",
-                                       "Challenging Problems Addressed", "Current Status"), 1))
-        convo.append({"role": "assistant", "content": f"<think>{r.prose(rng.randint(200, 900))}"
-                                                      f"\n\n{sections}</think>\n\n{sections}"})
+            f"## {j}. {title}\n\n" + "\n".join(f"- {r.prose(rng.randint(60, 300))}" for _ in range(rng.randint(2, 6)))
+            for j, title in enumerate(
+                (
+                    "Major Actions Completed",
+                    "Important Information Learned",
+                    "Challenging Problems Addressed",
+                    "Current Status",
+                ),
+                1,
+            )
+        )
+        convo.append(
+            {
+                "role": "assistant",
+                "content": f"<think>{r.prose(rng.randint(200, 900))}\n\n{sections}</think>\n\n{sections}",
+            }
+        )
     if end_on_user:
         convo.pop()
     n_assistant_total = sum(m["role"] == "assistant" for m in convo)
@@ -893,19 +1141,26 @@ def _row(seed: int, i: int, task: dict[str, Any], copy: int) -> dict[str, Any]:
         result = "1.0" if complete and rng.random() < 0.7 else "0.0"
     else:
         result = None
-    date = BASE_DATE + timedelta(seconds=rng.randrange(3 * 86400),
-                                 microseconds=rng.randrange(10**6))
+    date = BASE_DATE + timedelta(seconds=rng.randrange(3 * 86400), microseconds=rng.randrange(10**6))
     task_name = f"{task['name']}_copy{copy:04d}"
-    suffix = "".join(rng.choices("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789",
-                                 k=7))
-    return {"conversations": convo, "agent": AGENT, "model": MODEL, "model_provider": PROVIDER,
-            "date": date.isoformat(timespec="microseconds") + "+00:00", "task": task_name,
-            "episode": "episode-0" if subagent else f"episode-{n_assistant_total - 1}",
-            "run_id": uuid4(rng), "trial_name": f"{task_name}__{suffix}",
-            "trace_source": SUMMARY_SOURCE if subagent else "main", "result": result}
+    suffix = "".join(rng.choices("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", k=7))
+    return {
+        "conversations": convo,
+        "agent": AGENT,
+        "model": MODEL,
+        "model_provider": PROVIDER,
+        "date": date.isoformat(timespec="microseconds") + "+00:00",
+        "task": task_name,
+        "episode": "episode-0" if subagent else f"episode-{n_assistant_total - 1}",
+        "run_id": uuid4(rng),
+        "trial_name": f"{task_name}__{suffix}",
+        "trace_source": SUMMARY_SOURCE if subagent else "main",
+        "result": result,
+    }
 
 
 # --- the writer --------------------------------------------------------------------------------
+
 
 def _stats(values: array) -> dict[str, float]:
     if not values:
@@ -914,8 +1169,15 @@ def _stats(values: array) -> dict[str, float]:
 
     def q(p: float) -> int:
         return s[min(len(s) - 1, int(p * len(s)))]
-    return {"min": s[0], "median": statistics.median(s), "mean": round(sum(s) / len(s), 1),
-            "p90": q(0.90), "p99": q(0.99), "max": s[-1]}
+
+    return {
+        "min": s[0],
+        "median": statistics.median(s),
+        "mean": round(sum(s) / len(s), 1),
+        "p90": q(0.90),
+        "p99": q(0.99),
+        "max": s[-1],
+    }
 
 
 def _sizes(rows: int, tasks: int | None, **more: int) -> int:
@@ -927,8 +1189,7 @@ def _sizes(rows: int, tasks: int | None, **more: int) -> int:
     return tasks
 
 
-def openthoughts_rows(*, rows: int, seed: int = 0, tasks: int | None = None
-                      ) -> Iterator[dict[str, Any]]:
+def openthoughts_rows(*, rows: int, seed: int = 0, tasks: int | None = None) -> Iterator[dict[str, Any]]:
     """The rows of the table in order, one at a time (what synthesize_openthoughts writes)."""
     tasks = _sizes(rows, tasks)
     task_of, copy_of = _plan(seed, rows, tasks)
@@ -939,9 +1200,15 @@ def openthoughts_rows(*, rows: int, seed: int = 0, tasks: int | None = None
         _task.cache_clear()
 
 
-def synthesize_openthoughts(out: Path, *, rows: int, seed: int = 0, rows_per_file: int = 10_000,
-                            tasks: int | None = None,
-                            progress: Callable[[int], None] | None = None) -> dict:
+def synthesize_openthoughts(
+    out: Path,
+    *,
+    rows: int,
+    seed: int = 0,
+    rows_per_file: int = 10_000,
+    tasks: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> dict:
     """Write an OpenThoughts-Agent-style trace table under `out` (absent or empty); see the
     module doc. Returns the manifest. Raises BadParams for bad sizes and BadInput when `out` is a
     file or a non-empty directory (nothing is written then)."""
@@ -950,15 +1217,15 @@ def synthesize_openthoughts(out: Path, *, rows: int, seed: int = 0, rows_per_fil
     if out.exists() and not out.is_dir():
         raise BadInput(f"{out} is not a directory: synth writes a new corpus; pass a new directory")
     if out.exists() and any(out.iterdir()):
-        raise BadInput(f"{out} is not empty: synth writes a new corpus; "
-                       "pass a new directory or remove it first")
+        raise BadInput(f"{out} is not empty: synth writes a new corpus; pass a new directory or remove it first")
     out.mkdir(parents=True, exist_ok=True)
 
     for t in range(tasks):
         spec = _make_task(seed, t, tasks)
         lines = spec["instruction"].count("\n") + 1
-        write_task(out / "tasks", Task(spec["name"], spec["style"], spec["instruction"], lines,
-                                       min(1.0, (lines - 1) / 39), {}))
+        write_task(
+            out / "tasks", Task(spec["name"], spec["style"], spec["instruction"], lines, min(1.0, (lines - 1) / 39), {})
+        )
 
     n_messages, n_bytes, n_chars = array("I"), array("Q"), array("Q")
     counts: dict[str, int] = {}
@@ -981,8 +1248,11 @@ def synthesize_openthoughts(out: Path, *, rows: int, seed: int = 0, rows_per_fil
             n_messages.append(len(convo))
             n_bytes.append(len(line))
             n_chars.append(sum(len(m["content"]) for m in convo))
-            for key in (f"trace_source={row['trace_source']}", f"result={row['result']}",
-                        *(("ends_on_user",) if convo[-1]["role"] == "user" else ())):
+            for key in (
+                f"trace_source={row['trace_source']}",
+                f"result={row['result']}",
+                *(("ends_on_user",) if convo[-1]["role"] == "user" else ()),
+            ):
                 counts[key] = counts.get(key, 0) + 1
             if progress:
                 progress(1)
@@ -991,13 +1261,21 @@ def synthesize_openthoughts(out: Path, *, rows: int, seed: int = 0, rows_per_fil
             fh.close()
 
     total = sum(f["bytes"] for f in files)
-    manifest = {"generator": "tracelake.synth", "profile": "openthoughts", "schema": 1,
-                "params": {"seed": seed, "rows": rows, "tasks": tasks,
-                           "rows_per_file": rows_per_file},
-                "rows": rows, "tasks": tasks, "files": files, "total_bytes": total,
-                "counts": dict(sorted(counts.items())),
-                "stats": {"messages_per_row": _stats(n_messages),
-                          "bytes_per_row": _stats(n_bytes),
-                          "chars_per_row": _stats(n_chars)}}
+    manifest = {
+        "generator": "tracelake.synth",
+        "profile": "openthoughts",
+        "schema": 1,
+        "params": {"seed": seed, "rows": rows, "tasks": tasks, "rows_per_file": rows_per_file},
+        "rows": rows,
+        "tasks": tasks,
+        "files": files,
+        "total_bytes": total,
+        "counts": dict(sorted(counts.items())),
+        "stats": {
+            "messages_per_row": _stats(n_messages),
+            "bytes_per_row": _stats(n_bytes),
+            "chars_per_row": _stats(n_chars),
+        },
+    }
     write(out / "synth_manifest.json", dumps(manifest))
     return manifest

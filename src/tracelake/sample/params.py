@@ -11,8 +11,8 @@ from tracelake.core.params import Section
 
 class SynthParams(Section):
     seed: int = 0
-    trials: Annotated[int, Field(ge=1)] = 2000   # trial directories / trace rows over all sources
-    tasks: Annotated[int, Field(ge=1)] = 300     # task directories over all sources
+    trials: Annotated[int, Field(ge=1)] = 2000  # trial directories / trace rows over all sources
+    tasks: Annotated[int, Field(ge=1)] = 300  # task directories over all sources
     out: str = "data/sample"
 
 

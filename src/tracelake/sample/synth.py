@@ -54,15 +54,23 @@ from tracelake.sample.near_duplicates import (
 from tracelake.sample.tasks import Task, make_task, write_task
 from tracelake.sample.traces import TraceWriter
 
-__all__ = ["BENCHMARK_TASKS", "DEFAULT_SOURCES", "HARBOR_FAULTS", "NEAR_DUPLICATE_RATE",
-           "TRACE_FAULTS", "SourceSpec", "SynthSummary", "synthesize"]
+__all__ = [
+    "BENCHMARK_TASKS",
+    "DEFAULT_SOURCES",
+    "HARBOR_FAULTS",
+    "NEAR_DUPLICATE_RATE",
+    "TRACE_FAULTS",
+    "SourceSpec",
+    "SynthSummary",
+    "synthesize",
+]
 
 
 @dataclass
 class SynthSummary:
-    trials: dict[str, int]              # per source: trial dirs (or JSONL rows), faults included
-    tasks: dict[str, int]               # per source: task directories written
-    faults: dict[str, dict[str, int]]   # per source: fault name -> count injected
+    trials: dict[str, int]  # per source: trial dirs (or JSONL rows), faults included
+    tasks: dict[str, int]  # per source: task directories written
+    faults: dict[str, dict[str, int]]  # per source: fault name -> count injected
     extras: dict[str, dict[str, int]] = field(default_factory=dict)  # per source: curation material
     # "near_duplicates" / "benchmark_copies" -> kind -> count planted over all sources
     planted: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -76,17 +84,20 @@ DEFAULT_SOURCES: tuple[SourceSpec, ...] = (
 )
 
 
-def _validate(out: Path, trials: int, tasks: int, sources: Sequence[SourceSpec],
-              near_duplicates: float, n_benchmark: int) -> None:
+def _validate(
+    out: Path, trials: int, tasks: int, sources: Sequence[SourceSpec], near_duplicates: float, n_benchmark: int
+) -> None:
     if not isinstance(trials, int) or trials < 1:
         raise ValueError(f"trials must be an integer >= 1, got {trials!r}")
     if not isinstance(tasks, int) or tasks < 1:
         raise ValueError(f"tasks must be an integer >= 1, got {tasks!r}")
-    if (isinstance(near_duplicates, bool) or not isinstance(near_duplicates, (int, float))
-            or not 0 <= near_duplicates <= 1):
+    if (
+        isinstance(near_duplicates, bool)
+        or not isinstance(near_duplicates, (int, float))
+        or not 0 <= near_duplicates <= 1
+    ):
         raise ValueError(f"near_duplicates must be a rate in [0, 1], got {near_duplicates!r}")
-    if (isinstance(n_benchmark, bool) or not isinstance(n_benchmark, int)
-            or not 0 <= n_benchmark <= 1000):
+    if isinstance(n_benchmark, bool) or not isinstance(n_benchmark, int) or not 0 <= n_benchmark <= 1000:
         raise ValueError(f"benchmark_tasks must be an integer in 0..1000, got {n_benchmark!r}")
     if not sources:
         raise ValueError("sources must not be empty")
@@ -97,8 +108,9 @@ def _validate(out: Path, trials: int, tasks: int, sources: Sequence[SourceSpec],
         if not s.name or "/" in s.name or s.name.startswith("."):
             raise ValueError(f"invalid source name {s.name!r}")
         if s.name == BENCHMARK_DIR and n_benchmark:
-            raise ValueError(f"source name {s.name!r} is taken by the benchmark; rename the source "
-                             "or pass benchmark_tasks=0")
+            raise ValueError(
+                f"source name {s.name!r} is taken by the benchmark; rename the source or pass benchmark_tasks=0"
+            )
         if s.style not in STYLES:
             raise ValueError(f"unknown style {s.style!r} for source {s.name!r}; use {STYLES}")
         if s.format not in FORMATS:
@@ -111,8 +123,7 @@ def _validate(out: Path, trials: int, tasks: int, sources: Sequence[SourceSpec],
     if out.exists() and not out.is_dir():
         raise BadInput(f"{out} is not a directory: synth writes a new corpus; pass a new directory")
     if out.exists() and any(out.iterdir()):
-        raise BadInput(f"{out} is not empty: synth writes a new corpus; "
-                       "pass a new directory or remove it first")
+        raise BadInput(f"{out} is not empty: synth writes a new corpus; pass a new directory or remove it first")
 
 
 def _allocate(trials: int, tasks: int, sources: Sequence[SourceSpec]) -> list[tuple[int, int]]:
@@ -135,9 +146,16 @@ def _rollouts(seed: int, spec: SourceSpec, n_trials: int, n_tasks: int) -> list[
     return apportion(n_trials, weights)
 
 
-def _run_source(out: Path, seed: int, spec: SourceSpec, n_trials: int, n_tasks: int,
-                faults: list[dict[str, Any]], planter: SourcePlanter,
-                progress: Callable[[int], None] | None) -> dict[str, int]:
+def _run_source(
+    out: Path,
+    seed: int,
+    spec: SourceSpec,
+    n_trials: int,
+    n_tasks: int,
+    faults: list[dict[str, Any]],
+    planter: SourcePlanter,
+    progress: Callable[[int], None] | None,
+) -> dict[str, int]:
     """Write one source's tasks and trials, task by task; returns its curation-material counts.
     `planter` turns some tasks into planted copies before anything of them is written."""
     writer_class = HarborWriter if spec.format == "harbor" else TraceWriter
@@ -165,11 +183,17 @@ def _write_benchmark(out: Path, seed: int, n: int) -> list[Task]:
     return copyable(seed, tasks)
 
 
-def synthesize(out: Path, *, seed: int = 0, trials: int = 2000, tasks: int = 300,
-               sources: Sequence[SourceSpec] = DEFAULT_SOURCES,
-               progress: Callable[[int], None] | None = None,
-               near_duplicates: float = NEAR_DUPLICATE_RATE,
-               benchmark_tasks: int = BENCHMARK_TASKS) -> SynthSummary:
+def synthesize(
+    out: Path,
+    *,
+    seed: int = 0,
+    trials: int = 2000,
+    tasks: int = 300,
+    sources: Sequence[SourceSpec] = DEFAULT_SOURCES,
+    progress: Callable[[int], None] | None = None,
+    near_duplicates: float = NEAR_DUPLICATE_RATE,
+    benchmark_tasks: int = BENCHMARK_TASKS,
+) -> SynthSummary:
     """Write the synthetic corpus under `out` (must be absent or empty); see the module doc.
 
     `near_duplicates` is the chance that a task is planted as a copy of an earlier task of its
@@ -186,8 +210,7 @@ def synthesize(out: Path, *, seed: int = 0, trials: int = 2000, tasks: int = 300
     summary = SynthSummary({}, {}, {})
     for spec, (n_trials, n_tasks) in zip(sources, _allocate(trials, tasks, sources), strict=True):
         planter = SourcePlanter(seed, spec, near_duplicates, benchmark, planted)
-        summary.extras[spec.name] = _run_source(out, seed, spec, n_trials, n_tasks, faults,
-                                                planter, progress)
+        summary.extras[spec.name] = _run_source(out, seed, spec, n_trials, n_tasks, faults, planter, progress)
         counts: dict[str, int] = {}
         for f in faults:
             if f["source"] == spec.name:
@@ -196,14 +219,28 @@ def synthesize(out: Path, *, seed: int = 0, trials: int = 2000, tasks: int = 300
         summary.faults[spec.name] = dict(sorted(counts.items()))
     summary.planted = planted.counts()
     faults.sort(key=lambda f: (f["path"], f["line"] or 0))
-    manifest = {"generator": "tracelake.synth", "schema": 1,
-                "params": {"seed": seed, "trials": trials, "tasks": tasks,
-                           "sources": [asdict(s) for s in sources],
-                           "near_duplicates": near_duplicates, "benchmark_tasks": benchmark_tasks},
-                "counts": {name: {"trials": summary.trials[name], "tasks": summary.tasks[name],
-                                  "faults": summary.faults[name], "extras": summary.extras[name]}
-                           for name in summary.trials},
-                "faults": faults,
-                "planted": planted.manifest()}
+    manifest = {
+        "generator": "tracelake.synth",
+        "schema": 1,
+        "params": {
+            "seed": seed,
+            "trials": trials,
+            "tasks": tasks,
+            "sources": [asdict(s) for s in sources],
+            "near_duplicates": near_duplicates,
+            "benchmark_tasks": benchmark_tasks,
+        },
+        "counts": {
+            name: {
+                "trials": summary.trials[name],
+                "tasks": summary.tasks[name],
+                "faults": summary.faults[name],
+                "extras": summary.extras[name],
+            }
+            for name in summary.trials
+        },
+        "faults": faults,
+        "planted": planted.manifest(),
+    }
     write(out / "synth_manifest.json", dumps(manifest))
     return summary

@@ -23,7 +23,7 @@ class Task:
     style: str
     instruction: str
     lines: int
-    difficulty: float            # 0 (one-line instruction) .. 1 (40 lines)
+    difficulty: float  # 0 (one-line instruction) .. 1 (40 lines)
     ctx: dict[str, str]
     checksum: str = ""
 
@@ -52,26 +52,42 @@ def with_instruction(task: Task, instruction: str, ctx: dict[str, str] | None = 
     original can have.
     """
     lines = instruction.count("\n") + 1
-    return replace(task, instruction=instruction, lines=lines,
-                   difficulty=min(1.0, (lines - 1) / 39), ctx=task.ctx if ctx is None else ctx,
-                   checksum="")
+    return replace(
+        task,
+        instruction=instruction,
+        lines=lines,
+        difficulty=min(1.0, (lines - 1) / 39),
+        ctx=task.ctx if ctx is None else ctx,
+        checksum="",
+    )
 
 
 def task_files(task: Task) -> dict[str, str]:
     level = "easy" if task.lines < 6 else "medium" if task.lines < 16 else "hard"
-    toml = (f'version = "1.0"\n\n[metadata]\nauthor_name = "tracelake synth"\ndifficulty = '
-            f'"{level}"\ncategory = "{task.style}"\ntags = ["{task.style}", "synthetic"]\n\n'
-            f"[verifier]\ntimeout_sec = 300.0\n\n[agent]\ntimeout_sec = 1800.0\n\n[environment]\n"
-            f'build_timeout_sec = 600.0\ncpus = 1\nmemory = "2G"\nstorage = "10G"\n')
+    toml = (
+        f'version = "1.0"\n\n[metadata]\nauthor_name = "tracelake synth"\ndifficulty = '
+        f'"{level}"\ncategory = "{task.style}"\ntags = ["{task.style}", "synthetic"]\n\n'
+        f"[verifier]\ntimeout_sec = 300.0\n\n[agent]\ntimeout_sec = 1800.0\n\n[environment]\n"
+        f'build_timeout_sec = 600.0\ncpus = 1\nmemory = "2G"\nstorage = "10G"\n'
+    )
     workdir = "/testbed" if task.style == "swesmith" else "/app"
     docker = f"FROM {STYLE[task.style]['image']}\n\nWORKDIR {workdir}\n"
-    solve = (f"#!/bin/bash\n# Reference solution for {task.name} (synthetic).\nset -euo pipefail\n"
-             f"cd {workdir}\necho 'applying fix for {task.name}'\n")
-    test = (f"#!/bin/bash\n# Writes 1 or 0 to /logs/verifier/reward.txt.\ncd {workdir}\n"
-            f"if {STYLE[task.style]['check']}; then\n  echo 1 > /logs/verifier/reward.txt\n"
-            "else\n  echo 0 > /logs/verifier/reward.txt\nfi\n")
-    return {"instruction.md": task.instruction + "\n", "task.toml": toml,
-            "environment/Dockerfile": docker, "solution/solve.sh": solve, "tests/test.sh": test}
+    solve = (
+        f"#!/bin/bash\n# Reference solution for {task.name} (synthetic).\nset -euo pipefail\n"
+        f"cd {workdir}\necho 'applying fix for {task.name}'\n"
+    )
+    test = (
+        f"#!/bin/bash\n# Writes 1 or 0 to /logs/verifier/reward.txt.\ncd {workdir}\n"
+        f"if {STYLE[task.style]['check']}; then\n  echo 1 > /logs/verifier/reward.txt\n"
+        "else\n  echo 0 > /logs/verifier/reward.txt\nfi\n"
+    )
+    return {
+        "instruction.md": task.instruction + "\n",
+        "task.toml": toml,
+        "environment/Dockerfile": docker,
+        "solution/solve.sh": solve,
+        "tests/test.sh": test,
+    }
 
 
 def write_task(root: Path, task: Task) -> None:

@@ -16,7 +16,7 @@ from tracelake.sample.common import BASE_TIME, MODELS, SourceSpec, lognorm, seed
 from tracelake.sample.tasks import Task
 from tracelake.sample.text import _C, CONFIRM, OPENERS, REASONING, STYLE, SYSTEM_PROMPT
 
-FLOOD_RATE = 0.006          # harbor trials whose terminal prints ~150K characters at once
+FLOOD_RATE = 0.006  # harbor trials whose terminal prints ~150K characters at once
 OTHER_ERRORS = ("NonZeroAgentExitCodeError", "VerifierTimeoutError", "RewardFileNotFoundError")
 
 
@@ -37,11 +37,11 @@ class Trial:
     name: str
     job: int
     model: tuple[str, str, str]
-    outcome: str                  # "ok" or an exception type
+    outcome: str  # "ok" or an exception type
     reward: float | None
     turns: list[Turn]
-    split: int | None             # turns before the summarization hand-off
-    linear: bool                  # hand-off continues in trajectory.cont-1.json
+    split: int | None  # turns before the summarization hand-off
+    linear: bool  # hand-off continues in trajectory.cont-1.json
     started: datetime
     finished: datetime
     session_id: str
@@ -64,20 +64,24 @@ def _outcome(rng: random.Random, difficulty: float) -> tuple[str, float | None]:
     return "ok", 1.0 if rng.random() < max(0.05, 0.55 - 0.6 * difficulty) else 0.0
 
 
-def _make_turns(rng: random.Random, task: Task, n: int, complete: bool, p_reason: float,
-                split: int | None) -> list[Turn]:
+def _make_turns(
+    rng: random.Random, task: Task, n: int, complete: bool, p_reason: float, split: int | None
+) -> list[Turn]:
     """Agent turns; commands follow the style's workflow order as the run progresses."""
     data, turns = STYLE[task.style], []
     pool = data["commands"]
     for k in range(n):
         final = complete and k == n - 1
-        fill = {**task.ctx, "a": str(rng.randint(12, 420)), "b": str(rng.randint(421, 2400)),
-                "s": str(rng.randint(1, 9))}
+        fill = {
+            **task.ctx,
+            "a": str(rng.randint(12, 420)),
+            "b": str(rng.randint(421, 2400)),
+            "s": str(rng.randint(1, 9)),
+        }
         lo = max(0, min(len(pool) - 4, k * len(pool) // n - 1))
         width = rng.choice((1, 1, 1, 1, 1, 1, 2, 2, 3))
-        picks = [] if final else rng.sample(pool[lo:lo + 4], width)
-        commands = [(keys.format(**fill), dur, "\n".join(out).format(**fill))
-                    for keys, dur, out in picks]
+        picks = [] if final else rng.sample(pool[lo : lo + 4], width)
+        commands = [(keys.format(**fill), dur, "\n".join(out).format(**fill)) for keys, dur, out in picks]
         phase = 3 if final else min(3, 4 * k // n)
         plan = data["plan"][phase].format(**fill)
         if commands and rng.random() < 0.3:
@@ -86,12 +90,17 @@ def _make_turns(rng: random.Random, task: Task, n: int, complete: bool, p_reason
         if rng.random() < p_reason:
             reasoning = f"{rng.choice(REASONING)} {plan}"
         context = k - split if split is not None and k >= split else k
-        turns.append(Turn(
-            analysis=rng.choice(OPENERS) + data["analysis"][phase].format(**fill),
-            plan="The task is complete." if final else plan,
-            commands=commands, reasoning=reasoning, complete=final,
-            prompt_tokens=1400 + 420 * context + rng.randint(0, 300),
-            completion_tokens=rng.randint(60, 500) + (rng.randint(200, 1200) if reasoning else 0)))
+        turns.append(
+            Turn(
+                analysis=rng.choice(OPENERS) + data["analysis"][phase].format(**fill),
+                plan="The task is complete." if final else plan,
+                commands=commands,
+                reasoning=reasoning,
+                complete=final,
+                prompt_tokens=1400 + 420 * context + rng.randint(0, 300),
+                completion_tokens=rng.randint(60, 500) + (rng.randint(200, 1200) if reasoning else 0),
+            )
+        )
     return turns
 
 
@@ -110,32 +119,52 @@ def plan_trial(seed: int, spec: SourceSpec, i: int, task: Task, n_jobs: int) -> 
     flood = spec.format == "harbor" and n >= 3
     if flood and seeded(seed, spec.name, "flood", i).random() < FLOOD_RATE:
         turns[1] = _flood(turns[1], seeded(seed, spec.name, "flood-text", i))
-    suffix = "".join(rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
-                     for _ in range(7))
-    started = BASE_TIME + timedelta(days=2 * job, seconds=rng.randint(0, 3 * 86400),
-                                    microseconds=rng.randint(0, 999999))
+    suffix = "".join(rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789") for _ in range(7))
+    started = BASE_TIME + timedelta(
+        days=2 * job, seconds=rng.randint(0, 3 * 86400), microseconds=rng.randint(0, 999999)
+    )
     seconds = 1800 if outcome == "AgentTimeoutError" else 60 + n * rng.randint(8, 40)
-    return Trial(task, f"{task.name}__{suffix}", job, MODELS[job % len(MODELS)], outcome,
-                 reward, turns, split, linear, started,
-                 started + timedelta(seconds=seconds + rng.randint(30, 120)), uuid4(rng),
-                 uuid4(rng), f"{rng.getrandbits(48):012x}")
+    return Trial(
+        task,
+        f"{task.name}__{suffix}",
+        job,
+        MODELS[job % len(MODELS)],
+        outcome,
+        reward,
+        turns,
+        split,
+        linear,
+        started,
+        started + timedelta(seconds=seconds + rng.randint(30, 120)),
+        uuid4(rng),
+        uuid4(rng),
+        f"{rng.getrandbits(48):012x}",
+    )
 
 
 def is_flooded(trial: Trial) -> bool:
     """Whether the trial's second turn prints the flood (curation material, counted in extras)."""
-    return bool(trial.turns[1:2] and trial.turns[1].commands[:1]
-                and len(trial.turns[1].commands[0][2]) > 100_000)
+    return bool(trial.turns[1:2] and trial.turns[1].commands[:1] and len(trial.turns[1].commands[0][2]) > 100_000)
 
 
 def _flood(turn: Turn, rng: random.Random) -> Turn:
     """The turn's first command prints a huge log (an unbounded `cat`, a verbose build)."""
-    lines = [f"[{rng.randint(0, 99999):05d}] worker-{rng.randint(1, 64)}: processed batch "
-             f"{k} checksum {rng.getrandbits(64):016x} "
-             f"status={rng.choice(('ok', 'retry', 'ok', 'skip'))}"
-             for k in range(2400)]
+    lines = [
+        f"[{rng.randint(0, 99999):05d}] worker-{rng.randint(1, 64)}: processed batch "
+        f"{k} checksum {rng.getrandbits(64):016x} "
+        f"status={rng.choice(('ok', 'retry', 'ok', 'skip'))}"
+        for k in range(2400)
+    ]
     flood = ("cat /var/log/build/full.log\n", 5.0, "\n".join(lines))
-    return Turn(turn.analysis, turn.plan, [flood, *turn.commands[1:]], turn.reasoning,
-                turn.complete, turn.prompt_tokens, turn.completion_tokens)
+    return Turn(
+        turn.analysis,
+        turn.plan,
+        [flood, *turn.commands[1:]],
+        turn.reasoning,
+        turn.complete,
+        turn.prompt_tokens,
+        turn.completion_tokens,
+    )
 
 
 # --------------------------------------------------------------------------- what the model sees
@@ -143,8 +172,7 @@ def observation(trial: Trial, turn: Turn) -> str:
     prompt = STYLE[trial.task.style]["prompt"].format(host=trial.host)
     if turn.complete:
         return CONFIRM.format(prompt=prompt)
-    parts = [f"{prompt}{keys}{out}\n" if out else f"{prompt}{keys}"
-             for keys, _, out in turn.commands]
+    parts = [f"{prompt}{keys}{out}\n" if out else f"{prompt}{keys}" for keys, _, out in turn.commands]
     return "New Terminal Output:\n\n" + "".join(parts) + prompt
 
 
@@ -157,10 +185,16 @@ def handoff_texts(trial: Trial) -> tuple[str, str, str]:
     """(summary, questions, answers) written by the summarization subagents."""
     done = [keys.strip() for t in trial.turns[: trial.split] for keys, _, _ in t.commands][-4:]
     actions = "\n".join(f"   - Ran `{c}`" for c in done) or "   - Explored the environment"
-    summary = (f"1. **Major Actions Completed**:\n{actions}\n\n2. **Current Status**:\n   - "
-               f"{trial.turns[trial.split - 1].analysis}")
-    questions = ("1. Which files have been modified so far?\n2. Did the last command succeed?\n"
-                 "3. Are there any errors I should be aware of?\n4. What remains to be done?")
-    answers = (f"1. See the actions listed above; the last was `{done[-1] if done else 'ls'}`.\n"
-               "2. Yes.\n3. None besides the original failure.\n4. Verify and finish the task.")
+    summary = (
+        f"1. **Major Actions Completed**:\n{actions}\n\n2. **Current Status**:\n   - "
+        f"{trial.turns[trial.split - 1].analysis}"
+    )
+    questions = (
+        "1. Which files have been modified so far?\n2. Did the last command succeed?\n"
+        "3. Are there any errors I should be aware of?\n4. What remains to be done?"
+    )
+    answers = (
+        f"1. See the actions listed above; the last was `{done[-1] if done else 'ls'}`.\n"
+        "2. Yes.\n3. None besides the original failure.\n4. Verify and finish the task."
+    )
     return summary, questions, answers

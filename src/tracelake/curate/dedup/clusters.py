@@ -32,13 +32,13 @@ class UnionFind:
     def union(self, i: int, j: int) -> None:
         a, b = self.find(i), self.find(j)
         if a != b:
-            self.parent[max(a, b)] = min(a, b)   # the smaller index is the root: order-free result
+            self.parent[max(a, b)] = min(a, b)  # the smaller index is the root: order-free result
 
 
 @dataclass(frozen=True)
 class Member:
     index: int
-    cluster: int        # the representative's index
+    cluster: int  # the representative's index
     size: int
 
 

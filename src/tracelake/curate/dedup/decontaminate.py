@@ -40,7 +40,9 @@ class BenchmarkItem:
     text: str
 
 
-def load_benchmark(name: str, path: Path, column: str = "instruction", id_column: str | None = None) -> list[BenchmarkItem]:
+def load_benchmark(
+    name: str, path: Path, column: str = "instruction", id_column: str | None = None
+) -> list[BenchmarkItem]:
     """The items of one benchmark, in a fixed order; a one-line BadInput when it cannot be read."""
     where = f"decontaminate.benchmarks.{name}: "
     path = Path(path)
@@ -48,8 +50,9 @@ def load_benchmark(name: str, path: Path, column: str = "instruction", id_column
         files = sorted(path.rglob("instruction.md"))
         if not files:
             raise BadInput(f"{where}{path} holds no task directory (no */instruction.md below it)")
-        return [BenchmarkItem(name, str(f.parent.relative_to(path)) or ".", f.read_text(errors="replace"))
-                for f in files]
+        return [
+            BenchmarkItem(name, str(f.parent.relative_to(path)) or ".", f.read_text(errors="replace")) for f in files
+        ]
     if not path.is_file():
         raise BadInput(f"{where}{path} does not exist")
     if path.suffix == ".parquet":
@@ -58,8 +61,11 @@ def load_benchmark(name: str, path: Path, column: str = "instruction", id_column
     elif path.suffix in (".jsonl", ".json"):
         try:
             text = path.read_text()
-            rows = [json.loads(line) for line in text.splitlines() if line.strip()] if path.suffix == ".jsonl" \
+            rows = (
+                [json.loads(line) for line in text.splitlines() if line.strip()]
+                if path.suffix == ".jsonl"
                 else json.loads(text)
+            )
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise BadInput(f"{where}{path} is not valid JSON ({e})") from None
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
@@ -80,15 +86,16 @@ def load_benchmark(name: str, path: Path, column: str = "instruction", id_column
 
 @dataclass(frozen=True)
 class Contamination:
-    task: int                 # index of the task
-    item: int                 # index of the benchmark item
-    method: str               # "ngram" | "embedding"
-    similarity: float         # 1.0 for an n-gram match; the cosine for an embedding match
-    evidence: str | None      # the matching n-gram (normalised words)
+    task: int  # index of the task
+    item: int  # index of the benchmark item
+    method: str  # "ngram" | "embedding"
+    similarity: float  # 1.0 for an n-gram match; the cosine for an embedding match
+    evidence: str | None  # the matching n-gram (normalised words)
 
 
-def ngram_matches(task_words: Iterable[list[str]], items: list[BenchmarkItem], n: int, min_share: float,
-                  hasher: WordHasher) -> dict[int, Contamination]:
+def ngram_matches(
+    task_words: Iterable[list[str]], items: list[BenchmarkItem], n: int, min_share: float, hasher: WordHasher
+) -> dict[int, Contamination]:
     """task index -> its n-gram match: the item sharing the largest share of n-grams with the task,
     where the shared n-grams cover at least `min_share` of the task's distinct n-grams or of the
     item's (one text contains the other). The evidence is the first shared n-gram in the task."""
@@ -123,21 +130,34 @@ def ngram_matches(task_words: Iterable[list[str]], items: list[BenchmarkItem], n
             continue
         shared = np.bincount(np.concatenate([owners[a:b] for a, b in zip(lo, hi) if b > a]), minlength=len(items))
         share = np.maximum(shared / len(distinct), shared / np.maximum(item_size, 1))
-        best = int(np.argmax(share))             # the first item among equals
+        best = int(np.argmax(share))  # the first item among equals
         if share[best] < min_share or shared[best] == 0:
             continue
         mine = flat[owners == best]
         first = int(np.flatnonzero(np.isin(grams, mine))[0])
-        found[t] = Contamination(t, best, "ngram", round(float(share[best]), 6), " ".join(ws[first:first + n]))
+        found[t] = Contamination(t, best, "ngram", round(float(share[best]), 6), " ".join(ws[first : first + n]))
     return found
 
 
-def as_table(found: list[Contamination], task_id: list[str], source: list[str], task: list[str],
-             items: list[BenchmarkItem], schema: pa.Schema) -> pa.Table:
+def as_table(
+    found: list[Contamination],
+    task_id: list[str],
+    source: list[str],
+    task: list[str],
+    items: list[BenchmarkItem],
+    schema: pa.Schema,
+) -> pa.Table:
     found = sorted(found, key=lambda c: task_id[c.task])
-    return pa.table({
-        "task_id": [task_id[c.task] for c in found], "source": [source[c.task] for c in found],
-        "task": [task[c.task] for c in found], "benchmark": [items[c.item].benchmark for c in found],
-        "benchmark_item": [items[c.item].item for c in found], "method": [c.method for c in found],
-        "similarity": [round(c.similarity, 6) for c in found], "ngram": [c.evidence for c in found],
-    }, schema=schema)
+    return pa.table(
+        {
+            "task_id": [task_id[c.task] for c in found],
+            "source": [source[c.task] for c in found],
+            "task": [task[c.task] for c in found],
+            "benchmark": [items[c.item].benchmark for c in found],
+            "benchmark_item": [items[c.item].item for c in found],
+            "method": [c.method for c in found],
+            "similarity": [round(c.similarity, 6) for c in found],
+            "ngram": [c.evidence for c in found],
+        },
+        schema=schema,
+    )

@@ -32,7 +32,7 @@ from tracelake.curate.params import EmbeddingParams
 
 ENCODE_WORKER = Path(__file__).with_name("encode_worker.py")
 
-_CHUNK_BYTES = 4 << 20     # text bytes hashed at a time (~32 MB per temporary uint64 array)
+_CHUNK_BYTES = 4 << 20  # text bytes hashed at a time (~32 MB per temporary uint64 array)
 
 
 class Embedder(Protocol):
@@ -56,8 +56,7 @@ class HashedNgramEmbedder:
         self.ngrams = tuple(int(n) for n in ngrams)
 
     def fingerprint(self) -> str:
-        return content_id("embedder", {"name": self.name, "dim": self.dim, "ngrams": list(self.ngrams)},
-                          n_hex=16)
+        return content_id("embedder", {"name": self.name, "dim": self.dim, "ngrams": list(self.ngrams)}, n_hex=16)
 
     def prepare(self, text: str) -> str:
         return normalize(text)
@@ -79,7 +78,7 @@ class HashedNgramEmbedder:
         lengths = np.array([len(e) for e in encoded], dtype=np.int64)
         data = np.frombuffer(b"\0".join(encoded) + b"\0", dtype=np.uint8).astype(np.uint64)
         doc = np.repeat(np.arange(len(texts), dtype=np.int64), lengths + 1)
-        doc[np.cumsum(lengths + 1) - 1] = -1           # the separator after each text belongs to none
+        doc[np.cumsum(lengths + 1) - 1] = -1  # the separator after each text belongs to none
         counts = np.zeros(len(texts) * self.dim, dtype=np.float64)
         with np.errstate(over="ignore"):
             for n in self.ngrams:
@@ -88,9 +87,9 @@ class HashedNgramEmbedder:
                     continue
                 h = np.full(m, np.uint64(n), dtype=np.uint64)
                 for j in range(n):
-                    h = h * _MULT + data[j:j + m] + np.uint64(1)
+                    h = h * _MULT + data[j : j + m] + np.uint64(1)
                 h = mix64(h)
-                ok = (doc[:m] >= 0) & (doc[:m] == doc[n - 1:n - 1 + m])
+                ok = (doc[:m] >= 0) & (doc[:m] == doc[n - 1 : n - 1 + m])
                 h, d = h[ok], doc[:m][ok]
                 bucket = (h % np.uint64(self.dim)).astype(np.int64)
                 sign = np.where((h >> np.uint64(63)) == 1, -1.0, 1.0)
@@ -106,6 +105,7 @@ class TransformersEmbedder:
     holds torch (default: the training environment). Vectors are rounded to 5 decimals and rescaled
     to unit length, so that float noise from the thread count (matrix products sum in a different
     order) does not reach the table; a value within 1e-6 of a rounding boundary may still differ."""
+
     name = "transformers_mean_v1"
 
     def __init__(self, model_dir: str, python: str | None = None, batch_size: int = 32, max_length: int = 512):
@@ -120,11 +120,14 @@ class TransformersEmbedder:
         self.python = Path(python) if python else env_program("training", "python")
         if self.python is None or not self.python.is_file():
             variable, _, setup = ENVIRONMENTS["training"]
-            raise BadParams(f"dedup.embedding.embedder transformers: no {python or env_dir('training') / 'bin/python'} "
-                            f"(set dedup.embedding.python to an interpreter with torch and transformers, or "
-                            f"${variable}; `{setup}` makes one)")
-        self._fingerprint = content_id("embedder", {"name": self.name, "model": model_fingerprint(self.dir),
-                                                    "max_length": max_length}, n_hex=16)
+            raise BadParams(
+                f"dedup.embedding.embedder transformers: no {python or env_dir('training') / 'bin/python'} "
+                f"(set dedup.embedding.python to an interpreter with torch and transformers, or "
+                f"${variable}; `{setup}` makes one)"
+            )
+        self._fingerprint = content_id(
+            "embedder", {"name": self.name, "model": model_fingerprint(self.dir), "max_length": max_length}, n_hex=16
+        )
 
     def fingerprint(self) -> str:
         return self._fingerprint
@@ -138,15 +141,32 @@ class TransformersEmbedder:
         with tempfile.TemporaryDirectory(prefix="tracelake-encode-") as tmp:
             inputs, output = Path(tmp) / "texts.jsonl", Path(tmp) / "vectors.npy"
             inputs.write_bytes(b"".join(orjson.dumps(t) + b"\n" for t in texts))
-            proc = subprocess.run([str(self.python), str(ENCODE_WORKER), "--model", str(self.dir), "--texts", str(inputs),
-                                   "--out", str(output), "--batch-size", str(self.batch_size),
-                                   "--max-length", str(self.max_length)], capture_output=True, text=True)
+            proc = subprocess.run(
+                [
+                    str(self.python),
+                    str(ENCODE_WORKER),
+                    "--model",
+                    str(self.dir),
+                    "--texts",
+                    str(inputs),
+                    "--out",
+                    str(output),
+                    "--batch-size",
+                    str(self.batch_size),
+                    "--max-length",
+                    str(self.max_length),
+                ],
+                capture_output=True,
+                text=True,
+            )
             if proc.returncode != 0 or not output.is_file():
                 last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
                 raise BadInput(f"dedup: the encoder {self.dir} failed: {last}")
             vectors = np.load(output).astype(np.float64)
         if vectors.shape != (len(texts), self.dim):
-            raise BadInput(f"dedup: the encoder {self.dir} returned {vectors.shape}, expected ({len(texts)}, {self.dim})")
+            raise BadInput(
+                f"dedup: the encoder {self.dir} returned {vectors.shape}, expected ({len(texts)}, {self.dim})"
+            )
         vectors = np.round(vectors, 5)
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         return (vectors / np.where(norms == 0, 1.0, norms)).astype(np.float32)

@@ -41,8 +41,9 @@ def encode(model_dir: str, texts: list[str], batch_size: int, max_length: int) -
     out = []
     with torch.inference_mode():
         for lo in range(0, len(texts), batch_size):
-            batch = tokenizer(texts[lo:lo + batch_size], padding=True, truncation=True, max_length=max_length,
-                              return_tensors="pt")
+            batch = tokenizer(
+                texts[lo : lo + batch_size], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
+            )
             hidden = model(**batch).last_hidden_state
             mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             mean = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)

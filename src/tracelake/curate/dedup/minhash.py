@@ -21,7 +21,7 @@ import numpy as np
 from tracelake.curate.dedup.shingles import _MULT, jaccard, mix64
 
 MINHASH_RULE = "minhash_lsh_v1"
-_CHUNK_SHINGLES = 1 << 21    # shingles hashed at a time (~16 MB per temporary array)
+_CHUNK_SHINGLES = 1 << 21  # shingles hashed at a time (~16 MB per temporary array)
 
 
 def hash_functions(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -64,7 +64,7 @@ def band_keys(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:
     with np.errstate(over="ignore"):
         for band in range(bands):
             acc = np.full(sig.shape[0], np.uint64(band), dtype=np.uint64)
-            for col in sig[:, band * rows:(band + 1) * rows].T:
+            for col in sig[:, band * rows : (band + 1) * rows].T:
                 acc = mix64(acc * _MULT + col.astype(np.uint64))
             keys[:, band] = acc
     return keys
@@ -89,8 +89,9 @@ def candidate_pairs(keys: np.ndarray) -> np.ndarray:
     return np.stack([codes // n, codes % n], axis=1) if n else np.empty((0, 2), dtype=np.int64)
 
 
-def near_duplicate_pairs(sets: Sequence[np.ndarray], bands: int, rows: int, threshold: float,
-                         seed: int) -> tuple[list[tuple[int, int, float]], int]:
+def near_duplicate_pairs(
+    sets: Sequence[np.ndarray], bands: int, rows: int, threshold: float, seed: int
+) -> tuple[list[tuple[int, int, float]], int]:
     """Verified pairs (i, j, jaccard) with jaccard >= threshold among non-empty shingle sets,
     and how many candidates LSH proposed."""
     if len(sets) < 2:

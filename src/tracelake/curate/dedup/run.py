@@ -37,17 +37,17 @@ from tracelake.curate.dedup.minhash import MINHASH_RULE, near_duplicate_pairs
 from tracelake.curate.dedup.shingles import NORM_RULE, WordHasher, jaccard, normalize, shingle_set
 from tracelake.curate.params import DecontaminateParams, DedupParams
 
-Progress = Callable[[str, int], None]   # (what, how many more done)
+Progress = Callable[[str, int], None]  # (what, how many more done)
 
 
 @dataclass
 class DedupResult:
     task_clusters: pa.Table
     contamination: pa.Table
-    embeddings: pa.Table | None          # the LanceDB table's rows (text_sha256, vector), sorted
-    embedder: str | None                 # the embedder's fingerprint
-    cache: vectors.CacheStats | None     # texts embedded now / found in the cache (printed, not recorded:
-                                         # the outputs do not depend on what the cache held)
+    embeddings: pa.Table | None  # the LanceDB table's rows (text_sha256, vector), sorted
+    embedder: str | None  # the embedder's fingerprint
+    cache: vectors.CacheStats | None  # texts embedded now / found in the cache (printed, not recorded:
+    # the outputs do not depend on what the cache held)
     counts: dict[str, Any] = field(default_factory=dict)
     formulas: dict[str, str] = field(default_factory=dict)
 
@@ -59,7 +59,7 @@ class _Corpus:
     task: list[str]
     text: list[str]
     weight: list[int]
-    normal: list[str]        # text_norm_v1 of each instruction (words joined by one space)
+    normal: list[str]  # text_norm_v1 of each instruction (words joined by one space)
 
     def words(self, i: int) -> list[str]:
         """Task i's normalised words, made when asked: kept as lists for 100K tasks they would cost
@@ -69,9 +69,14 @@ class _Corpus:
 
 def _corpus(tasks: pa.Table) -> _Corpus:
     text = [t or "" for t in tasks.column("instruction").to_pylist()]
-    return _Corpus(tasks.column("task_id").to_pylist(), tasks.column("source").to_pylist(),
-                   tasks.column("task").to_pylist(), text,
-                   [int(n or 0) for n in tasks.column("n_trajectories").to_pylist()], [normalize(t) for t in text])
+    return _Corpus(
+        tasks.column("task_id").to_pylist(),
+        tasks.column("source").to_pylist(),
+        tasks.column("task").to_pylist(),
+        text,
+        [int(n or 0) for n in tasks.column("n_trajectories").to_pylist()],
+        [normalize(t) for t in text],
+    )
 
 
 def _exact_pairs(corpus: _Corpus) -> tuple[list[tuple[int, int]], list[int]]:
@@ -88,13 +93,14 @@ def _exact_pairs(corpus: _Corpus) -> tuple[list[tuple[int, int]], list[int]]:
 @dataclass
 class _Space:
     """The embedding space: one unit vector per distinct (prepared) text, as in the LanceDB table."""
+
     embedder: Any
     cache: vectors.EmbeddingCache
-    shas: list[bytes]              # the table's rows, sorted
-    vecs: np.ndarray               # (rows, dim) float32
+    shas: list[bytes]  # the table's rows, sorted
+    vecs: np.ndarray  # (rows, dim) float32
     row_of: dict[bytes, int]
-    row_of_task: np.ndarray        # task index -> table row (-1: an empty text, no vector)
-    first_task: list[int]          # table row -> the first task with that text
+    row_of_task: np.ndarray  # task index -> table row (-1: an empty text, no vector)
+    first_task: list[int]  # table row -> the first task with that text
     plan: vectors.SearchPlan
     lance_dir: Path
 
@@ -108,8 +114,9 @@ class _Space:
         return float(np.dot(self.vecs[a].astype(np.float64), self.vecs[b]))
 
 
-def _embedding_space(corpus: _Corpus, dedup: DedupParams, lance_dir: Path, cache_root: Path | None,
-                     tick: Progress) -> _Space:
+def _embedding_space(
+    corpus: _Corpus, dedup: DedupParams, lance_dir: Path, cache_root: Path | None, tick: Progress
+) -> _Space:
     em = dedup.embedding
     embedder = make_embedder(em)
     cache = vectors.EmbeddingCache(cache_root, embedder)
@@ -118,16 +125,26 @@ def _embedding_space(corpus: _Corpus, dedup: DedupParams, lance_dir: Path, cache
     for i, sha in enumerate(task_shas):
         first.setdefault(sha, i)
     shas = sorted(first)
-    vecs = cache.vectors([embedder.prepare(corpus.text[first[s]]) for s in shas],
-                         on_embedded=lambda k: tick("embed", k))
-    nonzero = np.linalg.norm(vecs, axis=1) > 0          # an empty text has no direction
+    vecs = cache.vectors(
+        [embedder.prepare(corpus.text[first[s]]) for s in shas], on_embedded=lambda k: tick("embed", k)
+    )
+    nonzero = np.linalg.norm(vecs, axis=1) > 0  # an empty text has no direction
     shas = [s for s, ok in zip(shas, nonzero) if ok]
     vecs = vecs[nonzero]
     row_of = {s: k for k, s in enumerate(shas)}
     plan = vectors.plan_search(len(shas), em.exact_below, em.nprobes)
     vectors.write_table(lance_dir, vectors.vectors_table(shas, vecs), plan)
-    return _Space(embedder, cache, shas, vecs, row_of, np.array([row_of.get(s, -1) for s in task_shas], np.int64),
-                  [first[s] for s in shas], plan, lance_dir)
+    return _Space(
+        embedder,
+        cache,
+        shas,
+        vecs,
+        row_of,
+        np.array([row_of.get(s, -1) for s in task_shas], np.int64),
+        [first[s] for s in shas],
+        plan,
+        lance_dir,
+    )
 
 
 def _semantic_pairs(space: _Space, dedup: DedupParams, tick: Progress) -> list[tuple[int, int]]:
@@ -136,8 +153,14 @@ def _semantic_pairs(space: _Space, dedup: DedupParams, tick: Progress) -> list[t
     em = dedup.embedding
     if len(space.shas) < 2:
         return []
-    q, keys, _ = vectors.range_search(space.open(), space.vecs, 1.0 - em.threshold + 1e-4, em.neighbours,
-                                      space.plan, on_batch=lambda k: tick("search", k))
+    q, keys, _ = vectors.range_search(
+        space.open(),
+        space.vecs,
+        1.0 - em.threshold + 1e-4,
+        em.neighbours,
+        space.plan,
+        on_batch=lambda k: tick("search", k),
+    )
     pairs = []
     for a, key in zip(q.tolist(), keys.tolist()):
         b = space.row_of[key]
@@ -146,8 +169,15 @@ def _semantic_pairs(space: _Space, dedup: DedupParams, tick: Progress) -> list[t
     return pairs
 
 
-def run_dedup(tasks: pa.Table, dedup: DedupParams, decon: DecontaminateParams, *, lance_dir: Path,
-              cache_root: Path | None, progress: Progress | None = None) -> DedupResult:
+def run_dedup(
+    tasks: pa.Table,
+    dedup: DedupParams,
+    decon: DecontaminateParams,
+    *,
+    lance_dir: Path,
+    cache_root: Path | None,
+    progress: Progress | None = None,
+) -> DedupResult:
     """`tasks` sorted by task_id; writes the LanceDB table into `lance_dir` when an embedding is used."""
     tick = progress or (lambda what, n: None)
     corpus = _corpus(tasks)
@@ -165,8 +195,9 @@ def run_dedup(tasks: pa.Table, dedup: DedupParams, decon: DecontaminateParams, *
         for i in distinct:
             sets[i] = shingle_set(hasher.hashes(corpus.words(i)), mh.ngram)
         nonempty = [i for i in distinct if len(sets[i])]
-        verified, candidates = near_duplicate_pairs([sets[i] for i in nonempty], mh.bands, mh.rows,
-                                                    mh.threshold, mh.seed)
+        verified, candidates = near_duplicate_pairs(
+            [sets[i] for i in nonempty], mh.bands, mh.rows, mh.threshold, mh.seed
+        )
         edges += [(nonempty[a], nonempty[b]) for a, b, _ in verified]
         counts["minhash"] = {"texts": len(nonempty), "candidates": candidates, "verified": len(verified)}
         tick("minhash", len(distinct))
@@ -176,7 +207,7 @@ def run_dedup(tasks: pa.Table, dedup: DedupParams, decon: DecontaminateParams, *
         space = _embedding_space(corpus, dedup, lance_dir, cache_root, tick)
         formulas["embedding"] = f"{space.embedder.name} {space.embedder.fingerprint()}"
         counts["embedding"] = {"texts": len(space.shas), **space.plan.as_json()}
-        cache_stats = vectors.CacheStats(**space.cache.stats.__dict__)   # the tasks' texts (not the benchmarks')
+        cache_stats = vectors.CacheStats(**space.cache.stats.__dict__)  # the tasks' texts (not the benchmarks')
         if dedup.embedding.enabled:
             formulas["search"] = vectors.SEARCH_RULE
             semantic = _semantic_pairs(space, dedup, tick)
@@ -186,22 +217,50 @@ def run_dedup(tasks: pa.Table, dedup: DedupParams, decon: DecontaminateParams, *
     members = clusters(len(corpus.task_id), edges, corpus.weight, corpus.task_id)
     task_clusters = _cluster_table(corpus, members, dedup, sets, hasher, space)
     dropped = task_clusters.column("dropped").to_pylist()
-    counts["clusters"] = {"clusters": len({m.cluster for m in members if m.size > 1}),
-                          "clustered_tasks": sum(1 for m in members if m.size > 1),
-                          "dropped_tasks": sum(dropped)}
+    counts["clusters"] = {
+        "clusters": len({m.cluster for m in members if m.size > 1}),
+        "clustered_tasks": sum(1 for m in members if m.size > 1),
+        "dropped_tasks": sum(dropped),
+    }
 
     contamination, counts["contamination"] = _decontaminate(corpus, decon, hasher, space, tick)
     if decon.benchmarks:
         formulas["decontaminate"] = f"{DECONTAMINATION_RULE} ngram {decon.ngram}"
     embeddings = vectors.vectors_table(space.shas, space.vecs) if space else None
-    return DedupResult(task_clusters, contamination, embeddings, space.embedder.fingerprint() if space else None,
-                       cache_stats, counts, formulas)
+    return DedupResult(
+        task_clusters,
+        contamination,
+        embeddings,
+        space.embedder.fingerprint() if space else None,
+        cache_stats,
+        counts,
+        formulas,
+    )
 
 
-def _cluster_table(corpus: _Corpus, members: list, dedup: DedupParams, sets: dict[int, np.ndarray],
-                   hasher: WordHasher, space: _Space | None) -> pa.Table:
-    rows: dict[str, list] = {k: [] for k in ("task_id", "source", "task", "cluster_id", "cluster_size", "method",
-                                             "similarity", "jaccard", "cosine", "dropped")}
+def _cluster_table(
+    corpus: _Corpus,
+    members: list,
+    dedup: DedupParams,
+    sets: dict[int, np.ndarray],
+    hasher: WordHasher,
+    space: _Space | None,
+) -> pa.Table:
+    rows: dict[str, list] = {
+        k: []
+        for k in (
+            "task_id",
+            "source",
+            "task",
+            "cluster_id",
+            "cluster_size",
+            "method",
+            "similarity",
+            "jaccard",
+            "cosine",
+            "dropped",
+        )
+    }
 
     def shingles(i: int) -> np.ndarray:
         if i not in sets:
@@ -249,22 +308,25 @@ def load_benchmarks(decon: DecontaminateParams) -> list[BenchmarkItem]:
     return items
 
 
-def _decontaminate(corpus: _Corpus, decon: DecontaminateParams, hasher: WordHasher, space: _Space | None,
-                   tick: Progress) -> tuple[pa.Table, dict[str, Any]]:
+def _decontaminate(
+    corpus: _Corpus, decon: DecontaminateParams, hasher: WordHasher, space: _Space | None, tick: Progress
+) -> tuple[pa.Table, dict[str, Any]]:
     schema = load_schema("contamination").arrow
     if not decon.benchmarks:
         return schema.empty_table(), {"benchmarks": {}, "items": 0, "tasks": 0}
     items = load_benchmarks(decon)
-    found = ngram_matches((corpus.words(i) for i in range(len(corpus.normal))), items, decon.ngram,
-                          decon.ngram_min_share, hasher)
+    found = ngram_matches(
+        (corpus.words(i) for i in range(len(corpus.normal))), items, decon.ngram, decon.ngram_min_share, hasher
+    )
     tick("decontaminate", len(corpus.normal))
     by_embedding = 0
     if decon.embedding_threshold is not None and space is not None and len(space.vecs):
         qv = space.cache.vectors([space.embedder.prepare(it.text) for it in items])
         ok = np.flatnonzero(np.linalg.norm(qv, axis=1) > 0)
-        q, keys, _ = vectors.range_search(space.open(), qv[ok], 1.0 - decon.embedding_threshold + 1e-4,
-                                          len(space.vecs), space.plan)
-        best: dict[int, tuple[float, int]] = {}     # table row -> (cosine, item): the most similar item
+        q, keys, _ = vectors.range_search(
+            space.open(), qv[ok], 1.0 - decon.embedding_threshold + 1e-4, len(space.vecs), space.plan
+        )
+        best: dict[int, tuple[float, int]] = {}  # table row -> (cosine, item): the most similar item
         for a, key in zip(q.tolist(), keys.tolist()):
             row, item = space.row_of[key], int(ok[a])
             cos = float(np.dot(qv[item].astype(np.float64), space.vecs[row]))
@@ -279,5 +341,9 @@ def _decontaminate(corpus: _Corpus, decon: DecontaminateParams, hasher: WordHash
     per_benchmark: dict[str, int] = {name: 0 for name in sorted(decon.benchmarks)}
     for name in table.column("benchmark").to_pylist():
         per_benchmark[name] += 1
-    return table, {"benchmarks": per_benchmark, "items": len(items), "tasks": table.num_rows,
-                   "by_embedding": by_embedding}
+    return table, {
+        "benchmarks": per_benchmark,
+        "items": len(items),
+        "tasks": table.num_rows,
+        "by_embedding": by_embedding,
+    }

@@ -18,7 +18,7 @@ import numpy as np
 
 NORM_RULE = "text_norm_v1"
 _NOT_WORD = re.compile(r"[\W_]+", re.UNICODE)
-_MULT = np.uint64(0x9E3779B97F4A7C15)   # odd constants of splitmix64
+_MULT = np.uint64(0x9E3779B97F4A7C15)  # odd constants of splitmix64
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 
@@ -68,7 +68,7 @@ def ngram_hashes(word_hashes: np.ndarray, n: int) -> np.ndarray:
     with np.errstate(over="ignore"):
         acc = np.zeros(k - n + 1, dtype=np.uint64)
         for j in range(n):
-            acc = acc * _MULT + word_hashes[j:k - n + 1 + j]
+            acc = acc * _MULT + word_hashes[j : k - n + 1 + j]
     return mix64(acc)
 
 

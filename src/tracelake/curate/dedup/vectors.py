@@ -53,15 +53,15 @@ def _vector_type(dim: int) -> pa.DataType:
 
 
 def _schema(dim: int) -> pa.Schema:
-    return pa.schema([pa.field("text_sha256", pa.binary(32), nullable=False),
-                      pa.field("vector", _vector_type(dim), nullable=False)])
+    return pa.schema(
+        [pa.field("text_sha256", pa.binary(32), nullable=False), pa.field("vector", _vector_type(dim), nullable=False)]
+    )
 
 
 def vectors_table(shas: Sequence[bytes], vectors: np.ndarray) -> pa.Table:
     dim = vectors.shape[1]
     flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).ravel())
-    return pa.table([pa.array(shas, pa.binary(32)), pa.FixedSizeListArray.from_arrays(flat, dim)],
-                    schema=_schema(dim))
+    return pa.table([pa.array(shas, pa.binary(32)), pa.FixedSizeListArray.from_arrays(flat, dim)], schema=_schema(dim))
 
 
 @dataclass
@@ -100,15 +100,15 @@ class EmbeddingCache:
             out[found] = _as_matrix(rows, self.embedder.dim)
         if len(missing):
             fresh_texts, fresh_shas = {}, []
-            for i in missing:        # a text repeated in `texts` is embedded once
+            for i in missing:  # a text repeated in `texts` is embedded once
                 if shas[i] not in fresh_texts:
                     fresh_texts[shas[i]] = texts[i]
                     fresh_shas.append(shas[i])
             fresh = np.zeros((len(fresh_shas), self.embedder.dim), dtype=np.float32)
             step = 4096
             for lo in range(0, len(fresh_shas), step):
-                batch = fresh_shas[lo:lo + step]
-                fresh[lo:lo + len(batch)] = self.embedder.embed([fresh_texts[s] for s in batch])
+                batch = fresh_shas[lo : lo + step]
+                fresh[lo : lo + len(batch)] = self.embedder.embed([fresh_texts[s] for s in batch])
                 if on_embedded:
                     on_embedded(len(batch))
             position = {s: k for k, s in enumerate(fresh_shas)}
@@ -137,7 +137,7 @@ def _as_matrix(column: pa.ChunkedArray | pa.Array, dim: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class SearchPlan:
-    index: str            # "flat" (exact) or "ivf_flat"
+    index: str  # "flat" (exact) or "ivf_flat"
     partitions: int
     nprobes: int
 
@@ -177,11 +177,17 @@ def write_table(directory: Path, table: pa.Table, plan: SearchPlan) -> None:
     db = lancedb.connect(str(directory))
     db.create_table(TABLE, table)
     if plan.index == "ivf_flat":
-        centroids = kmeans_centroids(_as_matrix(table.column("vector"), table.schema.field("vector").type.list_size),
-                                     plan.partitions)
+        centroids = kmeans_centroids(
+            _as_matrix(table.column("vector"), table.schema.field("vector").type.list_size), plan.partitions
+        )
         lance.dataset(str(Path(directory) / f"{TABLE}.lance")).create_index(
-            "vector", "IVF_FLAT", metric="cosine", num_partitions=plan.partitions, ivf_centroids=centroids,
-            index_uuid=str(uuid.UUID(vectors_digest(table)[:32])))
+            "vector",
+            "IVF_FLAT",
+            metric="cosine",
+            num_partitions=plan.partitions,
+            ivf_centroids=centroids,
+            index_uuid=str(uuid.UUID(vectors_digest(table)[:32])),
+        )
 
 
 def vectors_digest(table: pa.Table) -> str:
@@ -189,8 +195,11 @@ def vectors_digest(table: pa.Table) -> str:
     h = hashlib.sha256(b"vectors_v1\0")
     h.update(str(table.schema.field("vector").type.list_size).encode() + b"\0")
     for batch in table.to_batches():
-        h.update(batch.column(0).buffers()[1].to_pybytes()[:32 * batch.num_rows] if batch.column(0).offset == 0
-                 else b"".join(batch.column(0).to_pylist()))
+        h.update(
+            batch.column(0).buffers()[1].to_pybytes()[: 32 * batch.num_rows]
+            if batch.column(0).offset == 0
+            else b"".join(batch.column(0).to_pylist())
+        )
         h.update(_as_matrix(batch.column(1), table.schema.field("vector").type.list_size).astype("<f4").tobytes())
     return h.hexdigest()
 
@@ -201,22 +210,36 @@ def open_table(directory: Path) -> Any:
     return lancedb.connect(str(directory)).open_table(TABLE)
 
 
-def range_search(table: Any, queries: np.ndarray, max_distance: float, limit: int, plan: SearchPlan,
-                 on_batch: Callable[[int], None] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def range_search(
+    table: Any,
+    queries: np.ndarray,
+    max_distance: float,
+    limit: int,
+    plan: SearchPlan,
+    on_batch: Callable[[int], None] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For each query row q: the table rows within cosine distance `max_distance` (at most `limit`
     nearest). Returns (query index, text_sha256 of the row, cosine similarity) arrays."""
     qs, keys, sims = [], [], []
     for lo in range(0, len(queries), _QUERY_BATCH):
-        batch = queries[lo:lo + _QUERY_BATCH]
-        search = (table.search(batch if len(batch) > 1 else batch[0]).distance_type("cosine")
-                  .distance_range(upper_bound=max_distance).select(["text_sha256"]).limit(limit))
+        batch = queries[lo : lo + _QUERY_BATCH]
+        search = (
+            table.search(batch if len(batch) > 1 else batch[0])
+            .distance_type("cosine")
+            .distance_range(upper_bound=max_distance)
+            .select(["text_sha256"])
+            .limit(limit)
+        )
         if plan.index == "ivf_flat":
             search = search.nprobes(plan.nprobes)
         else:
             search = search.bypass_vector_index()
         found = search.to_arrow()
-        q = found.column("query_index").to_numpy() if "query_index" in found.column_names \
+        q = (
+            found.column("query_index").to_numpy()
+            if "query_index" in found.column_names
             else np.zeros(found.num_rows, dtype=np.int64)
+        )
         qs.append(q.astype(np.int64) + lo)
         keys.extend(found.column("text_sha256").to_pylist())
         sims.append(1.0 - found.column("_distance").to_numpy(zero_copy_only=False).astype(np.float64))

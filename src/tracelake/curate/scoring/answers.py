@@ -67,8 +67,9 @@ class AnswerCache:
         """The request ids with all `n` answers cached. Many parts become one first."""
         if len(self.parts()) > COMPACT_PARTS:
             self.compact()
-        rel = self._query(duckdb.connect(), "SELECT request_id FROM answers GROUP BY request_id HAVING count(*) = $n",
-                          n=n)
+        rel = self._query(
+            duckdb.connect(), "SELECT request_id FROM answers GROUP BY request_id HAVING count(*) = $n", n=n
+        )
         return set() if rel is None else {k for (k,) in rel.fetchall()}
 
     def lengths(self, request_ids: list[str]) -> dict[str, tuple[list[int], list[int | None], int]]:
@@ -76,17 +77,21 @@ class AnswerCache:
         sample order, for those of `request_ids` that have answers."""
         con = duckdb.connect()
         con.register("wanted", pa.table({"request_id": pa.array(request_ids, pa.string())}))
-        rel = self._query(con, "SELECT request_id, list(length(text) ORDER BY sample), list(completion_tokens ORDER BY "
-                               "sample), count_if(censored) FROM answers SEMI JOIN wanted USING (request_id) "
-                               "GROUP BY request_id")
+        rel = self._query(
+            con,
+            "SELECT request_id, list(length(text) ORDER BY sample), list(completion_tokens ORDER BY "
+            "sample), count_if(censored) FROM answers SEMI JOIN wanted USING (request_id) "
+            "GROUP BY request_id",
+        )
         return {} if rel is None else {k: (chars, tokens, int(c)) for k, chars, tokens, c in rel.fetchall()}
 
     def batches(self, request_ids: list[str], batch_rows: int = 2048) -> Iterator[pa.RecordBatch]:
         """The answer rows of `request_ids`, ordered by (task_id, sample), in the schema's columns."""
         con = duckdb.connect()
         con.register("wanted", pa.table({"request_id": pa.array(request_ids, pa.string())}))
-        rel = self._query(con, f"SELECT {self._columns()} FROM answers SEMI JOIN wanted USING (request_id) "
-                               f"ORDER BY task_id, sample")
+        rel = self._query(
+            con, f"SELECT {self._columns()} FROM answers SEMI JOIN wanted USING (request_id) ORDER BY task_id, sample"
+        )
         if rel is not None:
             yield from rel.to_arrow_reader(batch_rows)
 
@@ -100,7 +105,7 @@ class AnswerCache:
             return None
         merged = self.directory / f"part-{content_id('answer-cache', [r for (r,) in rel.fetchall()], n_hex=16)}.parquet"
         tmp = self.directory / f".{merged.name}.tmp-{os.getpid()}"
-        rows = self._query(con, f"SELECT {self._columns()} FROM answers")   # unsorted: streams, any order reads the same
+        rows = self._query(con, f"SELECT {self._columns()} FROM answers")  # unsorted: streams, any order reads the same
         rows.write_parquet(str(tmp), compression="zstd")
         tmp.replace(merged)
         for part in parts:
@@ -127,10 +132,11 @@ class AnswerCache:
 class ModelRun(ScorerRun):
     """A model scorer's run: its scores (ScorerRun.rows), the keys of the answers behind them (the
     answers stay in the cache until written), what failed."""
+
     engine: str = ""
-    answer_keys: list[str] = field(default_factory=list)   # request ids of the scored tasks
+    answer_keys: list[str] = field(default_factory=list)  # request ids of the scored tasks
     cache: AnswerCache | None = None
-    failures: list[tuple[str, Failure]] = field(default_factory=list)   # (task_id, failure)
+    failures: list[tuple[str, Failure]] = field(default_factory=list)  # (task_id, failure)
     usage: Usage = field(default_factory=Usage)
     censored: int = 0
 
@@ -156,31 +162,61 @@ def make_engine(model: ModelParams) -> Engine:
         if model.api_key_env is not None:
             key = os.environ.get(model.api_key_env)
             if not key:
-                raise BadParams(f"score.model.api_key_env: ${model.api_key_env} is not set (export the key, or set "
-                                f"api_key_env: null for an endpoint that takes none)")
-        return OpenAIEngine(base_url=model.base_url, model=model.name, api_key=key, api_key_env=model.api_key_env,
-                            concurrency=model.concurrency, requests_per_minute=model.requests_per_minute,
-                            tokens_per_minute=model.tokens_per_minute, timeout_s=model.timeout_s,
-                            max_retries=model.max_retries, backoff_s=model.backoff_s,
-                            max_backoff_s=model.max_backoff_s)
+                raise BadParams(
+                    f"score.model.api_key_env: ${model.api_key_env} is not set (export the key, or set "
+                    f"api_key_env: null for an endpoint that takes none)"
+                )
+        return OpenAIEngine(
+            base_url=model.base_url,
+            model=model.name,
+            api_key=key,
+            api_key_env=model.api_key_env,
+            concurrency=model.concurrency,
+            requests_per_minute=model.requests_per_minute,
+            tokens_per_minute=model.tokens_per_minute,
+            timeout_s=model.timeout_s,
+            max_retries=model.max_retries,
+            backoff_s=model.backoff_s,
+            max_backoff_s=model.max_backoff_s,
+        )
     from tracelake.curate.scoring.engines.local import LocalEngine, engine_python
 
     path = model.path or model.name
-    return LocalEngine(backend=model.backend, python=engine_python(model.backend, model.python), model_path=path,
-                       batch_size=model.batch_size, max_model_len=model.max_model_len)
+    return LocalEngine(
+        backend=model.backend,
+        python=engine_python(model.backend, model.python),
+        model_path=path,
+        batch_size=model.batch_size,
+        max_model_len=model.max_model_len,
+    )
 
 
-def answer_rows(key: str, task_id: str, scorer: str, model: str, prompt_sha: str, sampling: str,
-                answer: Answer) -> list[dict]:
-    return [{"response_id": content_id("response", [key, i]), "request_id": key, "task_id": task_id,
-             "scorer": scorer, "model": model, "prompt_sha256": prompt_sha, "sampling": sampling, "sample": i,
-             "text": s.text, "finish_reason": s.finish_reason, "censored": s.finish_reason == "length",
-             "prompt_tokens": s.prompt_tokens, "completion_tokens": s.completion_tokens}
-            for i, s in enumerate(answer.samples)]
+def answer_rows(
+    key: str, task_id: str, scorer: str, model: str, prompt_sha: str, sampling: str, answer: Answer
+) -> list[dict]:
+    return [
+        {
+            "response_id": content_id("response", [key, i]),
+            "request_id": key,
+            "task_id": task_id,
+            "scorer": scorer,
+            "model": model,
+            "prompt_sha256": prompt_sha,
+            "sampling": sampling,
+            "sample": i,
+            "text": s.text,
+            "finish_reason": s.finish_reason,
+            "censored": s.finish_reason == "length",
+            "prompt_tokens": s.prompt_tokens,
+            "completion_tokens": s.completion_tokens,
+        }
+        for i, s in enumerate(answer.samples)
+    ]
 
 
 class Status:
     """What a run reports as it goes (the progress bar's status text)."""
+
     def __init__(self) -> None:
         self.cached = self.answered = self.failed = 0
 
@@ -188,8 +224,9 @@ class Status:
         return f"{self.cached} cached · {self.answered} answered · {self.failed} failed"
 
 
-def pending_requests(scorer: ModelScorer, con: duckdb.DuckDBPyConnection, model: ModelParams, cache: AnswerCache
-                     ) -> tuple[list[tuple[str, str, str]], dict[str, tuple[str, str, str]]]:
+def pending_requests(
+    scorer: ModelScorer, con: duckdb.DuckDBPyConnection, model: ModelParams, cache: AnswerCache
+) -> tuple[list[tuple[str, str, str]], dict[str, tuple[str, str, str]]]:
     """Every request `scorer` makes, as (request_id, task_id, prompt_sha), and those without cached
     answers: request_id -> (task_id, prompt_sha, prompt)."""
     sampling = model.sampling()
@@ -198,18 +235,32 @@ def pending_requests(scorer: ModelScorer, con: duckdb.DuckDBPyConnection, model:
     missing: dict[str, tuple[str, str, str]] = {}
     for r in scorer.requests(con):
         prompt_sha = sha256_bytes(r.prompt.encode())
-        key = content_id("request", {"task_id": r.task_id, "scorer": scorer.name, "model": model.name,
-                                     "prompt_sha256": prompt_sha, "sampling": sampling})
+        key = content_id(
+            "request",
+            {
+                "task_id": r.task_id,
+                "scorer": scorer.name,
+                "model": model.name,
+                "prompt_sha256": prompt_sha,
+                "sampling": sampling,
+            },
+        )
         keyed.append((key, r.task_id, prompt_sha))
         if key not in cached:
             missing[key] = (r.task_id, prompt_sha, r.prompt)
     return keyed, missing
 
 
-def run_model_scorer(scorer: ModelScorer, con: duckdb.DuckDBPyConnection, model: ModelParams,
-                     cache_dir: Path | str, *, engine_factory: Callable[[ModelParams], Engine] = make_engine,
-                     on_total: Callable[[int], None] | None = None,
-                     on_progress: Callable[[int, Status], None] | None = None) -> ModelRun:
+def run_model_scorer(
+    scorer: ModelScorer,
+    con: duckdb.DuckDBPyConnection,
+    model: ModelParams,
+    cache_dir: Path | str,
+    *,
+    engine_factory: Callable[[ModelParams], Engine] = make_engine,
+    on_total: Callable[[int], None] | None = None,
+    on_progress: Callable[[int, Status], None] | None = None,
+) -> ModelRun:
     """Score every task `scorer` asks about; only requests without cached answers reach the engine.
     Failed requests are left unscored and listed in the run (the caller decides whether that many
     failures are allowed)."""
@@ -228,8 +279,12 @@ def run_model_scorer(scorer: ModelScorer, con: duckdb.DuckDBPyConnection, model:
     if missing:
         engine = engine_factory(model)
         run.engine, run.usage = engine.label, engine.usage
-        requests = (GenRequest(k, scorer.messages_of(prompt), model.temperature, model.max_tokens, model.n,
-                               request_seed(model.seed, k)) for k, (_, _, prompt) in missing.items())
+        requests = (
+            GenRequest(
+                k, scorer.messages_of(prompt), model.temperature, model.max_tokens, model.n, request_seed(model.seed, k)
+            )
+            for k, (_, _, prompt) in missing.items()
+        )
         try:
             for result in engine.answers(requests):
                 task_id, prompt_sha, _ = missing[result.key]
@@ -237,8 +292,9 @@ def run_model_scorer(scorer: ModelScorer, con: duckdb.DuckDBPyConnection, model:
                     run.failures.append((task_id, result))
                     status.failed += 1
                 else:
-                    cache.add(answer_rows(result.key, task_id, scorer.name, model.name, prompt_sha, sampling_json,
-                                          result))
+                    cache.add(
+                        answer_rows(result.key, task_id, scorer.name, model.name, prompt_sha, sampling_json, result)
+                    )
                     status.answered += 1
                 if on_progress:
                     on_progress(1, status)
@@ -253,14 +309,19 @@ def run_model_scorer(scorer: ModelScorer, con: duckdb.DuckDBPyConnection, model:
         chars, tokens, censored = lengths[key]
         if model.score_by == "tokens":
             if any(t is None for t in tokens):
-                raise BadInput(f"{scorer.name}: score.model.score_by tokens, but the engine reported no token count "
-                               f"per answer for task {task_id} (an OpenAI-compatible endpoint with n > 1 reports "
-                               f"only a total: use n: 1, or score_by: chars)")
+                raise BadInput(
+                    f"{scorer.name}: score.model.score_by tokens, but the engine reported no token count "
+                    f"per answer for task {task_id} (an OpenAI-compatible endpoint with n > 1 reports "
+                    f"only a total: use n: 1, or score_by: chars)"
+                )
             counts = tokens
         else:
             counts = chars
-        run.rows.append(score_row(task_id, scorer.name, model.name, prompt_sha, float(scorer.score(counts)),
-                                  sampling=score_sampling))
+        run.rows.append(
+            score_row(
+                task_id, scorer.name, model.name, prompt_sha, float(scorer.score(counts)), sampling=score_sampling
+            )
+        )
         run.answer_keys.append(key)
         run.censored += censored
     return run
@@ -268,8 +329,12 @@ def run_model_scorer(scorer: ModelScorer, con: duckdb.DuckDBPyConnection, model:
 
 def summary(run: ModelRun, model: ModelParams) -> str:
     """One line: what the run asked, what it reused, what failed, tokens and the estimated cost."""
-    parts = [f"score {run.scorer} ({run.engine or model.backend + ' ' + model.name}): {len(run.rows)} tasks scored",
-             f"{run.computed} answered", f"{run.cached} cached", f"{len(run.failures)} failed"]
+    parts = [
+        f"score {run.scorer} ({run.engine or model.backend + ' ' + model.name}): {len(run.rows)} tasks scored",
+        f"{run.computed} answered",
+        f"{run.cached} cached",
+        f"{len(run.failures)} failed",
+    ]
     if run.failures:
         reasons: dict[str, int] = {}
         for _, f in run.failures:
@@ -281,8 +346,9 @@ def summary(run: ModelRun, model: ModelParams) -> str:
         parts[-1] += f" ({sum(usage.retries.values())} retries)"
     parts.append(f"tokens in {usage.input_tokens:,} out {usage.output_tokens:,}")
     if model.price_input_per_million is not None or model.price_output_per_million is not None:
-        cost = usage.input_tokens / 1e6 * (model.price_input_per_million or 0) + \
-            usage.output_tokens / 1e6 * (model.price_output_per_million or 0)
+        cost = usage.input_tokens / 1e6 * (model.price_input_per_million or 0) + usage.output_tokens / 1e6 * (
+            model.price_output_per_million or 0
+        )
         parts.append(f"est. cost ${cost:,.4f}")
     if run.censored:
         parts.append(f"{run.censored} answers cut at max_tokens (censored)")

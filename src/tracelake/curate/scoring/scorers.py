@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class ScoreRequest:
     task_id: str
-    prompt: str          # the exact input the scorer looks at; its sha256 is part of the cache key
+    prompt: str  # the exact input the scorer looks at; its sha256 is part of the cache key
 
 
 class Scorer(ABC):
@@ -70,7 +70,7 @@ class ResponseLengthProxy(Scorer):
         return [self._values[_key_hash(r)] for r in requests]
 
 
-REQUEST_BATCH = 1024   # task instructions fetched at a time
+REQUEST_BATCH = 1024  # task instructions fetched at a time
 
 
 class ModelScorer(ABC):
@@ -94,8 +94,9 @@ class ModelScorer(ABC):
         """The score of one request from the lengths of its answers (characters or tokens)."""
 
     def render(self, instruction: str) -> str:
-        messages = ([{"role": "system", "content": self.system}] if self.system else []) + \
-            [{"role": "user", "content": self.user.replace("{instruction}", instruction)}]
+        messages = ([{"role": "system", "content": self.system}] if self.system else []) + [
+            {"role": "user", "content": self.user.replace("{instruction}", instruction)}
+        ]
         return canonical_json(messages).decode()
 
     @staticmethod
@@ -112,7 +113,7 @@ class LlmResponseLength(ModelScorer):
     name = "llm_response_length_v1"
 
     def requests(self, con):
-        tasks = con.sql(sql("score_task_instructions")).to_arrow_table()   # Arrow holds the texts compactly
+        tasks = con.sql(sql("score_task_instructions")).to_arrow_table()  # Arrow holds the texts compactly
         for batch in tasks.to_batches(REQUEST_BATCH):
             for task_id, instruction in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
                 yield ScoreRequest(task_id, self.render(instruction))
@@ -121,8 +122,10 @@ class LlmResponseLength(ModelScorer):
         return sum(lengths) / len(lengths)
 
 
-BUILTIN_SCORERS: dict[str, Callable[[], Union[Scorer, ModelScorer]]] = \
-    {ResponseLengthProxy.name: ResponseLengthProxy, LlmResponseLength.name: LlmResponseLength}
+BUILTIN_SCORERS: dict[str, Callable[[], Union[Scorer, ModelScorer]]] = {
+    ResponseLengthProxy.name: ResponseLengthProxy,
+    LlmResponseLength.name: LlmResponseLength,
+}
 
 
 def _key_hash(request: ScoreRequest) -> str:

@@ -28,12 +28,12 @@ from tracelake.curate.params import ImportParams
 from tracelake.curate.scoring.scorers import Scorer, ScoreRequest
 
 
-def score_row(task_id: str, scorer: str, model: str | None, prompt_sha256: str | None, score: float,
-              sampling: str | None = None) -> dict:
+def score_row(
+    task_id: str, scorer: str, model: str | None, prompt_sha256: str | None, score: float, sampling: str | None = None
+) -> dict:
     if not (isinstance(score, float) and math.isfinite(score)):
         raise BadInput(f"scorer {scorer}: task {task_id} got a non-finite score {score!r}")
-    key = {"task_id": task_id, "scorer": scorer, "model": model, "prompt_sha256": prompt_sha256,
-           "sampling": sampling}
+    key = {"task_id": task_id, "scorer": scorer, "model": model, "prompt_sha256": prompt_sha256, "sampling": sampling}
     return {"score_id": content_id("score", key), **key, "score": score}
 
 
@@ -84,13 +84,22 @@ class ScorerRun:
     def metrics(self) -> dict[str, Any]:
         """What the scores are; cache hits are left out: they depend on history, not on inputs."""
         scores = [r["score"] for r in self.rows]
-        return {"tasks": len(self.rows), "unmatched": self.unmatched,
-                "min": min(scores, default=None), "max": max(scores, default=None),
-                "mean": (sum(scores) / len(scores)) if scores else None}
+        return {
+            "tasks": len(self.rows),
+            "unmatched": self.unmatched,
+            "min": min(scores, default=None),
+            "max": max(scores, default=None),
+            "mean": (sum(scores) / len(scores)) if scores else None,
+        }
 
 
-def run_scorer(scorer: Scorer, con: duckdb.DuckDBPyConnection, cache: ScoreCache,
-               batch_size: int = 256, on_progress: Callable[[int], None] | None = None) -> ScorerRun:
+def run_scorer(
+    scorer: Scorer,
+    con: duckdb.DuckDBPyConnection,
+    cache: ScoreCache,
+    batch_size: int = 256,
+    on_progress: Callable[[int], None] | None = None,
+) -> ScorerRun:
     """Score every task the scorer asks about, computing only keys missing from the cache."""
     requests = scorer.requests(con)
     known = cache.load(scorer.name)
@@ -98,8 +107,16 @@ def run_scorer(scorer: Scorer, con: duckdb.DuckDBPyConnection, cache: ScoreCache
     missing: list[tuple[ScoreRequest, str]] = []
     for request in requests:
         prompt_sha = sha256_bytes(request.prompt.encode())
-        row_id = content_id("score", {"task_id": request.task_id, "scorer": scorer.name,
-                                      "model": scorer.model, "prompt_sha256": prompt_sha, "sampling": None})
+        row_id = content_id(
+            "score",
+            {
+                "task_id": request.task_id,
+                "scorer": scorer.name,
+                "model": scorer.model,
+                "prompt_sha256": prompt_sha,
+                "sampling": None,
+            },
+        )
         if row_id in known:
             run.rows.append(known[row_id])
             run.cached += 1
@@ -107,7 +124,7 @@ def run_scorer(scorer: Scorer, con: duckdb.DuckDBPyConnection, cache: ScoreCache
             missing.append((request, prompt_sha))
     new_rows = []
     for start in range(0, len(missing), batch_size):
-        batch = missing[start:start + batch_size]
+        batch = missing[start : start + batch_size]
         values = scorer.score_batch([r for r, _ in batch])
         check(len(values) == len(batch), f"{scorer.name}: {len(batch)} requests but {len(values)} scores")
         for (request, prompt_sha), value in zip(batch, values):
@@ -136,8 +153,9 @@ def import_scores(name: str, spec: ImportParams, known_tasks: Iterable[tuple[str
     columns = [c for c in (spec.score, spec.task, spec.task_id, spec.source) if c is not None]
     for column in columns:
         if column not in table.column_names:
-            raise BadInput(f"score.imports.{name}: {path} has no column {column!r} "
-                           f"(columns: {', '.join(table.column_names)})")
+            raise BadInput(
+                f"score.imports.{name}: {path} has no column {column!r} (columns: {', '.join(table.column_names)})"
+            )
     by_id = {task_id: task_id for task_id, _, _ in known_tasks}
     by_name: dict[tuple[str, str], str] = {(src, base): tid for tid, src, base in known_tasks}
     sources = sorted({src for _, src, _ in known_tasks})
@@ -160,8 +178,10 @@ def import_scores(name: str, spec: ImportParams, known_tasks: Iterable[tuple[str
         for task_id in matches:
             if task_id in scores and scores[task_id] != float(value):
                 label = row[spec.task] if spec.task is not None else row[spec.task_id]
-                raise BadInput(f"score.imports.{name}: {path} row {i} gives task {label!r} ({task_id}) a "
-                               f"second, different score ({scores[task_id]} and {value})")
+                raise BadInput(
+                    f"score.imports.{name}: {path} row {i} gives task {label!r} ({task_id}) a "
+                    f"second, different score ({scores[task_id]} and {value})"
+                )
             scores[task_id] = float(value)
     rows = [score_row(tid, name, spec.model, None, scores[tid]) for tid in sorted(scores)]
     return ScorerRun(name, rows, computed=len(rows), unmatched=unmatched)
@@ -169,5 +189,7 @@ def import_scores(name: str, spec: ImportParams, known_tasks: Iterable[tuple[str
 
 def known_tasks_of(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, str]]:
     """(task_id, source, base task name) of every task in the `trajectories` view."""
-    return con.execute("SELECT DISTINCT task_id, source, regexp_replace(task, $p, '') FROM trajectories "
-                       "ORDER BY 1", {"p": COPY_SUFFIX.pattern}).fetchall()
+    return con.execute(
+        "SELECT DISTINCT task_id, source, regexp_replace(task, $p, '') FROM trajectories ORDER BY 1",
+        {"p": COPY_SUFFIX.pattern},
+    ).fetchall()

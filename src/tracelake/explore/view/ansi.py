@@ -38,19 +38,33 @@ MAX_PARAMS = 64  # parameters of one SGR sequence past these are ignored
 _State = tuple[tuple[str, int], ...]  # sorted items of a state: flags b d i u inv, colours fg bg
 
 _XTERM16 = [
-    (0, 0, 0), (205, 0, 0), (0, 205, 0), (205, 205, 0),
-    (0, 0, 238), (205, 0, 205), (0, 205, 205), (229, 229, 229),
-    (127, 127, 127), (255, 0, 0), (0, 255, 0), (255, 255, 0),
-    (92, 92, 255), (255, 0, 255), (0, 255, 255), (255, 255, 255),
+    (0, 0, 0),
+    (205, 0, 0),
+    (0, 205, 0),
+    (205, 205, 0),
+    (0, 0, 238),
+    (205, 0, 205),
+    (0, 205, 205),
+    (229, 229, 229),
+    (127, 127, 127),
+    (255, 0, 0),
+    (0, 255, 0),
+    (255, 255, 0),
+    (92, 92, 255),
+    (255, 0, 255),
+    (0, 255, 255),
+    (255, 255, 255),
 ]
 _CUBE = (0, 95, 135, 175, 215, 255)
 
 
 def nearest16(r: int, g: int, b: int) -> int:
     """The index (0-15) of the xterm colour nearest to an RGB colour; a tie goes to the lower."""
+
     def dist(i: int) -> int:
         x, y, z = _XTERM16[i]
         return (x - r) ** 2 + (y - g) ** 2 + (z - b) ** 2
+
     return min(range(16), key=lambda i: (dist(i), i))
 
 
@@ -77,7 +91,7 @@ def _extended(args: list[str], i: int) -> tuple[int | None, int]:
         n = _num(args[i + 1])
         return (_index16(n) if n is not None and n < 256 else None), 2
     if mode == 2 and i + 3 < len(args):
-        r, g, b = (_num(a) for a in args[i + 1:i + 4])
+        r, g, b = (_num(a) for a in args[i + 1 : i + 4])
         if r is not None and g is not None and b is not None and max(r, g, b) < 256:
             return nearest16(r, g, b), 4
         return None, 4

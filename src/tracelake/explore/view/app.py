@@ -1,14 +1,14 @@
 """The routes of `tracelake view` and `serve`, which binds 127.0.0.1 only.
 
-    /                 the list: ?where=SQL&source=…&task=…&rule=…&timed_out=yes|no&subagent=yes|no
-                      &reward_min=…&reward_max=…&turns_min=…&turns_max=…&tokens_min=…&tokens_max=…&after=ID
-                      &dataset=VIEW (rows of one dataset) &q=WORDS (full-text search; &page=N)
-    /t/ID?<the list's parameters>   one trajectory (its URL keeps the query it was opened from)
-    /compare?a=ID&b=ID  two rollouts side by side
-    /datasets           every dataset version of the lake
-    /diff?a=SPEC&b=SPEC the page form of `tracelake diff A B`
-    /export?format=jsonl|parquet|html&<the list's parameters>   the selection, downloaded
-    /static/view.css, /static/ansi.css, /static/view.js
+/                 the list: ?where=SQL&source=…&task=…&rule=…&timed_out=yes|no&subagent=yes|no
+                  &reward_min=…&reward_max=…&turns_min=…&turns_max=…&tokens_min=…&tokens_max=…&after=ID
+                  &dataset=VIEW (rows of one dataset) &q=WORDS (full-text search; &page=N)
+/t/ID?<the list's parameters>   one trajectory (its URL keeps the query it was opened from)
+/compare?a=ID&b=ID  two rollouts side by side
+/datasets           every dataset version of the lake
+/diff?a=SPEC&b=SPEC the page form of `tracelake diff A B`
+/export?format=jsonl|parquet|html&<the list's parameters>   the selection, downloaded
+/static/view.css, /static/ansi.css, /static/view.js
 """
 
 from __future__ import annotations
@@ -27,12 +27,15 @@ from tracelake.explore.view import datasets, export, html
 from tracelake.explore.view.db import PAGE_ROWS, LakeView, Query
 
 HOST = "127.0.0.1"
-STATIC = {"view.css": "text/css; charset=utf-8", "ansi.css": "text/css; charset=utf-8",
-          "view.js": "text/javascript; charset=utf-8"}
+STATIC = {
+    "view.css": "text/css; charset=utf-8",
+    "ansi.css": "text/css; charset=utf-8",
+    "view.js": "text/javascript; charset=utf-8",
+}
 # Defence in depth for hostile trace text: only this server's own script and style, nothing else.
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-                               "form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
+    "form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
 }
@@ -60,11 +63,23 @@ def create_app(db: LakeView) -> Starlette:
             else:
                 rows, total, next_after = db.page(q)
         except BadInput as e:
-            return _html(html.list_page(q, [], 0, None, db.facet_values, label=db.label, error=str(e),
-                                        columns=db.columns), 400)
-        return _html(html.list_page(q, rows, total, next_after, db.facet_values, label=db.label,
-                                    opened=request.query_params.get("open"), columns=db.columns,
-                                    search_state=state, capped=capped))
+            return _html(
+                html.list_page(q, [], 0, None, db.facet_values, label=db.label, error=str(e), columns=db.columns), 400
+            )
+        return _html(
+            html.list_page(
+                q,
+                rows,
+                total,
+                next_after,
+                db.facet_values,
+                label=db.label,
+                opened=request.query_params.get("open"),
+                columns=db.columns,
+                search_state=state,
+                capped=capped,
+            )
+        )
 
     def trajectory(request: Request) -> HTMLResponse:
         trajectory_id = request.path_params["trajectory_id"]
@@ -103,18 +118,25 @@ def create_app(db: LakeView) -> Starlette:
     def export_selection(request: Request) -> Response:
         fmt = request.query_params.get("format", "")
         if fmt not in export.FORMATS:
-            return _html(html.not_found(f"view: export format {fmt!r}: one of {', '.join(export.FORMATS)}",
-                                        label=db.label), 400)
+            return _html(
+                html.not_found(f"view: export format {fmt!r}: one of {', '.join(export.FORMATS)}", label=db.label), 400
+            )
         try:
             q = Query.from_params(request.query_params)
             ids = export.selected_ids(db, q)
         except BadInput as e:
             return _html(html.not_found(str(e), label=db.label), 400)
-        body = {"jsonl": lambda: export.jsonl(db, ids), "parquet": lambda: export.parquet(db, ids),
-                "html": lambda: export.html_file(db, ids, q)}[fmt]()
+        body = {
+            "jsonl": lambda: export.jsonl(db, ids),
+            "parquet": lambda: export.parquet(db, ids),
+            "html": lambda: export.html_file(db, ids, q),
+        }[fmt]()
         name = f"tracelake-{len(ids)}.{fmt}"
-        return StreamingResponse(body, media_type=export.FORMATS[fmt],
-                                 headers={**HEADERS, "Content-Disposition": f"attachment; filename=\"{name}\""})
+        return StreamingResponse(
+            body,
+            media_type=export.FORMATS[fmt],
+            headers={**HEADERS, "Content-Disposition": f'attachment; filename="{name}"'},
+        )
 
     def static(request: Request) -> Response:
         name = request.path_params["name"]
@@ -129,9 +151,16 @@ def create_app(db: LakeView) -> Starlette:
     def favicon(request: Request) -> Response:
         return Response(status_code=204, headers=HEADERS)
 
-    routes = [Route("/", listing), Route("/t/{trajectory_id}", trajectory), Route("/compare", compare),
-              Route("/datasets", dataset_list), Route("/diff", diff), Route("/export", export_selection),
-              Route("/static/{name}", static), Route("/favicon.ico", favicon)]
+    routes = [
+        Route("/", listing),
+        Route("/t/{trajectory_id}", trajectory),
+        Route("/compare", compare),
+        Route("/datasets", dataset_list),
+        Route("/diff", diff),
+        Route("/export", export_selection),
+        Route("/static/{name}", static),
+        Route("/favicon.ico", favicon),
+    ]
     return Starlette(routes=routes, exception_handlers={404: missing})
 
 
@@ -149,8 +178,15 @@ def bind(port: int) -> socket.socket:
     return sock
 
 
-def serve(lake: Path | str, port: int, *, label: str = "", announce=print, search_cache: Path | str | None = None,
-          lake_in_repo: str = "lake") -> None:
+def serve(
+    lake: Path | str,
+    port: int,
+    *,
+    label: str = "",
+    announce=print,
+    search_cache: Path | str | None = None,
+    lake_in_repo: str = "lake",
+) -> None:
     """Open the lake, bind 127.0.0.1:port, print the URL and serve until Ctrl-C. With `search_cache`,
     the full-text index is opened from it, or built there on a background thread."""
     import uvicorn

@@ -13,16 +13,16 @@ from tracelake.core.errors import BadInput
 from tracelake.explore.view.db import LakeView
 from tracelake.explore.view.render import render, trusted, url
 
-_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")                 # pool, 1k, sft-1k, an id or a prefix
-_REV = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/~^@{}-]*$")           # a git revision, never an option
+_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # pool, 1k, sft-1k, an id or a prefix
+_REV = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/~^@{}-]*$")  # a git revision, never an option
 
 
 def diff_name(view: str) -> str:
     """The `tracelake diff` name of a dataset view: pool, <scale> (a selection), sft-<scale>."""
     if view.startswith("selection_"):
-        return view[len("selection_"):]
+        return view[len("selection_") :]
     if view.startswith("sft_"):
-        return "sft-" + view[len("sft_"):]
+        return "sft-" + view[len("sft_") :]
     return view
 
 
@@ -30,9 +30,11 @@ def summaries(db: LakeView) -> list[dict[str, Any]]:
     """Per dataset: rows, trajectories, rows per source, median turns and tokens of its rows."""
     out = []
     for d in db.datasets:
-        view = d["view"]      # a name from the lake's views, quoted
-        stats = db._rows(f'SELECT median(v.n_assistant_turns) AS turns, median(v.n_tokens) AS tokens, '
-                         f'max(v.n_tokens) AS max_tokens FROM "{view}" d JOIN view_rows v USING (trajectory_id)')[0]
+        view = d["view"]  # a name from the lake's views, quoted
+        stats = db._rows(
+            f"SELECT median(v.n_assistant_turns) AS turns, median(v.n_tokens) AS tokens, "
+            f'max(v.n_tokens) AS max_tokens FROM "{view}" d JOIN view_rows v USING (trajectory_id)'
+        )[0]
         sources = db._rows(f'SELECT source, count(*) AS n FROM "{view}" GROUP BY source ORDER BY source')
         out.append({**d, **stats, "sources": sources})
     return out
@@ -50,9 +52,11 @@ def _built_from(d: dict[str, Any]) -> list[tuple[str | None, Any]]:
 
 def _params(d: dict[str, Any]) -> list[tuple[str, Any]]:
     params = d["manifest"].get("params", {})
-    keys = {"pool": ("min_assistant_turns", "max_tokens", "episodes", "success_only"),
-            "selection": ("score", "total", "min_per_task", "max_per_task", "mix"),
-            "export_sft": ("template", "cutoff_len")}.get(d["kind"], ())
+    keys = {
+        "pool": ("min_assistant_turns", "max_tokens", "episodes", "success_only"),
+        "selection": ("score", "total", "min_per_task", "max_per_task", "mix"),
+        "export_sft": ("template", "cutoff_len"),
+    }.get(d["kind"], ())
     return [(k, params[k]) for k in keys if k in params]
 
 
@@ -66,11 +70,17 @@ def datasets_page(db: LakeView) -> str:
         per_source = {s["source"]: s["n"] for s in d["sources"]}
         before = previous.get(d["kind"])
         previous[d["kind"]] = d["view"]
-        shown.append({**d, "rows_link": url("/", {"dataset": d["view"]}),
-                      "per_source": [per_source.get(s, 0) for s in sources],
-                      "built_from": _built_from(d), "params": _params(d),
-                      "before": diff_name(before) if before else None,
-                      "diff_link": url("/diff", {"a": diff_name(before), "b": diff_name(d["view"])}) if before else None})
+        shown.append(
+            {
+                **d,
+                "rows_link": url("/", {"dataset": d["view"]}),
+                "per_source": [per_source.get(s, 0) for s in sources],
+                "built_from": _built_from(d),
+                "params": _params(d),
+                "before": diff_name(before) if before else None,
+                "diff_link": url("/diff", {"a": diff_name(before), "b": diff_name(d["view"])}) if before else None,
+            }
+        )
     return render("datasets.html", rows=shown, sources=sources, label=db.label, **_form(db, "", ""))
 
 
@@ -84,8 +94,10 @@ def check_spec(spec: str) -> str:
     spec = spec.strip()
     rev, sep, ref = spec.rpartition(":")
     if not _REF.match(ref) or (sep and not _REV.match(rev)):
-        raise BadInput(f"view: diff side {spec!r}: expected pool, a scale, sft-<scale> or a content id, "
-                       "optionally REV: before it (no paths)")
+        raise BadInput(
+            f"view: diff side {spec!r}: expected pool, a scale, sft-<scale> or a content id, "
+            "optionally REV: before it (no paths)"
+        )
     return spec
 
 

@@ -32,9 +32,9 @@ from tracelake.explore.view.search import BATCH_ROWS, MAX_HITS, SearchIndex
 PAGE_ROWS = 50
 QUERY_SECONDS = 30
 _SELECTION = re.compile(r"^selection_[A-Za-z0-9_-]+$")
-_DATASET = re.compile(r"^(pool|selection_[A-Za-z0-9_-]+|sft_[A-Za-z0-9_-]+)$")   # views with a trajectory_id per row
+_DATASET = re.compile(r"^(pool|selection_[A-Za-z0-9_-]+|sft_[A-Za-z0-9_-]+)$")  # views with a trajectory_id per row
 _ID = re.compile(r"^[0-9a-f]{1,64}$")
-NOT_FACETS = ("where", "after", "dataset", "q", "page")   # Query fields that are not facets.sql parameters
+NOT_FACETS = ("where", "after", "dataset", "q", "page")  # Query fields that are not facets.sql parameters
 
 
 @dataclass(frozen=True)
@@ -108,22 +108,26 @@ class LakeView:
             raise BadInput(f"{lake} has no trajectories: run `dvc repro` (or `tracelake ingest`)")
         self.filtered = "pool" in self.views and "dropped" in self.views
         self.lock = threading.Lock()
-        none = "(SELECT NULL::VARCHAR AS trajectory_id, NULL::BIGINT AS n_tokens, NULL::VARCHAR AS rule, " \
-               "NULL::VARCHAR AS detail WHERE false)"
-        rows = assets.sql("viewer/rows").format(filtered=str(self.filtered).lower(),
-                                              pool_rows="pool" if self.filtered else none,
-                                              dropped_rows="dropped" if self.filtered else none)
+        none = (
+            "(SELECT NULL::VARCHAR AS trajectory_id, NULL::BIGINT AS n_tokens, NULL::VARCHAR AS rule, "
+            "NULL::VARCHAR AS detail WHERE false)"
+        )
+        rows = assets.sql("viewer/rows").format(
+            filtered=str(self.filtered).lower(),
+            pool_rows="pool" if self.filtered else none,
+            dropped_rows="dropped" if self.filtered else none,
+        )
         for statement in rows.split(";\n"):
             if statement.strip():
                 self._execute(statement, {"files": files["trajectories"]} if "$files" in statement else None)
-        self.selections = sorted((name[len("selection_"):], name) for name in self.views
-                                 if _SELECTION.match(name))
+        self.selections = sorted((name[len("selection_") :], name) for name in self.views if _SELECTION.match(name))
         names = {name for _, name in self.selections}
         self.dataset_ids = {what: view for view, what in self.views.items() if what in names}  # view -> its id
         self.columns = [r["column_name"] for r in self._rows("DESCRIBE view_rows")]
         rows = self._rows(assets.sql("viewer/facet_values"))
-        self.facet_values = {facet: [(r["value"], r["n"]) for r in rows if r["facet"] == facet]
-                             for facet in ("source", "rule")}
+        self.facet_values = {
+            facet: [(r["value"], r["n"]) for r in rows if r["facet"] == facet] for facet in ("source", "rule")
+        }
         self.datasets = self._datasets()
         self.facet_values["dataset"] = [(d["view"], d["rows"]) for d in self.datasets]
         self.search: SearchIndex | None = None
@@ -134,18 +138,30 @@ class LakeView:
         view, content id, kind, rows, distinct trajectories and manifest."""
         found = []
         order = {"pool": 0, "selection": 1, "sft": 2}
-        for view in sorted((v for v in self.views if _DATASET.match(v)),
-                           key=lambda v: (order[v.split("_")[0]], _scale_order(v))):
+        for view in sorted(
+            (v for v in self.views if _DATASET.match(v)), key=lambda v: (order[v.split("_")[0]], _scale_order(v))
+        ):
             kind = view.split("_")[0]
             scale = view.split("_", 1)[1] if "_" in view else ""
-            directory = {"pool": Lake(self.lake).pool, "selection": Lake(self.lake).selection(scale),
-                         "sft": Lake(self.lake).sft_export(scale)}[kind]
+            directory = {
+                "pool": Lake(self.lake).pool,
+                "selection": Lake(self.lake).selection(scale),
+                "sft": Lake(self.lake).sft_export(scale),
+            }[kind]
             manifest = read_manifest(directory)
             counts = self._rows(f'SELECT count(*) AS n, count(DISTINCT trajectory_id) AS t FROM "{view}"')[0]
-            found.append({"view": view, "kind": {"sft": "export_sft"}.get(kind, kind), "scale": scale,
-                          "dataset_id": manifest.get("dataset_id") or f"pool-{manifest['version_id']}",
-                          "rows": counts["n"], "trajectories": counts["t"], "manifest": manifest,
-                          "directory": directory})
+            found.append(
+                {
+                    "view": view,
+                    "kind": {"sft": "export_sft"}.get(kind, kind),
+                    "scale": scale,
+                    "dataset_id": manifest.get("dataset_id") or f"pool-{manifest['version_id']}",
+                    "rows": counts["n"],
+                    "trajectories": counts["t"],
+                    "manifest": manifest,
+                    "directory": directory,
+                }
+            )
         return found
 
     # --- running ---------------------------------------------------------------------------------
@@ -178,7 +194,7 @@ class LakeView:
     def matched(self, where: str | None) -> str:
         """The CTE body for the WHERE box: view_rows narrowed by the user's condition, checked by the
         same guard as `tracelake sql` and kept on lines of its own (a trailing -- comment ends there)."""
-        where = (where or "").strip().rstrip(";").rstrip()   # a condition typed as a statement
+        where = (where or "").strip().rstrip(";").rstrip()  # a condition typed as a statement
         if not where:
             return "SELECT * FROM view_rows"
         with self.lock:
@@ -189,14 +205,16 @@ class LakeView:
 
     def _faceted(self, query: Query, tail: str) -> tuple[str, dict]:
         matched = self.matched(query.where)
-        if query.dataset is not None:     # a view name from the lake (checked), never a request's text
+        if query.dataset is not None:  # a view name from the lake (checked), never a request's text
             if query.dataset not in {d["view"] for d in self.datasets}:
-                raise BadInput(f"view: no dataset {query.dataset!r}; datasets: "
-                               f"{', '.join(d['view'] for d in self.datasets) or 'none'}")
-            matched = (f"SELECT * FROM (\n{matched}\n) WHERE trajectory_id IN "
-                       f'(SELECT trajectory_id FROM "{query.dataset}")')
-        sql = (f"WITH matched AS (\n{matched}\n),\nfaceted AS (\n{assets.sql('viewer/facets')}\n)\n"
-               f"{assets.sql(tail)}")
+                raise BadInput(
+                    f"view: no dataset {query.dataset!r}; datasets: "
+                    f"{', '.join(d['view'] for d in self.datasets) or 'none'}"
+                )
+            matched = (
+                f'SELECT * FROM (\n{matched}\n) WHERE trajectory_id IN (SELECT trajectory_id FROM "{query.dataset}")'
+            )
+        sql = f"WITH matched AS (\n{matched}\n),\nfaceted AS (\n{assets.sql('viewer/facets')}\n)\n{assets.sql(tail)}"
         return sql, query.facets()
 
     def page(self, query: Query, n: int = PAGE_ROWS) -> tuple[list[dict], int, str | None]:
@@ -229,6 +247,7 @@ class LakeView:
                 yield from reader
             finally:
                 con.close()
+
         return total, batches()
 
     def searched(self, query: Query) -> tuple[list[dict], dict[str, list], bool, str]:
@@ -252,7 +271,7 @@ class LakeView:
         capped, the index's state)."""
         rows, best, capped, state = self.searched(query)
         start = ((query.page or 1) - 1) * n
-        page = [{**r, "hits": best[r["trajectory_id"]]} for r in rows[start:start + n]]
+        page = [{**r, "hits": best[r["trajectory_id"]]} for r in rows[start : start + n]]
         return page, len(rows), capped, state
 
     # --- one trajectory --------------------------------------------------------------------------
@@ -270,18 +289,40 @@ class LakeView:
         if not whole:
             raise BadInput(f"the lake is being rebuilt ({listed['file']} changed); restart tracelake view")
         row = {**whole[0], **{k: listed[k] for k in ("n_tokens", "kept", "rule", "detail")}}
-        row["related"] = [] if row["trial_name"] is None else self._rows(assets.sql("viewer/related"), {
-            "id": trajectory_id, "source": row["source"], "trial_name": row["trial_name"],
-            "run_id": row["run_id"], "trace_source": row["trace_source"]})
-        row["tasks"] = self._rows(assets.sql("viewer/task"), {"task_id": row["task_id"]}) if "tasks" in self.views else []
+        row["related"] = (
+            []
+            if row["trial_name"] is None
+            else self._rows(
+                assets.sql("viewer/related"),
+                {
+                    "id": trajectory_id,
+                    "source": row["source"],
+                    "trial_name": row["trial_name"],
+                    "run_id": row["run_id"],
+                    "trace_source": row["trace_source"],
+                },
+            )
+        )
+        row["tasks"] = (
+            self._rows(assets.sql("viewer/task"), {"task_id": row["task_id"]}) if "tasks" in self.views else []
+        )
         template = assets.sql("viewer/copies")
-        row["copies"] = {scale: (self.dataset_ids.get(name, ""),
-                                 self._rows(template.replace("{selection}", f'"{name}"'), {"id": trajectory_id})[0]["copies"])
-                         for scale, name in self.selections}
-        row["export_rejects"] = (self._rows(assets.sql("viewer/export_rejects"), {"id": trajectory_id})
-                                 if "export_rejects" in self.views else [])
-        row["rollouts"] = self._rows(assets.sql("viewer/rollouts"), {"id": trajectory_id, "task_id": row["task_id"],
-                                                                  "trace_source": row["trace_source"]})
+        row["copies"] = {
+            scale: (
+                self.dataset_ids.get(name, ""),
+                self._rows(template.replace("{selection}", f'"{name}"'), {"id": trajectory_id})[0]["copies"],
+            )
+            for scale, name in self.selections
+        }
+        row["export_rejects"] = (
+            self._rows(assets.sql("viewer/export_rejects"), {"id": trajectory_id})
+            if "export_rejects" in self.views
+            else []
+        )
+        row["rollouts"] = self._rows(
+            assets.sql("viewer/rollouts"),
+            {"id": trajectory_id, "task_id": row["task_id"], "trace_source": row["trace_source"]},
+        )
         row["export"] = self.export_row(trajectory_id)
         row["turn_tokens"] = self.turn_tokens(row["messages"])
         return row
@@ -292,11 +333,17 @@ class LakeView:
         for d in self.datasets:
             if d["kind"] != "export_sft":
                 continue
-            found = self._rows(f'SELECT conversations, system, n_tokens FROM "{d["view"]}" '
-                               "WHERE trajectory_id = $id LIMIT 1", {"id": trajectory_id})
+            found = self._rows(
+                f'SELECT conversations, system, n_tokens FROM "{d["view"]}" WHERE trajectory_id = $id LIMIT 1',
+                {"id": trajectory_id},
+            )
             if found:
-                return {**found[0], "scale": d["scale"], "dataset_id": d["dataset_id"],
-                        "template": d["manifest"].get("params", {}).get("template")}
+                return {
+                    **found[0],
+                    "scale": d["scale"],
+                    "dataset_id": d["dataset_id"],
+                    "template": d["manifest"].get("params", {}).get("template"),
+                }
         return None
 
     def turn_tokens(self, messages: list[dict]) -> list[int] | None:
@@ -331,7 +378,9 @@ def _tokenizer(lake: Path):
         return None
     if not path:
         return None
-    found = next((p for p in (Path(path), lake.parent / path) if p.exists()), None)   # the project: here, or the lake's parent
+    found = next(
+        (p for p in (Path(path), lake.parent / path) if p.exists()), None
+    )  # the project: here, or the lake's parent
     if found is None:
         return None
     path = str(found)
@@ -340,7 +389,7 @@ def _tokenizer(lake: Path):
     recorded = {read_manifest(d).get("inputs", {}).get("tokenizer") for d in Lake(lake).built_sft_exports().values()}
     recorded.discard(None)
     try:
-        if recorded and tokenizer_fingerprint(path) not in recorded:   # not the one the lake was built with
+        if recorded and tokenizer_fingerprint(path) not in recorded:  # not the one the lake was built with
             return None
         return path, load_tokenizer(path)
     except Exception:

@@ -25,16 +25,19 @@ from tracelake.core.lake import Lake
 from tracelake.explore.view.db import LakeView, Query
 
 BATCH = 256
-HTML_MAX = 200          # trajectories in one HTML file (each can be megabytes)
-FORMATS = {"jsonl": "application/x-ndjson", "parquet": "application/vnd.apache.parquet",
-           "html": "text/html; charset=utf-8"}
+HTML_MAX = 200  # trajectories in one HTML file (each can be megabytes)
+FORMATS = {
+    "jsonl": "application/x-ndjson",
+    "parquet": "application/vnd.apache.parquet",
+    "html": "text/html; charset=utf-8",
+}
 
 
 def selected_ids(db: LakeView, query: Query) -> list[str]:
     """The ids the list shows for `query` over all its pages: ranked for a search, else by id."""
     if query.q and query.q.strip():
         rows, _, _, state = db.searched(query)
-        if state != "ready":     # never an empty file for a search that could not run
+        if state != "ready":  # never an empty file for a search that could not run
             raise BadInput(f"view: cannot export the search: {state}")
         return [r["trajectory_id"] for r in rows]
     sql, params = db._faceted(query, "viewer/export_ids")
@@ -86,17 +89,26 @@ def html_file(db: LakeView, ids: list[str], query: Query) -> Iterator[bytes]:
     from tracelake.explore.view.render import render, trusted
     from tracelake.explore.view.trace import trace_context
 
-    css = "".join((resources.files("tracelake.explore.view") / "static" / name).read_text()
-                  for name in ("view.css", "ansi.css"))
+    css = "".join(
+        (resources.files("tracelake.explore.view") / "static" / name).read_text() for name in ("view.css", "ansi.css")
+    )
     check("</style" not in css.lower(), "view: a stylesheet of the package closes its <style> element")
     shown = ids[:HTML_MAX]
     described = ", ".join(f"{k}={v}" for k, v in query.params().items() if k not in ("after", "page", "format"))
-    yield render("export_head.html", css=trusted(css), label=db.label, shown=shown, total=len(ids),
-                 most=HTML_MAX, described=described).encode()
+    yield render(
+        "export_head.html",
+        css=trusted(css),
+        label=db.label,
+        shown=shown,
+        total=len(ids),
+        most=HTML_MAX,
+        described=described,
+    ).encode()
     for tid in shown:
         t = db.trajectory(tid)
         if t is None:
             continue
-        yield render("export_article.html", tid=tid,
-                     **trace_context(t, query, tokenizer=db.tokenizer, standalone=True)).encode()
+        yield render(
+            "export_article.html", tid=tid, **trace_context(t, query, tokenizer=db.tokenizer, standalone=True)
+        ).encode()
     yield b"</main></body></html>\n"

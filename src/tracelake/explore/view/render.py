@@ -68,9 +68,14 @@ def _g(value: Any) -> str:
 def make_environment(loader: BaseLoader | None = None) -> Environment:
     """The viewer's environment (autoescape on for every template, whatever its name) over the
     package's templates/, or over `loader`."""
-    env = Environment(loader=loader or PackageLoader("tracelake.explore.view", "templates"),
-                      autoescape=True, finalize=_finalize, undefined=StrictUndefined,
-                      trim_blocks=True, lstrip_blocks=True)
+    env = Environment(
+        loader=loader or PackageLoader("tracelake.explore.view", "templates"),
+        autoescape=True,
+        finalize=_finalize,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters.update(commas=_commas, whole=_whole, g=_g)
     env.globals.update(text_html=text_html, url=url, trace_url=trace_url)
     return env

@@ -33,8 +33,8 @@ from tracelake.core.swap import remove_stale, temp_path
 
 SEARCH_FORMAT = "tracelake_search_v1"
 DEFAULT_CACHE = Path(".tracelake/cache/search")
-MAX_HITS = 2000          # messages a search ranks; the list shows the trajectories among them
-BATCH_ROWS = 20_000      # messages written to the index at a time (bounded memory)
+MAX_HITS = 2000  # messages a search ranks; the list shows the trajectories among them
+BATCH_ROWS = 20_000  # messages written to the index at a time (bounded memory)
 TABLE = "messages"
 COLUMNS = ["trajectory_id", "position", "role", "content"]
 
@@ -42,8 +42,11 @@ COLUMNS = ["trajectory_id", "position", "role", "content"]
 def index_key(lake: Path | str) -> str | None:
     """The content key of the lake's trajectories (None: it has none): the search index of another
     lake, or of another revision, with the same trajectories is the same index."""
-    versions = sorted((source, read_manifest(directory)["version_id"])
-                      for table, source, directory in Lake(lake).ingested() if table == "trajectories")
+    versions = sorted(
+        (source, read_manifest(directory)["version_id"])
+        for table, source, directory in Lake(lake).ingested()
+        if table == "trajectories"
+    )
     if not versions:
         return None
     return hashlib.sha256(orjson.dumps([SEARCH_FORMAT, versions])).hexdigest()[:32]
@@ -89,8 +92,10 @@ class SearchIndex:
         if self.key is None:
             return "search is off: the lake has no trajectories"
         if self._phase == "writing" and self._total:
-            return (f"the search index is being built: {self._written:,} of {self._total:,} messages read "
-                    f"({100 * self._written // self._total}%); search again in a moment")
+            return (
+                f"the search index is being built: {self._written:,} of {self._total:,} messages read "
+                f"({100 * self._written // self._total}%); search again in a moment"
+            )
         return f"the search index is being built ({self._phase}); search again in a moment"
 
     @property
@@ -99,8 +104,12 @@ class SearchIndex:
 
     # --- building --------------------------------------------------------------------------------
 
-    def start(self, messages: Callable[[], tuple[int, Any]], background: bool = True,
-              announce: Callable[[str], None] = lambda line: None) -> None:
+    def start(
+        self,
+        messages: Callable[[], tuple[int, Any]],
+        background: bool = True,
+        announce: Callable[[str], None] = lambda line: None,
+    ) -> None:
         """Open the cached index, or build it (on a thread when `background`)."""
         if self.path is None:
             return
@@ -113,8 +122,10 @@ class SearchIndex:
                 self._build(messages, announce)
             except _Stopped:
                 self._error = "the viewer stopped before the index was built"
-            except Exception as e:      # the viewer keeps serving pages; search says why it is off
-                self._error = f"building the index failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            except Exception as e:  # the viewer keeps serving pages; search says why it is off
+                self._error = (
+                    f"building the index failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                )
                 announce(f"tracelake view: {self._error}")
 
         if background:
@@ -147,20 +158,27 @@ class SearchIndex:
 
         started = time.monotonic()
         self.cache.mkdir(parents=True, exist_ok=True)
-        remove_stale(self.path)             # builds killed before they finished (their process is gone)
+        remove_stale(self.path)  # builds killed before they finished (their process is gone)
         tmp = temp_path(self.path, "tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         self._phase = "writing"
         self._total, batches = messages()
-        schema = pa.schema([("trajectory_id", pa.string()), ("position", pa.int32()), ("role", pa.string()),
-                            ("content", pa.large_string())])
+        schema = pa.schema(
+            [
+                ("trajectory_id", pa.string()),
+                ("position", pa.int32()),
+                ("role", pa.string()),
+                ("content", pa.large_string()),
+            ]
+        )
 
         def counted():
             for batch in batches:
                 if self._stop.is_set():
                     raise _Stopped
-                batch = pa.RecordBatch.from_arrays([batch.column(c).cast(schema.field(c).type) for c in COLUMNS],
-                                                   schema=schema)
+                batch = pa.RecordBatch.from_arrays(
+                    [batch.column(c).cast(schema.field(c).type) for c in COLUMNS], schema=schema
+                )
                 self._written += batch.num_rows
                 yield batch
 
@@ -175,15 +193,24 @@ class SearchIndex:
         finally:
             close = getattr(batches, "close", None)
             if close:
-                close()            # the messages' connection
+                close()  # the messages' connection
         self._phase = f"indexing {self._written:,} messages"
-        table.create_index("content", config=FTS(with_position=False, base_tokenizer="simple", lower_case=True,
-                                                 stem=False, remove_stop_words=False, ascii_folding=True,
-                                                 max_token_length=64))
+        table.create_index(
+            "content",
+            config=FTS(
+                with_position=False,
+                base_tokenizer="simple",
+                lower_case=True,
+                stem=False,
+                remove_stop_words=False,
+                ascii_folding=True,
+                max_token_length=64,
+            ),
+        )
         (tmp / "complete").write_text(orjson.dumps({"format": SEARCH_FORMAT, "messages": self._written}).decode())
         try:
             os.rename(tmp, self.path)
-        except OSError:                 # another viewer finished the same index first: use that one
+        except OSError:  # another viewer finished the same index first: use that one
             shutil.rmtree(tmp, ignore_errors=True)
         self.seconds = time.monotonic() - started
         self._open()
@@ -196,10 +223,15 @@ class SearchIndex:
         if self._table is None:
             return []
         with self._lock:
-            found = (self._table.search(text, query_type="fts").limit(limit)
-                     .select([*COLUMNS, "_score"]).to_arrow().to_pylist())
+            found = (
+                self._table.search(text, query_type="fts")
+                .limit(limit)
+                .select([*COLUMNS, "_score"])
+                .to_arrow()
+                .to_pylist()
+            )
         hits = [Hit(r["trajectory_id"], r["position"], r["role"], r["_score"], r["content"]) for r in found]
-        hits.sort(key=lambda h: (-h.score, h.trajectory_id, h.position))   # ties in a stable order
+        hits.sort(key=lambda h: (-h.score, h.trajectory_id, h.position))  # ties in a stable order
         return hits
 
 

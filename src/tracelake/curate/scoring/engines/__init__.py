@@ -19,12 +19,12 @@ from typing import Any, Iterable, Iterator
 
 @dataclass(frozen=True)
 class GenRequest:
-    key: str                         # the request id (cache key)
+    key: str  # the request id (cache key)
     messages: list[dict[str, Any]]
     temperature: float | None
     max_tokens: int
     n: int
-    seed: int | None                 # this request's own seed (request_seed), or None
+    seed: int | None  # this request's own seed (request_seed), or None
 
 
 @dataclass(frozen=True)
@@ -44,23 +44,24 @@ class Answer:
 @dataclass(frozen=True)
 class Failure:
     key: str
-    reason: str                      # snake_case: http_429, timeout, connection_error, http_400, ...
+    reason: str  # snake_case: http_429, timeout, connection_error, http_400, ...
     detail: str = ""
 
 
 @dataclass
 class Usage:
     """What an engine spent: model calls sent (retries included) and tokens."""
+
     calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
-    retries: dict[str, int] = field(default_factory=dict)   # reason -> retries
+    retries: dict[str, int] = field(default_factory=dict)  # reason -> retries
 
 
 class Engine(ABC):
     """Answers chat requests. `usage` counts what it sent."""
 
-    label: str   # for messages: "openai http://127.0.0.1:8000/v1", "vllm /models/x"
+    label: str  # for messages: "openai http://127.0.0.1:8000/v1", "vllm /models/x"
 
     def __init__(self) -> None:
         self.usage = Usage()

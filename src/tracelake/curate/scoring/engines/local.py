@@ -25,7 +25,7 @@ from tracelake.core.errors import BadInput, BadParams
 from tracelake.curate.scoring.engines import Answer, Engine, Failure, GenRequest, Sample
 
 WORKER = Path(__file__).with_name("worker.py")
-ENVIRONMENT = {"transformers": "training", "vllm": "vllm"}   # backend -> its default environment
+ENVIRONMENT = {"transformers": "training", "vllm": "vllm"}  # backend -> its default environment
 
 
 def engine_python(backend: str, python: str | None) -> Path:
@@ -40,27 +40,37 @@ def engine_python(backend: str, python: str | None) -> Path:
     path = env_program(kind, "python")
     if path is None:
         variable, _, setup = ENVIRONMENTS[kind]
-        raise BadParams(f"score.model.backend {backend}: no {env_dir(kind)}/bin/python (set score.model.python to "
-                        f"an interpreter with {backend} installed, or ${variable}; `{setup}` makes one)")
+        raise BadParams(
+            f"score.model.backend {backend}: no {env_dir(kind)}/bin/python (set score.model.python to "
+            f"an interpreter with {backend} installed, or ${variable}; `{setup}` makes one)"
+        )
     return path
 
 
 class LocalEngine(Engine):
     """The worker as a subprocess: requests on its stdin, protocol lines on its stdout (lines that do
     not start with `prefix` are not the protocol's: a launcher's own output), its log on stderr."""
+
     prefix = b""
     env: dict[str, str] = {}
 
-    def __init__(self, *, backend: str, python: Path, model_path: str, batch_size: int,
-                 max_model_len: int | None):
+    def __init__(self, *, backend: str, python: Path, model_path: str, batch_size: int, max_model_len: int | None):
         super().__init__()
         self.backend, self.python, self.model_path = backend, python, model_path
         self.batch_size, self.max_model_len = batch_size, max_model_len
         self.label = f"{backend} {model_path}"
 
     def _command(self) -> list[str]:
-        command = [str(self.python), str(WORKER), "--engine", self.backend, "--model", self.model_path,
-                   "--batch-size", str(self.batch_size)]
+        command = [
+            str(self.python),
+            str(WORKER),
+            "--engine",
+            self.backend,
+            "--model",
+            self.model_path,
+            "--batch-size",
+            str(self.batch_size),
+        ]
         if self.max_model_len:
             command += ["--max-model-len", str(self.max_model_len)]
         return command
@@ -70,16 +80,21 @@ class LocalEngine(Engine):
         if not requests:
             return
         log = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
-        proc = subprocess.Popen(self._command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                env=dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false", **self.env))
+        proc = subprocess.Popen(
+            self._command(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            env=dict(os.environ, PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false", **self.env),
+        )
         feeder = threading.Thread(target=_feed, args=(cast(IO[bytes], proc.stdin), requests), daemon=True)
         feeder.start()
         answered = 0
         try:
-            for line in proc.stdout:   # type: ignore[union-attr]
+            for line in proc.stdout:  # type: ignore[union-attr]
                 if not line.startswith(self.prefix):
                     continue
-                message = orjson.loads(line[len(self.prefix):])
+                message = orjson.loads(line[len(self.prefix) :])
                 if message.get("ready"):
                     continue
                 answered += 1
@@ -87,15 +102,19 @@ class LocalEngine(Engine):
                 if "failure" in message:
                     yield Failure(message["key"], message["failure"], message.get("detail", ""))
                     continue
-                samples = [Sample(s["text"], s["finish_reason"], s["prompt_tokens"], s["completion_tokens"])
-                           for s in message["samples"]]
+                samples = [
+                    Sample(s["text"], s["finish_reason"], s["prompt_tokens"], s["completion_tokens"])
+                    for s in message["samples"]
+                ]
                 self.usage.input_tokens += samples[0].prompt_tokens or 0 if samples else 0
                 self.usage.output_tokens += sum(s.completion_tokens or 0 for s in samples)
                 yield Answer(message["key"], samples)
             code = proc.wait()
             if code != 0 or answered != len(requests):
-                raise BadInput(f"score.model: the {self.backend} worker ({self.python}) exited with code {code} "
-                               f"after {answered} of {len(requests)} answers: {_last_line(log)}")
+                raise BadInput(
+                    f"score.model: the {self.backend} worker ({self.python}) exited with code {code} "
+                    f"after {answered} of {len(requests)} answers: {_last_line(log)}"
+                )
         finally:
             if proc.poll() is None:
                 proc.terminate()
@@ -110,10 +129,21 @@ class LocalEngine(Engine):
 def _feed(stdin: IO[bytes], requests: list[GenRequest]) -> None:
     try:
         for r in requests:
-            stdin.write(orjson.dumps({"key": r.key, "messages": r.messages, "temperature": r.temperature,
-                                      "max_tokens": r.max_tokens, "n": r.n, "seed": r.seed}) + b"\n")
+            stdin.write(
+                orjson.dumps(
+                    {
+                        "key": r.key,
+                        "messages": r.messages,
+                        "temperature": r.temperature,
+                        "max_tokens": r.max_tokens,
+                        "n": r.n,
+                        "seed": r.seed,
+                    }
+                )
+                + b"\n"
+            )
         stdin.close()
-    except (BrokenPipeError, ValueError):   # the worker died (its exit code says why) or was stopped
+    except (BrokenPipeError, ValueError):  # the worker died (its exit code says why) or was stopped
         pass
 
 

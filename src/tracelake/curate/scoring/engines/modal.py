@@ -26,13 +26,14 @@ from tracelake.curate.scoring.engines.local import LocalEngine
 PREFIX = b"tracelake-answer "
 MODAL_APP_FILE = "scoring/modal_app.py"
 FORWARDED_ENV = ("HF_TOKEN",)
-MODELS_DIR = "/models"        # on the volume: <fingerprint>/ (uploaded) and hub/ (the hub cache)
+MODELS_DIR = "/models"  # on the volume: <fingerprint>/ (uploaded) and hub/ (the hub cache)
 
 
 @dataclass(frozen=True)
 class ModelSource:
     """Where the GPU function finds the model: a local directory uploaded under its fingerprint,
     or a hub id."""
+
     local_dir: str | None
     fingerprint: str | None
     hub_id: str | None
@@ -47,14 +48,23 @@ def model_source(model: ModelParams) -> ModelSource:
         return ModelSource(None, None, model.name)
     directory = Path(model.path)
     if not directory.is_dir():
-        raise BadParams(f"params.yaml: score.model.path {model.path} is not a directory (on Modal, leave it out "
-                        f"to download score.model.name from the hub)")
+        raise BadParams(
+            f"params.yaml: score.model.path {model.path} is not a directory (on Modal, leave it out "
+            f"to download score.model.name from the hub)"
+        )
     return ModelSource(directory.as_posix(), model_fingerprint(directory), None)
 
 
 def modal_command(model: ModelParams, source: ModelSource) -> list[str]:
-    command = [env_command("training", "modal"), "run", MODAL_APP_FILE + "::score", "--model", source.remote,
-               "--batch-size", str(model.batch_size)]
+    command = [
+        env_command("training", "modal"),
+        "run",
+        MODAL_APP_FILE + "::score",
+        "--model",
+        source.remote,
+        "--batch-size",
+        str(model.batch_size),
+    ]
     if source.local_dir:
         command += ["--local-model-dir", source.local_dir, "--fingerprint", str(source.fingerprint)]
     if model.max_model_len:
@@ -64,9 +74,14 @@ def modal_command(model: ModelParams, source: ModelSource) -> list[str]:
 
 def modal_env(modal: ScoreModalParams) -> dict[str, str]:
     """What scoring/modal_app.py reads at import (no secrets)."""
-    return {"TRACELAKE_MODAL_APP": modal.app, "TRACELAKE_MODAL_GPU": modal.gpu,
-            "TRACELAKE_MODAL_TIMEOUT_HOURS": str(modal.timeout_hours), "TRACELAKE_MODAL_VOLUME": modal.volume,
-            "TRACELAKE_MODAL_PYTHON": modal.image_python, "TRACELAKE_MODAL_VLLM": modal.vllm}
+    return {
+        "TRACELAKE_MODAL_APP": modal.app,
+        "TRACELAKE_MODAL_GPU": modal.gpu,
+        "TRACELAKE_MODAL_TIMEOUT_HOURS": str(modal.timeout_hours),
+        "TRACELAKE_MODAL_VOLUME": modal.volume,
+        "TRACELAKE_MODAL_PYTHON": modal.image_python,
+        "TRACELAKE_MODAL_VLLM": modal.vllm,
+    }
 
 
 class ModalEngine(LocalEngine):
@@ -74,8 +89,13 @@ class ModalEngine(LocalEngine):
 
     def __init__(self, model: ModelParams, modal: ScoreModalParams, source: ModelSource):
         self.source = source
-        super().__init__(backend="vllm", python=Path(env_command("training", "modal")), model_path=source.remote,
-                         batch_size=model.batch_size, max_model_len=model.max_model_len)
+        super().__init__(
+            backend="vllm",
+            python=Path(env_command("training", "modal")),
+            model_path=source.remote,
+            batch_size=model.batch_size,
+            max_model_len=model.max_model_len,
+        )
         self.command = modal_command(model, source)
         self.env = modal_env(modal)
         self.label = f"vllm {model.name} on Modal {modal.gpu}"

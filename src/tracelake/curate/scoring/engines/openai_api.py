@@ -33,10 +33,9 @@ class RateLimiter:
 
     WINDOW_S = 60.0
 
-    def __init__(self, requests_per_minute: int | None, tokens_per_minute: int | None,
-                 stop: threading.Event):
+    def __init__(self, requests_per_minute: int | None, tokens_per_minute: int | None, stop: threading.Event):
         self.rpm, self.tpm, self.stop = requests_per_minute, tokens_per_minute, stop
-        self._sent: deque[tuple[float, int]] = deque()   # (time, tokens) of each request in the window
+        self._sent: deque[tuple[float, int]] = deque()  # (time, tokens) of each request in the window
         self._paused_until = 0.0
         self._lock = threading.Lock()
 
@@ -81,13 +80,25 @@ def retry_after_seconds(value: str | None) -> float | None:
 
 def backoff_seconds(attempt: int, base: float, cap: float, rng: random.Random) -> float:
     """base * 2^attempt, capped, times a jitter in [0.5, 1.5)."""
-    return min(cap, base * (2 ** attempt)) * (0.5 + rng.random())
+    return min(cap, base * (2**attempt)) * (0.5 + rng.random())
 
 
 class OpenAIEngine(Engine):
-    def __init__(self, *, base_url: str, model: str, api_key: str | None, api_key_env: str | None,
-                 concurrency: int, requests_per_minute: int | None, tokens_per_minute: int | None,
-                 timeout_s: float, max_retries: int, backoff_s: float, max_backoff_s: float):
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str | None,
+        api_key_env: str | None,
+        concurrency: int,
+        requests_per_minute: int | None,
+        tokens_per_minute: int | None,
+        timeout_s: float,
+        max_retries: int,
+        backoff_s: float,
+        max_backoff_s: float,
+    ):
         super().__init__()
         self.base_url = base_url.rstrip("/")
         self.label = f"openai {self.base_url} ({model})"
@@ -105,9 +116,11 @@ class OpenAIEngine(Engine):
         self._stop.clear()
         limiter = RateLimiter(self.rpm, self.tpm, self._stop)
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        client = httpx.Client(headers=headers, timeout=self.timeout_s,
-                              limits=httpx.Limits(max_connections=self.concurrency,
-                                                  max_keepalive_connections=self.concurrency))
+        client = httpx.Client(
+            headers=headers,
+            timeout=self.timeout_s,
+            limits=httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency),
+        )
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tracelake-openai")
         pending = iter(requests)
         inflight: set[Future] = set()
@@ -124,18 +137,22 @@ class OpenAIEngine(Engine):
             while inflight:
                 done, inflight = wait(inflight, return_when=FIRST_COMPLETED)
                 for future in done:
-                    yield future.result()   # a fatal status raises here
+                    yield future.result()  # a fatal status raises here
                 fill()
         finally:
-            self._stop.set()   # wakes every thread waiting on a backoff or the limiter
+            self._stop.set()  # wakes every thread waiting on a backoff or the limiter
             pool.shutdown(wait=False, cancel_futures=True)
             client.close()
 
     # --- one request ------------------------------------------------------------------------
 
     def _body(self, request: GenRequest) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model, "messages": request.messages,
-                                "max_completion_tokens": request.max_tokens, "n": request.n}
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": request.messages,
+            "max_completion_tokens": request.max_tokens,
+            "n": request.n,
+        }
         if request.temperature is not None:
             body["temperature"] = request.temperature
         if request.seed is not None:
@@ -144,8 +161,7 @@ class OpenAIEngine(Engine):
 
     def _ask(self, client: httpx.Client, limiter: RateLimiter, request: GenRequest) -> Answer | Failure:
         body = self._body(request)
-        estimate = sum(len(str(m.get("content", ""))) for m in request.messages) // 4 + \
-            request.max_tokens * request.n
+        estimate = sum(len(str(m.get("content", ""))) for m in request.messages) // 4 + request.max_tokens * request.n
         reason, detail = "cancelled", ""
         for attempt in range(self.max_retries + 1):
             if self._stop.is_set():
@@ -170,8 +186,10 @@ class OpenAIEngine(Engine):
                 message = _error_message(response)
                 if status in FATAL_STATUS:
                     key = f" in ${self.api_key_env}" if status in (401, 403) and self.api_key_env else ""
-                    raise BadInput(f"score.model: {self.base_url} {FATAL_STATUS[status]}{key} "
-                                   f"({status} {response.reason_phrase}: {message})")
+                    raise BadInput(
+                        f"score.model: {self.base_url} {FATAL_STATUS[status]}{key} "
+                        f"({status} {response.reason_phrase}: {message})"
+                    )
                 reason, detail = f"http_{status}", message
                 if status not in RETRIED_STATUS:
                     return Failure(request.key, reason, detail)
@@ -194,12 +212,16 @@ class OpenAIEngine(Engine):
             usage = data.get("usage") or {}
             prompt_tokens = usage.get("prompt_tokens")
             completion = usage.get("completion_tokens")
-            samples = [Sample(text=(c.get("message") or {}).get("content") or "",
-                              finish_reason=c.get("finish_reason"),
-                              prompt_tokens=prompt_tokens,
-                              # usage counts all n answers together: per answer only when n == 1
-                              completion_tokens=completion if len(choices) == 1 else None)
-                       for c in choices]
+            samples = [
+                Sample(
+                    text=(c.get("message") or {}).get("content") or "",
+                    finish_reason=c.get("finish_reason"),
+                    prompt_tokens=prompt_tokens,
+                    # usage counts all n answers together: per answer only when n == 1
+                    completion_tokens=completion if len(choices) == 1 else None,
+                )
+                for c in choices
+            ]
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             return Failure(request.key, "bad_response", f"not a chat completion ({type(e).__name__}: {e})")
         if len(samples) != request.n:

@@ -58,13 +58,30 @@ def run_vllm(model: str, batch_size: int, max_model_len: int | None) -> None:
         prompts, params = [], []
         for r in batch:
             prompts.append(tokenizer.apply_chat_template(r["messages"], tokenize=False, add_generation_prompt=True))
-            params.append(SamplingParams(n=r["n"], max_tokens=r["max_tokens"], seed=r["seed"],
-                                         temperature=1.0 if r["temperature"] is None else r["temperature"]))
+            params.append(
+                SamplingParams(
+                    n=r["n"],
+                    max_tokens=r["max_tokens"],
+                    seed=r["seed"],
+                    temperature=1.0 if r["temperature"] is None else r["temperature"],
+                )
+            )
         outputs = llm.generate(prompts, params, use_tqdm=False)
         for r, out in zip(batch, outputs):
-            emit({"key": r["key"], "samples": [
-                {"text": c.text, "finish_reason": c.finish_reason, "prompt_tokens": len(out.prompt_token_ids),
-                 "completion_tokens": len(c.token_ids)} for c in out.outputs]})
+            emit(
+                {
+                    "key": r["key"],
+                    "samples": [
+                        {
+                            "text": c.text,
+                            "finish_reason": c.finish_reason,
+                            "prompt_tokens": len(out.prompt_token_ids),
+                            "completion_tokens": len(c.token_ids),
+                        }
+                        for c in out.outputs
+                    ],
+                }
+            )
 
 
 def run_transformers(model: str, batch_size: int, max_model_len: int | None) -> None:
@@ -77,13 +94,18 @@ def run_transformers(model: str, batch_size: int, max_model_len: int | None) -> 
     eos = tokenizer.eos_token_id
     emit({"ready": True})
     for batch in batches(sys.stdin, batch_size):
-        for r in batch:   # one request at a time: its answers depend on its own seed only
+        for r in batch:  # one request at a time: its answers depend on its own seed only
             ids = tokenizer.apply_chat_template(r["messages"], add_generation_prompt=True, return_tensors="pt")
-            if not isinstance(ids, torch.Tensor):   # transformers 5 returns a BatchEncoding
+            if not isinstance(ids, torch.Tensor):  # transformers 5 returns a BatchEncoding
                 ids = ids["input_ids"]
             if max_model_len and ids.shape[1] + r["max_tokens"] > max_model_len:
-                emit({"key": r["key"], "failure": "prompt_too_long",
-                      "detail": f"{ids.shape[1]} prompt tokens + max_tokens {r['max_tokens']} > {max_model_len}"})
+                emit(
+                    {
+                        "key": r["key"],
+                        "failure": "prompt_too_long",
+                        "detail": f"{ids.shape[1]} prompt tokens + max_tokens {r['max_tokens']} > {max_model_len}",
+                    }
+                )
                 continue
             ids = ids.to(device)
             if r["seed"] is not None:
@@ -91,17 +113,28 @@ def run_transformers(model: str, batch_size: int, max_model_len: int | None) -> 
             temperature = 1.0 if r["temperature"] is None else r["temperature"]
             sampling = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
             with torch.no_grad():
-                out = lm.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=r["max_tokens"],
-                                  num_return_sequences=r["n"], pad_token_id=tokenizer.pad_token_id or eos,
-                                  **sampling)
+                out = lm.generate(
+                    ids,
+                    attention_mask=torch.ones_like(ids),
+                    max_new_tokens=r["max_tokens"],
+                    num_return_sequences=r["n"],
+                    pad_token_id=tokenizer.pad_token_id or eos,
+                    **sampling,
+                )
             samples = []
-            for seq in out[:, ids.shape[1]:].tolist():
+            for seq in out[:, ids.shape[1] :].tolist():
                 if eos is not None and eos in seq:
                     seq, reason = seq[: seq.index(eos)], "stop"
                 else:
                     reason = "length" if len(seq) >= r["max_tokens"] else "stop"
-                samples.append({"text": tokenizer.decode(seq, skip_special_tokens=True), "finish_reason": reason,
-                                "prompt_tokens": int(ids.shape[1]), "completion_tokens": len(seq)})
+                samples.append(
+                    {
+                        "text": tokenizer.decode(seq, skip_special_tokens=True),
+                        "finish_reason": reason,
+                        "prompt_tokens": int(ids.shape[1]),
+                        "completion_tokens": len(seq),
+                    }
+                )
             emit({"key": r["key"], "samples": samples})
 
 
