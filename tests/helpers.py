@@ -281,3 +281,67 @@ def run_stage(cwd: Path, name: str, *args: str, **kwargs) -> subprocess.Complete
     return subprocess.run(
         [sys.executable, "-m", "stages", name, *args], cwd=cwd, capture_output=True, text=True, env=env, **kwargs
     )
+
+
+MEMORY_CAP_MB = 2048
+"""What any one process a test starts may use at its peak (RSS): hostile input must not need more."""
+
+
+def run_capped(
+    cmd: list[str],
+    cwd: Path | None = None,
+    *,
+    cap_mb: int = MEMORY_CAP_MB,
+    timeout: float = 300,
+    env: dict | None = None,
+    stdin: bytes | None = None,
+) -> tuple[subprocess.CompletedProcess, float]:
+    """Run `cmd` and return (its CompletedProcess, its peak RSS in MB, its own waited children's
+    included), failing the test when the peak passes `cap_mb`. The child's address space is limited to
+    4x the cap (RLIMIT_AS), so a regression fails here as a MemoryError rather than taking the machine;
+    past `timeout` seconds it is killed and the test fails."""
+    import resource
+    import threading
+
+    hard = cap_mb * 4 << 20
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=limit,
+    )
+    out: dict[str, bytes] = {}
+
+    def drain(name: str, stream) -> None:
+        out[name] = stream.read()
+
+    readers = [threading.Thread(target=drain, args=(n, s)) for n, s in (("out", proc.stdout), ("err", proc.stderr))]
+    for t in readers:
+        t.start()
+    if stdin is not None:
+        proc.stdin.write(stdin)
+        proc.stdin.close()
+    timer = threading.Timer(timeout, proc.kill)
+    timer.start()
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    finally:
+        timer.cancel()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    for t in readers:
+        t.join()
+    done = subprocess.CompletedProcess(
+        cmd, proc.returncode, out["out"].decode(errors="replace"), out["err"].decode(errors="replace")
+    )
+    peak_mb = usage.ru_maxrss / 1024
+    if proc.returncode == -9 and not timer.is_alive():
+        pytest.fail(f"{' '.join(map(str, cmd))}: still running after {timeout:.0f} s (killed)")
+    assert peak_mb <= cap_mb, f"{' '.join(map(str, cmd))}: peak RSS {peak_mb:.0f} MB > {cap_mb} MB"
+    return done, peak_mb
