@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable
 from pydantic import create_model, model_validator
 
 from tracelake.core.errors import BadParams
-from tracelake.core.params import Invalid, Section, read_yaml, validated
+from tracelake.core.params import MAX_INT, Invalid, Section, huge_integer, read_yaml, validated
 
 # Top-level section -> the module that declares it (its SECTIONS maps the name to (type, default)).
 # In file order: pydantic reports the first error in this order.
@@ -136,6 +136,9 @@ def parse_params(data: Any, sections: Iterable[str] | None = None) -> Params:
     for key in data:
         if key not in SECTION_HOMES:
             raise BadParams(f"params.yaml: unknown top-level key {key!r} (known: {', '.join(SECTION_HOMES)})")
+    huge = huge_integer(data)
+    if huge is not None:
+        raise BadParams(f"params.yaml: {huge} is beyond a 64-bit integer (at most {MAX_INT:,})")
     wanted = tuple(SECTION_HOMES) if sections is None else tuple(dict.fromkeys(section_root(s) for s in sections))
     for name in wanted:
         if name not in SECTION_HOMES:

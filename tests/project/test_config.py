@@ -17,7 +17,7 @@ from tracelake.core.errors import BadParams
 from tracelake.curate.params import MixParams, SelectParams
 from tracelake.params import Params, load_params, parse_params
 
-from ..helpers import ROOT
+from ..helpers import ROOT, run_capped
 
 BASE = yaml.safe_load((ROOT / "params.yaml").read_text())
 
@@ -200,6 +200,62 @@ def test_not_yaml_and_not_found(tmp_path):
         parse_params([1, 2])
 
 
+# --- hostile files: one line, never a traceback, before any work --------------------------------
+
+
+def _base_text() -> str:
+    return (ROOT / "params.yaml").read_text()
+
+
+def _nested_filter() -> bytes:
+    return _base_text().replace("filter:\n", "filter:\n  x: " + "[" * 5000 + "]" * 5000 + "\n", 1).encode()
+
+
+def _alias_bomb() -> bytes:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    return ("filter:\n" + "".join(f"  {line}\n" for line in lines)).encode()
+
+
+HOSTILE_FILES = [  # (id, the file's bytes, what the one line says)
+    (
+        "int-beyond-64-bits",
+        lambda: _base_text().replace("  max_tokens: 32768", "  max_tokens: 1" + "0" * 30, 1).encode(),
+        "params.yaml: filter.max_tokens is beyond a 64-bit integer",
+    ),
+    ("non-utf8-byte", lambda: _base_text().encode().replace(b"filter:", b"filter: # \xff", 1), "not UTF-8 text"),
+    ("nested-5000-deep", _nested_filter, "nested deeper than 64 levels"),
+    ("alias-bomb", _alias_bomb, "values once aliases are expanded"),
+    (
+        "scale-of-a-trillion",
+        lambda: _base_text().replace('  "316": 316\n', '  "316": 316\n  huge: 1000000000000\n', 1).encode(),
+        "scales.huge must be <= 10000000",
+    ),
+]
+
+
+@pytest.mark.parametrize(("make", "says"), [pytest.param(m, w, id=i) for i, m, w in HOSTILE_FILES])
+def test_hostile_params_file_is_one_line(tmp_path, make, says):
+    path = tmp_path / "params.yaml"
+    path.write_bytes(make())
+    with pytest.raises(BadParams) as err:
+        load_params(path)
+    assert "\n" not in str(err.value) and says in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize(("make", "says"), [pytest.param(m, w, id=i) for i, m, w in HOSTILE_FILES])
+def test_hostile_params_file_stops_the_stage_in_one_line_and_small_memory(tmp_path, make, says):
+    """Through a real stage run (select reads `scales`; `filter` too; every stage reads the file):
+    exit 2, one line, nothing written, well under the memory cap."""
+    (tmp_path / "params.yaml").write_bytes(make())
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc, peak_mb = run_capped([sys.executable, "-m", "stages", "select", "1k"], tmp_path, env=env, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.splitlines()) == 1 and says in proc.stderr, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]
+    assert peak_mb < 512
+
+
 # --- stages: the check comes before any work -------------------------------------------------
 
 STAGE_CASES = [  # a stage checks the file's top-level keys and, whole, each section it reads
@@ -211,7 +267,7 @@ STAGE_ARGS = {"select": ["1k"], "filter": []}
 
 
 def run_stage_in(cwd: Path, argv: list[str]) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
         [sys.executable, "-m", "stages", *argv], cwd=cwd, capture_output=True, text=True, timeout=60, env=env
     )

@@ -133,14 +133,93 @@ SECTIONS: dict[str, tuple[Any, Any]] = {
 # --- reading ---------------------------------------------------------------------------------
 
 
+MAX_DEPTH = 64
+"""Nesting a params file may use: deeper is refused before PyYAML's recursive composer overflows."""
+MAX_VALUES = 100_000
+"""Values (scalars, lists, mappings) a params file may hold once its aliases are expanded: an alias
+repeated inside an alias repeated ... would otherwise make validation exponential."""
+MAX_INT = 2**63 - 1
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with a depth and an expanded-size bound (`MAX_DEPTH`, `MAX_VALUES`)."""
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self._depth = 0
+        self._values = 0
+        self._sizes: dict[int, int] = {}  # id(node) -> values under it, itself included (for its aliases)
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            node = super().compose_node(parent, index)
+            self._count(self._sizes.get(id(node), 1), node)
+            return node
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            line = self.peek_event().start_mark.line + 1
+            raise yaml.YAMLError(f"nested deeper than {MAX_DEPTH} levels (line {line})")
+        before = self._values
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        self._count(1, node)
+        self._sizes[id(node)] = self._values - before
+        return node
+
+    def _count(self, n: int, node: Any) -> None:
+        self._values += n
+        if self._values > MAX_VALUES:
+            line = node.start_mark.line + 1
+            raise yaml.YAMLError(f"more than {MAX_VALUES:,} values once aliases are expanded (line {line})")
+
+
 def read_yaml(path: Path | str) -> Any:
+    """A params file as plain data, or BadParams in one line: missing, not UTF-8, not YAML, nested
+    deeper than MAX_DEPTH, larger than MAX_VALUES once aliases are expanded."""
     path = Path(path)
     if not path.is_file():
         raise BadParams(f"{path} not found (run from the repository root, or pass --params)")
+    raw = path.read_bytes()
     try:
-        return yaml.safe_load(path.read_text())
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise BadParams(f"{path} is not UTF-8 text: byte 0x{raw[e.start]:02x} on line {line}") from None
+    try:
+        loader = _BoundedLoader(text)  # the reader refuses control characters here, before parsing
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
     except yaml.YAMLError as e:
-        raise BadParams(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
+        raise BadParams(f"{path} is not valid YAML: {_first_line(e)}") from None
+
+
+def _first_line(error: yaml.YAMLError) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if isinstance(error, yaml.MarkedYAMLError) and error.problem:
+        mark = error.problem_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        return error.problem + where
+    return lines[0] if lines else type(error).__name__
+
+
+def huge_integer(data: Any, at: tuple = ()) -> str | None:
+    """The dotted key of the first integer in `data` beyond 64 bits (no engine takes it), or None."""
+    stack = [(data, at)]
+    while stack:
+        value, loc = stack.pop()
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int) and not -MAX_INT - 1 <= value <= MAX_INT:
+            return ".".join(map(str, loc))
+        if isinstance(value, dict):
+            stack.extend((v, (*loc, k)) for k, v in reversed(value.items()))
+        elif isinstance(value, list):
+            stack.extend((v, (*loc, i)) for i, v in reversed(list(enumerate(value))))
+    return None
 
 
 def validated(model: type[M], data: Any) -> M:

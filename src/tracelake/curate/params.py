@@ -191,7 +191,10 @@ def _scale_names(scales: Any) -> Any:
     return scales
 
 
-Scales = Annotated[dict[Name, Count], BeforeValidator(_scale_names)]
+MAX_SCALE = 10_000_000
+"""The most rows a scale may ask for: 100x the largest published agentic SFT set (100K). A selection
+holds one row per copy, so a scale far beyond the pool is a typo, not an ablation."""
+Scales = Annotated[dict[Name, Annotated[int, Field(ge=1, le=MAX_SCALE)]], BeforeValidator(_scale_names)]
 """scale name -> rows: one dataset per scale (stages select@<scale>, export_sft@<scale>)."""
 DEFAULT_SCALES = {"316": 316, "1k": 1000, "3k": 3160, "10k": 10000}
 
