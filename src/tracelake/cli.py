@@ -560,8 +560,15 @@ def view(
         ),
     ] = None,
     port: Annotated[
-        int, typer.Option("--port", "-p", min=0, max=65535, help="Port on 127.0.0.1 (0: any free port).")
+        int, typer.Option("--port", "-p", min=0, max=65535, help="Port to listen on (0: any free port).")
     ] = 8765,
+    host: Annotated[
+        str,
+        typer.Option(
+            "--host",
+            help="IPv4 address to listen on. Pages answer only to the Host names localhost, 127.0.0.1 and this address (0.0.0.0: localhost and 127.0.0.1 only, for a forwarded port); any other address lets whoever reaches it read the lake.",
+        ),
+    ] = "127.0.0.1",
     lake: Annotated[Path, typer.Option("--lake", help="Lake root (with --rev: its path in the repository).")] = Path(
         "lake"
     ),
@@ -576,7 +583,8 @@ def view(
         bool, typer.Option("--no-search", help="Serve without full-text search (no index is read or built).")
     ] = False,
 ) -> None:
-    """Browse the trajectories in a web page served on 127.0.0.1 only (never another interface): find
+    """Browse the trajectories in a web page served on 127.0.0.1 (or --host), answering only to its own
+    names (a page that points its domain at this machine gets nothing): find
     rows by source, task, reward, timeout, subagent, turn and token ranges, the filter rule that dropped
     them, a dataset they are in, a SQL WHERE (read-only, checked like `tracelake sql`) or words in their
     messages (full-text search, BM25; the index is built once per content of the lake), page through
@@ -587,8 +595,9 @@ def view(
     shared. Prints the URL; Ctrl-C stops it."""
     from contextlib import ExitStack
 
-    from tracelake.explore.view.app import serve
+    from tracelake.explore.view.app import check_address, serve
 
+    check_address(host)
     with ExitStack() as stack:
         root, label = lake, str(lake)
         if rev is not None:
@@ -605,6 +614,7 @@ def view(
             announce=lambda line: out.print(line, markup=False, highlight=False),
             search_cache=None if no_search else search_cache,
             lake_in_repo=str(lake),
+            host=host,
         )
 
 

@@ -1,4 +1,4 @@
-"""The routes of `tracelake view` and `serve`, which binds 127.0.0.1 only.
+"""The routes of `tracelake view` and `serve`, which binds 127.0.0.1 unless told another address.
 
 /                 the list: ?where=SQL&source=…&task=…&rule=…&timed_out=yes|no&subagent=yes|no
                   &reward_min=…&reward_max=…&turns_min=…&turns_max=…&tokens_min=…&tokens_max=…&after=ID
@@ -9,15 +9,25 @@
 /diff?a=SPEC&b=SPEC the page form of `tracelake diff A B`
 /export?format=jsonl|parquet|html&<the list's parameters>   the selection, downloaded
 /static/view.css, /static/ansi.css, /static/view.js
+
+Every route, static files and unknown pages included, answers only to the server's own names (the
+Host header): the bound address, `localhost` and `127.0.0.1`. A web page can point its own domain at
+127.0.0.1 (DNS rebinding) and read whatever a local server gives it; its requests carry its own
+name, so they get a 400 and nothing of the lake. Bound to the wildcard 0.0.0.0 (a container's
+forwarded port), the server answers to `localhost` and `127.0.0.1` only: 0.0.0.0 is no name a
+browser asks for, and accepting any name would undo the check.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 from importlib import resources
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -27,6 +37,8 @@ from tracelake.explore.view import datasets, export, html
 from tracelake.explore.view.db import PAGE_ROWS, LakeView, Query
 
 HOST = "127.0.0.1"
+WILDCARD = "0.0.0.0"
+LOOPBACK_NAMES = ("localhost", "127.0.0.1")
 STATIC = {
     "view.css": "text/css; charset=utf-8",
     "ansi.css": "text/css; charset=utf-8",
@@ -45,9 +57,16 @@ def _html(text: str, status: int = 200) -> HTMLResponse:
     return HTMLResponse(text, status_code=status, headers=HEADERS)
 
 
-def create_app(db: LakeView) -> Starlette:
-    """The ASGI app over one LakeView. Endpoints are sync: Starlette runs them in its thread pool and
-    the LakeView's lock serialises the connection."""
+def allowed_hosts(address: str) -> list[str]:
+    """The Host names a server bound to `address` answers to: `localhost`, `127.0.0.1` and the address
+    itself, unless it is the wildcard (no client asks for 0.0.0.0 by name)."""
+    return [*LOOPBACK_NAMES, *([address] if address not in (*LOOPBACK_NAMES, WILDCARD) else [])]
+
+
+def create_app(db: LakeView, address: str = HOST) -> Starlette:
+    """The ASGI app over one LakeView, answering only to the names of `address` (allowed_hosts).
+    Endpoints are sync: Starlette runs them in its thread pool and the LakeView's lock serialises the
+    connection."""
 
     def listing(request: Request) -> HTMLResponse:
         try:
@@ -161,18 +180,31 @@ def create_app(db: LakeView) -> Starlette:
         Route("/static/{name}", static),
         Route("/favicon.ico", favicon),
     ]
-    return Starlette(routes=routes, exception_handlers={404: missing})
+    only_own_names = Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(address), www_redirect=False)
+    return Starlette(routes=routes, exception_handlers={404: missing}, middleware=[only_own_names])
 
 
-def bind(port: int) -> socket.socket:
-    """A listening socket on 127.0.0.1:port (0: any free port); a port in use is a one-line error."""
+def check_address(host: str) -> str:
+    """`host` as one IPv4 address (127.0.0.1, 0.0.0.0 or an interface's); anything else, a name
+    included, is a one-line error: the Host check compares names to the address as written."""
+    try:
+        return str(ipaddress.IPv4Address(host))
+    except ValueError:
+        raise BadInput(
+            f"view: --host {host!r} is not an IPv4 address (127.0.0.1, 0.0.0.0 or one of this machine's addresses)"
+        ) from None
+
+
+def bind(port: int, host: str = HOST) -> socket.socket:
+    """A listening socket on host:port (0: any free port); a port in use is a one-line error."""
+    host = check_address(host)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((HOST, port))
+        sock.bind((host, port))
     except OSError as e:
         sock.close()
-        raise BadInput(f"view: cannot listen on {HOST}:{port}: {e.strerror or e} (choose another --port)") from None
+        raise BadInput(f"view: cannot listen on {host}:{port}: {e.strerror or e} (choose another --port)") from None
     sock.listen(128)
     sock.set_inheritable(True)
     return sock
@@ -186,17 +218,23 @@ def serve(
     announce=print,
     search_cache: Path | str | None = None,
     lake_in_repo: str = "lake",
+    host: str = HOST,
 ) -> None:
-    """Open the lake, bind 127.0.0.1:port, print the URL and serve until Ctrl-C. With `search_cache`,
+    """Open the lake, bind host:port, print the URL and serve until Ctrl-C. With `search_cache`,
     the full-text index is opened from it, or built there on a background thread."""
     import uvicorn
 
+    host = check_address(host)
     db = LakeView(lake, label=label, lake_in_repo=lake_in_repo)
-    sock = bind(port)
-    config = uvicorn.Config(create_app(db), log_level="warning", access_log=False, lifespan="off")
+    sock = bind(port, host)
+    config = uvicorn.Config(create_app(db, host), log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)
-    host, bound = sock.getsockname()[:2]
-    announce(f"tracelake view: http://{host}:{bound}/  ({label or lake}; Ctrl-C stops it)")
+    bound = sock.getsockname()[1]
+    if not ipaddress.IPv4Address(host).is_loopback:
+        announce(f"tracelake view: {exposure(host, bound)}")
+    announce(
+        f"tracelake view: http://{HOST if host == WILDCARD else host}:{bound}/  ({label or lake}; Ctrl-C stops it)"
+    )
     if search_cache is not None:
         index = db.start_search(search_cache, announce=announce)
         if not index.ready and index.key:
@@ -210,3 +248,13 @@ def serve(
         if db.search is not None:
             db.search.stop()
     announce("tracelake view: stopped")
+
+
+def exposure(host: str, port: int) -> str:
+    """Who can read the lake when it is served on a non-loopback address, and under which names."""
+    if host == WILDCARD:
+        return (
+            f"listening on {host}:{port}: any machine that reaches this one can read the lake; pages "
+            f"answer only to {' and '.join(LOOPBACK_NAMES)} (a forwarded port)"
+        )
+    return f"listening on {host}:{port}: anyone who can reach {host} can read the lake"
