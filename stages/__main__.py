@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from stages import NAMES, check_sources_current, declared
 from tracelake.core.errors import BadParams
 from tracelake.core.stage import Context, Stage, publish, run_stage
+from tracelake.core.swap import sweep
 from tracelake.params import load_params
 
 _ITEM = {"sources": "source", "scales": "scale"}
@@ -41,6 +43,8 @@ def main(argv: list[str] | None = None) -> None:
         check_sources_current(params)
     if stage.foreach and key not in getattr(params, stage.foreach):
         raise BadParams(f"params.yaml: no {_ITEM[stage.foreach]} {key!r} under {stage.foreach}")
+    if "lake" in type(params).model_fields:
+        sweep(Path(params.lake))  # what killed builds left, wherever they were (docs/reliability.md)
     publish(stage, stage.run(Context(params, key)), key)
 
 

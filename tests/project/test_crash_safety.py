@@ -9,7 +9,8 @@ gives the same `dvc.lock` and output bytes as a run never killed.
 - The pipeline: `dvc repro` killed (the whole process group) inside ingest, dedup and an export, then
   run to the end, gives the uninterrupted run's `dvc.lock` and output bytes (the sample pipeline);
   so does a forced rebuild killed inside ingest, whose rerun restores the stage from DVC's run cache
-  and leaves the leftover in place (`.dvcignore` keeps it out of every hash).
+  and leaves the leftover in place (`.dvcignore` keeps it out of every hash) until a reader or the
+  next stage sweeps the lake (`tracelake status` here).
 - `tracelake status` names an empty `dvc.lock` or `.dvc/tmp/rwlock` (DVC leaves them so when killed
   while writing them) and says what to do.
 """
@@ -81,6 +82,48 @@ def test_leftovers_of_dead_processes_are_removed_at_the_next_build(tmp_path):
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def _lake_with_leftovers(root: Path) -> tuple[list[Path], list[Path]]:
+    """A lake holding killed builds' leftovers where DVC's run cache would leave them (beside a
+    selection, an export, an ingested source), and names that must stay: a live build's, and one
+    inside a finished output."""
+    dead = dead_pid()
+    (root / "selections" / "1k").mkdir(parents=True)
+    (root / "selections" / "1k" / "manifest.json").write_text("{}")
+    gone = [
+        root / "selections" / f".10k.tmp-{dead}",
+        root / "exports" / "sft" / f".316.tmp-{dead}",
+        root / "trajectories" / f".swesmith.parts-{dead}-abc",
+        root / f".pool.old-{dead}",
+    ]
+    kept = [root / "selections" / "1k" / f".inside.tmp-{dead}", root / "selections" / f".3k.tmp-{os.getpid()}"]
+    for path in gone + kept:
+        path.mkdir(parents=True)
+        (path / "part-0.parquet").write_bytes(b"half written")
+    return gone, kept
+
+
+def test_a_sweep_removes_dead_builds_leftovers_anywhere_in_the_lake(tmp_path):
+    """DVC may restore a killed stage from its run cache without running it: the lake is swept by
+    readers and stages, not only by the next build of that output."""
+    from tracelake.core.swap import sweep
+
+    gone, kept = _lake_with_leftovers(tmp_path / "lake")
+    assert sorted(sweep(tmp_path / "lake")) == sorted(gone)
+    assert not any(p.exists() for p in gone) and all(p.exists() for p in kept)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["tracelake", "status", "--lake", "lake"], ["tracelake", "sql", "--lake", "lake", "SELECT 1"]],
+    ids=["status", "sql"],
+)
+def test_readers_sweep_dead_builds_leftovers(tmp_path, command):
+    gone, kept = _lake_with_leftovers(tmp_path / "lake")
+    proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert len(proc.stderr.splitlines()) <= 1, proc.stderr  # nothing built: one line, no traceback
+    assert not any(p.exists() for p in gone) and all(p.exists() for p in kept)
 
 
 def test_scratch_dirs_without_a_pid_are_removed_when_older_than_the_build(tmp_path):
@@ -350,6 +393,9 @@ def test_a_pipeline_killed_three_times_reruns_to_the_same_bytes(sample_project, 
     assert repro_killed_when(repo, "lake/tasks/.superuser.tmp-*/tasks.parquet", 0.0, force=True)
     run_ok(["dvc", "repro"], repo)
     same_as_uninterrupted(repo, sample_project)
+    assert leftovers(repo / "lake"), "the run cache restored the stage: its leftover is still there"
+    run_ok(["tracelake", "status"], repo)  # a reader sweeps what no build will
+    assert leftovers(repo / "lake") == []
 
 
 @pytest.mark.long

@@ -103,7 +103,20 @@ def write_manifest(
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:
+    """An output's manifest, or BadInput in one line: missing, not JSON, or without its tables (each
+    a {file, rows} mapping): a hand-edited or foreign manifest.json never reaches a reader as a
+    KeyError."""
     path = Path(directory) / "manifest.json"
     if not path.is_file():
         raise BadInput(f"{directory} is not a finished tracelake output (no manifest.json)")
-    return orjson.loads(path.read_bytes())
+    try:
+        manifest = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError:
+        raise BadInput(f"{path} is not JSON (rebuild the output: dvc repro)") from None
+    tables = manifest.get("tables") if isinstance(manifest, dict) else None
+    if not isinstance(tables, dict) or not all(
+        isinstance(t, dict) and isinstance(t.get("file"), str) and isinstance(t.get("rows"), int)
+        for t in tables.values()
+    ):
+        raise BadInput(f"{path} is not a tracelake manifest (no tables; rebuild the output: dvc repro)")
+    return manifest

@@ -9,7 +9,9 @@ only where the swap falls back to two renames) and `.<name>.parts-<pid>-<random>
 after a clean run even where DVC restores the killed stage from its run cache instead of running it.
 The next build of an output removes every such name beside it whose process is gone
 (`remove_stale`), and its own scratch directories named without a pid (mkdtemp's) that are older
-than the building process.
+than the building process. DVC may restore a killed stage from its run cache without running it,
+so readers and every stage also sweep the whole lake (`sweep`): status, sql, the notebook, the
+viewer.
 
 The swap (`replace_dir`) is one `renameat2(RENAME_EXCHANGE)` on Linux: the output is the old
 version, then the new one, never missing and never both. Where the call is unavailable (another OS,
@@ -130,6 +132,44 @@ def remove_stale(final: Path, siblings: bool = True) -> list[Path]:
             sibling.unlink(missing_ok=True)
         removed.append(sibling)
     return removed
+
+
+def sweep(root: Path, depth: int = 3) -> list[Path]:
+    """Remove every temporary name under `root` (a lake) whose process is gone, `depth` directory
+    levels down (outputs sit at most two below a lake: lake/exports/sft/<scale>). It never enters an
+    output (a directory holding manifest.json), a hidden directory or a link, and ignores what it may
+    not remove (a read-only lake). Returns what was removed."""
+    removed: list[Path] = []
+    todo = [(Path(root), 0)]
+    while todo:
+        directory, level = todo.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        if level and any(e.name == "manifest.json" for e in entries):
+            continue
+        for entry in entries:
+            owner = owner_pid(entry.name)
+            if owner and is_stale(Path(entry.path), owner[1]):
+                if _remove(Path(entry.path)):
+                    removed.append(Path(entry.path))
+            elif level < depth and not entry.name.startswith(".") and entry.is_dir(follow_symlinks=False):
+                todo.append((Path(entry.path), level + 1))
+    return removed
+
+
+def _remove(path: Path) -> bool:
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return False
+    return True
 
 
 def _renameat2():

@@ -48,6 +48,7 @@ from tracelake.core import assets
 from tracelake.core.errors import BadInput
 from tracelake.core.lake import Lake, is_built
 from tracelake.core.outputs import read_manifest
+from tracelake.core.swap import sweep
 
 SELECT_LIKE = "SELECT, WITH, FROM, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN"
 _EXPLAIN = re.compile(r"\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?P<rest>.*)\Z", re.I | re.S)
@@ -88,6 +89,8 @@ def _finished(directory: Path) -> tuple[dict, dict[str, list[str]]]:
     try:
         manifest = read_manifest(directory)
     except (BadInput, ValueError):  # whole a moment ago, when the caller listed the directory
+        if (directory / "manifest.json").is_file():
+            raise  # there, but not a manifest: rebuilding will not change that
         raise _rebuilding(f"{directory / 'manifest.json'} vanished or is being written") from None
     tables = {}
     for name, info in manifest["tables"].items():
@@ -181,6 +184,7 @@ def open_lake(
     lake = Path(lake)
     if not lake.is_dir():
         raise BadInput(f"{lake} is not a lake directory (run `dvc repro`, or pass --lake)")
+    sweep(lake)  # what killed builds left (DVC's run cache may restore a stage without running it)
     v = _Views(duckdb.connect())
     try:
         _make_views(v, Lake(lake))

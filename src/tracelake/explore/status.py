@@ -20,6 +20,7 @@ from tracelake.core.errors import BadInput
 from tracelake.core.lake import Lake, is_built, table_paths
 from tracelake.core.outputs import read_manifest
 from tracelake.core.schema import TABLES, load_schema
+from tracelake.core.swap import sweep
 
 # DVC's state files that a killed `dvc repro` can leave empty: path, what reads it, the fix.
 _DVC_STATE = (
@@ -65,6 +66,7 @@ def project_of(lake: Path) -> Path | None:
 
 def render_status(lake: Path, console: Console) -> None:
     project = project_of(lake)
+    sweep(lake)  # what killed builds left (DVC's run cache may restore a stage without running it)
     for line in dvc_problems(project) if project else []:
         console.print(f"warning: {line}", style="bold yellow", markup=False, soft_wrap=True)
     outputs = Lake(lake).ingested()
