@@ -365,3 +365,122 @@ def test_names_that_are_not_utf8_are_rejected_with_escaped_paths(tmp_path):
         ("inner", "invalid_path"),
     ]
     assert "notes-\\xfe.txt" in next(r["detail"] for r in rejects if r["path"] == "inner")
+
+
+# --- whatever ingest keeps extracts: path conflicts and names no file system takes ----------------
+
+
+def dir_member(name: str) -> tuple[str, None]:
+    return (name, None)
+
+
+def tgz_typed(members: list[tuple[str, bytes | None]]) -> bytes:
+    """A gzipped PAX tar of files (name, data) and directories (name, None), in the order given."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            if data is None:
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+UNEXTRACTABLE = {
+    "file then a file below it": [GOOD, ("tests", b"x"), ("tests/test.sh", b"exit 0\n")],
+    "a file below, then the file": [GOOD, ("tests/test.sh", b"exit 0\n"), ("tests", b"x")],
+    "a file below a file, deeper": [GOOD, ("a/b", b"x"), ("a/b/c/d", b"y")],
+    "a directory and a file of one name": [GOOD, dir_member("tests"), ("tests", b"x")],
+    "a component over 255 bytes": [GOOD, ("tests/" + "a" * 5000, b"x")],
+    "a component of 256 bytes": [GOOD, ("tests/" + "é" * 128, b"x")],
+    "a path over 1024 bytes": [GOOD, ("/".join(["d" * 200] * 6), b"x")],
+    "the same file twice through '.'": [GOOD, ("tests/x", b"1"), ("tests/./x", b"2")],
+}
+
+
+@pytest.mark.parametrize("case", UNEXTRACTABLE)
+def test_an_archive_that_cannot_extract_is_rejected_at_ingest(tmp_path, case):
+    """Cases 19 and 20: such archives were kept with 0 rejects, then `tasks extract` failed with
+    "File exists" or "File name too long". Ingest now refuses exactly what extraction cannot write."""
+    data = tgz_typed(UNEXTRACTABLE[case])
+    t = table(tmp_path / "t.parquet", [("s/t", data)])
+    result = ingest_tasks(t, source="s", out_dir=tmp_path / "lake")
+    [rej] = rejects(tmp_path / "lake")
+    assert (result.rows, rej["reason"]) == (0, "unsafe_archive"), rej
+    proc = tracelake("tasks", "extract", str(t), "--out", str(tmp_path / "out"))
+    error = one_line_error(proc)
+    assert "File exists" not in error and "File name too long" not in error, error
+    assert not (tmp_path / "out").exists()
+
+
+def test_names_at_the_limits_are_kept_and_extract(tmp_path):
+    """A 255-byte component, a 1024-byte path, directories named before or after their files."""
+    members = [
+        GOOD,
+        ("tests/" + "é" * 127 + "a", b"255 bytes"),
+        ("/".join(["d" * 203] * 5), b"1019 bytes"),
+        ("env/x", b"1"),
+        dir_member("env"),
+        dir_member("later"),
+        ("later/y", b"2"),
+    ]
+    t = table(tmp_path / "t.parquet", [("s/t", tgz_typed(members))])
+    result = ingest_tasks(t, source="s", out_dir=tmp_path / "lake")
+    assert (result.rows, result.rejects) == (1, 0)
+    extract_table(t, tmp_path / "out")
+    assert files_under(tmp_path / "out" / "s" / "t") == {name: data for name, data in members if data is not None}
+
+
+# --- a gzip bomb under the byte cap is streamed, never held whole ---------------------------------
+
+BOMB_MB = 600  # uncompressed; the old reader held it three times over (3.4 GB for 1.1 GiB)
+
+
+@pytest.fixture(scope="module")
+def bomb_table(tmp_path_factory) -> Path:
+    """A task table of one task whose archive inflates to BOMB_MB of zeros (a ~600 KB task_binary)."""
+
+    class Zeros(io.RawIOBase):
+        def __init__(self, n: int):
+            self.left = n
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, b) -> int:
+            k = min(len(b), self.left)
+            b[:k] = bytes(k)
+            self.left -= k
+            return k
+
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=6, mtime=0) as gz:
+        with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for name, size in (("instruction.md", 7), ("environment/blob", BOMB_MB << 20)):
+                info = tarfile.TarInfo(name)
+                info.size = size
+                tar.addfile(info, io.BufferedReader(Zeros(size)) if size > 7 else io.BytesIO(b"Do it.\n"))
+    return table(tmp_path_factory.mktemp("bomb") / "t.parquet", [("s/bomb", buf.getvalue())])
+
+
+def capped_tracelake(*args: str):
+    from ..helpers import run_capped
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return run_capped([sys.executable, "-m", "tracelake", *args], ROOT, timeout=120, env=env)
+
+
+def test_a_gzip_bomb_is_ingested_in_bounded_memory(bomb_table, tmp_path):
+    proc, peak = capped_tracelake("ingest", "tasks", str(bomb_table), "--source", "s", "--out", str(tmp_path / "lake"))
+    assert proc.returncode == 0 and "1 rows, 0 rejects" in proc.stdout, proc.stdout + proc.stderr
+    assert peak < BOMB_MB / 2, f"peak RSS {peak:.0f} MB for {BOMB_MB} MB uncompressed"
+
+
+def test_a_gzip_bomb_is_extracted_in_bounded_memory(bomb_table, tmp_path):
+    proc, peak = capped_tracelake("tasks", "extract", str(bomb_table), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out" / "s" / "bomb" / "environment" / "blob").stat().st_size == BOMB_MB << 20
+    assert peak < BOMB_MB / 2, f"peak RSS {peak:.0f} MB for {BOMB_MB} MB uncompressed"

@@ -41,7 +41,7 @@ REASONS: dict[str, str] = {
     "duplicate_task": "the same task name appeared twice in one source",
     "missing_instruction": "a task has no instruction.md (or it is empty)",
     "unreadable_archive": "task_binary is not a readable gzipped tar",
-    "unsafe_archive": "task_binary holds absolute paths, '..', links or devices",
+    "unsafe_archive": "task_binary holds absolute paths, '..', links, devices, or paths it cannot be extracted to",
     "archive_too_large": "a task holds more members or bytes than ingest.archive allows (a zip bomb?)",
     "symlink_outside_input": "a symlink leads outside the input root; it is never followed",
     "linked_directory": "a directory link inside the input root: its target is walked where it lies, not through it",

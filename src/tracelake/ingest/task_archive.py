@@ -3,7 +3,8 @@
     entries = walk_task_dir(Path("tasks/hello-world"))   # files and directories, sorted
     binary = build_archive(entries)                      # deterministic bytes (ARCHIVE_FORMAT)
     entries = read_archive(binary)                       # in memory; unsafe members are refused
-    extract_archive(binary, Path("out/hello-world"))     # safe extraction, all or nothing
+    entries = scan_archive(binary)                       # streamed: data hashed in chunks, not kept
+    extract_archive(binary, Path("out/hello-world"))     # safe, streamed extraction, all or nothing
     extract_table(Path("tasks.parquet"), Path("out"))    # every (path, task_binary) row -> out/<path>
 
 build_archive writes sorted entries with mode 0644/0755, owner 0, mtime 0 and a gzip header
@@ -15,9 +16,11 @@ that is itself a link leading outside its parent) is rejected `symlink_outside_i
 walked. A directory past the ingest.archive caps is rejected `archive_too_large` as soon as the
 walk crosses one. read_archive (tracelake.ingest.archive_read) vets and caps archives the same way.
 
-The extract functions check everything in memory first, write plain files and directories
-themselves (never tarfile.extract) and raise BadInput, leaving nothing behind, when an archive or
-a table row is unusable. extract_table resolves real paths: a symlink already in the output
+The extract functions vet a whole archive first (a streamed pass: its members, caps and paths
+together, archive_read.list_archive), write plain files and directories themselves in a second
+pass, in chunks (never tarfile.extract), and raise BadInput, leaving nothing behind, when an
+archive or a table row is unusable. walk_task_dir applies the same path limits
+(check_member_path), so a task directory that is kept also extracts. extract_table resolves real paths: a symlink already in the output
 directory that would lead a write outside it is refused before anything is written.
 """
 
@@ -39,10 +42,17 @@ from tracelake.core.outputs import output_dir
 from tracelake.core.tables import open_parquet
 from tracelake.ingest.archive_read import (
     DEFAULT_LIMITS,
+    Chunks,
     Entry,
+    Member,
+    check_member_path,
+    list_archive,
+    members,
     read_archive,
+    scan_archive,
     too_many_bytes,
     too_many_members,
+    top_dir_prefix,
 )
 from tracelake.ingest.common import Reject
 from tracelake.ingest.params import ArchiveParams
@@ -57,6 +67,7 @@ __all__ = [
     "extract_archive",
     "extract_table",
     "read_archive",
+    "scan_archive",
     "task_checksum",
     "walk_task_dir",
 ]
@@ -92,6 +103,7 @@ def walk_task_dir(task_dir: Path, limits: ArchiveParams = DEFAULT_LIMITS) -> lis
             rel = prefix + e.name
             if not is_text(rel):
                 raise Reject("invalid_path", f"{display(rel)} is not UTF-8")
+            check_member_path(rel, rel[:80])  # its archive must extract wherever it goes
             if e.is_symlink():
                 _refuse_link(Path(e.path), rel, root, "the task directory")
             if e.is_dir(follow_symlinks=False):
@@ -156,7 +168,7 @@ def build_archive(entries: list[Entry]) -> bytes:
 
 def task_checksum(entries: list[Entry]) -> str:
     """CHECKSUM_FORMULA: the same files give the same checksum, however they were archived."""
-    listing = sorted([e.name, sha256_bytes(e.data)] for e in entries if not e.is_dir)
+    listing = sorted([e.name, e.sha256 or sha256_bytes(e.data)] for e in entries if not e.is_dir)
     return sha256_bytes(canonical_json(listing))
 
 
@@ -168,30 +180,33 @@ def extract_archive(
 ) -> list[str]:
     """Extract a task_binary into dest (absent or an empty directory); the files written, sorted.
 
-    The archive is read and checked in memory (read_archive), written with `lake.output_dir` (a
-    temporary directory beside dest, renamed into place), so a refused archive leaves nothing behind. Files get mode
-    0755 when executable in the archive, else 0644; directories 0755. label names the archive in
-    error messages (default: dest); limits caps the archive as ingest does (ingest.archive).
+    The archive is streamed twice, in bounded memory: once to vet it whole (list_archive: every
+    member, the caps, the paths together), then again to write it, each file in chunks, with
+    `lake.output_dir` (a temporary directory beside dest, renamed into place), so a refused
+    archive leaves nothing behind. Files get mode 0755 when executable in the archive, else 0644;
+    directories 0755. label names the archive in error messages (default: dest); limits caps the
+    archive as ingest does (ingest.archive).
     """
     dest = Path(os.path.abspath(dest))
     what = f"task_binary of {label or dest}"
     if not _is_free(dest):
         raise BadInput(f"{what}: {dest} already exists and is not an empty directory — {NOTHING}")
     try:
-        entries = read_archive(data, limits)
+        listing = list_archive(data, limits)
     except Reject as r:
         raise BadInput(f"{what}: {r.detail} — {NOTHING}") from None
+    strip = top_dir_prefix(listing)
     created = _make_parents(dest.parent, what)
     try:
         with output_dir(dest, clean_siblings=False) as tmp:  # dest's parent is the user's
-            _write_entries(entries, tmp, what)
+            _write_members(data, limits, strip, tmp, what)
     except OSError as e:
         _remove_dirs(created)
         raise BadInput(f"{what}: cannot write {dest} ({e.strerror or e}) — {NOTHING}") from None
     except BaseException:
         _remove_dirs(created)
         raise
-    return sorted(e.name for e in entries if not e.is_dir)
+    return sorted(e.name[len(strip) :] for e in listing if not e.is_dir and e.name.startswith(strip))
 
 
 def _is_free(dest: Path) -> bool:
@@ -204,27 +219,37 @@ def _is_free(dest: Path) -> bool:
         return False
 
 
-def _write_entries(entries: list[Entry], root: Path, what: str) -> None:
-    """Write the entries under root (a new, empty directory): plain directories and files only."""
+def _write_members(data: bytes, limits: ArchiveParams, strip: str, root: Path, what: str) -> None:
+    """Write an archive already vetted under root (a new, empty directory), member by member as the
+    stream gives them, `strip` (its top-level directory, or '') removed from each name: plain
+    directories and files only, each file in chunks."""
     base = root.resolve()
-    for e in entries:
-        target = root / e.name
-        resolved = target.resolve()
-        if resolved == base or not resolved.is_relative_to(base):
-            raise BadInput(f"{what}: member {e.name!r} resolves outside the destination — {NOTHING}")
-        try:
-            if e.is_dir:
-                target.mkdir(parents=True, exist_ok=True)
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(e.data)
-                os.fchmod(f.fileno(), 0o755 if e.executable else 0o644)
-        except OSError as err:
-            raise BadInput(f"{what}: member {e.name!r} cannot be written ({err.strerror or err}) — {NOTHING}") from None
+    try:
+        for m, chunks in members(data, limits):
+            if m.name.startswith(strip):
+                _write_member(root / m.name[len(strip) :], base, m, chunks, what)
+    except Reject as r:  # the archive was vetted: only a stream that changed under us gets here
+        raise BadInput(f"{what}: {r.detail} — {NOTHING}") from None
     for d, _, _ in os.walk(root):
         os.chmod(d, 0o755)
+
+
+def _write_member(target: Path, base: Path, m: Member, chunks: Chunks | None, what: str) -> None:
+    resolved = target.resolve()
+    if resolved == base or not resolved.is_relative_to(base):
+        raise BadInput(f"{what}: member {m.name!r} resolves outside the destination — {NOTHING}")
+    try:
+        if chunks is None:
+            target.mkdir(parents=True, exist_ok=True)
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+            os.fchmod(f.fileno(), 0o755 if m.executable else 0o644)
+    except OSError as err:
+        raise BadInput(f"{what}: member {m.name!r} cannot be written ({err.strerror or err}) — {NOTHING}") from None
 
 
 def _make_parents(path: Path, what: str) -> list[Path]:

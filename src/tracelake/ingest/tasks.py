@@ -8,7 +8,8 @@ A Harbor task directory holds instruction.md (the prompt), task.toml ([metadata]
 - a task table (.parquet / .jsonl / .json, same file layouts as trace tables) with columns
   `path` (the task's name is its last component) and `task_binary` (a gzipped tar of the task
   directory; base64 text in JSON). The tar may hold the files at its top level or under one
-  top-level directory; it is read in memory, never extracted.
+  top-level directory; it is read as a stream (each file hashed in chunks, only instruction.md and
+  task.toml kept), never extracted.
 
 Units: every task directory or table row. A symlink is never followed (one leading outside the
 input is rejected symlink_outside_input, tracelake.ingest.task_archive.walk_task_dir), except the
@@ -44,7 +45,7 @@ from tracelake.ingest.task_archive import (
     DEFAULT_LIMITS,
     Entry,
     build_archive,
-    read_archive,
+    scan_archive,
     task_checksum,
     walk_task_dir,
 )
@@ -53,6 +54,7 @@ from tracelake.ingest.walk import display, is_text
 INPUT_KIND = "tasks"
 BATCH_ROWS = 64  # task_binary values can be megabytes each
 DIR_BATCH = 16  # task directories a worker reads at a time
+TASK_FILES_READ = frozenset({"instruction.md", "task.toml"})  # a task_binary's other files are only hashed
 
 
 # --- task directories ------------------------------------------------------------------------
@@ -236,7 +238,7 @@ class TaskReader:
         name = table_task_name(row)
         self._check_new(name)
         binary = table_binary(row.get("task_binary"))
-        entries = read_archive(binary, self.limits)
+        entries = scan_archive(binary, self.limits, keep=TASK_FILES_READ)
         return task_row(
             source=self.source,
             name=name,
