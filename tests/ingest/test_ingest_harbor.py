@@ -117,6 +117,34 @@ def test_duplicate_trial_keeps_the_first(tmp_path):
     assert "job-1/t__1" in rejects[0]["detail"]
 
 
+def test_a_rejected_copy_claims_no_identity(tmp_path):
+    """The same trial in two directories, the first with a corrupt trajectory: the first is rejected
+    for its own reason and the good copy is ingested (only an ingested row claims a trial)."""
+    jobs = tmp_path / "jobs"
+    make_trial(jobs, "t__1", job="a", files={"trajectory.json": b"{not json"})
+    make_trial(jobs, "t__1", job="a-retry", result=result_json("hello", "t__1", job="a"))
+    result, rows, rejects = run(jobs)
+    assert [r["provenance"][0]["path"].split("/")[0] for r in rows] == ["a-retry"]
+    assert [(r["path"].split("/")[0], r["reason"]) for r in rejects] == [("a", "unparsable_json")]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_when_both_copies_are_good_the_first_path_wins_every_time(tmp_path, workers):
+    """Two good copies of one trial: the copy whose trial directory sorts first is ingested, the
+    other rejected as its duplicate, on every run and with any worker count."""
+    jobs = tmp_path / "jobs"
+    make_trial(jobs, "t__1", job="b", result=result_json("hello", "t__1", job="b"))
+    make_trial(jobs, "t__1", job="a", result=result_json("hello", "t__1", job="b"))
+    for attempt in range(2):
+        result = ingest_harbor(jobs, source="src", out_dir=tmp_path / f"out-{attempt}", workers=workers)
+        rows = read_table(tmp_path / f"out-{attempt}", "trajectories").to_pylist()
+        rejects = read_table(tmp_path / f"out-{attempt}", "rejects").to_pylist()
+        assert (result.rows, result.rejects) == (1, 1)
+        assert rows[0]["provenance"][0]["path"].startswith("a/")
+        assert rejects[0]["reason"] == "duplicate_trial" and rejects[0]["path"].startswith("b/")
+    assert tree_bytes(tmp_path / "out-0") == tree_bytes(tmp_path / "out-1")
+
+
 def test_same_bytes_whatever_the_worker_count_and_batch(tmp_path, monkeypatch):
     """Trials are read in worker processes, TRIAL_BATCH at a time, each batch a part: any worker
     count gives the same bytes; any batch size the same rows, rejects and manifest (duplicates

@@ -246,8 +246,11 @@ def read_trials(task: tuple[str, str, list[str], str]) -> TrialsRead:
 
 
 class TrialDedup:
-    """In input order: a trial whose (task, trial_name) an earlier trial had is rejected whole
-    (only its result.json counts as read); records every file's hash for the inputs digest."""
+    """In input order (sorted trial paths, whatever the worker count): the first trial with a
+    (task, trial_name) that gives at least one row claims that identity; a later trial with it is
+    rejected whole as `duplicate_trial` (only its result.json counts as read). A copy that gave no
+    row claims nothing: a retried job whose first copy is corrupt keeps its good one. Records every
+    file's hash for the inputs digest."""
 
     def __init__(self) -> None:
         self.seen: dict[tuple[str, str], str] = {}
@@ -257,12 +260,13 @@ class TrialDedup:
         parsed, start, keep = read.parsed, 0, []
         for key, n_units, files in read.trials:
             units = parsed.units[start : start + n_units]
-            rejects = parsed.rejects[start : start + n_units]
-            rel = trial_rel(units)
-            first = self.seen.setdefault(key, rel) if key is not None else rel
-            self.files.update(files if first == rel else files[:1])
-            keep += [first == rel] * rejects.count(None)
-            if first != rel:
+            rows = parsed.rejects[start : start + n_units].count(None)
+            first = self.seen.get(key) if key is not None else None
+            if first is None and key is not None and rows:
+                self.seen[key] = trial_rel(units)
+            self.files.update(files if first is None else files[:1])
+            keep += [first is None] * rows
+            if first is not None:
                 parsed.rejects[start : start + n_units] = [
                     Reject("duplicate_trial", f"trial {key[1]} of task {key[0]} was already ingested from {first}")
                 ] * n_units
