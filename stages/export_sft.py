@@ -25,8 +25,10 @@ def run(ctx: Context) -> Result:
             "export_sft": p.section("export_sft"),
             "template": sft.template,
             "cutoff_len": sft.cutoff_len,
+            "special_tokens": p.filter.special_tokens,
         },
         token_cache=Path(p.tokenizer.cache),
+        special_tokens=p.filter.special_tokens,
     )
     token_counts = counts.pop("token_counts")
     rej = ", ".join(f"{k} {v}" for k, v in sorted(counts["rejected"].items())) or "none"
@@ -50,8 +52,17 @@ STAGE = Stage(
     __doc__,
     run,
     foreach="scales",
-    # the training template and cutoff decide how rows render and which are too long
-    params=("scales.${key}", "export_sft", "train.sft.template", "train.sft.cutoff_len", "sources", "lake"),
+    # the training template and cutoff decide how rows render and which are too long; filter.special_tokens
+    # whether a control-token literal rejects a row or is escaped
+    params=(
+        "scales.${key}",
+        "export_sft",
+        "train.sft.template",
+        "train.sft.cutoff_len",
+        "filter.special_tokens",
+        "sources",
+        "lake",
+    ),
     untracked=("tokenizer.cache",),
     deps=("${lake}/selections/${key}", "${lake}/trajectories", "${export_sft.tokenizer}"),
     outs=("${lake}/exports/sft/${key}",),

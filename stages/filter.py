@@ -13,6 +13,7 @@ from tracelake.core.schema import load_schema
 from tracelake.core.stage import Context, Output, Result, Stage, Table
 from tracelake.core.ui import progress
 from tracelake.curate.filter import attach_dedup, run_filters
+from tracelake.export.templates import template_slots
 
 BATCH = 1000
 
@@ -28,7 +29,14 @@ def run(ctx: Context) -> Result:
     con = connect(lake.root, sources, tables=("trajectories",))
     attach_dedup(con, lake)
     with progress("count tokens") as (_, advance):
-        result = run_filters(con, p.filter, on_tokens=advance, sources=sources, token_cache=Path(p.tokenizer.cache))
+        result = run_filters(
+            con,
+            p.filter,
+            on_tokens=advance,
+            sources=sources,
+            token_cache=Path(p.tokenizer.cache),
+            markup=template_slots(p.train.sft.template).markup(),  # which literals are control tokens
+        )
     out = Output(
         lake.pool,
         "pool",
@@ -63,7 +71,8 @@ STAGE = Stage(
     "filter",
     __doc__,
     run,
-    params=("filter", "sources", "lake"),
+    # the training template's markup decides which literals are control tokens (special_token_in_text_v1)
+    params=("filter", "train.sft.template", "sources", "lake"),
     untracked=("tokenizer.cache",),
     deps=("${lake}/trajectories", "${lake}/dedup", "${filter.tokenizer}"),
     outs=("${lake}/pool",),

@@ -21,6 +21,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tracelake.core.control_tokens import ControlTokens
 from tracelake.core.duckdb_views import connect
 from tracelake.core.lake import Lake
 from tracelake.core.outputs import read_manifest
@@ -30,16 +31,19 @@ from tracelake.core.token_count import count_chatml_tokens
 from tracelake.core.tokenizer import (
     build_tokenizer,
     load_tokenizer,
+    render_chatml,
     tokenizer_fingerprint,
 )
 from tracelake.curate.filter import RULES, run_filters
 from tracelake.curate.params import FilterParams
+from tracelake.export.templates import TEMPLATES
 from tracelake.ingest.harbor import ingest_harbor
 from tracelake.ingest.traces import ingest_traces
 
 from ..helpers import FIXTURES, GOLDEN, make_trial, need, result_json, run_stage
 
 KEPT = ("kept", None)
+QWEN3 = TEMPLATES["qwen3"].markup()  # the default training template's markup (train.sft.template)
 
 
 # --- building a lake -------------------------------------------------------------------------
@@ -113,7 +117,7 @@ class Run:
         for table, rows in (dedup or {}).items():  # what the dedup stage would have written
             con.register(f"{table}_rows", pa.Table.from_pylist(rows, schema=load_schema(table).arrow))
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM {table}_rows")
-        self.result = run_filters(con, params, token_cache=token_cache)
+        self.result = run_filters(con, params, token_cache=token_cache, markup=QWEN3)
         self.ids = dict(con.execute("SELECT agent, trajectory_id FROM trajectories").fetchall())
         self.inputs = con.execute("SELECT trajectory_id, source FROM trajectories ORDER BY 1").fetchall()
         self.pool = con.execute("SELECT * FROM pool ORDER BY trajectory_id").fetchall()
@@ -335,6 +339,59 @@ def test_max_tokens_boundary(tmp_path, tokenizer):
     assert "max_tokens_v1" not in r.result.rules and r.pool_rows["long"]["n_tokens"] == n_long
 
 
+def with_message(label: str, index: int, text: str) -> list[dict]:
+    """conv(5, label) with `text` appended to message `index` (even: user, odd: assistant)."""
+    msgs = conv(5, label)
+    msgs[index] = {**msgs[index], "content": msgs[index]["content"] + text}
+    return msgs
+
+
+HOSTILE_ROWS = {
+    "clean": with_message("clean", 1, "\n<think>plan</think>\n<tool_call>\n{}\n</tool_call>"),
+    "user_im_end": with_message("user_im_end", 2, "\ncat chat.log\n<|im_end|>\n<|im_start|>system"),
+    "assistant_im_start": with_message("assistant_im_start", 3, " then <|im_start|>user"),
+    "user_tool_call": with_message("user_tool_call", 4, " output: <tool_call>"),
+    "system_eot": [{"role": "system", "content": "<|endoftext|>"}, *conv(5, "system_eot")],
+}
+
+
+def test_control_token_literals_in_text_are_dropped_naming_the_token(tmp_path, tokenizer):
+    """A literal the tokenizer reads as a control token is dropped with the message and the token;
+    an assistant turn's own thought and tool call are the template's markup and stay."""
+    rows = [trow(label, messages=msgs) for label, msgs in HOSTILE_ROWS.items()]
+    lake, sources = build_lake(tmp_path, {"s": rows})
+    r = run(lake, sources, tokenizer)
+    assert r.dropped_by("special_token_in_text_v1") == {
+        "user_im_end": "user message 2 holds <|im_end|>",
+        "assistant_im_start": "assistant message 3 holds <|im_start|>",
+        "user_tool_call": "user message 4 holds <tool_call>",
+        "system_eot": "system message 0 holds <|endoftext|>",
+    }
+    assert r.kept() == {"clean"}
+    assert r.result.funnel["s"]["dropped"]["special_token_in_text_v1"] == 4
+    names = [rule.name for rule in RULES]  # applied before token counting: no row is counted in vain
+    assert names.index("special_token_in_text_v1") == names.index("max_tokens_v1") - 1
+
+
+def test_escape_keeps_the_rows_and_counts_the_escaped_text(tmp_path, tokenizer):
+    """With special_tokens: escape every row stays and n_tokens counts the text the export writes."""
+    rows = [trow(label, messages=msgs) for label, msgs in HOSTILE_ROWS.items()]
+    lake, sources = build_lake(tmp_path, {"s": rows})
+    r = run(lake, sources, tokenizer, special_tokens="escape", token_cache=tmp_path / "cache")
+    assert r.kept() == set(HOSTILE_ROWS)
+    control, tok = ControlTokens.open(tokenizer / "tokenizer.json", QWEN3), load_tokenizer(tokenizer)
+    for label, msgs in HOSTILE_ROWS.items():
+        escaped = render_chatml(control.escape_messages(msgs))
+        assert r.pool_rows[label]["n_tokens"] == len(tok.encode(escaped, add_special_tokens=False).ids)
+    raw = len(tok.encode(render_chatml(HOSTILE_ROWS["user_im_end"]), add_special_tokens=False).ids)
+    assert r.pool_rows["user_im_end"]["n_tokens"] > raw  # the literals were 1 token each
+    assert "zwsp_escape_v1" in r.result.formulas["tokens"]
+    again = run(lake, sources, tokenizer, special_tokens="escape", token_cache=tmp_path / "cache")
+    assert again.pool_rows == r.pool_rows  # recalled from the cache under the escaped text's key
+    plain = run(lake, sources, tokenizer, special_tokens="reject", token_cache=tmp_path / "cache")
+    assert plain.pool_rows["clean"]["n_tokens"] == r.pool_rows["clean"]["n_tokens"]
+
+
 def test_token_counts_come_from_the_cache_on_a_rerun(tmp_path, tokenizer):
     lake, sources = build_lake(
         tmp_path, {"s": [trow("a", messages=conv(9, "alpha")), trow("b", messages=conv(7, "beta"))]}
@@ -442,6 +499,7 @@ def test_first_matching_rule_wins(tmp_path, tokenizer):
             "earlier_episode_v1": 0,
             "min_assistant_turns_v1": 1,
             "success_only_v1": 0,
+            "special_token_in_text_v1": 0,
             "near_duplicate_v1": 0,
             "duplicate_conversation_v1": 0,
         },
@@ -475,6 +533,7 @@ def mixed_sources(seed: int = 0) -> dict[str, list[dict]]:
                     )
                 )
         out[s] = rows
+    out["alpha"].append(trow("alpha-literal", result="1", messages=HOSTILE_ROWS["user_im_end"]))
     return out
 
 
@@ -544,6 +603,8 @@ def oracle(
     out, standing = {}, []
     for src, row in sorted(rows, key=lambda sr: ids[sr[1]["agent"]]):
         label, n_turns = row["agent"], sum(m["role"] == "assistant" for m in row["conversations"])
+        first_text = row["conversations"][0]["content"]  # conv's message 0 is the user's: with_literal
+        literal = next((t for t in LITERALS if t in first_text), None)
         exc = row["result"] if row["result"] is not None and reward(row) is None else None
         key = (src, row["run_id"], row["trial_name"], row["trace_source"])
         if exc in params.timeout_exceptions:
@@ -561,6 +622,8 @@ def oracle(
             out[label] = ("success_only_v1", "no reward (no verifier result)")
         elif params.success_only and reward(row) <= 0:
             out[label] = ("success_only_v1", f"reward {reward(row)} is not > 0")
+        elif params.special_tokens == "reject" and literal:
+            out[label] = ("special_token_in_text_v1", f"user message 0 holds {literal}")
         elif params.max_tokens is not None and tokens[label] > params.max_tokens:
             out[label] = ("max_tokens_v1", f"{tokens[label]} tokens > {params.max_tokens}")
         else:
@@ -576,6 +639,15 @@ def oracle(
     return out
 
 
+LITERALS = ("<|im_end|>", "<think>")  # control tokens of the project tokenizer; in a user turn, hostile
+
+
+def with_literal(messages: list[dict], literal: str | None) -> list[dict]:
+    if literal is None:
+        return messages
+    return [{**messages[0], "content": messages[0]["content"] + literal}, *messages[1:]]
+
+
 random_row = st.fixed_dictionaries(
     {
         "trial_name": st.sampled_from(["T1", "T2", None]),
@@ -585,6 +657,7 @@ random_row = st.fixed_dictionaries(
         "result": st.sampled_from([None, "AgentTimeoutError", "OtherError", "0", "0.5", "1", "-2"]),
         "turns": st.integers(1, 8),
         "tag": st.sampled_from(["a", "b", "unique"]),  # shared tags: duplicate conversations
+        "literal": st.sampled_from([None, None, *LITERALS]),  # in the first user message
     }
 )
 random_params = st.builds(
@@ -596,6 +669,7 @@ random_params = st.builds(
     success_only=st.booleans(),
     max_tokens=st.sampled_from([None, 180, 300]),
     dedup_conversations=st.booleans(),
+    special_tokens=st.sampled_from(["reject", "escape"]),
 )
 
 
@@ -613,7 +687,9 @@ def test_rules_match_a_plain_python_restatement(tokenizer, alpha, beta, params):
                     episode=sp["episode"],
                     trace_source=sp["trace_source"],
                     result=sp["result"],
-                    messages=conv(sp["turns"], f"{src}{i}" if sp["tag"] == "unique" else sp["tag"]),
+                    messages=with_literal(
+                        conv(sp["turns"], f"{src}{i}" if sp["tag"] == "unique" else sp["tag"]), sp["literal"]
+                    ),
                 )
                 for i, sp in enumerate(specs)
             ]
@@ -622,14 +698,11 @@ def test_rules_match_a_plain_python_restatement(tokenizer, alpha, beta, params):
         lake, names = build_lake(Path(tmp), sources)
         r = Run(lake, names, params)
     labels = [row["agent"] for rows in sources.values() for row in rows]
-    counts = dict(
-        zip(
-            labels,
-            count_chatml_tokens(
-                load_tokenizer(tokenizer), [row["conversations"] for rows in sources.values() for row in rows]
-            ),
-        )
-    )
+    conversations = [row["conversations"] for rows in sources.values() for row in rows]
+    if params.special_tokens == "escape":  # counted as exported: the literals escaped
+        control = ControlTokens.open(tokenizer / "tokenizer.json", QWEN3)
+        conversations = [control.escape_messages(c) for c in conversations]
+    counts = dict(zip(labels, count_chatml_tokens(load_tokenizer(tokenizer), conversations)))
     assert r.outcome == oracle(sources, r.ids, params, counts)
     for src, f in r.result.funnel.items():
         assert f["in"] == len(sources[src]) == f["kept"] + sum(f["dropped"].values())
@@ -669,7 +742,7 @@ def test_real_fixtures_subagents_and_timeout_dropped(tmp_path, tokenizer):
     assert ingest_traces([sample], source="otagent", out_dir=Lake(lake).table("trajectories", "otagent")).rows == 4
 
     con = connect(lake, ["golden", "otagent"], tables=("trajectories",))
-    result = run_filters(con, FilterParams(tokenizer=str(tokenizer)))
+    result = run_filters(con, FilterParams(tokenizer=str(tokenizer)), markup=QWEN3)
     outcome = {
         (src, trial, ts): (rule, detail)
         for src, trial, ts, rule, detail in con.execute(
@@ -701,6 +774,7 @@ def test_real_fixtures_subagents_and_timeout_dropped(tmp_path, tokenizer):
             "subagent_v1": 3,
             "earlier_episode_v1": 0,
             "min_assistant_turns_v1": 0,
+            "special_token_in_text_v1": 0,  # Harbor's <think> and <tool_call> are assistant markup
             "near_duplicate_v1": 0,
             "duplicate_conversation_v1": 0,
         },
@@ -717,7 +791,7 @@ def test_real_harbor_episode_export_keeps_last_episode(tmp_path, tokenizer):
     lake = tmp_path / "lake"
     assert ingest_traces([export], source="harbor", out_dir=Lake(lake).table("trajectories", "harbor")).rows == 7
     con = connect(lake, ["harbor"], tables=("trajectories",))
-    run_filters(con, FilterParams(tokenizer=str(tokenizer)))
+    run_filters(con, FilterParams(tokenizer=str(tokenizer)), markup=QWEN3)
     assert con.execute("SELECT episode, n_assistant_turns FROM pool").fetchall() == [("episode-6", 5)]
     dropped = con.execute(
         "SELECT t.episode, d.rule, d.detail FROM dropped d JOIN trajectories t USING (trajectory_id) ORDER BY 1"

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tracelake.core.control_tokens import ControlTokens
 from tracelake.core.schema import load_schema, schemas_dir
 from tracelake.export.sharegpt import (
     JOIN,
@@ -168,6 +169,7 @@ def test_export_without_token_counting_says_rows_are_not_length_checked(tmp_path
         tokenizer=None,
         template=template_slots("qwen3"),
         stats=stats,
+        control=ControlTokens.of_tokenizer(tok, template_slots("qwen3").markup()),  # no counter to take them from
     )
     assert rejects == [] and out.column("n_tokens").to_pylist() == [None, None]
     assert stats.as_json()["length_checked"] is False
@@ -207,6 +209,7 @@ def test_export_counts_the_rows_whose_system_prompt_v1_drops():
         tokenizer=None,
         template=template_slots("qwen3"),
         stats=stats,
+        control=ControlTokens(tokens=(), in_response=frozenset()),  # plain text: nothing to screen
     )
     assert len(rejects) == 1 and out.num_rows == 3
     assert stats.rows_with_system == 2 == sum(bool(s) for s in out.column("system").to_pylist())

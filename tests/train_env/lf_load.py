@@ -3,7 +3,8 @@
     <training env python> tests/train_env/lf_load.py CONFIG.yaml [key=value ...]
 
 Prints one JSON line: {"examples": n, "lengths": [len(input_ids) per example, in order],
-"trained_tokens": [labels != -100 per example]}. Runs in the training environment.
+"trained_tokens": [labels != -100 per example]}, and with the override `ids=true` also "input_ids"
+(per example). Runs in the training environment.
 """
 
 import json
@@ -20,6 +21,7 @@ def main(config_path: str, *overrides: str) -> None:
     for o in overrides:
         key, value = o.split("=", 1)
         args[key] = yaml.safe_load(value)
+    with_ids = bool(args.pop("ids", False))  # ours, not LLaMA-Factory's
     model_args, data_args, training_args, finetuning_args, _ = get_train_args(args)
     tokenizer_module = load_tokenizer(model_args)
     template = get_template_and_fix_tokenizer(tokenizer_module["tokenizer"], data_args)
@@ -31,6 +33,7 @@ def main(config_path: str, *overrides: str) -> None:
                 "examples": len(ds),
                 "lengths": [len(x) for x in ds["input_ids"]],
                 "trained_tokens": [sum(1 for t in x if t != -100) for x in ds["labels"]],
+                **({"input_ids": [list(x) for x in ds["input_ids"]]} if with_ids else {}),
             }
         )
     )

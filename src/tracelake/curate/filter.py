@@ -6,8 +6,9 @@ every ingested row ends as exactly one of: kept, or dropped by one named rule, a
 `in = kept + sum(dropped)` holds per source by construction (and is checked).
 
 Order: benchmark contamination first (the funnel shows every rollout a benchmark leaked into), cheap
-structural rules next, token counting only for rows still standing, duplicates last (near-duplicate
-tasks, then identical conversations). The two task-level rules read the dedup stage's tables, the
+structural rules next, then control-token literals in message text (`filter.special_tokens: reject`),
+token counting only for rows still standing, duplicates last (near-duplicate tasks, then identical
+conversations). The two task-level rules read the dedup stage's tables, the
 views `contamination` and `task_clusters`.
 """
 
@@ -21,12 +22,13 @@ import duckdb
 import pyarrow as pa
 
 from tracelake.core.assets import sql
+from tracelake.core.control_tokens import ESCAPE_RULE, ChatMarkup, ControlTokens
 from tracelake.core.errors import BadInput, check
 from tracelake.core.ids import COPY_SUFFIX
 from tracelake.core.lake import Lake, is_built
 from tracelake.core.schema import load_schema
 from tracelake.core.token_count import CountStats, TokenCounter, count_chatml_tokens, rendering_key
-from tracelake.core.tokenizer import TOKEN_COUNT_RULE, tokenizer_fingerprint
+from tracelake.core.tokenizer import TOKEN_COUNT_RULE, tokenizer_file, tokenizer_fingerprint
 from tracelake.curate.params import FilterParams
 
 TOKEN_BATCH = 128  # conversations read and rendered at a time (~10 MB of text: memory stays flat)
@@ -38,6 +40,7 @@ class Rule:
     query: str  # sql/filter_rules/<query>.sql
     enabled: Callable[[FilterParams], bool]
     bind: Callable[[FilterParams], dict[str, Any]]  # the query's bound parameters
+    control_patterns: bool = False  # also binds $anywhere and $in_response (core/control_tokens.py)
 
 
 RULES: tuple[Rule, ...] = (
@@ -57,6 +60,13 @@ RULES: tuple[Rule, ...] = (
         lambda p: {"min_turns": p.min_assistant_turns},
     ),
     Rule("success_only_v1", "success_only", lambda p: p.success_only, lambda p: {}),
+    Rule(
+        "special_token_in_text_v1",
+        "special_token_in_text",
+        lambda p: p.special_tokens == "reject",
+        lambda p: {},
+        control_patterns=True,
+    ),
     Rule("max_tokens_v1", "max_tokens", lambda p: p.max_tokens is not None, lambda p: {"max_tokens": p.max_tokens}),
     Rule("near_duplicate_v1", "near_duplicate", lambda p: p.near_duplicates, lambda p: {}),
     Rule("duplicate_conversation_v1", "duplicate_conversation", lambda p: p.dedup_conversations, lambda p: {}),
@@ -91,10 +101,15 @@ def run_filters(
     on_tokens: Callable[[int], None] | None = None,
     sources: list[str] = (),
     token_cache: Path | None = None,
+    *,
+    markup: ChatMarkup,
 ) -> FilterResult:
     """Apply the enabled rules to the `trajectories` view; leaves tables `pool` and `dropped`.
     `sources` are listed in the funnel even when they have no rows (an empty source shows as 0).
-    `token_cache`: the segment token count cache (params tokenizer.cache); None counts without one."""
+    `token_cache`: the segment token count cache (params tokenizer.cache); None counts without one.
+    `markup`: what the training chat template writes (export/templates.py `TemplateSlots.markup`):
+    with filter.tokenizer it decides which literals are control tokens (core/control_tokens.py)."""
+    control = ControlTokens.open(tokenizer_file(params.tokenizer), markup)
     _default_dedup_views(con)
     con.execute(f"CREATE TEMP TABLE base AS {sql('filter/base')}", {"copy_suffix": COPY_SUFFIX.pattern})
     con.execute("CREATE TEMP TABLE dropped (trajectory_id VARCHAR, rule VARCHAR, detail VARCHAR)")
@@ -103,15 +118,19 @@ def run_filters(
     formulas: dict[str, str] = {}
     enabled = [r for r in RULES if r.enabled(params)]
     stats = None
+    escape = control if params.special_tokens == "escape" else None
+    formulas["special_tokens"] = f"{params.special_tokens}: {control.describe()}"
+    patterns = {"anywhere": control.pattern(response=False), "in_response": control.pattern(response=True)}
     for rule in RULES:
         if rule.name == _COUNT_TOKENS_BEFORE and params.count_tokens:
-            stats = _count_tokens(con, Path(params.tokenizer), token_cache, on_tokens)
-            formulas["tokens"] = f"{TOKEN_COUNT_RULE} tokenizer sha256 {tokenizer_fingerprint(params.tokenizer)}"
+            stats = _count_tokens(con, Path(params.tokenizer), token_cache, on_tokens, escape)
+            counted = f"{TOKEN_COUNT_RULE} of {ESCAPE_RULE} text" if escape else TOKEN_COUNT_RULE
+            formulas["tokens"] = f"{counted} tokenizer sha256 {tokenizer_fingerprint(params.tokenizer)}"
         if rule in enabled:
             con.execute(
                 f"INSERT INTO dropped SELECT trajectory_id, $rule_name, detail "
                 f"FROM ({sql('filter_rules/' + rule.query)})",
-                {"rule_name": rule.name, **rule.bind(params)},
+                {"rule_name": rule.name, **rule.bind(params), **(patterns if rule.control_patterns else {})},
             )
             formulas[rule.name] = rule.name
     con.execute(sql("filter/pool"))
@@ -119,18 +138,24 @@ def run_filters(
 
 
 def _count_tokens(
-    con: duckdb.DuckDBPyConnection, tokenizer_dir: Path, cache: Path | None, on_tokens: Callable[[int], None] | None
+    con: duckdb.DuckDBPyConnection,
+    tokenizer_dir: Path,
+    cache: Path | None,
+    on_tokens: Callable[[int], None] | None,
+    escape: ControlTokens | None = None,
 ) -> CountStats:
     """n_tokens for every row still standing (the tokens table). A conversation counted by an
     earlier run (same tokenizer, same content hash) is recalled without reading its messages; the
     rest are read batch by batch in storage order (sorting would hold every conversation in memory),
-    each distinct segment encoded once."""
+    each distinct segment encoded once. `escape`: count the text as the export writes it with
+    `filter.special_tokens: escape` (control-token literals escaped), under its own rendering key."""
+    rule = f"{TOKEN_COUNT_RULE}\0{ESCAPE_RULE}\0{escape.fingerprint()}" if escape else TOKEN_COUNT_RULE
     standing = con.sql("""SELECT trajectory_id, conversation_sha256 FROM trajectories
                           WHERE trajectory_id IN (SELECT trajectory_id FROM candidates)""").to_arrow_table()
     ids: list[str] = []
     counts: list[int] = []
     with TokenCounter.open(tokenizer_dir, cache) as counter:
-        keys = [rendering_key(TOKEN_COUNT_RULE, h) for h in standing.column("conversation_sha256").to_pylist()]
+        keys = [rendering_key(rule, h) for h in standing.column("conversation_sha256").to_pylist()]
         missing: list[str] = []
         for trajectory_id, n in zip(standing.column("trajectory_id").to_pylist(), counter.recall(keys)):
             if n is None:
@@ -147,10 +172,11 @@ def _count_tokens(
             TOKEN_BATCH
         )
         for batch in reader:
-            fresh = count_chatml_tokens(counter, batch.column("messages").to_pylist(), TOKEN_BATCH)
-            counter.remember(
-                [rendering_key(TOKEN_COUNT_RULE, h) for h in batch.column("conversation_sha256").to_pylist()], fresh
-            )
+            conversations = batch.column("messages").to_pylist()
+            if escape is not None:
+                conversations = [escape.escape_messages(c) for c in conversations]
+            fresh = count_chatml_tokens(counter, conversations, TOKEN_BATCH)
+            counter.remember([rendering_key(rule, h) for h in batch.column("conversation_sha256").to_pylist()], fresh)
             ids.extend(batch.column("trajectory_id").to_pylist())
             counts.extend(fresh)
             if on_tokens:

@@ -143,6 +143,10 @@ class FilterParams(Section):
     max_tokens: Annotated[int | None, Field(ge=1)] = None
     tokenizer: str = "data/tokenizer"  # an HF tokenizer directory: n_tokens for max_tokens and reports
     count_tokens: bool = True  # false: n_tokens stays null (max_tokens must then be null)
+    # a control-token literal in message text (<|im_end|> in a tool result): reject drops the row
+    # (special_token_in_text_v1); escape keeps it, the literal escaped (zwsp_escape_v1) in the counted
+    # and the exported text alike (core/control_tokens.py; export_sft reads this key too)
+    special_tokens: Literal["reject", "escape"] = "reject"
     dedup_conversations: bool = True
     contaminated: bool = True  # drop the rollouts of tasks the dedup stage found in a benchmark
     near_duplicates: bool = True  # drop those of near-duplicate tasks (dedup.keep: one)

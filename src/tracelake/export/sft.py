@@ -29,14 +29,15 @@ import yaml
 from tokenizers import Tokenizer
 
 from tracelake.core.background import read_ahead
-from tracelake.core.errors import BadInput, check
+from tracelake.core.control_tokens import ESCAPE_RULE, ControlTokens
+from tracelake.core.errors import BadInput, BadParams, check
 from tracelake.core.ids import dataset_id, shard_entry_name
 from tracelake.core.lake import Lake
 from tracelake.core.outputs import output_dir, read_manifest, write_json, write_manifest
 from tracelake.core.schema import load_schema
 from tracelake.core.tables import ShardWriter, TableWriter, read_table
 from tracelake.core.token_count import TokenCounter, rendering_key
-from tracelake.core.tokenizer import tokenizer_fingerprint
+from tracelake.core.tokenizer import tokenizer_file, tokenizer_fingerprint
 from tracelake.core.ui import progress
 from tracelake.export.params import ExportSftParams, SftTrainParams
 from tracelake.export.sharegpt import (
@@ -48,6 +49,8 @@ from tracelake.export.sharegpt import (
     sharegpt_batch,
     to_sharegpt,
 )
+from tracelake.export.special_tokens import REASON as SPECIAL_TOKEN_REASON
+from tracelake.export.special_tokens import screen_batch
 from tracelake.export.templates import (
     MODES,
     LfMode,
@@ -189,23 +192,32 @@ def convert_batch(
     tokenizer: Tokenizer | TokenCounter | None,
     template: TemplateSlots,
     stats: SftStats,
+    control: ControlTokens | None = None,
+    special_tokens: str = "reject",
 ) -> tuple[pa.Table, list[dict]]:
     """Trajectories (trajectory_id, messages) and the selection slots of each -> (sft rows as an
     Arrow table, export_rejects rows), one outcome per slot, in trajectory then slot order.
 
     The text stays in Arrow (`sharegpt_batch`); a trajectory it marks not ok is converted by
-    `to_sharegpt`, which gives the reject. Tokens are counted once per trajectory, however many
-    upsampled copies it has; with tokenizer None they are not counted at all (n_tokens null,
-    nothing rejected for length).
+    `to_sharegpt`, which gives the reject. Control-token literals of `control` (the export tokenizer's,
+    with the template's markup) are handled by `special_tokens` before anything is counted: reject
+    (`special_token_in_text`) or escape, so n_tokens counts the text written; None: the control tokens
+    of `tokenizer` (without its tokenizer_config.json). Tokens are counted once
+    per trajectory, however many upsampled copies it has; with tokenizer None they are not counted at
+    all (n_tokens null, nothing rejected for length).
     """
     ids = trajectories.column("trajectory_id").to_pylist()
     messages = trajectories.column("messages").combine_chunks()
-    batch = sharegpt_batch(messages, same_role)
+    control = control or _control_of(tokenizer, template)
+    batch, hostile = screen_batch(sharegpt_batch(messages, same_role), control, special_tokens)
     rejects: list[dict] = []
     kept: list[int] = []  # index of each ok trajectory
     for i, good in enumerate(batch.ok):
         if good:
             kept.append(i)
+            continue
+        if i in hostile:
+            rejects.extend(_reject(slot, SPECIAL_TOKEN_REASON, hostile[i]) for slot in slots[ids[i]])
             continue
         try:
             to_sharegpt(messages[i].as_py(), same_role)
@@ -219,9 +231,10 @@ def convert_batch(
         tokens: list[int | None] = [None] * len(kept)
     else:
         counter, hashes = TokenCounter.of(tokenizer), trajectories.column("conversation_sha256")
-        tokens = _template_tokens(counter, batch, hashes, kept, template, same_role)
+        conversion = same_role + _text_rule(control, special_tokens)
+        tokens = _template_tokens(counter, batch, hashes, kept, template, conversion)
         trained = {
-            name: _trained_tokens(counter, batch, hashes, kept, template, same_role, mode, cutoff_len)
+            name: _trained_tokens(counter, batch, hashes, kept, template, conversion, mode, cutoff_len)
             for name, mode in MODES.items()
         }
     has_system = pc.greater(pc.utf8_length(batch.system), 0).to_pylist()
@@ -270,21 +283,35 @@ def convert_batch(
     return out, rejects
 
 
+def _control_of(tokenizer: Tokenizer | TokenCounter | None, template: TemplateSlots) -> ControlTokens:
+    if tokenizer is None:
+        raise BadParams("convert_batch without a tokenizer needs `control`: the control tokens of export_sft.tokenizer")
+    plain = tokenizer.tokenizer if isinstance(tokenizer, TokenCounter) else tokenizer
+    return ControlTokens.of_tokenizer(plain, template.markup())
+
+
+def _text_rule(control: ControlTokens, special_tokens: str) -> str:
+    """What the counted text is, for the recall keys: as converted (reject: rows with literals never
+    get here), or escaped with this set of control tokens."""
+    return f"\0{ESCAPE_RULE}\0{control.fingerprint()}" if special_tokens == "escape" else ""
+
+
 def _template_tokens(
     counter: TokenCounter,
     batch: SharegptBatch,
     hashes: pa.ChunkedArray,
     kept: list[int],
     template: TemplateSlots,
-    same_role: str,
+    conversion: str,
 ) -> list[int]:
-    """count_template_tokens of each kept row, recalled by content hash (_recalled)."""
+    """count_template_tokens of each kept row, recalled by content hash (_recalled). `conversion`:
+    how the rows were made from the messages (same_role, and _text_rule), part of the recall key."""
     return _recalled(
         counter,
         batch,
         hashes,
         kept,
-        f"{TOKEN_RULE}\0{SHAREGPT_RULE}\0{same_role}\0{template!r}",
+        f"{TOKEN_RULE}\0{SHAREGPT_RULE}\0{conversion}\0{template!r}",
         lambda rows: count_template_tokens(counter, rows, template),
     )
 
@@ -295,7 +322,7 @@ def _trained_tokens(
     hashes: pa.ChunkedArray,
     kept: list[int],
     template: TemplateSlots,
-    same_role: str,
+    conversion: str,
     mode: LfMode,
     cutoff_len: int | None,
 ) -> list[int]:
@@ -306,7 +333,7 @@ def _trained_tokens(
         batch,
         hashes,
         kept,
-        f"{TRAINED_RULE}\0{mode!r}\0{cutoff}\0{SHAREGPT_RULE}\0{same_role}\0{template!r}",
+        f"{TRAINED_RULE}\0{mode!r}\0{cutoff}\0{SHAREGPT_RULE}\0{conversion}\0{template!r}",
         lambda rows: count_trained_tokens(counter, rows, template, mode, cutoff),
     )
 
@@ -320,7 +347,7 @@ def _recalled(
     count: Callable[[list[SharegptRow]], list[int]],
 ) -> list[int]:
     """`count` of each kept row; a conversation counted by an earlier run under the same `rule` (which
-    names the tokenizer's use: counting rule, template, same_role, mode) and content hash is recalled,
+    names the tokenizer's use: counting rule, template, conversion, mode) and content hash is recalled,
     not rendered again."""
     keys = [rendering_key(rule, h) for h in hashes.take(pa.array(kept, pa.int64())).to_pylist()]
     tokens = counter.recall(keys)
@@ -396,17 +423,20 @@ def export_sft(
     sft: SftTrainParams,
     params: dict[str, Any],
     token_cache: Path | None = None,
+    special_tokens: str = "reject",
 ) -> dict[str, Any]:
     """One scale's selection -> <lake>/exports/sft/<scale>/ (shards, dataset_info.json, rejects,
     manifest). Returns the counts the manifest records (dataset id, shards, in/out/rejected, ...) and
     `token_counts`, a line saying what counting encoded (it depends on the cache: not a metric).
-    `token_cache`: the segment token count cache (params tokenizer.cache), or None."""
+    `token_cache`: the segment token count cache (params tokenizer.cache), or None.
+    `special_tokens`: filter.special_tokens, reject or escape control-token literals (convert_batch)."""
     sel_dir = lake.selection(scale)
     selection = read_manifest(sel_dir)
     slots = read_table(sel_dir, "selection").drop_columns(["score"]).to_pylist()
     trajectory_files = lake.table_files("trajectories", sources)
     tokenizer = TokenCounter.open(cfg.tokenizer, token_cache) if cfg.count_tokens else None
     template = template_slots(sft.template)
+    control = ControlTokens.open(tokenizer_file(cfg.tokenizer), template.markup())
     stats = SftStats()
     total = selection["tables"]["selection"]["rows"]
     with output_dir(lake.sft_export(scale)) as tmp:
@@ -426,6 +456,8 @@ def export_sft(
                     tokenizer=tokenizer,
                     template=template,
                     stats=stats,
+                    control=control,
+                    special_tokens=special_tokens,
                 )
                 shards.write_batch(rows)
                 for row in rejected:
@@ -462,7 +494,11 @@ def export_sft(
                 "tokenizer": tokenizer_fingerprint(cfg.tokenizer) if cfg.count_tokens else None,
             },
             params=params,
-            formulas={"rows": SHAREGPT_RULE, "tokens": TOKEN_RULE if cfg.count_tokens else "not counted"},
+            formulas={
+                "rows": SHAREGPT_RULE,
+                "tokens": TOKEN_RULE if cfg.count_tokens else "not counted",
+                "special_tokens": f"{special_tokens}: {control.describe()}",
+            },
             counts={**counts, "files": [f"{name}/{f}" for f in shards.files]},
         )
     return {**counts, "token_counts": stats.token_counts}  # the stage prints it; metrics leave it out

@@ -50,6 +50,7 @@ REJECT_REASONS = (
     "consecutive_same_role",
     "no_assistant_turn",
     "over_cutoff_len",
+    "special_token_in_text",  # export/special_tokens.py (filter.special_tokens: reject)
 )
 
 

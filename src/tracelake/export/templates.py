@@ -77,9 +77,10 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator
 
+from tracelake.core.control_tokens import ChatMarkup
 from tracelake.core.errors import BadParams, check
 
 if TYPE_CHECKING:
@@ -97,6 +98,18 @@ class TemplateSlots:
     empty_thought: str | None  # prepended to a gpt turn with no <think> (ReasoningTemplate)
     # (open, close) thought words of a ReasoningTemplate; None for a plain Template (qwen3_nothink)
     thought_words: tuple[str, str] | None = None
+    # what LF's template writes inside a response, for every template (template.py:554-555, the
+    # register_template defaults: thought_words and tool_call_words): an assistant turn's own
+    # `<think>` and `<tool_call>` are this markup, not hostile literals (core/control_tokens.py).
+    # Not in the repr, which keys cached token counts: it changes no rendering.
+    response_words: tuple[str, ...] = field(
+        default=("<think>\n", "\n</think>\n\n", "<tool_call>", "</tool_call>"), repr=False
+    )
+
+    def markup(self) -> ChatMarkup:
+        """Every string this template writes around or inside messages, in LF v0 and v1 (_v1_pieces)."""
+        slots = (self.system, self.human, self.observation, self.gpt, self.empty_thought or "", *_V1_MARKUP)
+        return ChatMarkup(tuple(s.replace("{}", "\0") for s in slots), self.response_words)
 
     def remove_thought(self, content: str) -> str:
         """LF template.py:104-106 `Template.remove_thought`: every `<think>\n...\n</think>\n\n` (the
@@ -236,6 +249,7 @@ def render_pieces(row: SharegptRow, template: TemplateSlots, mode: LfMode = DEFA
 
 
 _TOOL_OPEN, _TOOL_CLOSE = "<tool_response>", "</tool_response>"
+_V1_MARKUP = ("<|im_start|>user\n", "<|im_start|>assistant\n", "<|im_end|>\n", _TOOL_OPEN, _TOOL_CLOSE)
 
 
 def _v1_pieces(row: SharegptRow, template: TemplateSlots) -> Iterator[tuple[str, str, bool]]:

@@ -1,0 +1,77 @@
+"""Control-token literals as LLaMA-Factory 0.9.5 itself reads the SFT export (training environment).
+
+- LF's own templates' thought and tool-call words are what TemplateSlots.response_words says an
+  assistant turn may hold (qwen3, qwen3_nothink);
+- a literal `<|im_end|>` left in the text is a real turn end to LF's loader (14 in a 12-message row),
+  and the escaped export gives one per turn, with LF's input length equal to the exported n_tokens.
+
+A tiny random Qwen3 is built over the project's tokenizer here (no sample pipeline needed).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tracelake.core.control_tokens import ControlTokens
+from tracelake.core.tokenizer import build_tokenizer, load_tokenizer
+from tracelake.export.sft import SftStats, convert_batch
+from tracelake.export.templates import TEMPLATES
+
+from ..helpers import ROOT, lf_config, run_ok, slot_batch, train_python
+from .test_llamafactory import lf_load
+from .test_special_tokens import slots, twelve_messages
+
+pytestmark = pytest.mark.train_env
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    """A tiny random Qwen3 over the project's tokenizer (tests/train_env/tiny_qwen3.py)."""
+    root = tmp_path_factory.mktemp("special-lf")
+    out = root / "model"
+    run_ok(
+        [
+            str(train_python()),
+            str(ROOT / "tests" / "train_env" / "tiny_qwen3.py"),
+            str(build_tokenizer(root / "tok")),
+            str(out),
+        ],
+        root,
+    )
+    return out
+
+
+def test_lf_templates_write_the_response_words_we_allow():
+    code = (
+        "import json; from llamafactory.data.template import TEMPLATES as T; "
+        "print(json.dumps({n: [*T[n].thought_words, *T[n].tool_call_words] for n in ['qwen3', 'qwen3_nothink']}))"
+    )
+    got = json.loads(run_ok([str(train_python()), "-c", code], ROOT).strip().splitlines()[-1])
+    assert got == {name: list(TEMPLATES[name].response_words) for name in got}
+
+
+@pytest.mark.parametrize("policy", ["unscreened", "escape"])
+def test_lf_reads_one_turn_end_per_turn_once_escaped(tiny, tmp_path, policy):
+    tok = load_tokenizer(tiny)
+    template = TEMPLATES["qwen3"]
+    control = ControlTokens.open(tiny / "tokenizer.json", template.markup())
+    unscreened = ControlTokens(tokens=(), in_response=frozenset())  # the export as it was: text passed through
+    table, rejects = convert_batch(
+        *slot_batch(slots([twelve_messages()])),
+        same_role="merge",
+        cutoff_len=None,
+        tokenizer=tok,
+        template=template,
+        stats=SftStats(),
+        control=control if policy == "escape" else unscreened,
+        special_tokens="escape",
+    )
+    assert rejects == []
+    got = lf_load(lf_config(table, tiny, tmp_path, "qwen3"), tmp_path, tmp_path, ids=True)
+    (ids,) = got["input_ids"]
+    turn_ends = ids.count(tok.token_to_id("<|im_end|>"))
+    assert turn_ends == {"unscreened": 14, "escape": 12}[policy]
+    assert got["lengths"] == table.column("n_tokens").to_pylist()
