@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from tracelake.core.control_tokens import ControlTokens
 from tracelake.core.lake import Lake
 from tracelake.core.schema import load_schema
 from tracelake.core.tables import ShardWriter
-from tracelake.core.tokenizer import load_tokenizer
+from tracelake.core.tokenizer import load_tokenizer, tokenizer_file
 from tracelake.export.sft import SftStats, convert_batch, trajectories_with_slots
 from tracelake.export.templates import template_slots
 from tracelake.params import load_params
@@ -61,6 +62,7 @@ def main() -> None:
 
     tokenizer, stats = load_tokenizer(params.export_sft.tokenizer), SftStats()
     template = template_slots(params.train.sft.template)
+    control = ControlTokens.open(tokenizer_file(params.export_sft.tokenizer), template.markup())  # as export_sft does
     with tempfile.TemporaryDirectory() as tmp:
         t = time.perf_counter()
         writer = ShardWriter(Path(tmp) / "shards", load_schema("sft_rows"), params.export_sft.rows_per_shard)
@@ -73,6 +75,8 @@ def main() -> None:
                 tokenizer=tokenizer,
                 template=template,
                 stats=stats,
+                control=control,
+                special_tokens=params.filter.special_tokens,
             )
             writer.write_batch(rows)
         info = writer.close()
