@@ -19,7 +19,7 @@ from tracelake import __version__
 from tracelake.core.errors import BadParams, Bug, TracelakeError
 from tracelake.core.lake import Lake
 from tracelake.core.stage import interrupted_message
-from tracelake.core.ui import err, out, progress
+from tracelake.core.ui import err, json_for_terminal, literal, out, progress
 
 app = typer.Typer(
     name="tracelake",
@@ -419,6 +419,8 @@ def sql(
             tree = stack.enter_context(tree_at(rev, [str(lake)]))
             root = tree.root / lake
             err.print(f"lake at {rev} ({tree.revision.sha[:10]})", style="dim")
+            for skipped in tree.missing:  # outputs whose data this cache lacks: only their views are absent
+                err.print(f"not in the DVC cache, left out: {skipped}", style="dim", markup=False)
         con, views = open_lake(root)
         if query is None:
             from tracelake.explore.sql import interactive
@@ -469,7 +471,7 @@ def diff(
         html.parent.mkdir(parents=True, exist_ok=True)
         html.write_text(render_html(report))
     if json_out:
-        sys.stdout.buffer.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
+        sys.stdout.buffer.write(json_for_terminal(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n"))
         sys.stdout.flush()
     else:
         render(report, out)
@@ -501,7 +503,7 @@ def dedup(
 
     data: Any = explain_rows(lake, explain) if explain else summary(lake)
     if json_out:
-        sys.stdout.buffer.write(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
+        sys.stdout.buffer.write(json_for_terminal(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n"))
         sys.stdout.flush()
     elif explain:
         render_explain(data, explain, out)
@@ -607,6 +609,8 @@ def view(
                 raise typer.BadParameter("with --rev, --lake is the lake's path inside the repository")
             tree = stack.enter_context(tree_at(rev, [str(lake)]))
             root, label = tree.root / lake, f"{lake} at {rev} ({tree.revision.sha[:10]})"
+            for skipped in tree.missing:  # outputs whose data this cache lacks: only their views are absent
+                err.print(f"not in the DVC cache, left out: {skipped}", style="dim", markup=False)
         serve(
             root,
             port,
@@ -654,8 +658,8 @@ def main() -> None:
     left unwritten (exit 130), a Bug keeps its traceback (exit 70)."""
     try:
         rc = app(standalone_mode=False)  # standalone mode would turn Ctrl-C into a bare exit 130
-    except TracelakeError as e:
-        err.print(f"tracelake: {e}", markup=False, soft_wrap=True)
+    except TracelakeError as e:  # its message may quote data: printed literally, controls visible
+        err.print(literal(f"tracelake: {e}"), soft_wrap=True)
         sys.exit(e.exit_code)
     except typer.Abort:
         err.print("Aborted!")
@@ -664,7 +668,7 @@ def main() -> None:
         if hasattr(e, "show"):
             e.show()
         else:
-            err.print(f"tracelake: {e}", markup=False, soft_wrap=True)
+            err.print(literal(f"tracelake: {e}"), soft_wrap=True)
         sys.exit(getattr(e, "exit_code", 2))
     except Bug:
         import traceback
