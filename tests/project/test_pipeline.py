@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -94,6 +95,19 @@ def test_a_fresh_clone_rebuilds_to_a_clean_git_status(repo, tmp_path):
     assert "Running stage 'dedup'" in out and "Running stage 'export_rl'" in out, out
     assert sh(["git", "status", "--porcelain"], clone).strip() == ""
     assert (clone / "dvc.lock").read_bytes() == (repo / "dvc.lock").read_bytes()
+    # The committed lake through the clone's DVC cache: a query and a diff at HEAD.
+    count = ["tracelake", "sql", "--format", "csv", "SELECT 'rows=' || count(*) FROM pool"]
+    now = re.findall(r"rows=\d+", sh(count, clone))
+    assert len(now) == 1 and re.findall(r"rows=\d+", sh(count[:2] + ["--rev", "HEAD"] + count[2:], clone)) == now
+    sh(["tracelake", "diff", "HEAD:pool", "pool"], clone)
+    # An output whose data this cache never held (committed elsewhere, not pulled) is left out at a
+    # revision; queries of the rest still run.
+    lock = (clone / "dvc.lock").read_text()
+    md5 = re.search(r"- path: lake/scores\n\s+hash: md5\n\s+md5: (\w+\.dir)", lock).group(1)
+    (clone / "dvc.lock").write_text(lock.replace(md5, "0" * 32 + ".dir"))
+    sh(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "scores built elsewhere"], clone)
+    shown = sh(count[:2] + ["--rev", "HEAD"] + count[2:], clone)
+    assert re.findall(r"rows=\d+", shown) == now and "left out: lake/scores" in shown, shown
 
 
 def test_every_scale_is_a_content_addressed_dataset(repo):

@@ -67,6 +67,7 @@ def resolve(repo, rev: str) -> Revision:
 class Tree:
     root: Path  # a temporary directory: root/<path> for each path asked for
     revision: Revision
+    missing: tuple[str, ...] = ()  # "<path>: <why>" for each directory under a path that DVC could not load
 
 
 @contextmanager
@@ -83,17 +84,16 @@ def tree_at(rev: str, paths: Iterable[str], root: Path | str = ".") -> Iterator[
         cache = repo.cache.local
         out = Path(tempfile.mkdtemp(prefix=f"tracelake-{revision.sha[:8]}-"))
         try:
-            found = 0
+            found, missing = 0, []
             for path in paths:
                 try:
                     if not fs.exists(path):
                         continue
-                    files = fs.find(path, detail=True) if fs.isdir(path) else {path: fs.info(path)}
-                except Exception as e:  # DVC raises its own types for a directory listing it cannot load
-                    raise BadInput(
-                        f"cannot list {path} at {rev}: its DVC data is not in the cache "
-                        f"(`dvc fetch --rev {rev}` or `dvc pull` first): {_first_line(e)}"
-                    ) from None
+                except Exception as e:  # DVC raises its own types for a listing it cannot load
+                    raise BadInput(_not_cached(path, rev, e)) from None
+                files = _listing(fs, path, missing)
+                if path in (m.split(": ", 1)[0] for m in missing):
+                    raise BadInput(_not_cached(path, rev, missing[-1].split(": ", 1)[1]))
                 found += 1
                 for name, info in files.items():
                     _place(fs, cache, name, info, out / name, rev)
@@ -102,9 +102,35 @@ def tree_at(rev: str, paths: Iterable[str], root: Path | str = ".") -> Iterator[
                     f"{', '.join(paths)} did not exist at {rev} ({revision.sha[:10]}): "
                     f"was the pipeline built and committed there?"
                 )
-            yield Tree(out, revision)
+            yield Tree(out, revision, tuple(missing))
         finally:
             shutil.rmtree(out, ignore_errors=True)
+
+
+def _listing(fs, path: str, missing: list[str]) -> dict[str, dict]:
+    """Every file under `path` (name -> info). A directory DVC cannot load (an output whose data is
+    not in this cache) is left out and noted in `missing`, and its siblings are still listed: a query
+    at a revision needs the directories it reads, not every output the lake had."""
+    try:
+        return fs.find(path, detail=True) if fs.isdir(path) else {path: fs.info(path)}
+    except Exception as whole:  # DVC raises its own types for a directory listing it cannot load
+        try:
+            children = fs.ls(path, detail=False)
+        except Exception:
+            missing.append(f"{path}: {_first_line(whole)}")
+            return {}
+    files: dict[str, dict] = {}
+    for child in children:
+        files.update(_listing(fs, child, missing))
+    return files
+
+
+def _not_cached(path: str, rev: str, why: object) -> str:
+    reason = _first_line(why) if isinstance(why, Exception) else why
+    return (
+        f"cannot list {path} at {rev}: its DVC data is not in the cache "
+        f"(`dvc fetch --rev {rev}` or `dvc pull` first): {reason}"
+    )
 
 
 def _place(fs, cache, name: str, info: dict, target: Path, rev: str) -> None:
