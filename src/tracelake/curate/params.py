@@ -81,6 +81,10 @@ class ModelParams(Section):
     max_retries: Annotated[int, Field(ge=0)] = 8  # on 429, 5xx, timeouts and dropped connections only
     backoff_s: Annotated[Number, Field(ge=0)] = 1.0  # first retry wait, doubled each time, with jitter
     max_backoff_s: Annotated[Number, Field(ge=0)] = 60  # (a Retry-After header wins)
+    # a longer Retry-After fails the task at once (retry_after_too_long) instead of waiting
+    max_retry_after_s: Annotated[Number, Field(ge=0, le=86400)] = 120
+    # a larger response body is read no further: the task fails as bad_response
+    max_response_bytes: Annotated[int, Field(ge=1 << 16, le=1 << 30)] = 4 << 20
     price_input_per_million: Annotated[Number | None, Field(ge=0)] = None  # for the cost estimate
     price_output_per_million: Annotated[Number | None, Field(ge=0)] = None
     # vllm, transformers

@@ -178,6 +178,8 @@ def make_engine(model: ModelParams) -> Engine:
             max_retries=model.max_retries,
             backoff_s=model.backoff_s,
             max_backoff_s=model.max_backoff_s,
+            max_retry_after_s=model.max_retry_after_s,
+            max_response_bytes=model.max_response_bytes,
         )
     from tracelake.curate.scoring.engines.local import LocalEngine, engine_python
 

@@ -2,7 +2,13 @@
 
 - Requests run on `concurrency` threads, under optional requests/min and tokens/min limits.
 - Retries, with exponential backoff and jitter, only on 429, 5xx, timeouts and dropped connections;
-  a `Retry-After` header sets the wait (and pauses every thread: the limit is the endpoint's).
+  a `Retry-After` header sets the wait (and pauses every thread: the limit is the endpoint's), up to
+  `max_retry_after_s`: a longer one fails the task (retry_after_too_long) rather than stall the run.
+- `timeout_s` is the deadline of a whole request, and a body is read up to `max_response_bytes`
+  (http_deadline.py): a server dripping bytes, or sending megabytes, costs one task, not the run.
+- Every field of an answer is checked against the shape the cache stores (`parse_completion`):
+  a wrong one fails that task as bad_response, naming the field.
+- A stop (Ctrl-C, a fatal status) cuts every connection at once: no thread outlives the run.
 - 401, 403 and 404 stop the run with one line (a refused key, an unknown model or endpoint: no
   retry can fix them); another 4xx fails that request only, with its reason (e.g. a prompt over the
   model's context).
@@ -11,17 +17,21 @@
 from __future__ import annotations
 
 import email.utils
+import math
 import random
 import threading
 import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 import httpx
+import orjson
 
 from tracelake.core.errors import BadInput
 from tracelake.curate.scoring.engines import Answer, Engine, Failure, GenRequest, Sample
+from tracelake.curate.scoring.engines.http_deadline import DeadlineClient, HttpReply
 
 RETRIED_STATUS = frozenset({429, 500, 502, 503, 504, 529})
 FATAL_STATUS = {401: "refused the API key", 403: "refused the API key", 404: "does not know this model or path"}
@@ -68,14 +78,15 @@ def retry_after_seconds(value: str | None) -> float | None:
         return None
     value = value.strip()
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+        try:
+            seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+    if math.isnan(seconds):
         return None
-    return max(0.0, when.timestamp() - time.time())
+    return max(0.0, seconds)
 
 
 def backoff_seconds(attempt: int, base: float, cap: float, rng: random.Random) -> float:
@@ -98,6 +109,8 @@ class OpenAIEngine(Engine):
         max_retries: int,
         backoff_s: float,
         max_backoff_s: float,
+        max_retry_after_s: float,
+        max_response_bytes: int,
     ):
         super().__init__()
         self.base_url = base_url.rstrip("/")
@@ -106,6 +119,7 @@ class OpenAIEngine(Engine):
         self.concurrency, self.timeout_s = concurrency, float(timeout_s)
         self.max_retries, self.backoff_s, self.max_backoff_s = max_retries, float(backoff_s), float(max_backoff_s)
         self.rpm, self.tpm = requests_per_minute, tokens_per_minute
+        self.max_retry_after_s, self.max_response_bytes = float(max_retry_after_s), max_response_bytes
         self._stop = threading.Event()
         self._rng = random.Random()
         self._lock = threading.Lock()
@@ -116,11 +130,7 @@ class OpenAIEngine(Engine):
         self._stop.clear()
         limiter = RateLimiter(self.rpm, self.tpm, self._stop)
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        client = httpx.Client(
-            headers=headers,
-            timeout=self.timeout_s,
-            limits=httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency),
-        )
+        client = DeadlineClient(self.concurrency, headers)
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tracelake-openai")
         pending = iter(requests)
         inflight: set[Future] = set()
@@ -141,6 +151,7 @@ class OpenAIEngine(Engine):
                 fill()
         finally:
             self._stop.set()  # wakes every thread waiting on a backoff or the limiter
+            client.abort()  # and every thread waiting on the endpoint
             pool.shutdown(wait=False, cancel_futures=True)
             client.close()
 
@@ -159,7 +170,7 @@ class OpenAIEngine(Engine):
             body["seed"] = request.seed
         return body
 
-    def _ask(self, client: httpx.Client, limiter: RateLimiter, request: GenRequest) -> Answer | Failure:
+    def _ask(self, client: DeadlineClient, limiter: RateLimiter, request: GenRequest) -> Answer | Failure:
         body = self._body(request)
         estimate = sum(len(str(m.get("content", ""))) for m in request.messages) // 4 + request.max_tokens * request.n
         reason, detail = "cancelled", ""
@@ -170,30 +181,42 @@ class OpenAIEngine(Engine):
                 with self._lock:
                     self.usage.retries[reason] = self.usage.retries.get(reason, 0) + 1
             limiter.acquire(estimate)
+            if self._stop.is_set():
+                break
             wait_s: float | None = None
             try:
                 with self._lock:
                     self.usage.calls += 1
-                response = client.post(f"{self.base_url}/chat/completions", json=body)
+                reply = client.post_json(
+                    f"{self.base_url}/chat/completions", body, self.timeout_s, self.max_response_bytes
+                )
             except httpx.TimeoutException as e:
                 reason, detail = "timeout", f"no answer in {self.timeout_s:g} s ({type(e).__name__})"
             except httpx.TransportError as e:
                 reason, detail = "connection_error", f"{type(e).__name__}: {e}"
+            except httpx.HTTPError as e:  # an undecodable body (a Content-Encoding it does not follow)
+                return Failure(request.key, "bad_response", f"body: {type(e).__name__}: {e}")
             else:
-                status = response.status_code
-                if status == 200:
-                    return self._parse(request, response)
-                message = _error_message(response)
-                if status in FATAL_STATUS:
-                    key = f" in ${self.api_key_env}" if status in (401, 403) and self.api_key_env else ""
+                if reply.status == 200:
+                    return self._parse(request, reply)
+                message = _error_message(reply)
+                if reply.status in FATAL_STATUS:
+                    key = f" in ${self.api_key_env}" if reply.status in (401, 403) and self.api_key_env else ""
                     raise BadInput(
-                        f"score.model: {self.base_url} {FATAL_STATUS[status]}{key} "
-                        f"({status} {response.reason_phrase}: {message})"
+                        f"score.model: {self.base_url} {FATAL_STATUS[reply.status]}{key} "
+                        f"({reply.status} {reply.reason_phrase}: {message})"
                     )
-                reason, detail = f"http_{status}", message
-                if status not in RETRIED_STATUS:
+                reason, detail = f"http_{reply.status}", message
+                if reply.status not in RETRIED_STATUS:
                     return Failure(request.key, reason, detail)
-                wait_s = retry_after_seconds(response.headers.get("retry-after"))
+                wait_s = retry_after_seconds(reply.headers.get("retry-after"))
+                if wait_s is not None and wait_s > self.max_retry_after_s:
+                    return Failure(
+                        request.key,
+                        "retry_after_too_long",
+                        f"{reason}: Retry-After {wait_s:g} s is over score.model.max_retry_after_s "
+                        f"{self.max_retry_after_s:g} ({message})",
+                    )
                 if wait_s is not None:
                     limiter.pause(wait_s)
             if attempt == self.max_retries:
@@ -205,40 +228,139 @@ class OpenAIEngine(Engine):
             detail = f"{detail} (after {self.max_retries} retries)"
         return Failure(request.key, reason, detail)
 
-    def _parse(self, request: GenRequest, response: httpx.Response) -> Answer | Failure:
+    def _parse(self, request: GenRequest, reply: HttpReply) -> Answer | Failure:
+        if reply.over_cap:
+            return Failure(
+                request.key,
+                "bad_response",
+                f"body: larger than score.model.max_response_bytes ({self.max_response_bytes:,} bytes); not read further",
+            )
         try:
-            data = response.json()
-            choices = sorted(data["choices"], key=lambda c: c.get("index", 0))
-            usage = data.get("usage") or {}
-            prompt_tokens = usage.get("prompt_tokens")
-            completion = usage.get("completion_tokens")
-            samples = [
-                Sample(
-                    text=(c.get("message") or {}).get("content") or "",
-                    finish_reason=c.get("finish_reason"),
-                    prompt_tokens=prompt_tokens,
-                    # usage counts all n answers together: per answer only when n == 1
-                    completion_tokens=completion if len(choices) == 1 else None,
-                )
-                for c in choices
-            ]
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            return Failure(request.key, "bad_response", f"not a chat completion ({type(e).__name__}: {e})")
-        if len(samples) != request.n:
-            return Failure(request.key, "bad_response", f"asked for {request.n} answers, got {len(samples)}")
+            completion = parse_completion(_json(reply.body), request.n)
+        except BadResponse as e:
+            return Failure(request.key, "bad_response", str(e))
         with self._lock:
-            self.usage.input_tokens += prompt_tokens or 0
-            self.usage.output_tokens += completion or 0
-        return Answer(request.key, samples)
+            self.usage.input_tokens += completion.prompt_tokens or 0
+            self.usage.output_tokens += completion.completion_tokens or 0
+        return Answer(request.key, completion.samples)
 
 
-def _error_message(response: httpx.Response) -> str:
-    """The endpoint's own error message, on one line."""
+class BadResponse(ValueError):
+    """A 200 whose body is not the chat completion asked for: `str()` names the field and what is wrong."""
+
+
+INT64_MAX = 2**63 - 1
+
+
+def _json(body: bytes) -> Any:
     try:
-        data = response.json()
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        raise BadResponse(f"body: not JSON ({e})") from None
+
+
+def _kind(value: Any) -> str:
+    """What a JSON value is, for a message: `a number (12345)`, `an object`."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, (int, float)):
+        return f"a number ({value!r})"[:60]
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
+
+
+def _field(parent: Any, key: str, where: str) -> Any:
+    """parent[key] of a JSON object (None when absent); `where` names the object."""
+    if not isinstance(parent, dict):
+        raise BadResponse(f"{where}: expected an object, got {_kind(parent)}")
+    return parent.get(key)
+
+
+def _text(value: Any, where: str, nullable: bool) -> str | None:
+    if value is None and nullable:
+        return None
+    if not isinstance(value, str):
+        raise BadResponse(f"{where}: expected a string{' or null' if nullable else ''}, got {_kind(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadResponse(f"{where}: not valid Unicode (a lone surrogate)") from None
+    return value
+
+
+def _count(value: Any, where: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= INT64_MAX:
+        raise BadResponse(f"{where}: expected a token count (an integer >= 0) or null, got {_kind(value)}")
+    return value
+
+
+@dataclass(frozen=True)
+class Completion:
+    samples: list[Sample]
+    prompt_tokens: int | None
+    completion_tokens: int | None  # of all the answers together
+
+
+def parse_completion(data: Any, n: int) -> Completion:
+    """The `n` answers of a chat completion, every field checked against the shape the answer cache
+    stores; the first field that is not raises BadResponse naming it (`choices[0].message.content:
+    expected a string or null, got a number (12345)`)."""
+    choices = _field(data, "choices", "body")
+    if not isinstance(choices, list):
+        raise BadResponse(f"choices: expected an array, got {_kind(choices)}")
+    if len(choices) != n:
+        raise BadResponse(f"choices: asked for {n} answers, got {len(choices)}")
+    usage = _field(data, "usage", "body")
+    if usage is not None and not isinstance(usage, dict):
+        raise BadResponse(f"usage: expected an object or null, got {_kind(usage)}")
+    prompt_tokens = _count((usage or {}).get("prompt_tokens"), "usage.prompt_tokens")
+    completion_tokens = _count((usage or {}).get("completion_tokens"), "usage.completion_tokens")
+    ordered = _in_index_order(choices)
+    samples = []
+    for i, choice in ordered:
+        message = _field(choice, "message", f"choices[{i}]")
+        content = _text(_field(message, "content", f"choices[{i}].message"), f"choices[{i}].message.content", True)
+        samples.append(
+            Sample(
+                text=content or "",
+                finish_reason=_text(
+                    _field(choice, "finish_reason", f"choices[{i}]"), f"choices[{i}].finish_reason", True
+                ),
+                prompt_tokens=prompt_tokens,
+                # usage counts all n answers together: per answer only when n == 1
+                completion_tokens=completion_tokens if n == 1 else None,
+            )
+        )
+    return Completion(samples, prompt_tokens, completion_tokens)
+
+
+def _in_index_order(choices: list) -> list[tuple[int, Any]]:
+    """(position, choice) sorted by each choice's `index`: 0 .. n-1 once each, or absent from all."""
+    indices = []
+    for i, choice in enumerate(choices):
+        index = _field(choice, "index", f"choices[{i}]")
+        if index is not None and (isinstance(index, bool) or not isinstance(index, int)):
+            raise BadResponse(f"choices[{i}].index: expected an integer, got {_kind(index)}")
+        indices.append(index)
+    if all(index is None for index in indices):
+        return list(enumerate(choices))
+    if sorted(indices, key=lambda x: -1 if x is None else x) != list(range(len(choices))):
+        raise BadResponse(f"choices[].index: expected 0 .. {len(choices) - 1} once each, got {indices}"[:200])
+    return sorted(enumerate(choices), key=lambda pair: indices[pair[0]])
+
+
+def _error_message(reply: HttpReply) -> str:
+    """The endpoint's own error message, on one line (whatever shape its body has)."""
+    try:
+        data = orjson.loads(reply.body)
         error = data.get("error", data) if isinstance(data, dict) else data
         message = error.get("message", error) if isinstance(error, dict) else error
         text = str(message)
-    except ValueError:
-        text = response.text
+    except orjson.JSONDecodeError:
+        text = reply.body[:4096].decode("utf-8", errors="replace")
     return " ".join(text.split())[:300] or "(no message)"
