@@ -77,7 +77,7 @@ class ModelParams(Section):
     concurrency: Annotated[int, Field(ge=1)] = 16
     requests_per_minute: Annotated[int | None, Field(ge=1)] = None
     tokens_per_minute: Annotated[int | None, Field(ge=1)] = None
-    timeout_s: Annotated[Number, Field(gt=0)] = 300
+    timeout_s: Annotated[Number, Field(gt=0)] = 300  # the whole request (connect, headers, body), not each read
     max_retries: Annotated[int, Field(ge=0)] = 8  # on 429, 5xx, timeouts and dropped connections only
     backoff_s: Annotated[Number, Field(ge=0)] = 1.0  # first retry wait, doubled each time, with jitter
     max_backoff_s: Annotated[Number, Field(ge=0)] = 60  # (a Retry-After header wins)
