@@ -2,12 +2,17 @@
 <lake>/dedup/ (task_clusters.parquet, contamination.parquet), counts to metrics/dedup.json. The
 filter stage drops what they name (rules near_duplicate_v1 and contaminated_v1).
 
+Benchmark files are read first, through ingest's walker (curate/dedup/decontaminate.py): each file
+not read is named in a warning line on stderr; decontaminate.unreadable: fail (the default) then
+stops the stage, skip goes on and counts them (metrics: contamination.skipped, and a summary line).
+
 The embedding search runs on a LanceDB table built in a scratch directory and removed after the
 stage: an index over the cached vectors (dedup.cache), not data, so it is no DVC output (its files
 carry random names, which would make dvc.lock differ on every build)."""
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from pathlib import Path
 
@@ -39,6 +44,7 @@ def run(ctx: Context) -> Result:
             lance_dir=Path(lance_dir),
             cache_root=cache,
             progress=lambda what, n: advance(n, what),
+            warn=lambda line: print(f"tracelake: warning: {line}", file=sys.stderr),
         )
     dedup_params = {k: v for k, v in p.section("dedup").items() if k != "cache"}
     out = Output(
@@ -65,6 +71,14 @@ def run(ctx: Context) -> Result:
             f"(keep: {p.dedup.keep}); {c['contamination']['tasks']} contaminated -> {lake.dedup} "
             f"(version {manifests[0]['version_id']})"
         ]
+        skipped = c["contamination"].get("skipped")
+        if skipped:
+            n = sum(skipped.values())
+            reasons = ", ".join(f"{reason} {k}" for reason, k in skipped.items())
+            lines.append(
+                f"dedup: decontaminate: {n} benchmark file{'' if n == 1 else 's'} skipped ({reasons}; "
+                f"decontaminate.unreadable: skip), each named in a warning above"
+            )
         if "embedding" in c:
             e = c["embedding"]
             lines.append(f"dedup: embeddings: {result.cache.summary()}; {e['texts']} texts, {e['index']} search")

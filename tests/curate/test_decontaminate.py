@@ -4,13 +4,15 @@ instructions; n-gram containment (not a single shared boilerplate 13-gram); one-
 from __future__ import annotations
 
 import json
+import os
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from tracelake.core.errors import BadInput
-from tracelake.curate.dedup.decontaminate import load_benchmark, ngram_matches
+from tracelake.curate.dedup.decontaminate import SKIP_REASONS, load_benchmark, ngram_matches, read_benchmark
 from tracelake.curate.dedup.shingles import WordHasher, words
 from tracelake.curate.params import DecontaminateParams
 
@@ -40,7 +42,7 @@ def test_every_benchmark_format_loads_the_same_items(tmp_path):
         (lambda p: (p / "empty").mkdir() or p / "empty", "holds no task directory"),
         (lambda p: (p / "x.csv").write_text("a") and p / "x.csv", "a benchmark is a directory of tasks"),
         (lambda p: (p / "x.jsonl").write_text('{"text": "a"}\n') and p / "x.jsonl", "has no column 'instruction'"),
-        (lambda p: (p / "x.jsonl").write_text("{not json\n") and p / "x.jsonl", "is not valid JSON"),
+        (lambda p: (p / "x.jsonl").write_text("{not json\n") and p / "x.jsonl", r"line 1 not read \(unparsable_json\)"),
     ],
 )
 def test_bad_benchmarks_are_one_line(tmp_path, setup, message):
@@ -68,3 +70,104 @@ def test_a_copy_matches_and_shared_boilerplate_does_not(tmp_path):
 def test_benchmark_paths_must_be_under_the_root(tmp_path):
     with pytest.raises(ValueError, match="is not under decontaminate.root"):
         DecontaminateParams(root=str(tmp_path / "benchmarks"), benchmarks={"b": str(tmp_path / "elsewhere")})
+
+
+# --- one reader for every benchmark file: ingest's walker, a size cap, depth-limited JSON ------------
+
+
+def skips(read) -> list[tuple[str, str]]:
+    return [(s.path, s.reason) for s in read.skipped]
+
+
+def test_a_benchmark_directory_is_read_by_ingests_rules(tmp_path):
+    """Links inside the root are followed, out of it never; only regular files; each file not read
+    is reported with its reason, never dropped."""
+    root, outside = tmp_path / "benchmarks", tmp_path / "outside.md"
+    outside.write_text("SECRET")
+    bench = root / "b"
+    for task in ("good", "inside", "out", "fifo", "dir", "big", "dangling", "linkdir-target"):
+        (bench / task).mkdir(parents=True)
+    (bench / "good" / "instruction.md").write_text(ITEM)
+    (bench / "linkdir-target" / "instruction.md").write_text("target")
+    (bench / "inside" / "instruction.md").symlink_to(bench / "good" / "instruction.md")
+    (bench / "out" / "instruction.md").symlink_to(outside)
+    os.mkfifo(bench / "fifo" / "instruction.md")
+    (bench / "dir" / "instruction.md").mkdir()
+    (bench / "big" / "instruction.md").write_bytes(b"x " * 2000)
+    (bench / "dangling" / "instruction.md").symlink_to(bench / "missing")
+    (bench / "latest").symlink_to(bench / "linkdir-target")
+    read = read_benchmark("b", bench, root=root, max_file_bytes=3000)
+    assert [(i.item, i.text) for i in read.items] == [("good", ITEM), ("inside", ITEM), ("linkdir-target", "target")]
+    assert sorted(skips(read)) == [
+        ("big/instruction.md", "file_too_large"),
+        ("dangling/instruction.md", "unreadable_file"),
+        ("dir/instruction.md", "unsupported_file"),
+        ("fifo/instruction.md", "unsupported_file"),
+        ("latest", "linked_directory"),
+        ("out/instruction.md", "symlink_outside_input"),
+    ]
+    assert all(s.reason in SKIP_REASONS and "\n" not in s.line() for s in read.skipped)
+
+
+def test_a_link_to_another_benchmark_under_the_root_is_followed(tmp_path):
+    root = tmp_path / "benchmarks"
+    (root / "a" / "t").mkdir(parents=True)
+    (root / "b" / "t").mkdir(parents=True)
+    (root / "a" / "t" / "instruction.md").write_text(ITEM)
+    (root / "b" / "t" / "instruction.md").symlink_to(root / "a" / "t" / "instruction.md")
+    assert [i.text for i in read_benchmark("b", root / "b", root=root).items] == [ITEM]
+    assert skips(read_benchmark("b", root / "b")) == [("t/instruction.md", "symlink_outside_input")]
+
+
+def test_jsonl_lines_are_read_one_by_one_and_each_bad_line_reported(tmp_path):
+    lines = [
+        json.dumps({"instruction": "first", "id": "a"}).encode(),
+        b"",
+        b"[" * 2000 + b"]" * 2000,  # nested past the parser's limit (1024), under the cap
+        json.dumps({"instruction": "x" * 5000}).encode(),  # over the cap
+        b"[1, 2]",
+        json.dumps({"instruction": 3}).encode(),
+        b"{not json",
+        b'{"instruction": "bad \xff byte"}',
+        json.dumps({"instruction": "last", "id": "z"}).encode(),
+    ]
+    path = tmp_path / "b.jsonl"
+    path.write_bytes(b"\n".join(lines))
+    read = read_benchmark("b", path, id_column="id", max_file_bytes=4096)
+    assert [(i.item, i.text) for i in read.items] == [("a", "first"), ("z", "last")]
+    assert skips(read) == [
+        ("b.jsonl line 3", "json_too_deep"),
+        ("b.jsonl line 4", "file_too_large"),
+        ("b.jsonl line 5", "invalid_field"),
+        ("b.jsonl line 6", "invalid_field"),
+        ("b.jsonl line 7", "unparsable_json"),
+        ("b.jsonl line 8", "invalid_utf8"),
+    ]
+
+
+def test_a_json_file_over_the_cap_is_not_read_and_a_parquet_value_over_it_is_skipped(tmp_path):
+    (tmp_path / "b.json").write_text(json.dumps([{"instruction": "x" * 5000}]))
+    assert skips(read_benchmark("j", tmp_path / "b.json", max_file_bytes=4096)) == [("b.json", "file_too_large")]
+    pq.write_table(pa.table({"instruction": ["ok", "y" * 5000, None]}), tmp_path / "b.parquet")
+    read = read_benchmark("p", tmp_path / "b.parquet", max_file_bytes=4096)
+    assert [(i.item, i.text) for i in read.items] == [("0", "ok")]
+    assert skips(read) == [("b.parquet row 1", "file_too_large"), ("b.parquet row 2", "invalid_field")]
+
+
+def test_a_benchmark_file_that_is_a_fifo_or_links_out_is_reported(tmp_path):
+    root = tmp_path / "benchmarks"
+    root.mkdir()
+    os.mkfifo(root / "f.jsonl")
+    (tmp_path / "secret.jsonl").write_text(json.dumps({"instruction": "SECRET"}) + "\n")
+    (root / "l.jsonl").symlink_to(tmp_path / "secret.jsonl")
+    assert skips(read_benchmark("f", root / "f.jsonl", root=root)) == [("f.jsonl", "unsupported_file")]
+    with pytest.raises(BadInput, match="leads outside decontaminate.root"):
+        read_benchmark("l", root / "l.jsonl", root=root)
+
+
+def test_every_skip_reason_is_in_the_data_contract():
+    from tracelake.core.schema import schemas_dir
+
+    text = (schemas_dir() / "README.md").read_text()
+    body = text.split("## Benchmark files not read\n", 1)[1].split("\n## ", 1)[0]
+    assert set(re.findall(r"^\| `([a-z0-9_]+)` \|", body, re.MULTILINE)) == set(SKIP_REASONS)

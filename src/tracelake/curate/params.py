@@ -276,6 +276,13 @@ class DecontaminateParams(Section):
     ngram: Count = 13  # words per n-gram (normalised)
     ngram_min_share: Annotated[float, Field(ge=0, le=1)] = 0.8  # of the task's or the item's n-grams shared
     embedding_threshold: Similarity | None = 0.95  # cosine to a benchmark item; null: n-grams only
+    # the largest benchmark file read whole (an instruction.md, a .json file) and the longest JSONL line
+    # or Parquet value; a larger one is not read (file_too_large): matching a text costs ~20x its size
+    max_file_bytes: Annotated[int, Field(ge=1 << 10, le=1 << 28)] = 16 << 20
+    # a benchmark file that cannot be read (a link out of root, a FIFO, too large, nested too deep):
+    # fail stops the stage, naming each (a decontamination that misses items looks complete but is
+    # not); skip goes on without them, each named in a warning and counted in the metrics
+    unreadable: Literal["fail", "skip"] = "fail"
 
     @model_validator(mode="after")
     def _under_root(self) -> DecontaminateParams:

@@ -25,6 +25,7 @@ import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from tracelake.ingest.common import Reject
 
@@ -60,14 +61,17 @@ def listing(directory: str | Path) -> list[os.DirEntry]:
 
 
 class Root:
-    """An input root: what lies inside it (after resolving links) may be read."""
+    """An input root: what lies inside it (after resolving links) may be read.
 
-    def __init__(self, path: str | Path):
+    `path` is where a walk starts; `within` (default: path itself) is what may be read, for a walk
+    that starts below the root it must not leave (a benchmark directory under decontaminate.root)."""
+
+    def __init__(self, path: str | Path, within: str | Path | None = None):
         self.path = Path(path)
-        self.real = os.path.realpath(path)
+        self.real = os.path.realpath(path if within is None else within)
         self._prefix = self.real.rstrip(os.sep) + os.sep
         self._base = os.fspath(self.path)
-        self._dirs: dict[str, bool] = {self._base: True}  # directory -> inside the root
+        self._dirs: dict[str, bool] = {self._base: self.contains(path)}  # directory -> inside the root
 
     def contains(self, path: str | Path) -> bool:
         real = os.path.realpath(path)
@@ -88,11 +92,21 @@ class Root:
         return inside
 
     def read(self, path: str | Path, rel: str, missing_reason: str) -> bytes:
-        """The bytes of a regular file inside the root, or the Reject that says why not.
+        """The bytes of a regular file inside the root, or the Reject that says why not (open)."""
+        with self.open(path, rel, missing_reason) as f:
+            try:
+                return f.read()
+            except OSError as e:
+                raise Reject("unreadable_file", f"{display(rel)}: {e.strerror or e}") from None
+
+    def open(self, path: str | Path, rel: str, missing_reason: str) -> BinaryIO:
+        """A regular file inside the root, open for reading (for a caller that reads it in parts or
+        under a cap), or the Reject that says why not.
 
         Its directory is checked once (dir_inside); the file itself is opened without following a link
         (O_NOFOLLOW), so only a file that is a link costs a second look. O_NONBLOCK: opening a
-        FIFO does not wait for a writer (it is then refused as not a regular file)."""
+        FIFO does not wait for a writer; it is then refused, as a directory or a device is, from
+        fstat, before a byte is read."""
         try:
             path = os.fspath(path)
             fd = None
@@ -106,10 +120,15 @@ class Root:
                 if not self.contains(path):
                     raise Reject("symlink_outside_input", f"{display(rel)} links outside the input root; not read")
                 fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-            with open(fd, "rb") as f:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    raise Reject("unsupported_file", f"{display(rel)} is not a regular file")
-                return f.read()
+            try:
+                regular = stat.S_ISREG(os.fstat(fd).st_mode)
+            except OSError:
+                os.close(fd)
+                raise
+            if not regular:  # checked on the descriptor: io.FileIO would refuse a directory itself
+                os.close(fd)
+                raise Reject("unsupported_file", f"{display(rel)} is not a regular file")
+            return open(fd, "rb")
         except FileNotFoundError:
             raise Reject(missing_reason, f"{display(rel)} does not exist") from None
         except OSError as e:

@@ -18,17 +18,18 @@ order), the first shared n-gram in the task's text, and the share as `similarity
 
 from __future__ import annotations
 
-import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Any, BinaryIO, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
 
 from tracelake.core.errors import BadInput
-from tracelake.core.tables import open_parquet
 from tracelake.curate.dedup.shingles import WordHasher, ngram_hashes, normalize
+from tracelake.ingest.common import Reject, parse_json_bytes
+from tracelake.ingest.walk import Root, display, join, walk_dirs
 
 DECONTAMINATION_RULE = "contaminated_v1"
 
@@ -40,48 +41,222 @@ class BenchmarkItem:
     text: str
 
 
+# Why a benchmark file, or one item of it, was not read: ingest's reasons where the cause is the same
+# (its walker's rules), plus the size cap. schemas/README.md documents each.
+SKIP_REASONS: dict[str, str] = {
+    "symlink_outside_input": "a link whose target lies outside decontaminate.root: never followed",
+    "linked_directory": "a directory link: its target is read where it lies (if inside), never through the link",
+    "unsupported_file": "not a regular file (a FIFO, a device, a directory named instruction.md): never opened for reading",
+    "unreadable_file": "the file or a directory could not be read (permissions, I/O error)",
+    "invalid_path": "a directory name that is not UTF-8 (shown with \\xNN escapes)",
+    "file_too_large": "a file read whole, a JSONL line or a Parquet value over decontaminate.max_file_bytes: not read",
+    "json_too_deep": "a JSON document or line nested deeper than the parser allows (1024)",
+    "unparsable_json": "a JSON document or line that is not valid JSON",
+    "invalid_utf8": "a JSON document or line that is not UTF-8",
+    "lone_surrogate": "a JSON string holding a lone UTF-16 surrogate",
+    "invalid_field": "a row that is not an object, or whose instruction column is not a string",
+}
+DEFAULT_MAX_FILE_BYTES = 16 << 20  # decontaminate.max_file_bytes's default
+
+
+class Skip(Exception):
+    """Why one benchmark file or item is not read (a reason of SKIP_REASONS), raised while reading it."""
+
+    def __init__(self, reason: str, detail: str):
+        if reason not in SKIP_REASONS:
+            raise ValueError(f"unknown skip reason {reason!r}")
+        super().__init__(f"{reason}: {detail}")
+        self.reason, self.detail = reason, detail
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A benchmark file (or a line, a value) that was not read, and why: never dropped silently."""
+
+    benchmark: str
+    path: str  # relative to the benchmark, as text ('t1/instruction.md', 'b.jsonl line 7')
+    reason: str
+    detail: str
+
+    def line(self) -> str:
+        return f"decontaminate.benchmarks.{self.benchmark}: {self.path} not read ({self.reason}): {self.detail}"
+
+
+@dataclass
+class BenchmarkRead:
+    items: list[BenchmarkItem]
+    skipped: list[Skipped]
+
+
 def load_benchmark(
-    name: str, path: Path, column: str = "instruction", id_column: str | None = None
+    name: str, path: Path, column: str = "instruction", id_column: str | None = None, **options
 ) -> list[BenchmarkItem]:
-    """The items of one benchmark, in a fixed order; a one-line BadInput when it cannot be read."""
+    """The items of one benchmark, in a fixed order; a one-line BadInput when it cannot be read
+    whole, or when any file or item of it cannot be read (read_benchmark reports them instead)."""
+    read = read_benchmark(name, path, column, id_column, **options)
+    if read.skipped:
+        raise BadInput(read.skipped[0].line())
+    return read.items
+
+
+def read_benchmark(
+    name: str,
+    path: Path,
+    column: str = "instruction",
+    id_column: str | None = None,
+    *,
+    root: Path | None = None,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+) -> BenchmarkRead:
+    """The items of one benchmark, in a fixed order, and every file or item that was not read.
+
+    Every byte is read through ingest's walker (tracelake.ingest.walk.Root): nothing outside `root`
+    (decontaminate.root; default: the benchmark itself), no link followed out of it, regular files
+    only (a FIFO or a device is never opened for reading), each file read whole at most
+    `max_file_bytes` (from its size, before reading), JSON through ingest's depth-limited parser.
+    A file or item that breaks a rule is a Skipped; a benchmark that cannot be read at all (missing,
+    of an unknown kind, without the named column) is a one-line BadInput."""
     where = f"decontaminate.benchmarks.{name}: "
     path = Path(path)
-    if path.is_dir():
-        files = sorted(path.rglob("instruction.md"))
-        if not files:
-            raise BadInput(f"{where}{path} holds no task directory (no */instruction.md below it)")
-        return [
-            BenchmarkItem(name, str(f.parent.relative_to(path)) or ".", f.read_text(errors="replace")) for f in files
-        ]
-    if not path.is_file():
+    within = Root(root if root is not None else (path if os.path.isdir(path) else path.parent))
+    if not os.path.lexists(path):
         raise BadInput(f"{where}{path} does not exist")
-    if path.suffix == ".parquet":
-        table = open_parquet(path, where).read()
-        rows = table.to_pylist()
-    elif path.suffix in (".jsonl", ".json"):
-        try:
-            text = path.read_text()
-            rows = (
-                [json.loads(line) for line in text.splitlines() if line.strip()]
-                if path.suffix == ".jsonl"
-                else json.loads(text)
-            )
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise BadInput(f"{where}{path} is not valid JSON ({e})") from None
-        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-            raise BadInput(f"{where}{path} must hold a list of objects")
-    else:
+    if not within.contains(path):
+        raise BadInput(f"{where}{path} leads outside decontaminate.root ({within.path}); it is not read")
+    source = _Source(name, where, column, id_column, max_file_bytes)
+    if os.path.isdir(path):
+        return _task_dirs(source, Root(path, within=within.path), path)
+    readers = {".parquet": _parquet, ".jsonl": _jsonl, ".json": _json}
+    if path.suffix not in readers:
         raise BadInput(f"{where}{path}: a benchmark is a directory of tasks, or a .parquet, .jsonl or .json file")
-    if rows and column not in rows[0]:
-        raise BadInput(f"{where}{path} has no column {column!r} (set `column:`); it has {sorted(rows[0])}")
-    items = []
+    read = BenchmarkRead([], [])
+    try:
+        with within.open(path, display(path.name), "unreadable_file") as f:
+            readers[path.suffix](source, f, display(path.name), read)
+    except (Reject, Skip) as e:
+        read.skipped.append(Skipped(name, display(path.name), e.reason, e.detail))
+    except OSError as e:  # an I/O error part way: the items before it are kept
+        read.skipped.append(Skipped(name, display(path.name), "unreadable_file", e.strerror or str(e)))
+    return read
+
+
+@dataclass(frozen=True)
+class _Source:
+    name: str
+    where: str  # 'decontaminate.benchmarks.NAME: ', the prefix of a BadInput
+    column: str
+    id_column: str | None
+    cap: int
+
+
+def _task_dirs(source: _Source, root: Root, path: Path) -> BenchmarkRead:
+    """Every task directory below the benchmark's (a directory holding instruction.md, found by
+    ingest's walk: directory links and hidden directories are not walked), its instruction read."""
+    found, problems = walk_dirs(root, lambda d: os.path.lexists(d / "instruction.md"), lambda d: False)
+    read = BenchmarkRead([], [Skipped(source.name, rel, r.reason, r.detail) for rel, r in problems])
+    for d, rel in found:
+        file_rel = join(rel, "instruction.md")
+        try:
+            with root.open(d / "instruction.md", file_rel, "unreadable_file") as f:
+                data = _read_capped(f, file_rel, source.cap)
+        except (Reject, Skip) as e:
+            read.skipped.append(Skipped(source.name, display(file_rel), e.reason, e.detail))
+            continue
+        read.items.append(BenchmarkItem(source.name, rel, data.decode("utf-8", errors="replace")))
+    if not read.items and not read.skipped:
+        raise BadInput(f"{source.where}{path} holds no task directory (no */instruction.md below it)")
+    return read
+
+
+def _read_capped(f: BinaryIO, rel: str, cap: int) -> bytes:
+    """A file's bytes, refused from its size when over the cap (and again if it grew meanwhile)."""
+    size = os.fstat(f.fileno()).st_size
+    if size <= cap:
+        data = f.read(cap + 1)
+        size = max(size, len(data))
+    if size > cap:
+        raise Skip("file_too_large", f"{display(rel)} is {size} bytes, over decontaminate.max_file_bytes ({cap})")
+    return data
+
+
+def _jsonl(source: _Source, f: BinaryIO, rel: str, read: BenchmarkRead) -> None:
+    """One item per non-blank line (its id: the id column, else its number among those lines),
+    streamed: a line is held only up to the cap, so no file is ever read whole."""
+    k = 0
+    for number, line in _lines(f, source.cap):
+        if line is not None and not line.strip():
+            continue
+        at = f"{rel} line {number}"
+        try:
+            if line is None:
+                raise Skip("file_too_large", f"{at} is over decontaminate.max_file_bytes ({source.cap})")
+            _add_item(source, read, parse_json_bytes(line, at), k, at, first=not k)
+        except (Reject, Skip) as e:
+            read.skipped.append(Skipped(source.name, at, e.reason, e.detail))
+        k += 1
+
+
+def _lines(f: BinaryIO, cap: int) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, its bytes), or None for a line longer than the cap (skipped, never held)."""
+    number = 0
+    while line := f.readline(cap + 1):
+        number += 1
+        if len(line) > cap and not line.endswith(b"\n"):
+            while line and not line.endswith(b"\n"):
+                line = f.readline(1 << 20)
+            yield number, None
+        else:
+            yield number, line
+
+
+def _json(source: _Source, f: BinaryIO, rel: str, read: BenchmarkRead) -> None:
+    """A .json benchmark: one list of objects, read whole under the cap."""
+    rows = parse_json_bytes(_read_capped(f, rel, source.cap), rel)
+    if not isinstance(rows, list):
+        raise BadInput(f"{source.where}{rel} must hold a list of objects")
     for k, row in enumerate(rows):
-        value = row.get(column)
-        if not isinstance(value, str):
-            raise BadInput(f"{where}{path} row {k}: {column!r} is not a string")
-        item = str(row[id_column]) if id_column and row.get(id_column) is not None else str(k)
-        items.append(BenchmarkItem(name, item, value))
-    return items
+        try:
+            _add_item(source, read, row, k, f"{rel} item {k}", first=not k)
+        except Skip as e:
+            read.skipped.append(Skipped(source.name, f"{rel} item {k}", e.reason, e.detail))
+
+
+def _parquet(source: _Source, f: BinaryIO, rel: str, read: BenchmarkRead) -> None:
+    """A Parquet benchmark, read batch by batch, only its instruction and id columns."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.ParquetFile(f)
+    except (pa.ArrowException, OSError) as e:
+        raise BadInput(f"{source.where}{rel} is not a readable Parquet file ({e})") from None
+    names = table.schema_arrow.names
+    if source.column not in names:
+        raise BadInput(f"{source.where}{rel} has no column {source.column!r} (set `column:`); it has {sorted(names)}")
+    columns = [source.column] + ([source.id_column] if source.id_column in names else [])
+    k = 0
+    for batch in table.iter_batches(batch_size=1024, columns=columns):
+        for row in batch.to_pylist():
+            try:
+                _add_item(source, read, row, k, f"{rel} row {k}", first=False)
+            except Skip as e:
+                read.skipped.append(Skipped(source.name, f"{rel} row {k}", e.reason, e.detail))
+            k += 1
+
+
+def _add_item(source: _Source, read: BenchmarkRead, row: Any, k: int, at: str, first: bool) -> None:
+    """Row k as an item; the first row without the column is a wrong `column:` (BadInput)."""
+    if not isinstance(row, dict):
+        raise Skip("invalid_field", f"{at} is {type(row).__name__}, not an object")
+    if first and source.column not in row:
+        raise BadInput(f"{source.where}{at} has no column {source.column!r} (set `column:`); it has {sorted(row)}")
+    value = row.get(source.column)
+    if not isinstance(value, str):
+        raise Skip("invalid_field", f"{at}: {source.column!r} is not a string")
+    if len(value) > source.cap and len(value.encode("utf-8", "surrogatepass")) > source.cap:
+        raise Skip("file_too_large", f"{at}: {source.column!r} is over decontaminate.max_file_bytes ({source.cap})")
+    ident = row.get(source.id_column) if source.id_column else None
+    read.items.append(BenchmarkItem(source.name, str(ident) if ident is not None else str(k), value))
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from typing import Any, Callable
 import numpy as np
 import pyarrow as pa
 
+from tracelake.core.errors import BadInput
 from tracelake.core.schema import load_schema
 from tracelake.curate.dedup import vectors
 from tracelake.curate.dedup.clusters import CLUSTER_RULE, clusters
@@ -28,9 +29,10 @@ from tracelake.curate.dedup.decontaminate import (
     DECONTAMINATION_RULE,
     BenchmarkItem,
     Contamination,
+    Skipped,
     as_table,
-    load_benchmark,
     ngram_matches,
+    read_benchmark,
 )
 from tracelake.curate.dedup.embed import make_embedder
 from tracelake.curate.dedup.minhash import MINHASH_RULE, near_duplicate_pairs
@@ -38,6 +40,7 @@ from tracelake.curate.dedup.shingles import NORM_RULE, WordHasher, jaccard, norm
 from tracelake.curate.params import DecontaminateParams, DedupParams
 
 Progress = Callable[[str, int], None]  # (what, how many more done)
+Warn = Callable[[str], None]  # one line naming a benchmark file that was not read, and why
 
 
 @dataclass
@@ -177,9 +180,13 @@ def run_dedup(
     lance_dir: Path,
     cache_root: Path | None,
     progress: Progress | None = None,
+    warn: Warn | None = None,
 ) -> DedupResult:
-    """`tasks` sorted by task_id; writes the LanceDB table into `lance_dir` when an embedding is used."""
+    """`tasks` sorted by task_id; writes the LanceDB table into `lance_dir` when an embedding is used.
+    The benchmarks are read first: one that cannot be read whole stops the run before any work
+    (load_benchmarks; `warn` gets each file not read)."""
     tick = progress or (lambda what, n: None)
+    benchmarks = load_benchmarks(decon, warn) if decon.benchmarks else ([], [])
     corpus = _corpus(tasks)
     counts: dict[str, Any] = {"tasks": len(corpus.task_id)}
     formulas = {"normalise": NORM_RULE, "clusters": CLUSTER_RULE}
@@ -223,7 +230,7 @@ def run_dedup(
         "dropped_tasks": sum(dropped),
     }
 
-    contamination, counts["contamination"] = _decontaminate(corpus, decon, hasher, space, tick)
+    contamination, counts["contamination"] = _decontaminate(corpus, decon, benchmarks, hasher, space, tick)
     if decon.benchmarks:
         formulas["decontaminate"] = f"{DECONTAMINATION_RULE} ngram {decon.ngram}"
     embeddings = vectors.vectors_table(space.shas, space.vecs) if space else None
@@ -300,27 +307,63 @@ def _cluster_table(
     return pa.table(rows, schema=load_schema("task_clusters").arrow)
 
 
-def load_benchmarks(decon: DecontaminateParams) -> list[BenchmarkItem]:
+def load_benchmarks(decon: DecontaminateParams, warn: Warn | None = None) -> tuple[list[BenchmarkItem], list[Skipped]]:
+    """Every benchmark's items, and every file or item not read, each passed to `warn` as one line.
+    With `decontaminate.unreadable: fail` (the default) any such file stops the stage: a
+    decontamination that misses a benchmark's items looks complete, and the filter would then keep
+    copies of them; the user fixes the file, or chooses `skip`, which the manifest records."""
     items: list[BenchmarkItem] = []
+    skipped: list[Skipped] = []
     for name in sorted(decon.benchmarks):
         b = decon.benchmarks[name]
-        items += load_benchmark(name, Path(b.path), b.column, b.id)
-    return items
+        read = read_benchmark(
+            name, Path(b.path), b.column, b.id, root=Path(decon.root), max_file_bytes=decon.max_file_bytes
+        )
+        items += read.items
+        skipped += read.skipped
+    for s in skipped:
+        (warn or (lambda line: None))(s.line())
+    if skipped and decon.unreadable == "fail":
+        raise BadInput(_unreadable_message(skipped))
+    return items, skipped
+
+
+def _unreadable_message(skipped: list[Skipped]) -> str:
+    first = skipped[0]
+    files = "1 benchmark file" if len(skipped) == 1 else f"{len(skipped)} benchmark files"
+    return (
+        f"decontaminate: {files} could not be read ({first.benchmark}: {first.path}, {first.reason}"
+        f"{'' if len(skipped) == 1 else ', …'}); decontaminating without them would miss their items: "
+        f"fix them, or set decontaminate.unreadable: skip to go on without them"
+    )
+
+
+def skipped_counts(skipped: list[Skipped]) -> dict[str, int]:
+    """Files (or lines, values) not read, by reason."""
+    counts: dict[str, int] = {}
+    for s in skipped:
+        counts[s.reason] = counts.get(s.reason, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def _decontaminate(
-    corpus: _Corpus, decon: DecontaminateParams, hasher: WordHasher, space: _Space | None, tick: Progress
+    corpus: _Corpus,
+    decon: DecontaminateParams,
+    benchmarks: tuple[list[BenchmarkItem], list[Skipped]],
+    hasher: WordHasher,
+    space: _Space | None,
+    tick: Progress,
 ) -> tuple[pa.Table, dict[str, Any]]:
     schema = load_schema("contamination").arrow
     if not decon.benchmarks:
         return schema.empty_table(), {"benchmarks": {}, "items": 0, "tasks": 0}
-    items = load_benchmarks(decon)
+    items, skipped = benchmarks
     found = ngram_matches(
         (corpus.words(i) for i in range(len(corpus.normal))), items, decon.ngram, decon.ngram_min_share, hasher
     )
     tick("decontaminate", len(corpus.normal))
     by_embedding = 0
-    if decon.embedding_threshold is not None and space is not None and len(space.vecs):
+    if decon.embedding_threshold is not None and space is not None and len(space.vecs) and items:
         qv = space.cache.vectors([space.embedder.prepare(it.text) for it in items])
         ok = np.flatnonzero(np.linalg.norm(qv, axis=1) > 0)
         q, keys, _ = vectors.range_search(
@@ -346,4 +389,5 @@ def _decontaminate(
         "items": len(items),
         "tasks": table.num_rows,
         "by_embedding": by_embedding,
+        "skipped": skipped_counts(skipped),  # benchmark files (lines, values) not read, by reason
     }
