@@ -223,6 +223,11 @@ HOSTILE_FILES = [  # (id, the file's bytes, what the one line says)
         lambda: _base_text().replace("  max_tokens: 32768", "  max_tokens: 1" + "0" * 30, 1).encode(),
         "params.yaml: filter.max_tokens is beyond a 64-bit integer",
     ),
+    (
+        "int-under-a-newline-key",
+        lambda: _base_text().replace("\nlake: lake", '\nlake: {"\\n": 1' + "0" * 30 + "}", 1).encode(),
+        "params.yaml: lake.'\\n' is beyond a 64-bit integer",
+    ),
     ("non-utf8-byte", lambda: _base_text().encode().replace(b"filter:", b"filter: # \xff", 1), "not UTF-8 text"),
     ("nested-5000-deep", _nested_filter, "nested deeper than 64 levels"),
     ("alias-bomb", _alias_bomb, "values once aliases are expanded"),

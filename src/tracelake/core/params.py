@@ -214,7 +214,7 @@ def huge_integer(data: Any, at: tuple = ()) -> str | None:
         if isinstance(value, bool):
             continue
         if isinstance(value, int) and not -MAX_INT - 1 <= value <= MAX_INT:
-            return ".".join(map(str, loc))
+            return ".".join(p if isinstance(p, str) and _NAME.match(p) else repr(p) for p in loc)
         if isinstance(value, dict):
             stack.extend((v, (*loc, k)) for k, v in reversed(value.items()))
         elif isinstance(value, list):
