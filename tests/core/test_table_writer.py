@@ -105,3 +105,35 @@ def test_shards_from_dicts_and_from_arrow_batches_cut_anywhere_are_identical(tmp
     changed = ShardWriter(tmp_path / "c" / "d", schema, rows_per_shard)
     changed.write_batch(schema.from_rows(rows[::-1]))
     assert n < 2 or changed.close().version_id != info_a.version_id  # order is content
+
+
+@pytest.mark.parametrize("batch", [1, 7, 50])
+def test_row_groups_end_at_a_byte_bound_wherever_batches_are_cut(tmp_path, monkeypatch, batch):
+    """Rows of long text close a row group before it holds ROW_GROUP_BYTES of text (a row past it
+    alone): the writer never holds more, and the groups (so the bytes) do not depend on the batches."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from tracelake.core import tables
+
+    monkeypatch.setattr(tables, "ROW_GROUP_BYTES", 1000)
+    rows = [{**row, "detail": "x" * (i * 37 % 1500)} for i, row in enumerate(_rows(50))]
+    table = load_schema("dropped").from_rows(rows)
+    files = []
+    for k, cut in enumerate((batch, 50)):
+        out = tmp_path / f"cut-{k}"
+        out.mkdir()
+        writer = TableWriter(out, load_schema("dropped"), row_group_size=10)
+        for start in range(0, 50, cut):
+            writer.write_batch(table.slice(start, cut))
+        writer.close()
+        files.append((out / "dropped.parquet").read_bytes())
+    assert files[0] == files[1]
+    written = pq.ParquetFile(tmp_path / "cut-0" / "dropped.parquet")
+    assert written.read().to_pylist() == rows
+    for g in range(written.num_row_groups):
+        group = written.read_row_group(g)
+        text = sum(pc.sum(pc.binary_length(c)).as_py() or 0 for c in group.columns if pa.types.is_string(c.type))
+        last = sum((pc.binary_length(c)[-1].as_py() or 0) for c in group.columns if pa.types.is_string(c.type))
+        assert group.num_rows <= 10 and (text - last < 1000 or group.num_rows == 1)

@@ -19,6 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from tracelake.core.hashing import canonical_json
+
 from ..helpers import ROOT, copy_project, run_capped, run_ok
 from ..hostile_server import HostileServer, Reply, big_completion, completion, json_reply, wait_for
 
@@ -214,3 +216,44 @@ def test_an_answer_over_the_size_cap_is_a_bad_response_read_no_further(project, 
     assert "0 answered, 0 cached, 24 failed (24 bad_response)" in summary_line(done.stdout)
     assert all("max_response_bytes" in r for r in failures(done.stderr))
     assert peak_mb < 600, peak_mb
+
+
+def seed_cache(project: Path, params: Path, answer_chars: int) -> int:
+    """Every request of the params' model scorer answered in its answer cache with `answer_chars`
+    characters, written through the cache itself (as a run stores answers). Returns the answers."""
+    from tracelake.core.duckdb_views import connect
+    from tracelake.curate.scoring.answers import AnswerCache, answer_rows, pending_requests
+    from tracelake.curate.scoring.engines import Answer, Sample
+    from tracelake.curate.scoring.scorers import LlmResponseLength
+    from tracelake.params import load_params
+
+    p = load_params(params)
+    scorer, model = LlmResponseLength(), p.score.model
+    cache = AnswerCache(p.score.cache, scorer.name)
+    _, missing = pending_requests(scorer, connect(project / "lake", list(p.sources)), model, cache)
+    sampling = canonical_json(model.sampling()).decode()
+    text = "word " * (answer_chars // 5)
+    for key, (task_id, prompt_sha, _) in missing.items():
+        answer = Answer(key, [Sample(text, "stop", 3, 9)])
+        cache.add(answer_rows(key, task_id, scorer.name, model.name, prompt_sha, sampling, answer))
+    cache.flush()
+    return len(missing)
+
+
+def test_a_cache_far_larger_than_memory_is_read_in_bounded_memory(project, tmp_path):
+    """24 cached answers of 64 MiB (1.5 GiB of text, 1.5x the memory allowed): the run that finds
+    them all cached scores them and writes every one to the lake under 1 GB, asking nothing."""
+
+    def refuse(i: int, body: dict) -> Reply:
+        return json_reply({"error": {"message": "no model calls expected"}}, 400)
+
+    with HostileServer(refuse) as server:
+        params = params_for(project, tmp_path, server.base_url, max_response_bytes=80 << 20)
+        assert seed_cache(project, params, 64 << 20) == 24
+        done, peak_mb = run_score(project, params, timeout=120, cap_mb=1024)
+        assert server.requests == 0
+    assert done.returncode == 0, done.stderr
+    assert "24 tasks scored, 0 answered, 24 cached, 0 failed, 0 model calls" in summary_line(done.stdout)
+    responses = pq.ParquetFile(project / "lake" / "scores" / "responses.parquet")
+    assert responses.metadata.num_rows == 24
+    print(f"peak RSS {peak_mb:.0f} MB reading 24 cached answers of 64 MiB")

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tracelake.core.background import InOrder
@@ -32,8 +34,14 @@ from tracelake.core.schema import TableSchema, load_schema
 from tracelake.core.table_digest import TableDigest
 
 ROW_GROUP_SIZE = 1000
+# A row group also ends once its flat text columns (string, binary) hold this much: 1,000 answers of
+# megabytes each would otherwise make one group of gigabytes, all held by the writer and by a reader.
+ROW_GROUP_BYTES = 64 << 20
 # Columns of long, unique text: dictionary encoding only hashes them in vain (15% of writing a part).
 _LONG_TEXT = frozenset({"messages", "conversations"})
+# Model answers (the responses table): neither dictionary nor min/max statistics, which copy and compare
+# every value (writing 64 MiB answers was 10x slower with them).
+_ANSWER_TEXT = frozenset({"text"})
 PART_ROWS = 1000  # rows per part when rows are written one by one (parallel ingest: one part per input batch)
 _PARQUET_OPTIONS = dict(
     compression="zstd",
@@ -85,7 +93,9 @@ class TableWriter:
         self._pending: list[pa.Table] = []  # validated Arrow rows not yet written
         self._rows = 0
         self._hash = hashlib.sha256(schema.fingerprint.encode())
-        self._writer = pq.ParquetWriter(self._path, schema.arrow, **_PARQUET_OPTIONS)
+        plain = [c for c in schema.arrow.names if c not in _ANSWER_TEXT]
+        options = {**_PARQUET_OPTIONS, "use_dictionary": plain, "write_statistics": plain}
+        self._writer = pq.ParquetWriter(self._path, schema.arrow, **options)
 
     def write(self, row: dict) -> None:
         self._dicts.append(row)
@@ -107,15 +117,23 @@ class TableWriter:
             self._dicts = []
 
     def _drain(self, final: bool) -> None:
-        """Write every full row group (and, when final, the rest)."""
+        """Write every full row group (and, when final, the rest): a group is full at
+        `row_group_size` rows or ROW_GROUP_BYTES of flat text, so its ends depend on the rows only."""
         if not self._pending:
             return
         table = pa.concat_tables(self._pending) if len(self._pending) > 1 else self._pending[0]
-        size, start = self._row_group_size, 0
-        while table.num_rows - start >= size or (final and start < table.num_rows):
-            self._write_group(table.slice(start, size).combine_chunks())
-            start += size
-        rest = table.slice(min(start, table.num_rows))
+        ends = _text_bytes(table).cumsum()
+        start = 0
+        while start < table.num_rows:
+            stop = min(start + self._row_group_size, table.num_rows)
+            base = ends[start - 1] if start else 0
+            stop = min(stop, max(start + 1, int(ends.searchsorted(base + ROW_GROUP_BYTES, side="left")) + 1))
+            full = stop - start == self._row_group_size or ends[stop - 1] - base >= ROW_GROUP_BYTES
+            if not (full or final):
+                break
+            self._write_group(table.slice(start, stop - start).combine_chunks())
+            start = stop
+        rest = table.slice(start)
         self._pending = [rest] if rest.num_rows else []
 
     def _write_group(self, group: pa.Table) -> None:
@@ -134,6 +152,15 @@ class TableWriter:
         return TableInfo(
             self.schema.name, self.file, self._rows, self._hash.hexdigest()[:VERSION_HEX], self.schema.fingerprint
         )
+
+
+def _text_bytes(table: pa.Table):
+    """Bytes of each row's flat text columns (string, binary; nested columns not counted), as numpy."""
+    sizes = np.zeros(table.num_rows, dtype=np.int64)
+    for column in table.columns:
+        if pa.types.is_string(column.type) or pa.types.is_binary(column.type) or pa.types.is_large_string(column.type):
+            sizes += pc.binary_length(column).fill_null(0).to_numpy(zero_copy_only=False)
+    return sizes
 
 
 def write_part(path: Path, table: pa.Table) -> None:

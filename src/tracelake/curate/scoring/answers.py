@@ -3,22 +3,27 @@ it arrives, and turn answers into scores.
 
 A request's cache key (`request_id`) is (task, scorer, model, sha256 of the rendered prompt,
 sampling: temperature, max_tokens, seed, n). The answer cache, <score.cache>/<scorer>/answers/,
-holds small Parquet parts (schemas/responses.yaml) written atomically every FLUSH_ROWS answers or
-FLUSH_SECONDS, and when the run ends for any reason (Ctrl-C included): a crash loses at most the
-answers of the last few seconds, and a rerun asks only for the rest. Answers paid for are never
+holds small Parquet parts (schemas/responses.yaml) written atomically every FLUSH_ROWS answers,
+FLUSH_BYTES of text or FLUSH_SECONDS, and when the run ends for any reason (Ctrl-C included): a
+crash loses at most the answers of the last few seconds, and a rerun asks only for the rest. Answers paid for are never
 asked for again; the scores are recomputed from them every run (cheap).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import duckdb
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from tracelake.core.assets import sql
 from tracelake.core.errors import BadInput, BadParams
@@ -34,34 +39,56 @@ from tracelake.curate.scoring.engines import (
     request_seed,
 )
 from tracelake.curate.scoring.scorers import ModelScorer
-from tracelake.curate.scoring.scores import ScorerRun, score_row, write_cache_part
+from tracelake.curate.scoring.scores import ScorerRun, score_row
 
 FLUSH_ROWS = 256
+FLUSH_BYTES = 64 << 20  # answer text pending before a flush, whatever the rows
 FLUSH_SECONDS = 2.0
 COMPACT_PARTS = 64
+GROUP_BYTES = 8 << 20  # answer text per row group of a part: what one read of a part holds
+READ_BYTES = 64 << 20  # answer text per batch the cache streams out
+READ_ROWS = 2048
+INDEX_COLUMNS = ["response_id", "request_id", "task_id", "sample", "completion_tokens", "censored"]
 
 
 class AnswerCache:
     """<directory>/<scorer>/answers/part-<hash>.parquet: answer rows, append-only, named by content.
 
-    Read through DuckDB, never whole into Python: a run holds the keys and lengths of its answers,
-    and the responses table streams from the parts (at 100K tasks the texts are hundreds of MB)."""
+    Read in bounded memory, whatever the answers weigh: each part is sorted by (task_id, sample) in
+    row groups of at most GROUP_BYTES of text, and a run holds only an index of it (keys, lengths and
+    positions, read one row group at a time; DuckDB queries the index, never the texts). The texts
+    stream out in that order in batches of at most READ_BYTES, a few row groups held at a time."""
 
     def __init__(self, directory: Path | str, scorer: str):
         self.directory = Path(directory) / scorer / "answers"
         self._pending: list[dict] = []
+        self._pending_bytes = 0
         self._last_flush = time.monotonic()
         self.schema = load_schema("responses")
+        self._indexes: dict[str, pa.Table] = {}  # part name -> its index (parts never change)
 
     def parts(self) -> list[Path]:
         return sorted(self.directory.glob("part-*.parquet"))
 
+    # --- the index: keys, lengths and positions of every answer, no text -------------------------
+
+    def _part_index(self, part: Path) -> pa.Table:
+        if part.name not in self._indexes:
+            self._indexes[part.name] = _read_index(part)
+        return self._indexes[part.name]
+
     def _query(self, con: duckdb.DuckDBPyConnection, select: str, **params: Any) -> duckdb.DuckDBPyRelation | None:
-        """`select` over the table `answers` (every part, one row per response_id); None without parts."""
-        parts = [str(p) for p in self.parts()]
+        """`select` over the table `answers` (one row per response_id: its keys, `chars`, `bytes`,
+        and where it lies: `part`, `row_group`, `row`); None without parts."""
+        parts = self.parts()
         if not parts:
             return None
-        return con.sql(f"WITH answers AS ({sql('answer_cache')}) {select}", params={"parts": parts, **params})
+        indexes = [self._part_index(p) for p in parts]
+        index = pa.concat_tables(
+            [t.append_column("part", pa.array([rank] * t.num_rows, pa.int32())) for rank, t in enumerate(indexes)]
+        )
+        con.register("answer_index", index)
+        return con.sql(f"WITH answers AS ({sql('answer_cache')}) {select}", params=params or None)
 
     def complete(self, n: int) -> set[str]:
         """The request ids with all `n` answers cached. Many parts become one first."""
@@ -79,53 +106,158 @@ class AnswerCache:
         con.register("wanted", pa.table({"request_id": pa.array(request_ids, pa.string())}))
         rel = self._query(
             con,
-            "SELECT request_id, list(length(text) ORDER BY sample), list(completion_tokens ORDER BY "
+            "SELECT request_id, list(chars ORDER BY sample), list(completion_tokens ORDER BY "
             "sample), count_if(censored) FROM answers SEMI JOIN wanted USING (request_id) "
             "GROUP BY request_id",
         )
         return {} if rel is None else {k: (chars, tokens, int(c)) for k, chars, tokens, c in rel.fetchall()}
 
-    def batches(self, request_ids: list[str], batch_rows: int = 2048) -> Iterator[pa.RecordBatch]:
-        """The answer rows of `request_ids`, ordered by (task_id, sample), in the schema's columns."""
+    # --- the texts, streamed ---------------------------------------------------------------------
+
+    def batches(self, request_ids: list[str] | None = None) -> Iterator[pa.Table]:
+        """The answer rows of `request_ids` (None: every answer), ordered by (task_id, sample), in the
+        schema's columns, in tables of at most READ_ROWS rows and READ_BYTES of text (or one row)."""
         con = duckdb.connect()
-        con.register("wanted", pa.table({"request_id": pa.array(request_ids, pa.string())}))
+        where = ""
+        if request_ids is not None:
+            con.register("wanted", pa.table({"request_id": pa.array(request_ids, pa.string())}))
+            where = "SEMI JOIN wanted USING (request_id)"
         rel = self._query(
-            con, f"SELECT {self._columns()} FROM answers SEMI JOIN wanted USING (request_id) ORDER BY task_id, sample"
+            con, f"SELECT part, row_group, row, bytes FROM answers {where} ORDER BY task_id, sample, response_id"
         )
-        if rel is not None:
-            yield from rel.to_arrow_reader(batch_rows)
+        if rel is None:
+            return
+        order = rel.to_arrow_table()
+        groups = _RowGroups(self.parts(), self.schema.arrow.names, budget=READ_BYTES)
+        for chunk in _chunks(order["bytes"].to_numpy(), READ_ROWS, READ_BYTES):
+            yield groups.take(
+                order["part"].to_numpy()[chunk], order["row_group"].to_numpy()[chunk], order["row"].to_numpy()[chunk]
+            )
 
     def compact(self) -> Path | None:
-        """Every part as one, written before the others are removed: a crash in between leaves
-        duplicates only, which reading drops."""
+        """Every part as one (sorted, streamed), written before the others are removed: a crash in
+        between leaves duplicates only, which reading drops."""
         parts = self.parts()
-        con = duckdb.connect()
-        rel = self._query(con, "SELECT response_id FROM answers ORDER BY response_id")
-        if rel is None:
+        if not parts:
             return None
-        merged = self.directory / f"part-{content_id('answer-cache', [r for (r,) in rel.fetchall()], n_hex=16)}.parquet"
-        tmp = self.directory / f".{merged.name}.tmp-{os.getpid()}"
-        rows = self._query(con, f"SELECT {self._columns()} FROM answers")  # unsorted: streams, any order reads the same
-        rows.write_parquet(str(tmp), compression="zstd")
-        tmp.replace(merged)
+        merged = self._write_part(self.batches())
         for part in parts:
             if part != merged:
                 part.unlink(missing_ok=True)
+                self._indexes.pop(part.name, None)
         return merged
 
-    def _columns(self) -> str:
-        return ", ".join(f'"{c}"' for c in self.schema.arrow.names)
+    # --- writing ---------------------------------------------------------------------------------
 
     def add(self, rows: list[dict]) -> None:
         self._pending.extend(rows)
-        if len(self._pending) >= FLUSH_ROWS or time.monotonic() - self._last_flush >= FLUSH_SECONDS:
+        self._pending_bytes += sum(len(r["text"]) for r in rows)
+        if (
+            len(self._pending) >= FLUSH_ROWS
+            or self._pending_bytes >= FLUSH_BYTES
+            or time.monotonic() - self._last_flush >= FLUSH_SECONDS
+        ):
             self.flush()
 
     def flush(self) -> None:
         if self._pending:
-            write_cache_part(self.directory, "answer-cache", self.schema, self._pending)
-            self._pending = []
+            rows = sorted(self._pending, key=lambda r: (r["task_id"], r["sample"], r["response_id"]))
+            self._write_part([self.schema.from_rows(rows)])
+            self._pending, self._pending_bytes = [], 0
         self._last_flush = time.monotonic()
+
+    def _write_part(self, tables: Iterable[pa.Table]) -> Path:
+        """Sorted rows as one part, row groups of at most GROUP_BYTES of text, written atomically (a
+        temporary file, then a rename) and named by the response ids it holds: the same answers
+        always make the same part. Its index is kept: the part is never read back for it."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self.directory / f".part.tmp-{os.getpid()}-{threading.get_ident()}"
+        indexes = []
+        keys = [c for c in self.schema.arrow.names if c != "text"]  # the text: no dictionary, no statistics
+        options = dict(compression="zstd", use_dictionary=keys, write_statistics=keys)
+        with pq.ParquetWriter(tmp, self.schema.arrow, **options) as writer:
+            for table in tables:
+                for group in _groups(table, GROUP_BYTES):
+                    indexes.append(_index_of(group, len(indexes)))
+                    writer.write_table(group, row_group_size=max(1, group.num_rows))
+        index = pa.concat_tables(indexes) if indexes else _index_of(self.schema.arrow.empty_table(), 0)
+        ids = sorted(index["response_id"].to_pylist())
+        path = self.directory / f"part-{content_id('answer-cache', ids, n_hex=16)}.parquet"
+        tmp.replace(path)
+        self._indexes[path.name] = index
+        return path
+
+
+def _index_of(group: pa.Table, row_group: int) -> pa.Table:
+    """The index rows of one row group: its keys, the length of each text (characters and bytes),
+    and each row's position."""
+    text = group["text"]
+    return pa.table(
+        {
+            **{c: group[c] for c in INDEX_COLUMNS},
+            "chars": pc.utf8_length(text).cast(pa.int64()),
+            "bytes": pc.binary_length(text).cast(pa.int64()),
+            "row_group": pa.array([row_group] * group.num_rows, pa.int32()),
+            "row": pa.array(range(group.num_rows), pa.int32()),
+        }
+    )
+
+
+def _read_index(part: Path) -> pa.Table:
+    """A part's index, read one row group at a time."""
+    file = pq.ParquetFile(part)
+    columns = [*INDEX_COLUMNS, "text"]
+    indexes = [_index_of(file.read_row_group(g, columns=columns), g) for g in range(file.num_row_groups)]
+    return pa.concat_tables(indexes) if indexes else _index_of(load_schema("responses").arrow.empty_table(), 0)
+
+
+def _groups(table: pa.Table, max_bytes: int) -> Iterator[pa.Table]:
+    """`table` in consecutive slices of at most `max_bytes` of text (a longer row alone)."""
+    for chunk in _chunks(pc.binary_length(table["text"]).to_numpy(zero_copy_only=False), table.num_rows, max_bytes):
+        yield table.slice(chunk.start, chunk.stop - chunk.start)
+
+
+def _chunks(sizes: np.ndarray, max_rows: int, max_bytes: int) -> Iterator[slice]:
+    """Consecutive slices of rows of these sizes: at most `max_rows` rows and `max_bytes` (or one row)."""
+    ends = np.cumsum(sizes, dtype=np.int64)
+    start = 0
+    while start < len(sizes):
+        base = ends[start - 1] if start else 0
+        fits = int(np.searchsorted(ends, base + max_bytes, side="right"))
+        stop = min(max(fits, start + 1), start + max_rows, len(sizes))
+        yield slice(start, stop)
+        start = stop
+
+
+class _RowGroups:
+    """Rows taken from the row groups of cache parts, the groups read last kept up to `budget` bytes
+    of text (least recently used dropped first): rows taken in sorted order read each group about once."""
+
+    def __init__(self, parts: list[Path], columns: list[str], budget: int):
+        self.files = [pq.ParquetFile(p) for p in parts]
+        self.columns, self.budget = columns, budget
+        self._held: OrderedDict[tuple[int, int], pa.Table] = OrderedDict()
+
+    def _group(self, part: int, group: int) -> pa.Table:
+        key = (part, group)
+        if key in self._held:
+            self._held.move_to_end(key)
+            return self._held[key]
+        table = self.files[part].read_row_group(group, columns=self.columns)
+        self._held[key] = table
+        while len(self._held) > 1 and sum(t["text"].nbytes for t in self._held.values()) > self.budget:
+            self._held.popitem(last=False)
+        return table
+
+    def take(self, parts: np.ndarray, groups: np.ndarray, rows: np.ndarray) -> pa.Table:
+        """The rows at these positions, in this order: one `take` per run of rows from one group."""
+        pieces = []
+        start = 0
+        for stop in [*np.flatnonzero((np.diff(parts) != 0) | (np.diff(groups) != 0)) + 1, len(rows)]:
+            table = self._group(int(parts[start]), int(groups[start]))
+            pieces.append(table.take(pa.array(rows[start:stop])))
+            start = stop
+        return pa.concat_tables(pieces).combine_chunks()
 
 
 @dataclass
@@ -140,7 +272,7 @@ class ModelRun(ScorerRun):
     usage: Usage = field(default_factory=Usage)
     censored: int = 0
 
-    def answer_batches(self) -> Iterator[pa.RecordBatch]:
+    def answer_batches(self) -> Iterator[pa.Table]:
         """The answers behind the scores, ordered by (task_id, sample), streamed from the cache."""
         if self.cache is not None:
             yield from self.cache.batches(self.answer_keys)

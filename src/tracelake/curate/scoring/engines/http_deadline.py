@@ -30,7 +30,7 @@ class HttpReply:
     status: int
     reason_phrase: str
     headers: httpx.Headers
-    body: bytes  # at most max_bytes
+    body: bytearray  # at most max_bytes
     over_cap: bool  # the body (or its Content-Length) was larger than max_bytes: `body` is its start
 
 
@@ -148,14 +148,22 @@ class DeadlineClient:
         self._client.close()
 
 
-def _read_capped(response: httpx.Response, max_bytes: int) -> tuple[bytes, bool]:
-    """The body, or its first `max_bytes` and True when it is longer (or says it will be)."""
-    declared = response.headers.get("content-length", "")
-    if declared.strip().isdigit() and int(declared) > max_bytes:
-        return b"", True
-    body = bytearray()
+def _read_capped(response: httpx.Response, max_bytes: int) -> tuple[bytearray, bool]:
+    """The body, or its first `max_bytes` and True when it is longer (or says it will be). A body of
+    a known length is read into a buffer of that size: the body is held once, never copied."""
+    declared = response.headers.get("content-length", "").strip()
+    known = declared.isdigit() and "content-encoding" not in response.headers
+    if declared.isdigit() and int(declared) > max_bytes:
+        return bytearray(), True
+    body = bytearray(int(declared)) if known else bytearray()
+    size = 0
     for chunk in response.iter_bytes():
-        body += chunk
-        if len(body) > max_bytes:
-            return bytes(body[:max_bytes]), True
-    return bytes(body), False
+        if size + len(chunk) > max_bytes:
+            return body[:size] + chunk[: max_bytes - size], True
+        if size + len(chunk) <= len(body):
+            body[size : size + len(chunk)] = chunk
+        else:
+            body[size:] = chunk
+        size += len(chunk)
+    del body[size:]
+    return body, False
