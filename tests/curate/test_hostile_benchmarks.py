@@ -27,7 +27,8 @@ TIMEOUT = 90  # seconds: the stage takes ~5 s here; a FIFO used to block it fore
 def lake(tmp_path_factory) -> Path:
     """A tiny project with its tasks ingested (the stages run directly, without DVC)."""
     repo = copy_project(tmp_path_factory.mktemp("bench"), trials=30, tasks=12)
-    for args in (["synth"], *(["ingest", s] for s in ("swesmith", "superuser", "tezos", "nl2bash"))):
+    sources = yaml.safe_load((repo / "params.yaml").read_text())["sources"]
+    for args in (["synth"], *(["ingest", s] for s in sources)):
         run_ok([sys.executable, "-m", "stages", *args], repo, env={"PYTHONPATH": str(ROOT)})
     return repo
 
