@@ -70,11 +70,13 @@ def _ingest(
             **options,
         )
     out.print(
-        f"{kind} {source}: {result.rows} rows, {result.rejects} rejects of {result.inputs} inputs "
-        f"-> {result.out_dir} (version {result.manifest['version_id']})"
+        literal(
+            f"{kind} {source}: {result.rows} rows, {result.rejects} rejects of {result.inputs} inputs "
+            f"-> {result.out_dir} (version {result.manifest['version_id']})"
+        )
     )
     if result.by_reason:
-        out.print("  rejects: " + ", ".join(f"{k} {v}" for k, v in sorted(result.by_reason.items())))
+        out.print(literal("  rejects: " + ", ".join(f"{k} {v}" for k, v in sorted(result.by_reason.items()))))
 
 
 @app.command()

@@ -12,9 +12,11 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from tracelake.core import assets
 from tracelake.core.errors import BadInput
+from tracelake.core.ui import literal, literals
 from tracelake.explore.sql import open_lake
 
 PREVIEW = 700  # characters of each instruction shown side by side
@@ -43,12 +45,17 @@ def explain(lake: Path, ref: str) -> list[dict[str, Any]]:
 
 def render_explain(rows: list[dict[str, Any]], ref: str, console: Console) -> None:
     rep = rows[0]
+    name = literal(f"{rep['source']}/{rep['task']}", "bold")
     if rep["cluster_size"] == 1:
-        console.print(f"[bold]{rep['source']}/{rep['task']}[/] ({rep['task_id']}) has no near-duplicate.")
+        console.print(Text.assemble(name, literal(f" ({rep['task_id']}) has no near-duplicate.")))
     else:
         console.print(
-            f"[bold]cluster of {rep['cluster_size']} tasks[/], represented by "
-            f"[bold]{rep['source']}/{rep['task']}[/] ({rep['task_id']}, {rep['trajectories']} trajectories)"
+            Text.assemble(
+                (f"cluster of {rep['cluster_size']} tasks", "bold"),
+                ", represented by ",
+                name,
+                literal(f" ({rep['task_id']}, {rep['trajectories']} trajectories)"),
+            )
         )
     shown = [rep] + [
         r
@@ -59,7 +66,7 @@ def render_explain(rows: list[dict[str, Any]], ref: str, console: Console) -> No
     table = Table(show_lines=True)
     table.add_column("")
     for r in shown:
-        table.add_column(f"{r['source']}/{r['task']}", overflow="fold")
+        table.add_column(literal(f"{r['source']}/{r['task']}"), overflow="fold")
     for label, value in (
         ("task_id", lambda r: r["task_id"]),
         ("relation", lambda r: "representative" if r["representative"] else r["method"]),
@@ -68,14 +75,16 @@ def render_explain(rows: list[dict[str, Any]], ref: str, console: Console) -> No
         ("benchmark", lambda r: _benchmark(r)),
         ("instruction", lambda r: _preview(r["instruction"])),
     ):
-        table.add_row(label, *[value(r) for r in shown])
+        table.add_row(label, *literals(value(r) for r in shown))
     console.print(table)
     if len(rows) > len(shown):
         console.print(f"{len(rows) - len(shown)} more member(s):")
         for r in rows:
             if r not in shown:
                 console.print(
-                    f"  {r['source']}/{r['task']}  {r['method']}  {_similarity(r)}{'  dropped' if r['dropped'] else ''}"
+                    literal(
+                        f"  {r['source']}/{r['task']}  {r['method']}  {_similarity(r)}{'  dropped' if r['dropped'] else ''}"
+                    )
                 )
 
 
@@ -136,12 +145,14 @@ def render_summary(s: dict[str, Any], console: Console) -> None:
     if s["clusters"]:
         table = Table("representative", "tasks", "dropped", "how the others match")
         for c in s["clusters"]:
-            table.add_row(c["representative"], str(c["tasks"]), str(c["dropped"]), c["methods"] or "")
+            table.add_row(*literals((c["representative"], c["tasks"], c["dropped"], c["methods"])))
         console.print(table)
     for c in s["contamination"]:
         console.print(
-            f"benchmark {c['benchmark']}: {c['tasks']} contaminated task(s) "
-            f"({c['by_embedding']} by embedding similarity) dropped by contaminated_v1"
+            literal(
+                f"benchmark {c['benchmark']}: {c['tasks']} contaminated task(s) "
+                f"({c['by_embedding']} by embedding similarity) dropped by contaminated_v1"
+            )
         )
     if not s["contamination"]:
         console.print("no task copies a benchmark (decontaminate.benchmarks)")

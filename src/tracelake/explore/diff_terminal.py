@@ -1,12 +1,15 @@
-"""The terminal summary of a diff report (see diff.py for what it holds)."""
+"""The terminal summary of a diff report (see diff.py for what it holds). Its values (task names,
+sources, rules, details, params, specs) print as they are: `core.ui.literal`, never markup."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
+
+from tracelake.core.ui import literal, literals
 
 SHOW_TASKS = 10
 SHOW_MOVED = 12
@@ -21,6 +24,11 @@ def _style(n: int | float) -> str:
     return "green" if n > 0 else "red" if n < 0 else "dim"
 
 
+def _delta(n: int | float) -> Text:
+    """A signed number, green when it grows, red when it shrinks."""
+    return Text(signed(n), style=_style(n))
+
+
 def side_line(label: str, side: dict[str, Any]) -> str:
     at = f"  at {side['commit'][:10]}" if side.get("commit") else ""
     return f"{label}  {side['spec']}  ({side['path']}{at})  {side['kind']} {side['dataset_id']}  {side['rows']:,} rows"
@@ -28,19 +36,19 @@ def side_line(label: str, side: dict[str, Any]) -> str:
 
 def render(report: dict[str, Any], console: Console) -> None:
     p = console.print
-    p(side_line("A", report["a"]), highlight=False, markup=False)
-    p(side_line("B", report["b"]), highlight=False, markup=False)
+    p(literal(side_line("A", report["a"])))
+    p(literal(side_line("B", report["b"])))
     for note in report["notes"]:
-        p(f"note: {note}", style="yellow", markup=False)
+        p(literal(f"note: {note}", "yellow"))
     s = report["summary"]
     if report["identical"]:
         p("\nSame content id: the two versions are identical.", style="bold")
-    p(f"\n[bold]Rows[/] {s['rows_a']:,} → {s['rows_b']:,} ([{_style(s['rows_delta'])}]{signed(s['rows_delta'])}[/])")
+    p(Text.assemble("\n", ("Rows", "bold"), f" {s['rows_a']:,} → {s['rows_b']:,} (", _delta(s["rows_delta"]), ")"))
     t = s["trajectories"]
-    p("[bold]Trajectories[/]  " + " · ".join(f"{k} {t[k]['trajectories']:,}" for k in t))
+    p(Text.assemble(("Trajectories", "bold"), "  ", literal(" · ".join(f"{k} {t[k]['trajectories']:,}" for k in t))))
     line = scorer_line(s)
     if line:
-        p(f"[bold]Scorers[/]  {escape(line)}", highlight=False)
+        p(Text.assemble(("Scorers", "bold"), "  ", literal(line)))
 
     if report["explained"]:
         table = Table(title="Why rows moved (from the other side's lineage)", title_justify="left", title_style="bold")
@@ -48,11 +56,7 @@ def render(report: dict[str, Any], console: Console) -> None:
             table.add_column(col, justify="right" if col in ("trajectories", "rows Δ") else "left")
         for e in report["explained"]:
             table.add_row(
-                e["status"],
-                e["stage"] or "",
-                e["rule"] or "",
-                f"{e['trajectories']:,}",
-                f"[{_style(e['rows_delta'])}]{signed(e['rows_delta'])}[/]",
+                *literals((e["status"], e["stage"], e["rule"])), f"{e['trajectories']:,}", _delta(e["rows_delta"])
             )
         p(table)
 
@@ -61,7 +65,7 @@ def render(report: dict[str, Any], console: Console) -> None:
         for col in ("key", "A", "B"):
             table.add_column(col, overflow="fold")
         for d in report["params"]:
-            table.add_row(d["key"], fmt_value(d["a"]), fmt_value(d["b"]))
+            table.add_row(*literals((d["key"], fmt_value(d["a"]), fmt_value(d["b"]))))
         p(table)
     else:
         p("[bold]Params[/]: no difference in the manifests of the two versions and their lineage")
@@ -77,7 +81,7 @@ def render(report: dict[str, Any], console: Console) -> None:
         for col in ("rule", "dropped A", "dropped B", "Δ"):
             table.add_column(col, justify="left" if col == "rule" else "right")
         for r in tot["rules"]:
-            table.add_row(r["rule"], f"{r['a']:,}", f"{r['b']:,}", f"[{_style(r['delta'])}]{signed(r['delta'])}[/]")
+            table.add_row(literal(r["rule"]), f"{r['a']:,}", f"{r['b']:,}", _delta(r["delta"]))
         p(table)
 
     table = Table(title="Rows per source", title_justify="left", title_style="bold")
@@ -85,10 +89,10 @@ def render(report: dict[str, Any], console: Console) -> None:
         table.add_column(col, justify="left" if col == "source" else "right")
     for r in report["sources"]:
         table.add_row(
-            r["source"],
+            literal(r["source"]),
             f"{r['rows_a']:,}",
             f"{r['rows_b']:,}",
-            f"[{_style(r['rows_delta'])}]{signed(r['rows_delta'])}[/]",
+            _delta(r["rows_delta"]),
             f"{r['trajectories_a']:,} → {r['trajectories_b']:,}",
             f"{r['tasks_a']:,} → {r['tasks_b']:,}",
         )
@@ -103,7 +107,9 @@ def render(report: dict[str, Any], console: Console) -> None:
         d = report["distributions"].get(metric, {})
         for side in ("a", "b"):
             if side in d:
-                table.add_row(metric if side == "a" else "", side.upper(), *(fmt_value(d[side][q]) for q in QUANTILES))
+                table.add_row(
+                    metric if side == "a" else "", side.upper(), *literals(fmt_value(d[side][q]) for q in QUANTILES)
+                )
     p(table)
 
     tasks = report["tasks"]
@@ -118,12 +124,7 @@ def render(report: dict[str, Any], console: Console) -> None:
             table.add_column(col, justify="right" if col in ("A", "B", "Δ") else "left")
         for r in tasks["top"][:SHOW_TASKS]:
             table.add_row(
-                r["task"],
-                r["source"],
-                str(r["rows_a"]),
-                str(r["rows_b"]),
-                f"[{_style(r['delta'])}]{signed(r['delta'])}[/]",
-                r["task_id"],
+                *literals((r["task"], r["source"], r["rows_a"], r["rows_b"])), _delta(r["delta"]), literal(r["task_id"])
             )
         p(table)
 
@@ -139,7 +140,9 @@ def render(report: dict[str, Any], console: Console) -> None:
         for r in moved[:SHOW_MOVED]:
             why = " ".join(x for x in (r["stage"], r["rule"]) if x) + (f": {r['detail']}" if r["detail"] else "")
             table.add_row(
-                r["trajectory_id"], r["status"], f"{r['copies_a']} → {r['copies_b']}", r["source"], r["task"], why
+                *literals(
+                    (r["trajectory_id"], r["status"], f"{r['copies_a']} → {r['copies_b']}", r["source"], r["task"], why)
+                )
             )
         p(table)
 

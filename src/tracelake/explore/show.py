@@ -1,5 +1,6 @@
 """`tracelake show ID`: one trajectory, found by its id or a unique prefix of it (6+ hex, like git),
 rendered for a terminal (roles, <think> blocks dimmed, long tool or terminal output folded) or as JSON.
+Every value of the row prints as it is (`core.ui.literal`): no markup of its own, controls visible.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from rich.text import Text
 
 from tracelake.core.errors import BadInput
 from tracelake.core.ids import MIN_PREFIX
+from tracelake.core.ui import json_for_terminal, literal, printable
 
 FOLD_LINES = 12  # a message longer than this shows its first and last FOLD_LINES // 2 lines
 _HEX = re.compile(r"^[0-9a-f]+$")
@@ -51,7 +53,7 @@ def find_trajectory(lake: Path | str, ref: str) -> dict[str, Any]:
 
 
 def to_json(row: dict[str, Any]) -> bytes:
-    return orjson.dumps(row, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS, default=str) + b"\n"
+    return json_for_terminal(orjson.dumps(row, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS, default=str) + b"\n")
 
 
 def fold(text: str, lines: int = FOLD_LINES) -> str:
@@ -62,24 +64,43 @@ def fold(text: str, lines: int = FOLD_LINES) -> str:
     return "\n".join([*head, f"… {len(parts) - len(head) - len(tail)} more lines …", *tail])
 
 
-def render(row: dict[str, Any], console: Console, full: bool = False) -> None:
+def headline(row: dict[str, Any]) -> Text:
+    """`ID  source / task  (trace_source, N messages, N assistant turns, outcome)`, the values literal."""
     outcome = row.get("exception_type") or (
         f"reward {row['reward']}" if row.get("reward") is not None else "no verifier"
     )
-    console.print(
-        f"[bold]{row['trajectory_id']}[/bold]  {row['source']} / {row['task']}  "
-        f"({row['trace_source']}, {row['n_messages']} messages, {row['n_assistant_turns']} assistant turns, "
-        f"{outcome})",
-        highlight=False,
+    return Text.assemble(
+        literal(row["trajectory_id"], "bold"),
+        "  ",
+        literal(row["source"]),
+        " / ",
+        literal(row["task"]),
+        "  (",
+        literal(row["trace_source"]),
+        f", {row['n_messages']} messages, {row['n_assistant_turns']} assistant turns, ",
+        literal(outcome),
+        ")",
     )
+
+
+def message_body(role: str, content: str, full: bool) -> Text:
+    """A message's text made printable, its <think> blocks dimmed, long pieces folded unless `full`
+    (an assistant's own words are never folded)."""
+    body = Text()
+    for piece in _THINK.split(printable(content)):
+        if not piece:
+            continue
+        if piece.startswith("<think>") and piece.endswith("</think>"):
+            body.append(piece if full else fold(piece), style="dim italic")
+        else:
+            body.append(piece if full or role == "assistant" else fold(piece))
+    return body
+
+
+def render(row: dict[str, Any], console: Console, full: bool = False) -> None:
+    console.print(headline(row))
     for i, m in enumerate(row["messages"]):
         role, content = m["role"], m["content"] or ""
-        body = Text()
-        for piece in _THINK.split(content):
-            if not piece:
-                continue
-            if piece.startswith("<think>") and piece.endswith("</think>"):
-                body.append(piece if full else fold(piece), style="dim italic")
-            else:
-                body.append(piece if full or role == "assistant" else fold(piece))
-        console.print(Panel(body, title=f"{i} {role}", title_align="left", border_style=ROLE_STYLE.get(role, "white")))
+        title = Text.assemble(f"{i} ", literal(role))
+        style = ROLE_STYLE.get(role, "white")
+        console.print(Panel(message_body(role, content, full), title=title, title_align="left", border_style=style))

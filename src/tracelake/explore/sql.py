@@ -49,6 +49,7 @@ from tracelake.core.errors import BadInput
 from tracelake.core.lake import Lake, is_built
 from tracelake.core.outputs import read_manifest
 from tracelake.core.swap import sweep
+from tracelake.core.ui import json_for_terminal, literal, literals, printable, terminal_console
 
 SELECT_LIKE = "SELECT, WITH, FROM, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN"
 _EXPLAIN = re.compile(r"\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?P<rest>.*)\Z", re.I | re.S)
@@ -336,7 +337,7 @@ def query_error(e: duckdb.Error, query: str) -> BadInput:
 
 
 def to_json_lines(table: pa.Table) -> bytes:
-    return b"".join(orjson.dumps(row, default=str) + b"\n" for row in table.to_pylist())
+    return json_for_terminal(b"".join(orjson.dumps(row, default=str) + b"\n" for row in table.to_pylist()))
 
 
 def to_csv(table: pa.Table) -> bytes:
@@ -361,7 +362,8 @@ def to_csv(table: pa.Table) -> bytes:
 
 
 def write_result(table: pa.Table, fmt: str, path: Path | None, console) -> None:
-    """table (rich), csv, json lines or parquet, to a file or stdout."""
+    """table (rich), csv, json lines or parquet, to a file or stdout. Values print as they are (no
+    markup; controls visible in a table, and in CSV written to a terminal: a pipe gets the data)."""
     import sys
 
     import pyarrow.parquet as pq
@@ -371,23 +373,17 @@ def write_result(table: pa.Table, fmt: str, path: Path | None, console) -> None:
             pq.write_table(table, path, compression="zstd")
             return
         if fmt == "table":
-            from rich.table import Table
-
-            view = Table(show_lines=False)
-            for name in table.column_names:
-                view.add_column(name, overflow="fold")
-            for row in table.to_pylist():
-                view.add_row(*("" if v is None else str(v) for v in row.values()))
+            view = result_table(table)
             if path is None:
                 console.print(view)
                 console.print(f"{table.num_rows:,} row(s)", style="dim")
                 return
-            from rich.console import Console
-
             with open(path, "w") as f:
-                Console(file=f, width=200).print(view)
+                terminal_console(file=f, width=200).print(view)
             return
         data = to_csv(table) if fmt == "csv" else to_json_lines(table)
+        if path is None and fmt == "csv" and sys.stdout.isatty():
+            data = printable(data.decode()).encode()
         if path is None:
             sys.stdout.buffer.write(data)
             sys.stdout.flush()
@@ -397,6 +393,18 @@ def write_result(table: pa.Table, fmt: str, path: Path | None, console) -> None:
         if path is None:
             raise
         raise BadInput(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def result_table(table: pa.Table):
+    """A rich table of a result, its column names and values literal."""
+    from rich.table import Table
+
+    view = Table(show_lines=False)
+    for name in table.column_names:
+        view.add_column(literal(name), overflow="fold")
+    for row in table.to_pylist():
+        view.add_row(*literals(row.values()))
+    return view
 
 
 def interactive(con: duckdb.DuckDBPyConnection, views: dict[str, str], console) -> None:
@@ -426,4 +434,4 @@ def interactive(con: duckdb.DuckDBPyConnection, views: dict[str, str], console) 
             try:
                 write_result(run_query(con, query), "table", None, console)
             except BadInput as e:
-                console.print(f"tracelake: {e}", markup=False, highlight=False)
+                console.print(literal(f"tracelake: {e}"))

@@ -21,6 +21,7 @@ from tracelake.core.lake import Lake, is_built, table_paths
 from tracelake.core.outputs import read_manifest
 from tracelake.core.schema import TABLES, load_schema
 from tracelake.core.swap import sweep
+from tracelake.core.ui import literal, literals
 
 # DVC's state files that a killed `dvc repro` can leave empty: path, what reads it, the fix.
 _DVC_STATE = (
@@ -72,7 +73,7 @@ def render_status(lake: Path, console: Console) -> None:
     outputs = Lake(lake).ingested()
     if not outputs:
         raise BadInput(f"nothing is built under {lake}/ yet: run `dvc repro` (or `tracelake ingest ...`)")
-    table = Table(title=f"lake: {lake}", title_justify="left")
+    table = Table(title=literal(f"lake: {lake}"), title_justify="left")
     for col, justify in [
         ("table", "left"),
         ("source", "left"),
@@ -88,9 +89,7 @@ def render_status(lake: Path, console: Console) -> None:
         manifest = read_manifest(directory)
         counts = manifest["counts"]
         table.add_row(
-            name,
-            source,
-            manifest["version_id"],
+            *literals((name, source, manifest["version_id"])),
             f"{counts['inputs']:,}",
             f"{counts['rows']:,}",
             f"{counts['rejects']:,}",
@@ -102,12 +101,16 @@ def render_status(lake: Path, console: Console) -> None:
             reasons[reason] = reasons.get(reason, 0) + n
     console.print(table)
     console.print(
-        "  ".join(f"{name}: {rows:,} rows, {rejects:,} rejects" for name, (rows, rejects) in sorted(totals.items()))
+        literal(
+            "  ".join(f"{name}: {rows:,} rows, {rejects:,} rejects" for name, (rows, rejects) in sorted(totals.items()))
+        )
     )
     if reasons:
         console.print(
-            "rejects by reason: "
-            + ", ".join(f"{k} {v}" for k, v in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+            literal(
+                "rejects by reason: "
+                + ", ".join(f"{k} {v}" for k, v in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+            )
         )
     files = [str(p) for name, _, d in outputs if name == "trajectories" for p in table_paths(d, name)]
     if files:
@@ -124,10 +127,12 @@ def render_curation(lake: Path, console: Console) -> None:
         table.add_column("source", no_wrap=True)
         table.add_column("in", justify="right")
         for rule in funnel["rules"]:  # timeout_v1 -> timeout, min_assistant_turns_v1 -> min
-            table.add_column(rule.split("_")[0], justify="right")
+            table.add_column(literal(rule.split("_")[0]), justify="right")
         table.add_column("kept", justify="right")
         for source, f in [*funnel["sources"].items(), ("all", funnel["total"])]:
-            table.add_row(source, f"{f['in']:,}", *(f"-{f['dropped'][r]:,}" for r in funnel["rules"]), f"{f['kept']:,}")
+            table.add_row(
+                literal(source), f"{f['in']:,}", *(f"-{f['dropped'][r]:,}" for r in funnel["rules"]), f"{f['kept']:,}"
+            )
         console.print(table)
     selections = sorted(
         (read_manifest(d) for d in layout.built_selections().values()), key=lambda m: m["counts"]["rows"]
@@ -137,11 +142,11 @@ def render_curation(lake: Path, console: Console) -> None:
         table = Table(title="datasets (lake/selections/<scale>): rows per source", title_justify="left")
         table.add_column("dataset", no_wrap=True)
         for col in ("tasks", "rollouts", "max/task", *sources):
-            table.add_column(col, justify="right")
+            table.add_column(literal(col), justify="right")
         for m in selections:
             c = m["counts"]
             table.add_row(
-                m["dataset_id"],
+                literal(m["dataset_id"]),
                 f"{c['tasks']:,}",
                 f"{c['distinct_trajectories']:,}",
                 str(c["max_rows_per_task"]),
@@ -166,7 +171,7 @@ def render_exports(lake: Path, console: Console) -> None:
         c = m["counts"]
         n_out, n_in = c.get("rows_out", c.get("tasks_out")), c.get("rows_in", c.get("tasks_in"))
         rejected = ", ".join(f"{k} {v:,}" for k, v in c["rejected"].items() if v) or "none"
-        table.add_row(name, m["dataset_id"], f"{n_out:,}", f"{n_in:,}", rejected, str(c["shards"]))
+        table.add_row(*literals((name, m["dataset_id"], f"{n_out:,}", f"{n_in:,}", rejected, c["shards"])))
     console.print(table)
 
 
@@ -185,7 +190,7 @@ def trajectory_overview(files: list[str]) -> Table:
     for col in columns:
         table.add_column(col, justify="left" if col == "source" else "right")
     for row in cursor.fetchall():
-        table.add_row(*("" if v is None else f"{v:,}" if isinstance(v, int) else str(v) for v in row))
+        table.add_row(*literals(f"{v:,}" if isinstance(v, int) else v for v in row))
     return table
 
 

@@ -17,6 +17,7 @@ from rich.text import Text
 from tracelake.core.errors import BadInput
 from tracelake.core.lake import Lake
 from tracelake.core.outputs import read_manifest
+from tracelake.core.ui import literal, printable
 from tracelake.explore.show import fold
 
 
@@ -100,9 +101,12 @@ def render_trained(
     count = _encoder(row)
     counts = trained_counts(row, count)
     console.print(
-        f"[bold]{trajectory_id}[/bold] in {row['dataset_id']} (sft_{row['scale']}), template "
-        f"{row['template']}: {row['n_tokens']:,} tokens",
-        highlight=False,
+        Text.assemble(
+            literal(trajectory_id, "bold"),
+            " in ",
+            literal(f"{row['dataset_id']} (sft_{row['scale']}), template {row['template']}"),
+            f": {row['n_tokens']:,} tokens",
+        )
     )
     console.print(
         "trained tokens by LLaMA-Factory mode: "
@@ -118,9 +122,10 @@ def render_trained(
     sharegpt = SharegptRow(system=row["system"], conversations=list(row["conversations"]), merged=0, trimmed=0)
     text = Text()
     for seg in render_segments(sharegpt, template_slots(row["template"]), chosen):
+        shown = printable(seg.text)
         if seg.trained:
-            text.append(seg.text, style="bold green")
+            text.append(shown, style="bold green")
         else:
-            text.append(seg.text if full else fold(seg.text), style="dim")
+            text.append(shown if full else fold(shown), style="dim")
     console.print(text)
     return counts
