@@ -68,3 +68,47 @@ def test_a_revision_is_read_from_the_dvc_cache(committed):
     assert set(glob.glob(f"{tempfile.gettempdir()}/tracelake-*")) == before  # its temporary tree is gone
     with pytest.raises(BadInput, match="unknown revision"):
         open_lake("lake", rev="no-such-branch", root=committed)
+
+
+def test_nothing_the_notebook_holds_writes_a_file(committed, tmp_path):
+    """DuckDB's sandbox lets a statement write inside the directories it may read, and the notebook
+    hands out its connection and relations, which run SQL without the guard. Before: each of these
+    wrote into the lake (the last one over pool.parquet itself). Now the connection opens no file;
+    reads (views, joins, scans) work as before."""
+    import duckdb
+    import polars as pl
+
+    lake_dir = committed / "lake"
+    before = tree_bytes(lake_dir)
+    pool = lake_dir / "pool" / "pool.parquet"
+    with open_lake(lake_dir) as lake:
+        attempts = {
+            "relation.query": lambda: lake.sql("SELECT 1 AS a").query(
+                "v", f"COPY (SELECT 1) TO '{lake_dir}/pool/x.csv'"
+            ),
+            "relation.write_parquet": lambda: lake.sql("SELECT * FROM pool LIMIT 1").write_parquet(
+                f"{lake_dir}/pool/x.parquet"
+            ),
+            "relation.to_csv": lambda: lake.sql("SELECT 1 AS a").to_csv(f"{lake_dir}/x.csv"),
+            "con.execute COPY": lambda: lake.con.execute(f"COPY (SELECT 1) TO '{lake_dir}/pool/x.csv'"),
+            "con.execute COPY over pool.parquet": lambda: lake.con.execute(
+                f"COPY (SELECT * FROM pool LIMIT 1) TO '{pool}' (FORMAT parquet, USE_TMP_FILE false)"
+            ),
+            "con.sql write_parquet elsewhere": lambda: lake.con.sql("SELECT 1 AS a").write_parquet(
+                str(tmp_path / "x.parquet")
+            ),
+            "read by path": lambda: lake.con.sql(f"SELECT count(*) FROM read_parquet('{pool}')").fetchall(),
+        }
+        for name, attempt in attempts.items():
+            with pytest.raises(duckdb.PermissionException, match="disabled by configuration"):
+                attempt()
+                pytest.fail(f"{name} was allowed")
+        joined = lake.sql(
+            "SELECT count(*) FROM pool p JOIN trajectories t USING (trajectory_id) JOIN selection_1k s USING (trajectory_id)"
+        ).fetchall()[0][0]
+        assert joined > 0
+        kept = lake.scan("pool").filter(pl.col("n_assistant_turns") >= 5).select("trajectory_id").collect()
+        assert kept.height == lake.sql("SELECT count(*) FROM pool WHERE n_assistant_turns >= 5").fetchall()[0][0] > 0
+        assert lake.sql("SELECT count(*) FROM messages").fetchall()[0][0] > 0
+    assert tree_bytes(lake_dir) == before
+    assert not list(tmp_path.iterdir())

@@ -8,9 +8,13 @@ read-only, at any revision.
     lake.views                                    # view -> what it reads
 
 Both go through one `open_lake` connection of `tracelake.explore.sql`: the same views, the same
-sandbox (only the lake's files, no network, settings locked) and, for `sql`, the same guard
-(SELECT-like statements, no COPY). `scan` is a Polars LazyFrame over the view's relation: filters
-and projections are pushed into DuckDB's scan of the same Parquet files. With `rev`, the lake is read
+sandbox (no network, no extension, settings locked) and, for `sql`, the same guard (SELECT-like
+statements, no COPY). The connection is sealed: its views read the lake's Parquet files through
+Arrow datasets and DuckDB itself may open no file, so nothing the notebook holds can write one: not
+`lake.con.execute("COPY … TO …")`, not a relation's `.query(…)`, `.write_parquet(…)` or `.to_csv(…)`,
+inside the lake or anywhere else. A file read by its path (`read_parquet('lake/…')`) is refused the
+same way: read the views. `scan` is a Polars LazyFrame over the view's relation: filters and
+projections are pushed down to the Arrow scan of the same Parquet files. With `rev`, the lake is read
 from the DVC cache as `tracelake sql --rev` does; `close()` (or a `with` block) removes the temporary
 tree, as does the end of the process.
 """
@@ -44,7 +48,7 @@ class NotebookLake:
                     raise BadInput("with rev, path is the lake's path inside the repository (e.g. 'lake')")
                 tree = self._stack.enter_context(tree_at(rev, [str(lake)], root=root))
                 self.revision, lake = tree.revision, tree.root / lake
-            self.con, self.views = _open_views(lake)
+            self.con, self.views = _open_views(lake, sealed=True)
         except BaseException:
             self._stack.close()
             raise

@@ -61,14 +61,18 @@ _QUOTED = re.compile(r'"([^"]+)"')
 
 
 class _Views:
-    """The views made on one connection (name -> what it reads) and every file they read."""
+    """The views made on one connection (name -> what it reads) and every file they read. Sealed, a
+    view reads its files through an Arrow dataset, so DuckDB itself never opens a file."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection):
-        self.con, self.what, self.files, self.parts = con, {}, [], {}
+    def __init__(self, con: duckdb.DuckDBPyConnection, sealed: bool = False):
+        self.con, self.what, self.files, self.parts, self.sealed = con, {}, [], {}, sealed
 
     def add(self, name: str, files: list[str]) -> None:
         if files:
-            self.con.read_parquet(files, union_by_name=True).create_view(name)
+            if self.sealed:
+                self.con.register(name, _arrow_dataset(files))
+            else:
+                self.con.read_parquet(files, union_by_name=True).create_view(name)
             self.parts[name] = list(files)
             self.what[name] = f"{len(files)} file(s)"
             self.files += files
@@ -80,6 +84,19 @@ class _Views:
             self.add(name, files)
             self.con.execute(f'CREATE VIEW "{dataset_id}" AS SELECT * FROM "{name}"')
             self.what[dataset_id] = name
+
+
+def _arrow_dataset(files: list[str]):
+    """Parquet files as one Arrow dataset, their columns matched by name (as read_parquet's
+    union_by_name): a column missing from a file reads as null."""
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    try:
+        schema = pa.unify_schemas([pq.read_schema(f) for f in files], promote_options="permissive")
+        return ds.dataset(files, format="parquet", schema=schema)
+    except pa.ArrowException as e:
+        raise BadInput(f"cannot read {files[0]} and the files beside it as one table: {_first_line(e)}") from None
 
 
 def _finished(directory: Path) -> tuple[dict, dict[str, list[str]]]:
@@ -178,15 +195,21 @@ def _make_views(v: _Views, layout: Lake) -> None:
 
 
 def open_lake(
-    lake: Path | str, files: dict[str, list[str]] | None = None
+    lake: Path | str, files: dict[str, list[str]] | None = None, *, sealed: bool = False
 ) -> tuple[duckdb.DuckDBPyConnection, dict[str, str]]:
     """A sandboxed, read-only connection with every view the lake supports; (connection, view -> what
-    it reads). `files`, when given, receives each Parquet view's files (view -> paths)."""
+    it reads). `files`, when given, receives each Parquet view's files (view -> paths).
+
+    `sealed`, for a connection handed to its caller whole (the notebook's): DuckDB's sandbox lets a
+    statement write inside the directories it may read (`COPY … TO 'lake/pool/pool.parquet'`, a
+    relation's `write_parquet`), and only `guard_query` stops that. Sealed, the views read their
+    files through Arrow datasets and DuckDB may open no file at all, so nothing run on the connection
+    writes anywhere; reading a file by its path (`read_parquet('lake/…')`) is refused too."""
     lake = Path(lake)
     if not lake.is_dir():
         raise BadInput(f"{lake} is not a lake directory (run `dvc repro`, or pass --lake)")
     sweep(lake)  # what killed builds left (DVC's run cache may restore a stage without running it)
-    v = _Views(duckdb.connect())
+    v = _Views(duckdb.connect(), sealed=sealed)
     try:
         _make_views(v, Lake(lake))
     except duckdb.Error as e:
@@ -195,21 +218,23 @@ def open_lake(
         raise _rebuilding(f"{e.filename} vanished") from None
     if not v.what:
         raise BadInput(f"{lake} holds no tables yet: run `dvc repro`")
-    sandbox(v.con, lake, v.files)
+    sandbox(v.con, None if sealed else lake, v.files)
     if files is not None:
         files.update(v.parts)
     return v.con, v.what
 
 
-def sandbox(con: duckdb.DuckDBPyConnection, lake: Path, files: list[str]) -> None:
+def sandbox(con: duckdb.DuckDBPyConnection, lake: Path | None, files: list[str]) -> None:
     """Confine `con` to reading the lake and `files` (the views' files: a symlink's target counts,
-    e.g. --rev's DVC cache objects): nothing else, no network, no extensions, settings locked. Call
-    it after the views exist; allowed paths must be set before external access is switched off."""
-    root = os.path.realpath(lake)
-    outside = sorted({real for real in map(os.path.realpath, files) if not real.startswith(root + os.sep)})
-    con.execute("SET allowed_directories = $d", {"d": [root + os.sep]})
-    if outside:
-        con.execute("SET allowed_paths = $p", {"p": outside})
+    e.g. --rev's DVC cache objects): nothing else, no network, no extensions, settings locked. With
+    `lake` None, no file at all (a sealed connection's views read through Arrow). Call it after the
+    views exist; allowed paths must be set before external access is switched off."""
+    if lake is not None:
+        root = os.path.realpath(lake)
+        outside = sorted({real for real in map(os.path.realpath, files) if not real.startswith(root + os.sep)})
+        con.execute("SET allowed_directories = $d", {"d": [root + os.sep]})
+        if outside:
+            con.execute("SET allowed_paths = $p", {"p": outside})
     for setting in ("autoinstall_known_extensions", "autoload_known_extensions", "enable_external_access"):
         con.execute(f"SET {setting} = false")
     con.execute("SET lock_configuration = true")
