@@ -68,7 +68,7 @@ def rows(lake) -> dict[str, dict]:
     import duckdb
 
     files = f"{lake}/trajectories/*/trajectories/*.parquet"
-    table = duckdb.connect().execute(f"SELECT * FROM '{files}'").to_arrow_table()
+    table = duckdb.connect().sql(f"SELECT * FROM '{files}'").to_arrow_table()
     return {r["task"]: r for r in table.to_pylist()}
 
 
