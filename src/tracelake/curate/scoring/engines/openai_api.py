@@ -171,62 +171,74 @@ class OpenAIEngine(Engine):
         return body
 
     def _ask(self, client: DeadlineClient, limiter: RateLimiter, request: GenRequest) -> Answer | Failure:
+        """One request, retried as the endpoint's answers allow, until an answer or a failure."""
         body = self._body(request)
         estimate = sum(len(str(m.get("content", ""))) for m in request.messages) // 4 + request.max_tokens * request.n
-        reason, detail = "cancelled", ""
+        retry = _Retry("cancelled", "", None)
         for attempt in range(self.max_retries + 1):
             if self._stop.is_set():
                 break
             if attempt:
                 with self._lock:
-                    self.usage.retries[reason] = self.usage.retries.get(reason, 0) + 1
+                    self.usage.retries[retry.reason] = self.usage.retries.get(retry.reason, 0) + 1
             limiter.acquire(estimate)
             if self._stop.is_set():
                 break
-            wait_s: float | None = None
-            try:
-                with self._lock:
-                    self.usage.calls += 1
-                reply = client.post_json(
-                    f"{self.base_url}/chat/completions", body, self.timeout_s, self.max_response_bytes
+            outcome = self._send(client, request, body)
+            if not isinstance(outcome, _Retry):
+                return outcome
+            retry = outcome
+            if retry.wait_s is not None:
+                limiter.pause(retry.wait_s)  # the endpoint's limit: every thread waits
+            if attempt < self.max_retries:
+                wait_s = retry.wait_s
+                self._stop.wait(
+                    backoff_seconds(attempt, self.backoff_s, self.max_backoff_s, self._rng)
+                    if wait_s is None
+                    else wait_s
                 )
-            except httpx.TimeoutException as e:
-                reason, detail = "timeout", f"no answer in {self.timeout_s:g} s ({type(e).__name__})"
-            except httpx.TransportError as e:
-                reason, detail = "connection_error", f"{type(e).__name__}: {e}"
-            except httpx.HTTPError as e:  # an undecodable body (a Content-Encoding it does not follow)
-                return Failure(request.key, "bad_response", f"body: {type(e).__name__}: {e}")
-            else:
-                if reply.status == 200:
-                    return self._parse(request, reply)
-                message = _error_message(reply)
-                if reply.status in FATAL_STATUS:
-                    key = f" in ${self.api_key_env}" if reply.status in (401, 403) and self.api_key_env else ""
-                    raise BadInput(
-                        f"score.model: {self.base_url} {FATAL_STATUS[reply.status]}{key} "
-                        f"({reply.status} {reply.reason_phrase}: {message})"
-                    )
-                reason, detail = f"http_{reply.status}", message
-                if reply.status not in RETRIED_STATUS:
-                    return Failure(request.key, reason, detail)
-                wait_s = retry_after_seconds(reply.headers.get("retry-after"))
-                if wait_s is not None and wait_s > self.max_retry_after_s:
-                    return Failure(
-                        request.key,
-                        "retry_after_too_long",
-                        f"{reason}: Retry-After {wait_s:g} s is over score.model.max_retry_after_s "
-                        f"{self.max_retry_after_s:g} ({message})",
-                    )
-                if wait_s is not None:
-                    limiter.pause(wait_s)
-            if attempt == self.max_retries:
-                break
-            if wait_s is None:
-                wait_s = backoff_seconds(attempt, self.backoff_s, self.max_backoff_s, self._rng)
-            self._stop.wait(wait_s)
-        if reason != "cancelled":
-            detail = f"{detail} (after {self.max_retries} retries)"
-        return Failure(request.key, reason, detail)
+        if retry.reason == "cancelled":
+            return Failure(request.key, retry.reason, retry.detail)
+        return Failure(request.key, retry.reason, f"{retry.detail} (after {self.max_retries} retries)")
+
+    def _send(self, client: DeadlineClient, request: GenRequest, body: dict) -> Answer | Failure | _Retry:
+        """One try: its answer, a failure no retry can fix, or what to retry after."""
+        with self._lock:
+            self.usage.calls += 1
+        try:
+            reply = client.post_json(f"{self.base_url}/chat/completions", body, self.timeout_s, self.max_response_bytes)
+        except httpx.TimeoutException as e:
+            return _Retry("timeout", f"no answer in {self.timeout_s:g} s ({type(e).__name__})", None)
+        except httpx.TransportError as e:
+            return _Retry("connection_error", f"{type(e).__name__}: {e}", None)
+        except httpx.HTTPError as e:  # an undecodable body (a Content-Encoding it does not follow)
+            return Failure(request.key, "bad_response", f"body: {type(e).__name__}: {e}")
+        if reply.status == 200:
+            return self._parse(request, reply)
+        return self._refusal(request, reply)
+
+    def _refusal(self, request: GenRequest, reply: HttpReply) -> Failure | _Retry:
+        """What a status other than 200 means: stop the run (a refused key, an unknown model), fail
+        the task, or retry it (after the endpoint's Retry-After, unless that is too long)."""
+        message = _error_message(reply)
+        if reply.status in FATAL_STATUS:
+            key = f" in ${self.api_key_env}" if reply.status in (401, 403) and self.api_key_env else ""
+            raise BadInput(
+                f"score.model: {self.base_url} {FATAL_STATUS[reply.status]}{key} "
+                f"({reply.status} {reply.reason_phrase}: {message})"
+            )
+        reason = f"http_{reply.status}"
+        if reply.status not in RETRIED_STATUS:
+            return Failure(request.key, reason, message)
+        wait_s = retry_after_seconds(reply.headers.get("retry-after"))
+        if wait_s is not None and wait_s > self.max_retry_after_s:
+            return Failure(
+                request.key,
+                "retry_after_too_long",
+                f"{reason}: Retry-After {wait_s:g} s is over score.model.max_retry_after_s "
+                f"{self.max_retry_after_s:g} ({message})",
+            )
+        return _Retry(reason, message, wait_s)
 
     def _parse(self, request: GenRequest, reply: HttpReply) -> Answer | Failure:
         if reply.over_cap:
@@ -243,6 +255,15 @@ class OpenAIEngine(Engine):
             self.usage.input_tokens += completion.prompt_tokens or 0
             self.usage.output_tokens += completion.completion_tokens or 0
         return Answer(request.key, completion.samples)
+
+
+@dataclass(frozen=True)
+class _Retry:
+    """A try that may succeed again: why it failed, and the endpoint's Retry-After (None: back off)."""
+
+    reason: str
+    detail: str
+    wait_s: float | None
 
 
 class BadResponse(ValueError):
