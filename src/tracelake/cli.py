@@ -422,7 +422,12 @@ def sql(
             root = tree.root / lake
             err.print(f"lake at {rev} ({tree.revision.sha[:10]})", style="dim")
             for skipped in tree.missing:  # outputs whose data this cache lacks: only their views are absent
-                err.print(f"not in the DVC cache, left out: {skipped}", style="dim", markup=False, soft_wrap=True)
+                err.print(
+                    f"not in the DVC cache (dvc fetch --rev {rev}), left out: {skipped}",
+                    style="dim",
+                    markup=False,
+                    soft_wrap=True,
+                )
         con, views = open_lake(root)
         if query is None:
             from tracelake.explore.sql import interactive
@@ -612,7 +617,12 @@ def view(
             tree = stack.enter_context(tree_at(rev, [str(lake)]))
             root, label = tree.root / lake, f"{lake} at {rev} ({tree.revision.sha[:10]})"
             for skipped in tree.missing:  # outputs whose data this cache lacks: only their views are absent
-                err.print(f"not in the DVC cache, left out: {skipped}", style="dim", markup=False, soft_wrap=True)
+                err.print(
+                    f"not in the DVC cache (dvc fetch --rev {rev}), left out: {skipped}",
+                    style="dim",
+                    markup=False,
+                    soft_wrap=True,
+                )
         serve(
             root,
             port,

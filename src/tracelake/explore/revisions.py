@@ -92,8 +92,8 @@ def tree_at(rev: str, paths: Iterable[str], root: Path | str = ".") -> Iterator[
                 except Exception as e:  # DVC raises its own types for a listing it cannot load
                     raise BadInput(_not_cached(path, rev, e)) from None
                 files = _listing(fs, path, missing)
-                if path in (m.split(": ", 1)[0] for m in missing):
-                    raise BadInput(_not_cached(path, rev, missing[-1].split(": ", 1)[1]))
+                if missing and not files:  # nothing of it in this cache: say how to fetch it
+                    raise BadInput(_not_cached(path, rev, missing[0].split(": ", 1)[1]))
                 found += 1
                 for name, info in files.items():
                     _place(fs, cache, name, info, out / name, rev)
