@@ -121,6 +121,7 @@ def test_a_sweep_removes_dead_builds_leftovers_anywhere_in_the_lake(tmp_path):
 )
 def test_readers_sweep_dead_builds_leftovers(tmp_path, command):
     gone, kept = _lake_with_leftovers(tmp_path / "lake")
+    command = [str(Path(sys.executable).with_name(command[0])), *command[1:]]  # this environment's CLI
     proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert len(proc.stderr.splitlines()) <= 1, proc.stderr  # nothing built: one line, no traceback
     assert not any(p.exists() for p in gone) and all(p.exists() for p in kept)
@@ -283,7 +284,10 @@ def test_status_names_an_empty_dvc_lock_and_rwlock(tmp_path, monkeypatch):
     assert "rwlock" in problems[1] and "delete it" in problems[1]
     source = tmp_path / "lake" / "tasks" / "s"
     source.mkdir(parents=True)
-    write_json(source / "manifest.json", {"version_id": "0" * 12, "counts": {"inputs": 0, "rows": 0, "rejects": 0}})
+    write_json(
+        source / "manifest.json",
+        {"version_id": "0" * 12, "tables": {}, "counts": {"inputs": 0, "rows": 0, "rejects": 0}},
+    )
     console = Console(record=True, width=300)
     render_status(tmp_path / "lake", console)
     text = console.export_text()
