@@ -176,6 +176,7 @@ def test_ctrl_c_stops_within_a_second_and_keeps_the_answers(project, tmp_path, s
         finally:
             child.kill()
     assert elapsed < 2.0, (elapsed, err)
+    print(f"Ctrl-C ({stall}, {via}): exited {elapsed:.2f} s after SIGINT")
     assert child.returncode == 130, err
     assert err.strip().splitlines()[-1].startswith("tracelake: interrupted"), err
     assert "Traceback" not in err
@@ -205,6 +206,7 @@ def test_a_dripping_endpoint_times_out_at_the_deadline(project, tmp_path, drip):
     assert "22 answered, 0 cached, 2 failed (2 timeout)" in summary_line(done.stdout)
     assert all("no answer in 2 s" in r for r in failures(done.stderr))
     assert elapsed < 8, elapsed
+    print(f"{drip} dripped: the stage took {elapsed:.1f} s")
 
 
 def test_an_answer_over_the_size_cap_is_a_bad_response_read_no_further(project, tmp_path):
@@ -216,6 +218,7 @@ def test_an_answer_over_the_size_cap_is_a_bad_response_read_no_further(project, 
     assert "0 answered, 0 cached, 24 failed (24 bad_response)" in summary_line(done.stdout)
     assert all("max_response_bytes" in r for r in failures(done.stderr))
     assert peak_mb < 600, peak_mb
+    print(f"peak RSS {peak_mb:.0f} MB refusing 24 answers of 64 MiB")
 
 
 def seed_cache(project: Path, params: Path, answer_chars: int) -> int:
