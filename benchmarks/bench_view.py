@@ -91,8 +91,9 @@ def build(work: Path, rows: int, keep_input: bool) -> tuple[Path, dict]:
         steps.append(pipeline.measure("synth", nice([PY, "-c", code, str(data)]), ROOT, log))
     input_mb = pipeline.input_mb(data)
     caches = proj / "caches"
-    # token counting off, no tokenizer is read: the path only has to be a string
-    pipeline.project(work, proj.name, data, work / "no-tokenizer", count=False, caches=caches)
+    # token counting off; the filter still reads the tokenizer's control tokens (special_token_in_text_v1)
+    tok = pipeline.tokenizer(work, data, log)
+    pipeline.project(work, proj.name, data, tok, count=False, caches=caches)
 
     def stage(name: str, script: str, *args: str) -> None:
         steps.append(pipeline.measure(name, nice([PY, "-m", "stages", script, *args]), proj, log))
