@@ -20,6 +20,19 @@ FUZZ_EXAMPLES = int(os.environ.get("TRACELAKE_FUZZ_EXAMPLES") or 25)
 the `long` variants run thousands."""
 
 
+def fuzz_settings(long_examples: int | None = None):
+    """hypothesis settings of a fuzz test: the bounded variant (FUZZ_EXAMPLES, derandomized: the same
+    examples every run), or with `long_examples` the `long` one; no deadline, no example database."""
+    from hypothesis import HealthCheck, settings
+
+    common = dict(
+        deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    )
+    if long_examples is None:
+        return settings(max_examples=FUZZ_EXAMPLES, derandomize=True, **common)
+    return settings(max_examples=long_examples, **common)
+
+
 def tree_bytes(directory: Path) -> dict[str, bytes]:
     """Every file under a directory (relative path -> bytes): two outputs are identical exactly
     when these are equal (the trajectories table is a directory of parts)."""

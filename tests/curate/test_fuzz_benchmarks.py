@@ -19,14 +19,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tracelake.core.errors import BadInput
 from tracelake.curate.dedup.decontaminate import SKIP_REASONS, read_benchmark
 from tracelake.ingest.walk import display
 
-from ..helpers import FUZZ_EXAMPLES
+from ..helpers import fuzz_settings
 
 SECRET = "FUZZ-BENCH-SECRET-never-read"
 CAP = (
@@ -34,19 +34,8 @@ CAP = (
 )
 ALARM_S = 20  # an example that blocks (a FIFO opened for reading) fails here instead of hanging
 
-SHORT = settings(
-    max_examples=FUZZ_EXAMPLES,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-LONG = settings(
-    max_examples=3_000,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+SHORT = fuzz_settings()
+LONG = fuzz_settings(long_examples=3_000)
 OUTCOMES: Counter = Counter()
 
 KINDS = ["text", "bytes", "oversize", "fifo", "directory", "link_inside", "link_out", "link_etc", "dangling"]

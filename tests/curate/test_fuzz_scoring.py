@@ -18,7 +18,7 @@ import time
 from collections import Counter
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tracelake.core.errors import BadInput
@@ -26,23 +26,12 @@ from tracelake.core.schema import load_schema
 from tracelake.curate.scoring.answers import run_model_scorer
 from tracelake.curate.scoring.scorers import LlmResponseLength
 
-from ..helpers import FUZZ_EXAMPLES
+from ..helpers import fuzz_settings
 from ..hostile_server import HostileServer, Reply
 from .test_model_scoring import model, task_con
 
-SHORT = settings(
-    max_examples=FUZZ_EXAMPLES,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-LONG = settings(
-    max_examples=2_000,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+SHORT = fuzz_settings()
+LONG = fuzz_settings(long_examples=2_000)
 
 TASKS, CONCURRENCY, RETRIES = 4, 2, 1
 TIMEOUT_S, MAX_RETRY_AFTER_S, MAX_BACKOFF_S = 0.5, 0.3, 0.02

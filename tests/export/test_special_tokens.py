@@ -23,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
@@ -33,22 +33,11 @@ from tracelake.export.sft import SftStats, convert_batch
 from tracelake.export.sharegpt import ExportReject, SharegptRow, to_sharegpt
 from tracelake.export.templates import MODES, render_pieces, template_slots
 
-from ..helpers import FUZZ_EXAMPLES, slot_batch
+from ..helpers import fuzz_settings, slot_batch
 
 TEMPLATE = template_slots("qwen3")
-SHORT = settings(
-    max_examples=FUZZ_EXAMPLES,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-LONG = settings(
-    max_examples=3_000,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+SHORT = fuzz_settings()
+LONG = fuzz_settings(long_examples=3_000)
 RUNS: Counter = Counter()  # test name -> examples run
 SECONDS: Counter = Counter()
 OUTCOMES: dict[str, Counter] = {}  # test name -> exported rows and rejects by reason

@@ -16,28 +16,17 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tracelake.core.errors import BadInput
 from tracelake.ingest.common import REASONS, Reject
 from tracelake.ingest.task_archive import extract_archive, scan_archive, task_checksum, walk_task_dir
 
-from ..helpers import FUZZ_EXAMPLES
+from ..helpers import fuzz_settings
 
-SHORT = settings(
-    max_examples=FUZZ_EXAMPLES,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-LONG = settings(
-    max_examples=3_000,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+SHORT = fuzz_settings()
+LONG = fuzz_settings(long_examples=3_000)
 OUTCOMES: Counter = Counter()
 
 # Mostly plain names (so that many archives are kept), and the edges: '.', a 255-byte name (the
