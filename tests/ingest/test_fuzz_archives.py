@@ -9,8 +9,6 @@ helpers.FUZZ_EXAMPLES examples, derandomized; the `long` variant runs thousands 
 
 from __future__ import annotations
 
-import io
-import tarfile
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -24,6 +22,7 @@ from tracelake.ingest.common import REASONS, Reject
 from tracelake.ingest.task_archive import extract_archive, scan_archive, task_checksum, walk_task_dir
 
 from ..helpers import fuzz_settings
+from .test_hostile_tasks import tgz_typed
 
 SHORT = fuzz_settings()
 LONG = fuzz_settings(long_examples=3_000)
@@ -47,22 +46,8 @@ def archive(draw) -> list[tuple[str, bytes | None]]:
     return [(top + "instruction.md", b"Do it.\n"), *members] if draw(st.booleans()) else members
 
 
-def _tgz(members: list[tuple[str, bytes | None]]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            if data is None:
-                info.type, info.mode = tarfile.DIRTYPE, 0o755
-                tar.addfile(info)
-            else:
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
 def _check(members: list[tuple[str, bytes | None]]) -> None:
-    data = _tgz(members)
+    data = tgz_typed(members)
     try:
         kept = scan_archive(data)
     except Reject as r:
