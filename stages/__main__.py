@@ -1,9 +1,10 @@
 """Run one stage of the pipeline, as dvc.yaml's commands do:
 
-    python -m stages NAME [KEY] [--params FILE]
+    python -m stages NAME [KEY] [--params FILE] [--executor local|processes|ray]
 
 NAME is a stage of stages/ (KEY: the source or scale of a `foreach` stage). The stage's params
-sections are loaded and checked whole, its `run` is called, and its result published
+sections are loaded and checked whole, its `run` is called on the executor (params `executor`,
+TRACELAKE_EXECUTOR, or --executor: the same bytes whichever), and its result published
 (tracelake.core.stage.publish): output directories, manifests, metrics, summary lines.
 """
 
@@ -15,7 +16,8 @@ from pathlib import Path
 
 from stages import NAMES, check_sources_current, declared
 from tracelake.core.errors import BadParams
-from tracelake.core.stage import Context, Stage, publish, run_stage
+from tracelake.core.executor import KINDS, Executor
+from tracelake.core.stage import Context, Stage, publish, record_run, run_stage
 from tracelake.core.swap import sweep
 from tracelake.params import load_params
 
@@ -36,6 +38,9 @@ def main(argv: list[str] | None = None) -> None:
     if stage.foreach:
         parser.add_argument(_ITEM[stage.foreach])
     parser.add_argument("--params", default="params.yaml")
+    parser.add_argument(
+        "--executor", choices=KINDS, help="where the heavy work runs, for this run (params: executor.kind)"
+    )
     args = parser.parse_args(argv[1:])
     params = load_params(args.params, stage.params + stage.untracked)
     key = getattr(args, _ITEM[stage.foreach]) if stage.foreach else None
@@ -45,7 +50,14 @@ def main(argv: list[str] | None = None) -> None:
         raise BadParams(f"params.yaml: no {_ITEM[stage.foreach]} {key!r} under {stage.foreach}")
     if "lake" in type(params).model_fields:
         sweep(Path(params.lake))  # what killed builds left, wherever they were (docs/reliability.md)
-    publish(stage, stage.run(Context(params, key)), key)
+    executor = Executor.open(getattr(params, "executor", None), args.executor)
+    try:
+        publish(stage, stage.run(Context(params, key, executor)), key)
+    finally:
+        executor.close()
+    if executor.shards:
+        print(f"{stage.name}: {executor.shards:,} shards on {executor.describe()}")
+    record_run(stage.name, key, executor)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ def run(ctx: Context) -> Result:
             sources=sources,
             token_cache=Path(p.tokenizer.cache),
             markup=template_slots(p.train.sft.template).markup(),  # which literals are control tokens
+            executor=ctx.executor,
         )
     out = Output(
         lake.pool,
@@ -73,7 +74,7 @@ STAGE = Stage(
     run,
     # the training template's markup decides which literals are control tokens (special_token_in_text_v1)
     params=("filter", "train.sft.template", "sources", "lake"),
-    untracked=("tokenizer.cache",),
+    untracked=("tokenizer.cache", "executor"),
     deps=("${lake}/trajectories", "${lake}/dedup", "${filter.tokenizer}"),
     outs=("${lake}/pool",),
     metrics="metrics/filter.json",

@@ -24,6 +24,7 @@ from tracelake.core.params import MAX_INT, Invalid, Section, huge_integer, read_
 # In file order: pydantic reports the first error in this order.
 SECTION_HOMES: dict[str, str] = {
     "lake": "tracelake.core.params",
+    "executor": "tracelake.core.params",
     "synth": "tracelake.sample.params",
     "ingest": "tracelake.ingest.params",
     "sources": "tracelake.ingest.params",

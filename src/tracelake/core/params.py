@@ -117,6 +117,17 @@ class TokenizerParams(Section):
     cache: str = ".tracelake/cache/tokens"  # segment token counts of any tokenizer (core/token_count.py)
 
 
+class ExecutorParams(Section):
+    """Where the heavy stages run (core/executor.py, docs/cluster.md). Never part of a version id:
+    every executor writes the same bytes, so no stage tracks this section (only `check`, which
+    hashes params.yaml whole). TRACELAKE_EXECUTOR or `--executor` overrides `kind` for one run."""
+
+    kind: Literal["local", "processes", "ray"] = "processes"  # this process | this machine's cores | a Ray cluster
+    # processes: worker processes (0: one per core); ray: shards in flight (0: two per CPU of the cluster)
+    workers: Annotated[int, Field(ge=0)] = 0
+    ray_address: str | None = None  # ray: the cluster to join (null: RAY_ADDRESS, else a Ray started for the run)
+
+
 def _lake(value: Any) -> Any:
     if not isinstance(value, str) or not value:
         raise Invalid("must be a directory path")
@@ -127,6 +138,7 @@ def _lake(value: Any) -> Any:
 SECTIONS: dict[str, tuple[Any, Any]] = {
     "lake": (Annotated[str, BeforeValidator(_lake)], "lake"),
     "tokenizer": (TokenizerParams, Field(default_factory=TokenizerParams)),
+    "executor": (ExecutorParams, Field(default_factory=ExecutorParams)),
 }
 
 

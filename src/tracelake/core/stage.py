@@ -30,10 +30,12 @@ Rows = Union[Any, Iterable[Any]]  # a pyarrow Table, or an iterable of RecordBat
 
 @dataclass(frozen=True)
 class Context:
-    """What a stage's run gets: its params (the declared sections only) and its foreach key."""
+    """What a stage's run gets: its params (the declared sections only), its foreach key, and the
+    executor its heavy work is mapped on (core/executor.py: the same bytes whichever it is)."""
 
     params: Any
     key: str | None = None
+    executor: Any = None  # an Executor; None: this process
 
 
 @dataclass
@@ -141,6 +143,18 @@ def publish(stage: Stage, result: Result, key: str | None = None) -> list[dict]:
     for line in result.summary(manifests) if callable(result.summary) else result.summary:
         print(line)
     return manifests
+
+
+RUNS = Path(".tracelake/runs")  # one record per stage run: where it ran (never an output)
+
+
+def record_run(name: str, key: str | None, executor: Any) -> None:
+    """Keep what ran where for `tracelake status` (.tracelake/runs/<stage>[@key].json). Not an
+    output: the executor changes no byte, so this is no part of what DVC tracks."""
+    from tracelake.core.outputs import write_json
+
+    RUNS.mkdir(parents=True, exist_ok=True)
+    write_json(RUNS / f"{name}@{key}.json" if key else RUNS / f"{name}.json", executor.record())
 
 
 def _write_rows(writer: Any, rows: Rows) -> None:

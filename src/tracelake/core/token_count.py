@@ -197,6 +197,7 @@ class TokenCounter:
     rule: SegmentRule
     cache: SegmentCache | None = None
     stats: CountStats = field(default_factory=CountStats)
+    fresh: list[tuple[list[bytes], list[int]]] | None = None  # when a list: each batch encoded, (keys, counts)
 
     @classmethod
     def open(cls, path: Path | str, cache_dir: Path | str | None = None) -> "TokenCounter":
@@ -271,6 +272,8 @@ class TokenCounter:
             if texts and (k is None or size >= ENCODE_BATCH_CHARS):
                 counts = [len(e) for e in self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
                 self.cache.add(keys, counts)
+                if self.fresh is not None:
+                    self.fresh.append((keys, counts))
                 fresh.update(zip(keys, counts))
                 self.stats.encoded += len(texts)
                 self.stats.encoded_chars += size
@@ -308,3 +311,69 @@ def count_chatml_tokens(
     for i in range(0, len(conversations), batch_size):
         counts.extend(counter.count([render_chatml(c) for c in conversations[i : i + batch_size]]))
     return counts
+
+
+# --- counting as shards (core/executor.py) ---------------------------------------------------------
+
+_OPEN: dict[tuple[str, str | None], TokenCounter] = {}  # counters of this process, by (tokenizer, cache)
+
+
+def shared_counter(tokenizer: str, cache: str | None) -> TokenCounter:
+    """This process's counter for (tokenizer directory, cache directory): the driver's own where it
+    shared it (`share`; a forked worker inherits it with its cache loaded), else opened once per
+    worker. A worker only reads the cache: what it encodes goes back to the driver, which saves it."""
+    key = (tokenizer, cache)
+    if key not in _OPEN:
+        _OPEN[key] = TokenCounter.open(tokenizer, cache)
+    return _OPEN[key]
+
+
+@dataclass(frozen=True)
+class ChatmlShard:
+    """One shard of conversations whose ChatML renderings are counted (`count_chatml_shard`)."""
+
+    tokenizer: str  # the tokenizer directory
+    cache: str | None  # the segment cache directory
+    conversations: Any  # a pyarrow array of message lists
+    escape: Any = None  # a ControlTokens: count the text with its control-token literals escaped
+
+
+@dataclass
+class CountedShard:
+    totals: list[int]  # each conversation's count, in order
+    fresh: list[tuple[list[bytes], list[int]]]  # the segments this shard encoded: (keys, counts) batches
+    stats: CountStats
+
+
+def count_chatml_shard(shard: ChatmlShard) -> CountedShard:
+    """The shard function of ChatML counting: runs in any process (core/executor.py), returns the
+    counts and what it encoded, so the driver's cache learns every segment once."""
+    counter = shared_counter(shard.tokenizer, shard.cache)
+    kept_stats, counter.stats, counter.fresh = counter.stats, CountStats(), []
+    try:
+        conversations = shard.conversations.to_pylist()
+        if shard.escape is not None:
+            conversations = [shard.escape.escape_messages(c) for c in conversations]
+        totals = count_chatml_tokens(counter, conversations, max(1, len(conversations)))
+        return CountedShard(totals, counter.fresh, counter.stats)
+    finally:
+        counter.stats, counter.fresh = kept_stats, None
+
+
+def share(counter: TokenCounter, tokenizer: str, cache: str | None) -> None:
+    """Make the driver's counter the one `shared_counter` gives in this process (and, inherited, in
+    worker processes forked after this call)."""
+    _OPEN[(tokenizer, cache)] = counter
+
+
+def unshare(tokenizer: str, cache: str | None) -> None:
+    _OPEN.pop((tokenizer, cache), None)
+
+
+def absorb(counter: TokenCounter, shard: CountedShard) -> None:
+    """A shard's result into the driver's counter: its encoded segments into the cache (saved at
+    close), its stats into the counter's."""
+    for keys, counts in shard.fresh:
+        counter.cache.add(keys, counts)
+    for name, value in vars(shard.stats).items():
+        setattr(counter.stats, name, getattr(counter.stats, name) + value)

@@ -14,6 +14,8 @@ views `contamination` and `task_clusters`.
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -24,10 +26,20 @@ import pyarrow as pa
 from tracelake.core.assets import sql
 from tracelake.core.control_tokens import ESCAPE_RULE, ChatMarkup, ControlTokens
 from tracelake.core.errors import BadInput, check
+from tracelake.core.executor import Executor
 from tracelake.core.ids import COPY_SUFFIX
 from tracelake.core.lake import Lake, is_built
 from tracelake.core.schema import load_schema
-from tracelake.core.token_count import CountStats, TokenCounter, count_chatml_tokens, rendering_key
+from tracelake.core.token_count import (
+    ChatmlShard,
+    CountStats,
+    TokenCounter,
+    absorb,
+    count_chatml_shard,
+    rendering_key,
+    share,
+    unshare,
+)
 from tracelake.core.tokenizer import TOKEN_COUNT_RULE, tokenizer_file, tokenizer_fingerprint
 from tracelake.curate.params import FilterParams
 
@@ -103,6 +115,7 @@ def run_filters(
     token_cache: Path | None = None,
     *,
     markup: ChatMarkup,
+    executor: Executor | None = None,
 ) -> FilterResult:
     """Apply the enabled rules to the `trajectories` view; leaves tables `pool` and `dropped`.
     `sources` are listed in the funnel even when they have no rows (an empty source shows as 0).
@@ -123,7 +136,7 @@ def run_filters(
     patterns = {"anywhere": control.pattern(response=False), "in_response": control.pattern(response=True)}
     for rule in RULES:
         if rule.name == _COUNT_TOKENS_BEFORE and params.count_tokens:
-            stats = _count_tokens(con, Path(params.tokenizer), token_cache, on_tokens, escape)
+            stats = _count_tokens(con, Path(params.tokenizer), token_cache, on_tokens, escape, executor)
             counted = f"{TOKEN_COUNT_RULE} of {ESCAPE_RULE} text" if escape else TOKEN_COUNT_RULE
             formulas["tokens"] = f"{counted} tokenizer sha256 {tokenizer_fingerprint(params.tokenizer)}"
         if rule in enabled:
@@ -143,17 +156,22 @@ def _count_tokens(
     cache: Path | None,
     on_tokens: Callable[[int], None] | None,
     escape: ControlTokens | None = None,
+    executor: Executor | None = None,
 ) -> CountStats:
     """n_tokens for every row still standing (the tokens table). A conversation counted by an
     earlier run (same tokenizer, same content hash) is recalled without reading its messages; the
     rest are read batch by batch in storage order (sorting would hold every conversation in memory),
     each distinct segment encoded once. `escape`: count the text as the export writes it with
-    `filter.special_tokens: escape` (control-token literals escaped), under its own rendering key."""
+    `filter.special_tokens: escape` (control-token literals escaped), under its own rendering key.
+    Each batch is a shard (token_count.count_chatml_shard) mapped on `executor` (default: this
+    process); the counts come back in order, and what workers encoded joins this run's cache."""
     rule = f"{TOKEN_COUNT_RULE}\0{ESCAPE_RULE}\0{escape.fingerprint()}" if escape else TOKEN_COUNT_RULE
     standing = con.sql("""SELECT trajectory_id, conversation_sha256 FROM trajectories
                           WHERE trajectory_id IN (SELECT trajectory_id FROM candidates)""").to_arrow_table()
     ids: list[str] = []
     counts: list[int] = []
+    executor = executor or Executor()
+    where = (str(tokenizer_dir), str(cache) if cache else None)
     with TokenCounter.open(tokenizer_dir, cache) as counter:
         keys = [rendering_key(rule, h) for h in standing.column("conversation_sha256").to_pylist()]
         missing: list[str] = []
@@ -171,16 +189,27 @@ def _count_tokens(
                             WHERE trajectory_id IN (SELECT trajectory_id FROM uncounted)""").to_arrow_reader(
             TOKEN_BATCH
         )
-        for batch in reader:
-            conversations = batch.column("messages").to_pylist()
-            if escape is not None:
-                conversations = [escape.escape_messages(c) for c in conversations]
-            fresh = count_chatml_tokens(counter, conversations, TOKEN_BATCH)
-            counter.remember([rendering_key(rule, h) for h in batch.column("conversation_sha256").to_pylist()], fresh)
-            ids.extend(batch.column("trajectory_id").to_pylist())
-            counts.extend(fresh)
-            if on_tokens:
-                on_tokens(batch.num_rows)
+        order: deque[pa.RecordBatch] = deque()  # the batches in flight, in order: their ids and hashes
+
+        def shards() -> Iterator[ChatmlShard]:
+            for batch in reader:
+                order.append(batch)
+                yield ChatmlShard(*where, batch.column("messages"), escape)
+
+        share(counter, *where)  # in this process, and in workers forked from it: the loaded cache
+        try:
+            for counted in executor.map(count_chatml_shard, shards()):
+                batch = order.popleft()
+                absorb(counter, counted)
+                counter.remember(
+                    [rendering_key(rule, h) for h in batch.column("conversation_sha256").to_pylist()], counted.totals
+                )
+                ids.extend(batch.column("trajectory_id").to_pylist())
+                counts.extend(counted.totals)
+                if on_tokens:
+                    on_tokens(batch.num_rows)
+        finally:
+            unshare(*where)
         con.unregister("uncounted")
         con.execute("RESET threads")
     con.register(

@@ -1,0 +1,215 @@
+"""Where a stage's heavy work runs: in this process (`local`), in this machine's cores
+(`processes`), or on a Ray cluster (`ray`). The executor is never part of a version id and never
+changes a byte: a stage maps a pure shard function over deterministic shards and gets the results
+back in shard order, whoever computed them (docs/cluster.md).
+
+    executor = Executor.open(params.executor)          # or Executor("local")
+    for result in executor.map(count_shard, shards):   # in the order of `shards`
+        ...
+
+`map` keeps at most `window` shards in flight (two per worker), so memory holds a few shards, never
+a whole input. An item wrapped in `Ready` needs no work (a cached result, a marker) and is passed
+through in its place. On Ray each shard is a task: a task lost with its worker or node is run again
+elsewhere (Ray's `max_retries`), and a shard function writes only files named by its shard, so an
+attempt run twice writes the same bytes. The driver (the stage's own process, as DVC runs it) joins
+the cluster at `executor.ray_address`, else `RAY_ADDRESS`, else starts a Ray of its own for the run.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from tracelake.core.errors import BadParams
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+KINDS = ("local", "processes", "ray")
+ENV_KIND = "TRACELAKE_EXECUTOR"  # overrides executor.kind (and is overridden by --executor)
+RAY_RETRIES = 3  # attempts of a shard lost with its worker or node, after the first
+
+
+@dataclass(frozen=True)
+class Ready:
+    """An item that needs no work (a marker, a cached result): passed through in its place."""
+
+    value: Any
+
+
+def cpu_count() -> int:
+    """The CPUs this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def worker_count(requested: int) -> int:
+    """Worker processes for `executor.workers`: 0 means one per CPU this process may use, and none
+    at all (work in this process) on a single CPU, where a worker only adds copying."""
+    if requested > 0:
+        return requested
+    cpus = cpu_count()
+    return cpus if cpus > 1 else 0
+
+
+@dataclass
+class Executor:
+    """Maps shard functions for one stage run; `stats` says what ran where (the stage summary,
+    `tracelake status`)."""
+
+    kind: str = "local"
+    workers: int = 0  # processes: worker processes (0: one per core); ray: shards in flight (0: the cluster's CPUs)
+    ray_address: str | None = None
+    shards: int = 0  # shards mapped (a Ready item is none)
+    started: float = field(default_factory=time.monotonic)
+    _ray_owned: bool = False  # this run started its own Ray (no cluster named)
+    _ray_nodes: int = 0
+    _ray_cpus: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise BadParams(f"executor: unknown kind {self.kind!r} (one of {', '.join(KINDS)})")
+
+    @classmethod
+    def open(cls, params: Any = None, kind: str | None = None) -> "Executor":
+        """From params.yaml's `executor` section; `kind` (the --executor option), else the
+        TRACELAKE_EXECUTOR variable, overrides its kind."""
+        kind = kind or os.environ.get(ENV_KIND) or (params.kind if params is not None else "local")
+        workers = params.workers if params is not None else 0
+        address = params.ray_address if params is not None else None
+        return cls(kind, workers, address)
+
+    # --- mapping ---------------------------------------------------------------------------------
+
+    def map(self, fn: Callable[[T], R], items: Iterable[T | Ready], window: int | None = None) -> Iterator[R]:
+        """fn over items, results in input order (a Ready item's value in its place, untouched),
+        with at most `window` shards in flight (default: two per worker)."""
+        counted = self._counted(items)
+        if self.kind == "ray":
+            yield from self._ray_map(fn, counted, window)
+            return
+        workers = worker_count(self.workers) if self.kind == "processes" else 0
+        if workers < 1:
+            yield from (item.value if isinstance(item, Ready) else fn(item) for item in counted)
+            return
+        yield from _process_map(fn, counted, workers, window or 2 * workers)
+
+    def _counted(self, items: Iterable[T | Ready]) -> Iterator[T | Ready]:
+        for item in items:
+            if not isinstance(item, Ready):
+                self.shards += 1
+            yield item
+
+    def _ray_map(self, fn: Callable[[T], R], items: Iterable[T | Ready], window: int | None) -> Iterator[R]:
+        ray = task = None  # Ray is joined at the first shard: a stage with nothing to do never starts it
+        cwd = os.getcwd()  # relative paths mean the same on every node (a shared filesystem: docs/cluster.md)
+        pending: deque[Any] = deque()
+        for item in items:
+            if not isinstance(item, Ready) and task is None:
+                ray = self._ray()
+                task = ray.remote(max_retries=RAY_RETRIES)(_in_directory)
+                window = window or 2 * max(1, self.workers or self._ray_cpus)
+            pending.append(item if isinstance(item, Ready) else task.remote(cwd, fn, item))
+            if len(pending) >= (window or 1):
+                yield _ray_result(ray, pending.popleft())
+        while pending:
+            yield _ray_result(ray, pending.popleft())
+
+    def _ray(self) -> Any:
+        try:
+            import ray
+        except ImportError:
+            raise BadParams(
+                "executor ray: Ray is not installed here; install the extra (pip install 'tracelake[ray]', "
+                "or uv sync --extra ray) on this machine and on every node of the cluster"
+            ) from None
+        if not ray.is_initialized():
+            address = self.ray_address or os.environ.get("RAY_ADDRESS") or None
+            kwargs: dict[str, Any] = {"logging_level": "WARNING", "log_to_driver": False}
+            if address is None:
+                self._ray_owned = True
+                kwargs |= {"include_dashboard": False, "num_cpus": self.workers or cpu_count()}
+            try:
+                ray.init(address=address, **kwargs)
+            except ConnectionError as e:
+                raise BadParams(f"executor ray: cannot join the Ray cluster at {address}: {e}") from None
+            resources = ray.cluster_resources()
+            self._ray_nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
+            self._ray_cpus = int(resources.get("CPU", 1))
+        return ray
+
+    # --- reporting -------------------------------------------------------------------------------
+
+    def describe(self) -> str:
+        """What ran where, in words: `processes (2 workers)`, `ray (3 nodes, 3 CPUs)`."""
+        if self.kind == "ray":
+            where = "a Ray started for this run" if self._ray_owned else "Ray cluster"
+            return f"ray ({where}: {self._ray_nodes} nodes, {self._ray_cpus} CPUs)"
+        if self.kind == "processes":
+            n = worker_count(self.workers)
+            return f"processes ({n} workers)" if n else "processes (1 CPU: in this process)"
+        return "local (this process)"
+
+    def record(self) -> dict[str, Any]:
+        """The run record `tracelake status` shows (never an output: the executor changes no byte)."""
+        return {
+            "executor": self.kind,
+            "where": self.describe(),
+            "shards": self.shards,
+            "seconds": round(time.monotonic() - self.started, 1),
+        }
+
+    def close(self) -> None:
+        if self.kind == "ray" and self._ray_owned:
+            import ray
+
+            ray.shutdown()
+
+
+def _in_directory(cwd: str, fn: Callable[[T], R], item: T) -> R:
+    """A Ray task: fn(item) with the driver's working directory, so relative paths name the same files."""
+    if os.getcwd() != cwd:
+        os.chdir(cwd)
+    return fn(item)
+
+
+def _ray_result(ray: Any, ref: Any) -> Any:
+    if isinstance(ref, Ready):
+        return ref.value
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as e:  # the shard function raised: its own error, here
+        cause = getattr(e, "cause", None)
+        if isinstance(cause, BaseException):
+            raise cause from None
+        raise
+
+
+def _process_map(fn: Callable[[T], R], items: Iterable[T | Ready], workers: int, window: int) -> Iterator[R]:
+    """fn over items in forked worker processes, in input order. Fork, not spawn: a caller's script
+    needs no `if __name__ == "__main__"` guard, and workers start in milliseconds. They are all forked
+    before the first item is taken, so `items` may run on a thread of its own (core.background)."""
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        # Fork every worker now, before `items` runs: it may start threads (read_ahead), and a
+        # process forked while another thread holds a lock could inherit the lock held forever.
+        pool.submit(int).result()
+        pending: deque[Future] = deque()
+        for item in items:
+            if isinstance(item, Ready):
+                done: Future = Future()
+                done.set_result(item.value)
+                pending.append(done)
+            else:
+                pending.append(pool.submit(fn, item))
+            if len(pending) >= window:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
