@@ -10,18 +10,10 @@ import argparse
 from pathlib import Path
 
 import orjson
-from tokenizers import (
-    AddedToken,
-    Regex,
-    Tokenizer,
-    decoders,
-    models,
-    normalizers,
-    pre_tokenizers,
-    trainers,
-)
+from tokenizers import Regex, normalizers, pre_tokenizers
 
 from tracelake.core.token_count import SPLIT_PATTERNS
+from tracelake.core.tokenizer import train_bpe
 
 QWEN2 = next(p for p in SPLIT_PATTERNS if r"\p{N}|" in p)
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -47,24 +39,21 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=32768)
     ap.add_argument("--mb", type=int, default=40)
     args = ap.parse_args()
-    tok = Tokenizer(models.BPE())
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
+    split_byte_level = pre_tokenizers.Sequence(
         [
             pre_tokenizers.Split(Regex(QWEN2), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=args.vocab,
+    tok = train_bpe(
+        texts(args.traces, args.mb << 20),
+        args.vocab,
+        split_byte_level,
+        normalizer=normalizers.NFC(),
+        special=SPECIAL,
+        added=ADDED,
         min_frequency=2,
-        show_progress=False,
-        special_tokens=[AddedToken(t, special=True, normalized=False) for t in SPECIAL],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
-    tok.train_from_iterator(texts(args.traces, args.mb << 20), trainer=trainer)
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in ADDED])
     args.out.mkdir(parents=True, exist_ok=True)
     tok.save(str(args.out / "tokenizer.json"))
     print(f"vocab {tok.get_vocab_size()} -> {args.out}")

@@ -36,6 +36,12 @@ import shutil  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[2]
+# tracelake is not installed here: its export/sharegpt.py (standard library only) from src/, and the
+# tests' tiny Qwen3 from tests/train_env/
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests" / "train_env")]
+from tracelake.export.sharegpt import dataset_info_entry  # noqa: E402
+
 EOS_TOKEN, PAD_TOKEN = "<|im_end|>", "<|endoftext|>"
 MODEL_MAX_LENGTH = 10**9
 CHAT_TEMPLATE = (  # ChatML, as tracelake.core.tokenizer writes it
@@ -44,20 +50,6 @@ CHAT_TEMPLATE = (  # ChatML, as tracelake.core.tokenizer writes it
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
-# src/tracelake/export/sharegpt.py dataset_info_entry (kept literal: this runs outside tracelake's env)
-DATASET_ENTRY = {
-    "formatting": "sharegpt",
-    "columns": {"messages": "conversations", "system": "system"},
-    "tags": {
-        "role_tag": "from",
-        "content_tag": "value",
-        "user_tag": "human",
-        "assistant_tag": "gpt",
-        "observation_tag": "observation",
-        "function_tag": "function_call",
-        "system_tag": "system",
-    },
-}
 DATASET = "shards"
 
 
@@ -91,21 +83,12 @@ def model_dir(tokdir: Path, out: Path) -> Path:
     )
     cfg["model_max_length"] = MODEL_MAX_LENGTH  # 32768 would only warn (LF never truncates by it)
     (out / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    from tiny_qwen3 import tiny_config
     from tokenizers import Tokenizer
-    from transformers import Qwen3Config
 
     tok = Tokenizer.from_file(str(out / "tokenizer.json"))
-    Qwen3Config(
+    tiny_config(
         vocab_size=tok.get_vocab_size(with_added_tokens=True),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        max_position_embeddings=65536,
-        tie_word_embeddings=True,
-        bos_token_id=None,
         eos_token_id=tok.token_to_id(_content(cfg.get("eos_token")) or EOS_TOKEN),
         pad_token_id=tok.token_to_id(_content(cfg.get("pad_token")) or PAD_TOKEN),
     ).to_json_file(out / "config.json")
@@ -128,7 +111,7 @@ def data_dir(shards: list[Path], out: Path) -> Path:
         if not shard.is_file() or shard.suffix != ".parquet":
             raise SystemExit(f"{shard}: not a .parquet file")
         (files / f"{i:05d}-{shard.name}").symlink_to(shard.resolve())
-    info = {DATASET: {"file_name": DATASET, **DATASET_ENTRY}}
+    info = {DATASET: dataset_info_entry(DATASET)}
     (out / "dataset_info.json").write_text(json.dumps(info, indent=2) + "\n")
     return out
 

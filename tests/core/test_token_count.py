@@ -10,20 +10,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tokenizers import (
-    AddedToken,
-    Regex,
-    Tokenizer,
-    decoders,
-    models,
-    normalizers,
-    pre_tokenizers,
-    trainers,
-)
+from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers
 
 from tracelake.core import token_cache, token_count
 from tracelake.core.token_count import SPLIT_PATTERNS, SegmentRule, TokenCounter
-from tracelake.core.tokenizer import build_tokenizer
+from tracelake.core.tokenizer import build_tokenizer, train_bpe
 
 QWEN, LLAMA3 = sorted(SPLIT_PATTERNS, key=lambda p: "{1,3}" in p)
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -38,22 +29,8 @@ CORPUS = [
 ] * 20
 
 
-def _train(pre_tokenizer, normalizer=None, vocab: int = 600) -> Tokenizer:
-    tok = Tokenizer(models.BPE())
-    if normalizer is not None:
-        tok.normalizer = normalizer
-    tok.pre_tokenizer = pre_tokenizer
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab,
-        min_frequency=1,
-        show_progress=False,
-        special_tokens=[AddedToken(t, special=True, normalized=False) for t in SPECIAL],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator(CORPUS, trainer=trainer)
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in PLAIN_ADDED])
-    return tok
+def _train(pre_tokenizer, normalizer=None) -> Tokenizer:
+    return train_bpe(CORPUS, 600, pre_tokenizer, normalizer=normalizer, special=SPECIAL, added=PLAIN_ADDED)
 
 
 def _split_byte_level(pattern: str):

@@ -30,7 +30,7 @@ from tracelake.curate.scoring.scorers import LlmResponseLength
 
 from ..chat_server import RateLimitProxy
 from ..helpers import ROOT, run_ok, train_python, vllm_python
-from .test_model_scoring import KEY_ENV, scores_of, task_con
+from .test_model_scoring import KEY_ENV, model, scores_of, task_con
 
 pytestmark = pytest.mark.vllm_env
 TINY = ROOT / "tests" / "train_env" / "tiny_qwen3.py"
@@ -140,21 +140,9 @@ def reference(served, tmp_path_factory):
 
 
 def params(base_url: str, **kw) -> ModelParams:
-    defaults = dict(
-        backend="openai",
-        name="tiny",
-        base_url=base_url,
-        api_key_env=KEY_ENV,
-        concurrency=4,
-        max_retries=2,
-        backoff_s=0.2,
-        max_backoff_s=1,
-        timeout_s=60,
-        max_tokens=24,
-        temperature=1.0,
-        seed=0,
-    )
-    return ModelParams(**{**defaults, **kw})
+    """test_model_scoring's openai model with the patience a CPU vLLM needs, and seeded sampling."""
+    vllm = dict(max_retries=2, backoff_s=0.2, max_backoff_s=1, timeout_s=60, max_tokens=24, temperature=1.0, seed=0)
+    return model(base_url, **{**vllm, **kw})
 
 
 def test_openai_engine_against_vllm_serve(served, reference, tmp_path, monkeypatch):
@@ -220,7 +208,7 @@ def test_server_killed_mid_run_then_restarted(served, reference, tmp_path, monke
 def test_vllm_offline_engine(tiny_model, tmp_path, monkeypatch):
     for k, v in VLLM_ENV.items():
         monkeypatch.setenv(k, v)
-    model = ModelParams(
+    offline = ModelParams(
         backend="vllm",
         name="tiny-qwen3",
         path=str(tiny_model),
@@ -230,11 +218,11 @@ def test_vllm_offline_engine(tiny_model, tmp_path, monkeypatch):
         batch_size=8,
         seed=0,
     )
-    run = run_model_scorer(LlmResponseLength(), task_con(12), model, tmp_path)
+    run = run_model_scorer(LlmResponseLength(), task_con(12), offline, tmp_path)
     assert (run.computed, len(run.failures), run.usage.calls) == (12, 0, 12)
     assert run.engine == f"vllm {tiny_model}"
     for row in run.rows:
         answer = next(a for a in run.answers() if a["task_id"] == row["task_id"])
         assert row["score"] == len(answer["text"]) and answer["prompt_tokens"] > 0
-    again = run_model_scorer(LlmResponseLength(), task_con(12), model, tmp_path)
+    again = run_model_scorer(LlmResponseLength(), task_con(12), offline, tmp_path)
     assert (again.computed, again.usage.calls) == (0, 0)

@@ -6,7 +6,8 @@ agent turns, prose about tasks) and writes a Hugging Face style directory: `toke
 any process: the BPE trainer breaks ties on (count, pair ids) and assigns ids in merge order,
 so its result does not depend on thread count or hash order (RAYON_NUM_THREADS from 1 to 32
 give the same bytes; no pinning needed), and tokenizer.json lists the vocabulary by id. Our own
-JSON files are written with sorted keys and a trailing newline.
+JSON files are written with sorted keys and a trailing newline. `train_bpe` is its trainer, for
+any pre-tokenizer (the tests and benchmarks train Qwen- and Llama-style tokenizers with it).
 
 `render_chatml` renders conversations as ChatML; core/token_count.py counts its tokens with any
 fast tokenizer (`tokenizer.json`), ours or a real model's.
@@ -16,10 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from tracelake.core.errors import BadInput, BadParams
 from tracelake.core.outputs import output_dir
@@ -97,19 +98,36 @@ def _write_json(path: Path, value: object) -> None:
     path.write_text(json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def _train(vocab_size: int) -> Tokenizer:
+def train_bpe(
+    texts: Iterable[str],
+    vocab_size: int,
+    pre_tokenizer: pre_tokenizers.PreTokenizer | None = None,
+    *,
+    normalizer: normalizers.Normalizer | None = None,
+    special: Sequence[str] = SPECIAL_TOKENS,
+    added: Sequence[str] = (),
+    min_frequency: int = 1,
+) -> Tokenizer:
+    """A BPE over bytes (the byte-level alphabet and decoder) trained on `texts`, pre-tokenized by
+    `pre_tokenizer` (default GPT-2's byte level without a prefix space) after `normalizer`.
+
+    `special` take the first ids, as special tokens; `added` come after the merges, as plain added
+    tokens (as Qwen adds `<think>`). `vocab_size` is an upper bound.
+    """
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if normalizer is not None:
+        tok.normalizer = normalizer
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False) if pre_tokenizer is None else pre_tokenizer
     tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        min_frequency=1,
+        min_frequency=min_frequency,
         show_progress=False,
-        special_tokens=[AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS],
+        special_tokens=[AddedToken(t, special=True, normalized=False) for t in special],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
-    tok.train_from_iterator(list(_CORPUS), trainer=trainer, length=len(_CORPUS))
+    tok.train_from_iterator(texts, trainer=trainer)
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in added])
     return tok
 
 
@@ -125,7 +143,8 @@ def build_tokenizer(out_dir: Path, vocab_size: int = 4096) -> Path:
         raise BadParams(f"vocab_size must be at least {len(SPECIAL_TOKENS) + 256}: {vocab_size}")
     if out_dir.exists() and not out_dir.is_dir():
         raise BadParams(f"{out_dir} exists and is not a directory; pick another tokenizer path")
-    tok = _train(vocab_size)
+    tok = train_bpe(_CORPUS, vocab_size)
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
     with output_dir(out_dir) as tmp:
         (tmp / "tokenizer.json").write_text(tok.to_str(pretty=True) + "\n", encoding="utf-8")
         specials = {"eos_token": EOS_TOKEN, "pad_token": PAD_TOKEN, "additional_special_tokens": list(SPECIAL_TOKENS)}
