@@ -12,8 +12,8 @@ step() { echo "tests/setup.sh: $*"; }
 
 step "uv 0.13.9 (pip)"
 python3 -m pip install -q uv==0.13.9
-step "the project environment .venv (uv sync --frozen, from uv.lock; modules compiled once, here)"
-UV_COMPILE_BYTECODE=1 uv sync --frozen
+step "the project environment .venv with the ray extra (uv sync --frozen, from uv.lock; modules compiled once, here)"
+UV_COMPILE_BYTECODE=1 uv sync --frozen --extra ray
 step "the training environment .venv-train: LLaMA-Factory, skyrl-train 0.3, Modal (training/setup-env.sh)"
 bash training/setup-env.sh
 step "the SkyRL 0.4 environment .venv-skyrl (training/setup-skyrl-env.sh)"
