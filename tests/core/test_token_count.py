@@ -227,7 +227,7 @@ def test_cache_lookup_across_runs_and_unsorted_parts(tmp_path):
     )
     cache = token_cache.SegmentCache(d, "abcdef0123456789" + "0" * 48)
     cache.add(keys[:2], [1, 2])
-    cache._flush()  # a run of its own, and a part
+    cache.flush()  # a run of its own, and a part
     cache.add(keys[2:4], [3, 4])  # still pending
     near = keys[0][:8] + bytes(8)  # shares k1 with keys[0], not k2
     assert cache.lookup([*keys, near, b"\xff" * 16]) == [1, 2, 3, 4, 5, 6, 7, 8, None, None]
@@ -244,7 +244,7 @@ def test_lookup_searches_each_run_for_what_is_still_unknown(tmp_path, monkeypatc
     keys = [i.to_bytes(16, "little") for i in range(1, 40)]
     for lo, hi in ((0, 3), (3, 20), (20, 30)):  # three runs: 3, 17 and 10 entries
         cache.add(keys[lo:hi], list(range(lo, hi)))
-        cache._flush()
+        cache.flush()
     cache.add(keys[30:35], list(range(30, 35)))  # pending
     asked = [keys[i] for i in (38, 0, 25, 5, 31, 5, 19, 2, 36, 25)]
     searched: list[int] = []

@@ -152,7 +152,8 @@ class Executor:
         """What ran where, in words: `processes (2 workers)`, `ray (3 nodes, 3 CPUs)`."""
         if self.kind == "ray":
             where = "a Ray started for this run" if self._ray_owned else "Ray cluster"
-            return f"ray ({where}: {self._ray_nodes} nodes, {self._ray_cpus} CPUs)"
+            nodes = f"{self._ray_nodes} node{'s' if self._ray_nodes != 1 else ''}"
+            return f"ray ({where}: {nodes}, {self._ray_cpus} CPUs)"
         if self.kind == "processes":
             n = worker_count(self.workers)
             return f"processes ({n} workers)" if n else "processes (1 CPU: in this process)"
@@ -165,6 +166,7 @@ class Executor:
             "where": self.describe(),
             "shards": self.shards,
             "seconds": round(time.monotonic() - self.started, 1),
+            "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         }
 
     def close(self) -> None:

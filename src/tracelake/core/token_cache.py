@@ -108,9 +108,9 @@ class SegmentCache:
     def add(self, keys: list[bytes], counts: list[int]) -> None:
         self._pending.update(zip(keys, counts))
         if len(self._pending) >= MERGE_EVERY:
-            self._flush()
+            self.flush()
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
         """The pending entries -> a part on disk and a run in memory."""
         if not self._pending:
             return
@@ -126,7 +126,7 @@ class SegmentCache:
 
     def save(self) -> None:
         """Write the entries added since the last part; past MAX_PARTS parts, compact into one."""
-        self._flush()
+        self.flush()
         if self.dir is None or not self.dir.is_dir() or len(list(self.dir.glob("part-*.parquet"))) <= MAX_PARTS:
             return
         compacted = _sorted_run(pl.concat(self._loaded()))  # what this process read, plus its own

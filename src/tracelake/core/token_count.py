@@ -280,6 +280,11 @@ class TokenCounter:
                 keys, texts, size = [], [], 0
         return fresh
 
+    def checkpoint(self) -> None:
+        """Write what was encoded (and remembered) since the last part as a part on disk now: a run
+        killed after this recounts none of it."""
+        self.cache.flush()
+
     def close(self) -> None:
         self.cache.save()
 

@@ -20,6 +20,7 @@ from tracelake.core.errors import BadInput
 from tracelake.core.lake import Lake, is_built, table_paths
 from tracelake.core.outputs import read_manifest
 from tracelake.core.schema import TABLES, load_schema
+from tracelake.core.stage import RUNS
 from tracelake.core.swap import sweep
 from tracelake.core.ui import literal, literals
 
@@ -116,6 +117,32 @@ def render_status(lake: Path, console: Console) -> None:
     if files:
         console.print(trajectory_overview(files))
     render_curation(lake, console)
+    if project:
+        render_runs(project, console)
+
+
+def render_runs(project: Path, console: Console) -> None:
+    """Where each stage last ran (.tracelake/runs, written by `python -m stages`): the executor, its
+    workers or nodes, the shards it mapped. Not part of any output: every executor writes the same bytes."""
+    records = []
+    for path in sorted((project / RUNS).glob("*.json")):
+        try:
+            records.append((path.stem, json.loads(path.read_bytes())))
+        except (OSError, ValueError):
+            continue  # being rewritten, or damaged: it only describes a past run
+    if not records:
+        return
+    table = Table(title="last runs (.tracelake/runs): where each stage ran", title_justify="left")
+    for col in ("stage", "executor", "shards", "seconds", "finished"):
+        table.add_column(col, no_wrap=col != "executor", justify="right" if col in ("shards", "seconds") else "left")
+    for stage, r in records:
+        if isinstance(r, dict):
+            table.add_row(
+                *literals(
+                    (stage, r.get("where", "?"), f"{r.get('shards', 0):,}", r.get("seconds", ""), r.get("finished", ""))
+                )
+            )
+    console.print(table)
 
 
 def render_curation(lake: Path, console: Console) -> None:
