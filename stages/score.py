@@ -13,7 +13,7 @@ from tracelake.core.stage import Context, Output, Result, Stage, Table
 from tracelake.core.ui import progress
 from tracelake.curate.params import ImportParams
 from tracelake.curate.scoring.answers import ModelRun
-from tracelake.curate.scoring.model_run import run_model
+from tracelake.curate.scoring.model_run import engine_for, run_model
 from tracelake.curate.scoring.scorers import BUILTIN_SCORERS, ModelScorer
 from tracelake.curate.scoring.scores import ScoreCache, import_scores, known_tasks_of, run_scorer
 
@@ -36,7 +36,7 @@ def run(ctx: Context) -> Result:
     for name in p.score.scorers:
         scorer = BUILTIN_SCORERS[name]()
         if isinstance(scorer, ModelScorer):
-            runs.append(run_model(scorer, con, p.score))
+            runs.append(run_model(scorer, con, p.score, engine_for(ctx.executor)))
             continue
         with progress(f"score {name}") as (_, advance):
             runs.append(run_scorer(scorer, con, cache, on_progress=advance))
@@ -83,6 +83,7 @@ STAGE = Stage(
     __doc__,
     run,
     params=("score", "sources", "lake"),
+    untracked=("executor",),
     deps=("imports", "scoring/prompts", "${lake}/trajectories", "${lake}/tasks"),
     outs=("${lake}/scores",),
     metrics="metrics/score.json",

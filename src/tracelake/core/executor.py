@@ -114,7 +114,7 @@ class Executor:
         pending: deque[Any] = deque()
         for item in items:
             if not isinstance(item, Ready) and task is None:
-                ray = self._ray()
+                ray = self.join_ray()
                 task = ray.remote(max_retries=RAY_RETRIES)(_in_directory)
                 window = window or 2 * max(1, self.workers or self._ray_cpus)
             pending.append(item if isinstance(item, Ready) else task.remote(cwd, fn, item))
@@ -123,7 +123,8 @@ class Executor:
         while pending:
             yield _ray_result(ray, pending.popleft())
 
-    def _ray(self) -> Any:
+    def join_ray(self) -> Any:
+        """The `ray` module, joined to the cluster (once per run)."""
         try:
             import ray
         except ImportError:
@@ -188,11 +189,16 @@ def _ray_result(ray: Any, ref: Any) -> Any:
         return ref.value
     try:
         return ray.get(ref)
-    except ray.exceptions.RayTaskError as e:  # the shard function raised: its own error, here
-        cause = getattr(e, "cause", None)
-        if isinstance(cause, BaseException):
-            raise cause from None
-        raise
+    except ray.exceptions.RayTaskError as e:
+        raise_task_error(ray, e)
+
+
+def raise_task_error(ray: Any, error: BaseException) -> None:
+    """Raise what a Ray task raised as itself (a BadInput stays one line), anything else as is."""
+    cause = getattr(error, "cause", None) if isinstance(error, ray.exceptions.RayTaskError) else None
+    if isinstance(cause, BaseException):
+        raise cause from None
+    raise error
 
 
 def _process_map(fn: Callable[[T], R], items: Iterable[T | Ready], workers: int, window: int) -> Iterator[R]:

@@ -16,7 +16,7 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import duckdb
 
@@ -127,6 +127,21 @@ def run_plan(plan: ScorePlan, con: duckdb.DuckDBPyConnection, score: ScoreParams
             f"with `bash training/setup-env.sh`, or set TRACELAKE_TRAIN_ENV to one"
         )
     return run_model(plan.scorer, con, score, plan.engine)
+
+
+def engine_for(executor: Any) -> Callable[[ModelParams], Engine]:
+    """The engine factory for a run on `executor`: on Ray, a local engine (vllm, transformers) runs
+    once per GPU of the cluster (engines/ray_pool.py); an HTTP endpoint is asked from the driver."""
+
+    def make(model: ModelParams) -> Engine:
+        engine = make_engine(model)
+        if executor is not None and executor.kind == "ray" and model.backend != "openai":
+            from tracelake.curate.scoring.engines.ray_pool import RayEngine
+
+            return RayEngine(engine, executor)
+        return engine
+
+    return make
 
 
 def run_model(
