@@ -4,6 +4,7 @@ worker nodes) a worker node killed mid-map: its shards run again elsewhere, each
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tracelake.core.errors import BadInput, BadParams
-from tracelake.core.executor import ENV_KIND, Executor, Ready
+from tracelake.core.executor import ENV_KIND, SHARD_LOG_ENV, Executor, Ready
 
 from ..ray_cluster import local_cluster
 
@@ -76,6 +77,14 @@ def test_the_kind_comes_from_the_option_then_the_variable_then_params(monkeypatc
     monkeypatch.setenv(ENV_KIND, "spark")
     with pytest.raises(BadParams, match="unknown kind 'spark'"):
         Executor.open(P())
+
+
+@pytest.mark.parametrize("kind", ["local", "processes"])
+def test_the_shard_log_counts_every_execution(kind, tmp_path, monkeypatch):
+    monkeypatch.setenv(SHARD_LOG_ENV, str(tmp_path / "shards.jsonl"))
+    assert list(Executor(kind, 2).map(square, [5, Ready(0), 6, 7])) == [25, 0, 36, 49]
+    lines = [json.loads(line) for line in (tmp_path / "shards.jsonl").read_text().splitlines()]
+    assert sorted((e["shard"], e["event"]) for e in lines) == [(i, ev) for i in range(3) for ev in ("done", "start")]
 
 
 def test_describe_says_where_it_ran():

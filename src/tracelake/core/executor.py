@@ -17,8 +17,10 @@ the cluster at `executor.ray_address`, else `RAY_ADDRESS`, else starts a Ray of 
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -33,6 +35,7 @@ R = TypeVar("R")
 
 KINDS = ("local", "processes", "ray")
 ENV_KIND = "TRACELAKE_EXECUTOR"  # overrides executor.kind (and is overridden by --executor)
+SHARD_LOG_ENV = "TRACELAKE_SHARD_LOG"  # a file: one line per shard execution started and done (run_shard)
 RAY_RETRIES = 3  # attempts of a shard lost with its worker or node, after the first
 
 
@@ -92,32 +95,35 @@ class Executor:
     def map(self, fn: Callable[[T], R], items: Iterable[T | Ready], window: int | None = None) -> Iterator[R]:
         """fn over items, results in input order (a Ready item's value in its place, untouched),
         with at most `window` shards in flight (default: two per worker)."""
-        counted = self._counted(items)
+        shards = self._shards(fn, items)
         if self.kind == "ray":
-            yield from self._ray_map(fn, counted, window)
+            yield from self._ray_map(shards, window)
             return
         workers = worker_count(self.workers) if self.kind == "processes" else 0
         if workers < 1:
-            yield from (item.value if isinstance(item, Ready) else fn(item) for item in counted)
+            yield from (item.value if isinstance(item, Ready) else run_shard(item) for item in shards)
             return
-        yield from _process_map(fn, counted, workers, window or 2 * workers)
+        yield from _process_map(shards, workers, window or 2 * workers)
 
-    def _counted(self, items: Iterable[T | Ready]) -> Iterator[T | Ready]:
+    def _shards(self, fn: Callable[[T], R], items: Iterable[T | Ready]) -> Iterator[Shard | Ready]:
+        log = os.environ.get(SHARD_LOG_ENV) or None
+        log = os.path.abspath(log) if log else None
         for item in items:
-            if not isinstance(item, Ready):
+            if isinstance(item, Ready):
+                yield item
+            else:
                 self.shards += 1
-            yield item
+                yield Shard(fn, item, self.shards - 1, os.getcwd(), log)
 
-    def _ray_map(self, fn: Callable[[T], R], items: Iterable[T | Ready], window: int | None) -> Iterator[R]:
+    def _ray_map(self, shards: Iterable[Shard | Ready], window: int | None) -> Iterator[Any]:
         ray = task = None  # Ray is joined at the first shard: a stage with nothing to do never starts it
-        cwd = os.getcwd()  # relative paths mean the same on every node (a shared filesystem: docs/cluster.md)
         pending: deque[Any] = deque()
-        for item in items:
+        for item in shards:
             if not isinstance(item, Ready) and task is None:
                 ray = self.join_ray()
-                task = ray.remote(max_retries=RAY_RETRIES)(_in_directory)
+                task = ray.remote(max_retries=RAY_RETRIES)(run_shard)
                 window = window or 2 * max(1, self.workers or self._ray_cpus)
-            pending.append(item if isinstance(item, Ready) else task.remote(cwd, fn, item))
+            pending.append(item if isinstance(item, Ready) else task.remote(item))
             if len(pending) >= (window or 1):
                 yield _ray_result(ray, pending.popleft())
         while pending:
@@ -177,11 +183,44 @@ class Executor:
             ray.shutdown()
 
 
-def _in_directory(cwd: str, fn: Callable[[T], R], item: T) -> R:
-    """A Ray task: fn(item) with the driver's working directory, so relative paths name the same files."""
-    if os.getcwd() != cwd:
-        os.chdir(cwd)
-    return fn(item)
+@dataclass(frozen=True)
+class Shard:
+    """One shard of a map: the function, its input, its index in the map, the driver's working
+    directory (relative paths name the same files on every node), the shard log (or None)."""
+
+    fn: Callable[[Any], Any]
+    item: Any
+    index: int
+    cwd: str
+    log: str | None
+
+
+def run_shard(shard: Shard) -> Any:
+    """Run one shard, wherever: this process, a worker process, a Ray task. With TRACELAKE_SHARD_LOG
+    set, each execution appends a `start` and a `done` line (JSON: shard, pid, node) to that file:
+    how many times each shard ran, and where."""
+    if os.getcwd() != shard.cwd:
+        os.chdir(shard.cwd)
+    if shard.log:
+        _log(shard, "start")
+    result = shard.fn(shard.item)
+    if shard.log:
+        _log(shard, "done")
+    return result
+
+
+def _log(shard: Shard, event: str) -> None:
+    node = os.uname().nodename
+    if "ray" in sys.modules:
+        ray = sys.modules["ray"]
+        if ray.is_initialized():
+            node = ray.get_runtime_context().get_node_id()
+    line = json.dumps({"shard": shard.index, "event": event, "pid": os.getpid(), "node": node}) + "\n"
+    fd = os.open(shard.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())  # one write of a short line: lines of concurrent shards never mix
+    finally:
+        os.close(fd)
 
 
 def _ray_result(ray: Any, ref: Any) -> Any:
@@ -201,7 +240,7 @@ def raise_task_error(ray: Any, error: BaseException) -> None:
     raise error
 
 
-def _process_map(fn: Callable[[T], R], items: Iterable[T | Ready], workers: int, window: int) -> Iterator[R]:
+def _process_map(items: Iterable[Shard | Ready], workers: int, window: int) -> Iterator[Any]:
     """fn over items in forked worker processes, in input order. Fork, not spawn: a caller's script
     needs no `if __name__ == "__main__"` guard, and workers start in milliseconds. They are all forked
     before the first item is taken, so `items` may run on a thread of its own (core.background)."""
@@ -216,7 +255,7 @@ def _process_map(fn: Callable[[T], R], items: Iterable[T | Ready], workers: int,
                 done.set_result(item.value)
                 pending.append(done)
             else:
-                pending.append(pool.submit(fn, item))
+                pending.append(pool.submit(run_shard, item))
             if len(pending) >= window:
                 yield pending.popleft().result()
         while pending:
