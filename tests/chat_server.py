@@ -39,7 +39,30 @@ def answer_text(messages: list[dict], seed: Any, i: int, chars: int | None = Non
     return "word " * max(1, chars * (128 + digest[0]) // 256 // 5)
 
 
-class ChatServer:
+class LocalServer:
+    """An HTTP server on 127.0.0.1 (a free port unless `_port` names one), served by a daemon
+    thread; `base_url` ends in /v1 and keeps its port after `stop`, for a restart on the same one."""
+
+    _port = 0
+    httpd: ThreadingHTTPServer | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._port}/v1"
+
+    def _serve(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.httpd = Server(("127.0.0.1", self._port), handler)
+        self._port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        if self.httpd is not None:
+            self.httpd.shutdown()
+            self.httpd.server_close()
+            self.httpd = None
+
+
+class ChatServer(LocalServer):
     """POST /v1/chat/completions. `api_key`: required bearer key. `fail_marker`: a user message
     containing it gets a 400. `answer_chars`: answers of about that many characters (default: 1-40
     words). `requests` counts the chat requests it answered (any status)."""
@@ -52,11 +75,6 @@ class ChatServer:
         self.answered = 0
         self._lock = threading.Lock()
         self._port = port
-        self.httpd: ThreadingHTTPServer | None = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._port}/v1"
 
     def start(self) -> "ChatServer":
         server = self
@@ -102,19 +120,11 @@ class ChatServer:
             def _send(self, status, payload):
                 send_json(self, status, json.dumps(payload).encode())
 
-        self.httpd = Server(("127.0.0.1", self._port), Handler)
-        self._port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self._serve(Handler)
         return self
 
-    def stop(self) -> None:
-        if self.httpd is not None:
-            self.httpd.shutdown()
-            self.httpd.server_close()
-            self.httpd = None
 
-
-class RateLimitProxy:
+class RateLimitProxy(LocalServer):
     """Answers the first `limited` requests with 429 and `Retry-After: retry_after`, forwards the rest
     to `upstream` (a base URL ending in /v1)."""
 
@@ -154,16 +164,7 @@ class RateLimitProxy:
             def _reply(self, status, data, headers=()):
                 send_json(self, status, data, headers)
 
-        self.httpd = Server(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self._serve(Handler)
 
 
 if __name__ == "__main__":  # python -m tests.chat_server PORT [ANSWER_CHARS]: serve until killed (benchmarks)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -40,6 +42,24 @@ def tree_bytes(directory: Path) -> dict[str, bytes]:
     return {p.relative_to(directory).as_posix(): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
+def print_fuzz_summary(request, runs: dict, seconds: dict, outcomes: dict) -> None:
+    """After a fuzz module (from its module fixture): one line per test, its examples run, seconds
+    taken and outcomes counted, printed past pytest's capture."""
+    from collections import Counter
+
+    lines = [
+        f"fuzz: {name}: {runs[name]} examples in {seconds[name]:.1f} s; "
+        + ", ".join(f"{k} {v}" for k, v in outcomes.get(name, Counter()).most_common())
+        for name in sorted(runs)
+    ]
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    if capture is None:
+        print("\n".join(lines))
+        return
+    with capture.global_and_fixture_disabled():
+        print("\n" + "\n".join(lines))
+
+
 def slot_batch(rows: list[dict]):
     """Selection slots that carry their trajectory's `messages` -> what export_sft's convert_batch
     takes: (trajectory_id, conversation_sha256, messages) as Arrow, one row per trajectory, and the
@@ -56,6 +76,48 @@ def slot_batch(rows: list[dict]):
     messages = pa.array(conversations, load_schema("trajectories").arrow.field("messages").type)
     hashes = [sha256_bytes(canonical_json(c)) for c in conversations]
     return pa.table({"trajectory_id": list(slots), "conversation_sha256": hashes, "messages": messages}), slots
+
+
+def sft_slot(i: int, messages: list[dict], **fields) -> dict:
+    """One selection slot as export_sft reads it: slot s<i> of trajectory t<i> (task task<i> of
+    source src, copy 0); `fields` replace any of these."""
+    return {
+        "slot_id": f"s{i}",
+        "trajectory_id": f"t{i}",
+        "task_id": f"k{i}",
+        "source": "src",
+        "task": f"task{i}",
+        "copy": 0,
+        "name": f"task{i}",
+        "messages": messages,
+        **fields,
+    }
+
+
+def convert_slots(
+    rows: list[dict],
+    *,
+    tokenizer,
+    template: str = "qwen3",
+    same_role: str = "merge",
+    cutoff_len: int | None = None,
+    stats=None,
+    **options,
+):
+    """Slots through export_sft's convert_batch (`options`: its control and special_tokens) ->
+    (sft rows as an Arrow table, export_rejects rows). `stats`: an SftStats to count into."""
+    from tracelake.export.sft import SftStats, convert_batch
+    from tracelake.export.templates import template_slots
+
+    return convert_batch(
+        *slot_batch(rows),
+        same_role=same_role,
+        cutoff_len=cutoff_len,
+        tokenizer=tokenizer,
+        template=template_slots(template),
+        stats=SftStats() if stats is None else stats,
+        **options,
+    )
 
 
 def need(path: Path) -> Path:
@@ -140,6 +202,54 @@ def make_trial(
     return trial
 
 
+# Harbor's golden terminus-2 runs of the task hello-world, each as the agent files of one trial:
+# trial name -> (files under agent/ -> golden file name, the trial's result.json arguments).
+_SUMMARIZATION = "hello-world-context-summarization"
+GOLDEN_TRIALS: dict[str, tuple[dict[str, str], dict]] = {
+    # the main trajectory and its continuation
+    "linear__1": (
+        {
+            "trajectory.json": f"{_SUMMARIZATION}-linear-history.trajectory.json",
+            "trajectory.cont-1.json": f"{_SUMMARIZATION}-linear-history.trajectory.cont-1.json",
+        },
+        {},
+    ),
+    # the main trajectory and its three summarization subagents
+    "summ__1": (
+        {
+            "trajectory.json": f"{_SUMMARIZATION}.trajectory.json",
+            **{
+                f"trajectory.summarization-1-{k}.json": f"{_SUMMARIZATION}.trajectory.summarization-1-{k}.json"
+                for k in ("summary", "questions", "answers")
+            },
+        },
+        {},
+    ),
+    # replies that are not the JSON terminus-2 asks for
+    "invalid__1": ({"trajectory.json": "hello-world-invalid-json.trajectory.json"}, {}),
+    # a run that timed out: AgentTimeoutError, no verifier result
+    "timeout__1": (
+        {"trajectory.json": "hello-world-timeout.trajectory.json"},
+        {"exception": "AgentTimeoutError", "reward": None},
+    ),
+}
+
+
+def make_golden_trials(jobs: Path, *names: str) -> None:
+    """The named GOLDEN_TRIALS written as trials of jobs/job-1 (skips when the real fixtures are
+    not beside the checkout)."""
+    need(GOLDEN)
+    for name in names:
+        files, result = GOLDEN_TRIALS[name]
+        make_trial(
+            jobs,
+            name,
+            task="hello-world",
+            result=result_json("hello-world", name, **result),
+            files={agent_file: GOLDEN / golden for agent_file, golden in files.items()},
+        )
+
+
 def _env_python(what: str, kind: str, require: str) -> Path:
     """An environment's python (core/envs.py names its variable and setup command), else <repo>/<its
     default directory>. Missing: a failure where $<require>=1 (CI), else a skip naming the command
@@ -189,6 +299,31 @@ PROJECT_FILES = [
     ".dvcignore",
     ".gitignore",
 ]
+
+
+def run_tracelake(
+    cwd: Path | None, *args: str, columns: int | None = 200, env: dict | None = None, **kwargs
+) -> subprocess.CompletedProcess:
+    """`python -m tracelake ARGS` in `cwd`, with this environment plus `env`, on a terminal `columns`
+    wide (COLUMNS: rich wraps no line a test reads; None: the environment's); output captured as
+    text unless `kwargs` (subprocess.run's: input, timeout, text=False) say otherwise."""
+    width = {} if columns is None else {"COLUMNS": str(columns)}
+    return subprocess.run(
+        [sys.executable, "-m", "tracelake", *args],
+        cwd=cwd,
+        env={**os.environ, **width, **(env or {})},
+        **{"capture_output": True, "text": True, **kwargs},
+    )
+
+
+def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
+    """Stop a server a test started, if it still runs: `sig`, then SIGKILL after `timeout` seconds."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        with suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=timeout)
+        proc.kill()  # nothing once it has exited
+        proc.wait()
 
 
 def run_ok(args: list[str], cwd: Path, env: dict | None = None) -> str:
@@ -249,6 +384,28 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--disable-default-apps",
 ]
+
+
+@contextmanager
+def chromium_page(width: int, height: int = 900):
+    """A page of headless Chromium (chromium(), through Playwright) at this viewport, watched: yields
+    (page, messages: console messages and page errors, failures: the URLs of failed requests,
+    dialogs: the messages of dialogs, each dismissed). The browser closes on leaving."""
+    from playwright.sync_api import sync_playwright
+
+    browser_path = chromium()
+    messages, failures, dialogs = [], [], []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(browser_path), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": width, "height": height})
+            page.on("console", lambda m: messages.append(f"{m.type}: {m.text}"))
+            page.on("pageerror", lambda e: messages.append(f"pageerror: {e}"))
+            page.on("requestfailed", lambda r: failures.append(r.url))
+            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+            yield page, messages, failures, dialogs
+        finally:
+            browser.close()
 
 
 def lf_config(table, tiny_model: Path, tmp_path: Path, template: str, rows_per_shard: int = 3) -> Path:

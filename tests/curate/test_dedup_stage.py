@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,7 +18,7 @@ import yaml
 from tracelake.core.outputs import read_manifest
 from tracelake.core.tables import read_table
 
-from ..helpers import copy_project, run_ok
+from ..helpers import copy_project, run_ok, run_stage, run_tracelake
 
 pytestmark = pytest.mark.e2e
 SINGLE_THREAD = {
@@ -47,13 +45,7 @@ def set_params(repo: Path, **sections) -> None:
 
 
 def dedup_stage(repo: Path, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-m", "stages", "dedup"],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
+    proc = run_stage(repo, "dedup", env=env or {})
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -106,7 +98,7 @@ def test_keep_all_drops_nothing_and_clusters_share_a_quota(repo, tmp_path):
     set_params(repo, dedup={"keep": "all"})
     try:
         run_ok(["dvc", "repro", "select@1k"], repo)
-        diff = tracelake(repo, "diff", str(tmp_path / "pool-keep-one"), "pool", "--json")
+        diff = run_tracelake(repo, "diff", str(tmp_path / "pool-keep-one"), "pool", "--json")
         assert diff.returncode == 0, diff.stderr
         explained = json.loads(diff.stdout)["explained"]
         back = [e for e in explained if e["rule"] == "near_duplicate_v1"]
@@ -183,38 +175,28 @@ def test_a_new_source_embeds_only_its_own_texts(repo, tmp_path):
         dedup_stage(repo)
 
 
-def tracelake(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tracelake", *args],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "COLUMNS": "200"},
-    )
-
-
 def test_explain_a_planted_copy_and_query_the_views(repo):
     planted = json.loads((repo / "data/sample/synth_manifest.json").read_text())["planted"]
     copy = next(d for d in planted["near_duplicates"] if d["kind"] == "exact")
-    proc = tracelake(repo, "dedup", "--explain", f"{copy['source']}/{copy['task']}")
+    proc = run_tracelake(repo, "dedup", "--explain", f"{copy['source']}/{copy['task']}")
     assert proc.returncode == 0, proc.stderr
     assert "represented by" in proc.stdout and copy["task"] in proc.stdout and copy["of"] in proc.stdout
-    rows = json.loads(tracelake(repo, "dedup", "--explain", f"{copy['source']}/{copy['task']}", "--json").stdout)
+    rows = json.loads(run_tracelake(repo, "dedup", "--explain", f"{copy['source']}/{copy['task']}", "--json").stdout)
     assert rows[0]["representative"] and {r["task"] for r in rows} >= {copy["task"], copy["of"]}
     bench = planted["benchmark_copies"][0]
-    shown = tracelake(repo, "dedup", "--explain", f"{bench['source']}/{bench['task']}").stdout
+    shown = run_tracelake(repo, "dedup", "--explain", f"{bench['source']}/{bench['task']}").stdout
     assert f"planted {bench['benchmark']}" in shown and "contaminated_v1" in shown
 
-    missing = tracelake(repo, "dedup", "--explain", "no-such-task")
+    missing = run_tracelake(repo, "dedup", "--explain", "no-such-task")
     assert missing.returncode != 0 and missing.stderr.strip().count("\n") == 0 and "no task matches" in missing.stderr
-    summary = tracelake(repo, "dedup")
+    summary = run_tracelake(repo, "dedup")
     assert (
         summary.returncode == 0
         and "clusters of near-duplicates" in summary.stdout
         and "benchmark planted" in summary.stdout
     )
 
-    proc = tracelake(
+    proc = run_tracelake(
         repo,
         "sql",
         "--format",

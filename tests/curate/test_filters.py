@@ -40,7 +40,7 @@ from tracelake.export.templates import TEMPLATES
 from tracelake.ingest.harbor import ingest_harbor
 from tracelake.ingest.traces import ingest_traces
 
-from ..helpers import FIXTURES, GOLDEN, make_trial, need, result_json, run_stage
+from ..helpers import FIXTURES, GOLDEN, make_golden_trials, need, run_stage
 
 KEPT = ("kept", None)
 QWEN3 = TEMPLATES["qwen3"].markup()  # the default training template's markup (train.sft.template)
@@ -713,31 +713,9 @@ def test_rules_match_a_plain_python_restatement(tokenizer, alpha, beta, params):
 
 def test_real_fixtures_subagents_and_timeout_dropped(tmp_path, tokenizer):
     """Harbor's golden ATIF runs and the OpenThoughts-Agent sample rows through the default filters."""
-    need(GOLDEN)
     sample = need(FIXTURES / "otagent" / "sample_raw.json")
     jobs, lake = tmp_path / "jobs", tmp_path / "lake"
-    g = lambda n: GOLDEN / n  # noqa: E731
-    make_trial(
-        jobs,
-        "summ__1",
-        task="hello-world",
-        files={
-            "trajectory.json": g("hello-world-context-summarization.trajectory.json"),
-            **{
-                f"trajectory.summarization-1-{k}.json": g(
-                    f"hello-world-context-summarization.trajectory.summarization-1-{k}.json"
-                )
-                for k in ("summary", "questions", "answers")
-            },
-        },
-    )
-    make_trial(
-        jobs,
-        "timeout__1",
-        task="hello-world",
-        result=result_json("hello-world", "timeout__1", exception="AgentTimeoutError", reward=None),
-        files={"trajectory.json": g("hello-world-timeout.trajectory.json")},
-    )
+    make_golden_trials(jobs, "summ__1", "timeout__1")
     assert ingest_harbor(jobs, source="golden", out_dir=Lake(lake).table("trajectories", "golden")).rejects == 0
     assert ingest_traces([sample], source="otagent", out_dir=Lake(lake).table("trajectories", "otagent")).rows == 4
 

@@ -10,8 +10,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -23,7 +21,7 @@ from tracelake.core.errors import BadInput
 from tracelake.core.outputs import read_manifest
 from tracelake.explore.diff import diff_versions, resolve_version
 
-from ..helpers import CHROMIUM_ARGS, chromium, run_ok
+from ..helpers import chromium_page, run_ok, run_tracelake
 
 BRANCH = "more-turns"
 NEW_MIN_TURNS = 7
@@ -31,16 +29,6 @@ NEW_MIN_TURNS = 7
 
 def git(repo: Path, *args: str) -> str:
     return run_ok(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], repo)
-
-
-def tracelake(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tracelake", *args],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "COLUMNS": "200"},
-    )
 
 
 def ids(con_query: str, **params) -> set[str]:
@@ -86,7 +74,7 @@ def test_pool_diff_reports_exactly_the_filtered_rows(ablation):
     repo, old, aside = ablation
     moved = expected_moved(aside)
     assert moved, "the scenario must move rows"
-    proc = tracelake(repo, "diff", "main:pool", f"{BRANCH}:lake/pool", "--json")
+    proc = run_tracelake(repo, "diff", "main:pool", f"{BRANCH}:lake/pool", "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     t = report["summary"]["trajectories"]
@@ -176,7 +164,7 @@ def test_export_diff_by_id_prefix_and_scale_name(ablation):
 
 def test_diff_of_a_version_with_itself_is_empty(ablation):
     repo, _, _ = ablation
-    proc = tracelake(repo, "diff", "1k", f"{BRANCH}:lake/selections/1k", "--json")
+    proc = run_tracelake(repo, "diff", "1k", f"{BRANCH}:lake/selections/1k", "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["identical"] and report["moved"] == [] and report["explained"] == [] and report["params"] == []
@@ -196,7 +184,7 @@ def test_selection_against_its_own_export(ablation):
 
 def test_terminal_summary_names_the_filter(ablation):
     repo, _, aside = ablation
-    proc = tracelake(repo, "diff", "main:pool", "pool")
+    proc = run_tracelake(repo, "diff", "main:pool", "pool")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "min_assistant_turns_v1" in out and "filter.min_assistant_turns" in out
@@ -213,7 +201,7 @@ def test_dvc_experiment_names_are_revisions(ablation, tmp_path):
     run_ok(["dvc", "exp", "run", "-q", "-n", "six-turns", "-S", "filter.min_assistant_turns=6"], work)
     git(work, "checkout", "-q", "--", ".")
     run_ok(["dvc", "checkout", "-q", "--force"], work)
-    proc = tracelake(work, "diff", "main:pool", "six-turns:pool", "--json")
+    proc = run_tracelake(work, "diff", "main:pool", "six-turns:pool", "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     moved = ids("SELECT trajectory_id FROM read_parquet($f) WHERE n_assistant_turns < 6", f=str(aside / "pool.parquet"))
@@ -237,8 +225,8 @@ def test_sql_rev_reads_the_older_version(ablation):
     main_rows = duckdb.execute("SELECT count(*) FROM read_parquet($f)", {"f": str(aside / "pool.parquet")}).fetchone()[
         0
     ]
-    now = tracelake(repo, "sql", "SELECT count(*) AS n FROM pool", "--format", "csv")
-    before = tracelake(repo, "sql", "--rev", "HEAD~1", "SELECT count(*) AS n FROM pool", "--format", "csv")
+    now = run_tracelake(repo, "sql", "SELECT count(*) AS n FROM pool", "--format", "csv")
+    before = run_tracelake(repo, "sql", "--rev", "HEAD~1", "SELECT count(*) AS n FROM pool", "--format", "csv")
     assert now.returncode == before.returncode == 0, now.stderr + before.stderr
     assert before.stdout.splitlines()[1] == str(main_rows)
     assert now.stdout.splitlines()[1] == str(main_rows - len(expected_moved(aside)))
@@ -246,7 +234,7 @@ def test_sql_rev_reads_the_older_version(ablation):
     # datasets at that revision are there under their ids too
     main_sel = git(repo, "show", "main:dvc.lock")
     assert "selections/1k" in main_sel
-    by_branch = tracelake(
+    by_branch = run_tracelake(
         repo, "sql", "--rev", "main", "SELECT min(n_assistant_turns) AS m FROM pool", "--format", "csv"
     )
     assert int(by_branch.stdout.splitlines()[1]) < NEW_MIN_TURNS
@@ -256,7 +244,7 @@ def test_sql_rev_is_read_only_and_leaves_the_cache_alone(ablation):
     repo, _, _ = ablation
     before = cache_digest(repo)
     for statement in ("COPY pool TO 'evil.parquet'", "CREATE TABLE t AS SELECT 1", "SELECT 1; DROP VIEW pool"):
-        proc = tracelake(repo, "sql", "--rev", "HEAD~1", statement)
+        proc = run_tracelake(repo, "sql", "--rev", "HEAD~1", statement)
         assert proc.returncode == 2 and "read-only" in proc.stderr, proc.stderr
     assert cache_digest(repo) == before
     assert not (repo / "evil.parquet").exists()
@@ -268,7 +256,7 @@ def test_revision_missing_from_the_cache_says_how_to_fetch_it(ablation, tmp_path
     work = tmp_path / "repo"
     shutil.copytree(repo, work, symlinks=True)
     shutil.rmtree(work / ".dvc" / "cache")
-    proc = tracelake(work, "sql", "--rev", "main", "SELECT count(*) FROM pool")
+    proc = run_tracelake(work, "sql", "--rev", "main", "SELECT count(*) FROM pool")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "dvc fetch" in proc.stderr and "main" in proc.stderr
 
@@ -286,7 +274,7 @@ def test_revision_missing_from_the_cache_says_how_to_fetch_it(ablation, tmp_path
 )
 def test_bad_versions_are_one_line_errors(ablation, args, message):
     repo, _, _ = ablation
-    proc = tracelake(repo, *args)
+    proc = run_tracelake(repo, *args)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.startswith("tracelake: ") and message in proc.stderr and proc.stderr.count("\n") == 1, (
         proc.stderr
@@ -317,55 +305,43 @@ def test_html_report_renders_in_headless_chromium(ablation, tmp_path):
     """The --html page in a real browser (Debian's Chromium through Playwright): it loads with no console
     message and no failed request, every chart is drawn with visible bars, and the same diff gives the
     same bytes. The screenshot is kept in $TRACELAKE_SCREENSHOTS when that is set."""
-    from playwright.sync_api import sync_playwright
-
-    browser_path = chromium()
     repo, _, _ = ablation
     html = tmp_path / "report.html"
-    proc = tracelake(repo, "diff", "main:1k", f"{BRANCH}:1k", "--html", str(html))
+    proc = run_tracelake(repo, "diff", "main:1k", f"{BRANCH}:1k", "--html", str(html))
     assert proc.returncode == 0, proc.stderr
     page_text = html.read_text()
     again = tmp_path / "again.html"
-    assert tracelake(repo, "diff", "main:1k", f"{BRANCH}:1k", "--html", str(again)).returncode == 0
+    assert run_tracelake(repo, "diff", "main:1k", f"{BRANCH}:1k", "--html", str(again)).returncode == 0
     assert again.read_bytes() == html.read_bytes()
     # self-contained: nothing to fetch, no script
     assert "<script" not in page_text and "<link" not in page_text and "src=" not in page_text
     assert "https://" not in page_text and "http://" not in page_text.replace('xmlns="http://www.w3.org/2000/svg"', "")
 
-    messages, failures = [], []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(browser_path), args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1200, "height": 900})
-            page.on("console", lambda m: messages.append(f"{m.type}: {m.text}"))
-            page.on("pageerror", lambda e: messages.append(f"pageerror: {e}"))
-            page.on("requestfailed", lambda r: failures.append(r.url))
-            page.goto(html.as_uri(), wait_until="load")
-            assert page.title().startswith("tracelake diff sel-1k-")
-            charts = page.locator("svg.chart")
-            labels = [charts.nth(i).get_attribute("aria-label") for i in range(charts.count())]
-            assert labels == [
-                "Rows gained (+) and lost (−) in B, by explanation",
-                "Rows dropped per filter rule",
-                "Rows per source",
-                "Turns per row (share of each side's rows)",
-                "Tokens per row (share of each side's rows)",
-            ]
-            for i in range(charts.count()):
-                box = charts.nth(i).bounding_box()
-                assert box and box["width"] > 300 and box["height"] > 60, (labels[i], box)
-                bars = charts.nth(i).locator("rect.bar")
-                heights = [bars.nth(j).bounding_box()["height"] for j in range(bars.count())]
-                widths = [bars.nth(j).bounding_box()["width"] for j in range(bars.count())]
-                assert bars.count() > 0 and max(heights) > 10 and max(widths) > 10, labels[i]
-            assert page.locator("svg.chart polyline.line").count() == 2  # B's line on both histograms
-            assert "min_assistant_turns_v1" in page.inner_text("body")
-            shot = tmp_path / "report.png"
-            page.screenshot(path=str(shot), full_page=True)
-            assert shot.stat().st_size > 20_000
-        finally:
-            browser.close()
-    assert messages == [] and failures == []
+    with chromium_page(1200) as (page, messages, failures, dialogs):
+        page.goto(html.as_uri(), wait_until="load")
+        assert page.title().startswith("tracelake diff sel-1k-")
+        charts = page.locator("svg.chart")
+        labels = [charts.nth(i).get_attribute("aria-label") for i in range(charts.count())]
+        assert labels == [
+            "Rows gained (+) and lost (−) in B, by explanation",
+            "Rows dropped per filter rule",
+            "Rows per source",
+            "Turns per row (share of each side's rows)",
+            "Tokens per row (share of each side's rows)",
+        ]
+        for i in range(charts.count()):
+            box = charts.nth(i).bounding_box()
+            assert box and box["width"] > 300 and box["height"] > 60, (labels[i], box)
+            bars = charts.nth(i).locator("rect.bar")
+            heights = [bars.nth(j).bounding_box()["height"] for j in range(bars.count())]
+            widths = [bars.nth(j).bounding_box()["width"] for j in range(bars.count())]
+            assert bars.count() > 0 and max(heights) > 10 and max(widths) > 10, labels[i]
+        assert page.locator("svg.chart polyline.line").count() == 2  # B's line on both histograms
+        assert "min_assistant_turns_v1" in page.inner_text("body")
+        shot = tmp_path / "report.png"
+        page.screenshot(path=str(shot), full_page=True)
+        assert shot.stat().st_size > 20_000
+    assert messages == [] and failures == [] and dialogs == []
     keep = os.environ.get("TRACELAKE_SCREENSHOTS")
     if keep:
         Path(keep).mkdir(parents=True, exist_ok=True)
@@ -608,24 +584,12 @@ def test_scorer_change_in_text_and_html(scored_lake):
     from tracelake.explore.diff_html import render_html
 
     root, _ = scored_lake
-    proc = subprocess.run(
-        [sys.executable, "-m", "tracelake", "diff", "x", "y"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "COLUMNS": "250"},
-    )
+    proc = run_tracelake(root, "diff", "x", "y", columns=250)
     assert proc.returncode == 0, proc.stderr
     assert f"Scorers  A {SCORER_X} → B {SCORER_Y}" in proc.stdout
     assert f"selection copies: score {SCORER_X} 812.5 -> {SCORER_Y} 95" in proc.stdout
     html = render_html(score_diff(root, "x", "y"))
     assert f"<b>Scorers</b> A {SCORER_X} → B {SCORER_Y}" in html
     assert f"score {SCORER_X} 812.5 -&gt; {SCORER_Y} 95" in html
-    same = subprocess.run(
-        [sys.executable, "-m", "tracelake", "diff", "x", "z"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "COLUMNS": "250"},
-    )
+    same = run_tracelake(root, "diff", "x", "z", columns=250)
     assert same.returncode == 0 and "Scorers" not in same.stdout, same.stderr

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
+from functools import partial
 
 import pyarrow.parquet as pq
 import pytest
@@ -14,15 +12,9 @@ import pytest
 from tracelake.core.errors import BadInput
 from tracelake.explore.show import find_trajectory, fold
 
+from ..helpers import run_tracelake
 
-def tracelake(project: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tracelake", *args],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "COLUMNS": "120"},
-    )
+tracelake = partial(run_tracelake, columns=120)
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -17,20 +15,9 @@ from tracelake.core.errors import BadInput
 from tracelake.core.outputs import read_manifest
 from tracelake.explore.sql import open_lake, run_query
 
-from ..helpers import ROOT
+from ..helpers import ROOT, run_tracelake
 
 EXAMPLES = sorted((ROOT / "sql" / "examples").glob("*.sql"))
-
-
-def tracelake(project: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tracelake", *args],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        input=stdin,
-        env={**os.environ, "COLUMNS": "200"},
-    )
 
 
 def lake_digest(lake: Path) -> dict[str, str]:
@@ -39,6 +26,16 @@ def lake_digest(lake: Path) -> dict[str, str]:
         for p in sorted(lake.rglob("*"))
         if p.is_file()
     }
+
+
+def sql_changing_nothing(project: Path, statement: str, **kwargs) -> subprocess.CompletedProcess:
+    """`tracelake sql STATEMENT` in a project (kwargs: run_tracelake's), checking that every file
+    of its lake is the same after it."""
+    lake = project / "lake"
+    before = lake_digest(lake)
+    proc = run_tracelake(project, "sql", statement, **kwargs)
+    assert lake_digest(lake) == before, proc.stderr
+    return proc
 
 
 def test_views_cover_every_table_and_dataset(sample_project):
@@ -87,18 +84,15 @@ def test_views_cover_every_table_and_dataset(sample_project):
     ],
 )
 def test_writes_are_refused_and_change_nothing(sample_project, statement):
-    lake = sample_project / "lake"
-    before = lake_digest(lake)
-    proc = tracelake(sample_project, "sql", statement)
+    proc = sql_changing_nothing(sample_project, statement)
     assert proc.returncode == 2 and proc.stderr.startswith("tracelake: sql: ") and "read-only" in proc.stderr
     assert proc.stderr.count("\n") == 1 and proc.stdout == ""
-    assert lake_digest(lake) == before
 
 
 def test_each_example_runs(sample_project):
     assert len(EXAMPLES) >= 5
     for example in EXAMPLES:
-        proc = tracelake(sample_project, "sql", "--file", str(example), "--format", "json")
+        proc = run_tracelake(sample_project, "sql", "--file", str(example), "--format", "json")
         assert proc.returncode == 0, (example.name, proc.stderr)
         rows = [json.loads(line) for line in proc.stdout.splitlines()]
         assert rows or example.name == "tasks_all_timed_out.sql", example.name
@@ -117,21 +111,21 @@ def test_turn_histogram_adds_up(sample_project):
 
 def test_formats(sample_project, tmp_path):
     query = "SELECT source, count(*) AS n FROM trajectories GROUP BY source ORDER BY source"
-    csv = tracelake(sample_project, "sql", query, "--format", "csv").stdout.splitlines()
+    csv = run_tracelake(sample_project, "sql", query, "--format", "csv").stdout.splitlines()
     assert csv[0] == '"source","n"' and len(csv) > 2
     out = tmp_path / "r.parquet"
-    assert tracelake(sample_project, "sql", query, "--format", "parquet", "--out", str(out)).returncode == 0
+    assert run_tracelake(sample_project, "sql", query, "--format", "parquet", "--out", str(out)).returncode == 0
     rows = pq.read_table(out).to_pylist()
     assert [f'"{r["source"]}",{r["n"]}' for r in rows] == csv[1:]
-    table = tracelake(sample_project, "sql", query).stdout
+    table = run_tracelake(sample_project, "sql", query).stdout
     assert rows[0]["source"] in table and f"{len(rows)} row(s)" in table
-    bad = tracelake(sample_project, "sql", query, "--format", "parquet")
+    bad = run_tracelake(sample_project, "sql", query, "--format", "parquet")
     assert bad.returncode == 2
 
 
 def test_interactive_prompt(sample_project):
-    proc = tracelake(
-        sample_project, "sql", stdin=".tables\nSELECT count(*) AS n\nFROM tasks;\nDELETE FROM tasks;\n.quit\n"
+    proc = run_tracelake(
+        sample_project, "sql", input=".tables\nSELECT count(*) AS n\nFROM tasks;\nDELETE FROM tasks;\n.quit\n"
     )
     assert proc.returncode == 0, proc.stderr
     n = sum(read_manifest(d)["tables"]["tasks"]["rows"] for d in (sample_project / "lake" / "tasks").iterdir())
@@ -139,7 +133,7 @@ def test_interactive_prompt(sample_project):
 
 
 def test_bad_sql_and_missing_lake(sample_project, tmp_path):
-    proc = tracelake(sample_project, "sql", "SELECT nope FROM trajectories")
+    proc = run_tracelake(sample_project, "sql", "SELECT nope FROM trajectories")
     assert proc.returncode == 2 and proc.stderr.startswith("tracelake: sql: ") and proc.stderr.count("\n") == 1
     with pytest.raises(BadInput, match="not a lake"):
         open_lake(tmp_path / "nothing")

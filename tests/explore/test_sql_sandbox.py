@@ -7,10 +7,9 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import shutil
 import subprocess
-import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -19,17 +18,14 @@ from tracelake.core.errors import BadInput
 from tracelake.core.outputs import read_manifest
 from tracelake.explore.sql import open_lake, run_query
 
-from ..helpers import run_ok
-from .test_sql import lake_digest
+from ..helpers import run_ok, run_tracelake
+from .test_sql import sql_changing_nothing
 
 SECRET = "tracelake-test-secret-7f3a9c"
 
 
-def tracelake(project: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "200", "TRACELAKE_TEST_TOKEN": SECRET}
-    return subprocess.run(
-        [sys.executable, "-m", "tracelake", *args], cwd=project, capture_output=True, text=True, env=env
-    )
+ENV = {"TRACELAKE_TEST_TOKEN": SECRET}  # in every command's environment: no query may show it
+tracelake = partial(run_tracelake, env=ENV)
 
 
 def one_line_error(proc: subprocess.CompletedProcess) -> bool:
@@ -71,32 +67,23 @@ def project(sample_project, tmp_path_factory) -> Path:
         "SELECT * FROM glob('lake/escape/*')",
         "SELECT * FROM glob('/*')",
         "SELECT * FROM glob('~/*')",
-    ],
-)
-def test_nothing_outside_the_lake_is_readable(project, query):
-    proc = tracelake(project, "sql", query, "--format", "json")
-    assert one_line_error(proc), proc.stderr
-    assert proc.stdout == "" and "root:" not in proc.stderr
-
-
-def test_the_home_directory_cannot_be_listed(project):
-    proc = tracelake(project, "sql", f"SELECT * FROM glob('{Path.home()}/*')", "--format", "json")
-    assert one_line_error(proc) and proc.stdout == "", proc.stderr
-
-
-@pytest.mark.parametrize(
-    "query",
-    [
+        # the process's own environment, where secrets live (SECRET is in it)
         "SELECT * FROM read_text('/proc/self/environ')",
         "SELECT * FROM read_blob('/proc/self/environ')",
         "SELECT * FROM read_csv('/proc/self/environ', header = false)",
         "SELECT * FROM glob('/proc/self/*')",
     ],
 )
-def test_environment_secrets_never_show(project, query):
+def test_nothing_outside_the_lake_is_readable(project, query):
     proc = tracelake(project, "sql", query, "--format", "json")
-    assert SECRET not in proc.stdout + proc.stderr
     assert one_line_error(proc), proc.stderr
+    assert proc.stdout == "" and "root:" not in proc.stderr
+    assert SECRET not in proc.stdout + proc.stderr
+
+
+def test_the_home_directory_cannot_be_listed(project):
+    proc = tracelake(project, "sql", f"SELECT * FROM glob('{Path.home()}/*')", "--format", "json")
+    assert one_line_error(proc) and proc.stdout == "", proc.stderr
 
 
 @pytest.mark.parametrize(
@@ -121,11 +108,8 @@ def test_environment_secrets_never_show(project, query):
     ],
 )
 def test_writes_are_refused_inside_and_outside_the_lake(project, statement):
-    lake = project / "lake"
-    before = lake_digest(lake)
-    proc = tracelake(project, "sql", statement)
+    proc = sql_changing_nothing(project, statement, env=ENV)
     assert one_line_error(proc) and proc.stderr.startswith("tracelake: sql: ") and proc.stdout == "", proc.stderr
-    assert lake_digest(lake) == before
     assert not (project.parent / "evil.csv").exists()
 
 

@@ -22,7 +22,7 @@ import pytest
 from tracelake.explore.view.db import Query
 from tracelake.explore.view.html import esc, list_page, messages_html, tool_calls
 
-from ..helpers import CHROMIUM_ARGS, chromium, tree_bytes
+from ..helpers import chromium_page, stop_process, tree_bytes
 
 HOSTILE = "<script>alert(1)</script>"
 
@@ -257,12 +257,7 @@ def served(sample_project, tmp_path):
                 time.sleep(0.2)
         yield f"http://127.0.0.1:{port}", lake, hostile, log, port, proc, target, planted
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_process(proc, timeout=15)
 
 
 def _shots_dir() -> Path | None:
@@ -271,9 +266,6 @@ def _shots_dir() -> Path | None:
 
 
 def test_view_in_headless_chromium(served, tmp_path):
-    from playwright.sync_api import sync_playwright
-
-    browser_path = chromium()
     base, lake, hostile, log, port, proc, (target, source, n_source_10), planted = served
     before = tree_bytes(lake)
 
@@ -281,204 +273,194 @@ def test_view_in_headless_chromium(served, tmp_path):
     assert _listening(port) == [f"0100007F:{port:04X}"], _listening(port)
     assert f"tracelake view: http://127.0.0.1:{port}/" in log.read_text()
 
-    messages, failures, dialogs = [], [], []
     shots = {}
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(browser_path), args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1300, "height": 900})
-            page.on("console", lambda m: messages.append(f"{m.type}: {m.text}"))
-            page.on("pageerror", lambda e: messages.append(f"pageerror: {e}"))
-            page.on("requestfailed", lambda r: failures.append(r.url))
-            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    with chromium_page(1300) as (page, messages, failures, dialogs):
 
-            def shot(name: str) -> None:
-                path = tmp_path / f"{name}.png"
-                page.screenshot(path=str(path), full_page=name != "trace")
-                shots[name] = path
+        def shot(name: str) -> None:
+            path = tmp_path / f"{name}.png"
+            page.screenshot(path=str(path), full_page=name != "trace")
+            shots[name] = path
 
-            # the list: every trajectory, 50 a page
-            page.goto(base + "/", wait_until="load")
-            total = int(page.inner_text("#total").replace(",", ""))
-            assert total == sum(1 for _ in _ids(lake))
-            assert page.locator("table.list tbody tr").count() == 50
-            shot("list")
+        # the list: every trajectory, 50 a page
+        page.goto(base + "/", wait_until="load")
+        total = int(page.inner_text("#total").replace(",", ""))
+        assert total == sum(1 for _ in _ids(lake))
+        assert page.locator("table.list tbody tr").count() == 50
+        shot("list")
 
-            # a source facet: the <select> submits itself
-            page.select_option("#f-source", source)
-            page.wait_for_url(f"**/?*source={source}*")
-            sources = page.locator("table.list tbody tr td:nth-child(2)").all_inner_texts()
-            assert sources and set(sources) == {source}
+        # a source facet: the <select> submits itself
+        page.select_option("#f-source", source)
+        page.wait_for_url(f"**/?*source={source}*")
+        sources = page.locator("table.list tbody tr td:nth-child(2)").all_inner_texts()
+        assert sources and set(sources) == {source}
 
-            # a SQL WHERE over the list's columns
-            page.fill("#f-where", "n_assistant_turns >= 10")
-            page.press("#f-where", "Enter")
-            page.wait_for_url("**where=n_assistant_turns*")
-            assert int(page.inner_text("#total").replace(",", "")) == n_source_10
-            turns = [int(t) for t in page.locator("table.list tbody tr td:nth-child(6)").all_inner_texts()]
-            assert turns and min(turns) >= 10
-            assert set(page.locator("table.list tbody tr td:nth-child(2)").all_inner_texts()) == {source}
-            shot("list-filtered")
+        # a SQL WHERE over the list's columns
+        page.fill("#f-where", "n_assistant_turns >= 10")
+        page.press("#f-where", "Enter")
+        page.wait_for_url("**where=n_assistant_turns*")
+        assert int(page.inner_text("#total").replace(",", "")) == n_source_10
+        turns = [int(t) for t in page.locator("table.list tbody tr td:nth-child(6)").all_inner_texts()]
+        assert turns and min(turns) >= 10
+        assert set(page.locator("table.list tbody tr td:nth-child(2)").all_inner_texts()) == {source}
+        shot("list-filtered")
 
-            # keyset pages until the target row shows, then open it
-            seen: list[str] = []
-            while page.locator(f"tr[data-id='{target}']").count() == 0:
-                ids = [
-                    page.locator("table.list tbody tr").nth(i).get_attribute("data-id")
-                    for i in range(page.locator("table.list tbody tr").count())
-                ]
-                assert ids == sorted(ids) and (not seen or ids[0] > seen[-1])
-                seen += ids
-                page.click("a.next")
-                page.wait_for_load_state("load")
-                assert "after=" in page.url
-            page.click(f"tr[data-id='{target}'] a.open")
-            page.wait_for_url(f"**/t/{target}?*")
-            query = parse_qs(urlsplit(page.url).query)
-            assert query["source"] == [source] and query["where"] == ["n_assistant_turns >= 10"]
-            assert page.inner_text("#tid") == target
-            body = page.inner_text("body")
-            assert "Harbor result" in body and "reward" in body and "exception_type" in body
-            assert "Datasets" in body and ("in the pool" in body or "dropped by the filter" in body)
-            assert page.locator("ul.datasets li.scale").count() >= 1
-            assert page.locator(".task pre, .task details").count() >= 1  # the task's instruction
-
-            # <think> is collapsed until opened
-            think = page.locator(".messages details.think").first
-            assert not think.locator("pre").is_visible()
-            think.locator("summary").click()
-            assert think.locator("pre").is_visible() and think.get_attribute("open") is not None
-            # a long observation is folded, paired with the call that caused it
-            fold = page.locator(".messages .toolpair details.fold").first
-            assert not fold.locator("pre").is_visible()
-            fold.locator("summary").click()
-            assert fold.locator("pre").is_visible()
-            assert page.locator(".toolpair ul.calls code").count() > 0
-            page.evaluate("window.scrollTo(0, 0)")
-            shot("trace")
-
-            # a subagent trace of the same trial
-            sub = page.locator("ul.subagents a").first
-            sub_label = sub.inner_text()
-            sub.click()
-            page.wait_for_url("**/t/*")
-            assert page.inner_text("#tid") != target
-            body = page.inner_text("body")
-            assert sub_label.split()[0] in body and sub_label.split()[0] != "main"
-            sub_id = page.inner_text("#tid")
-            rule, detail = _dropped(lake, sub_id)  # why it is in no dataset: the rule that dropped it
-            assert f"dropped by the filter: {rule} — {detail}" in body
-            assert page.locator("ul.subagents a").count() >= 1  # and links back to the main trace
-            shot("subagent")
-
-            # back to the trace, then to the results it was opened from: the same page, its row marked
-            page.go_back()
-            page.wait_for_url(f"**/t/{target}?*")
-            page.click("p.back a")
-            page.wait_for_url(f"**/?*open={target}*")
-            assert parse_qs(urlsplit(page.url).query)["where"] == ["n_assistant_turns >= 10"]
-            assert page.locator("tr.opened").get_attribute("data-id") == target
-
-            # full-text search: a word in one message finds that trajectory, and its link opens the
-            # trajectory at that turn, the folded output around it opened and the word marked
-            deadline = time.monotonic() + 120
-            page.goto(f"{base}/?q={UNIQUE}", wait_until="load")
-            while page.locator("p.searching").count():  # the index is built in the background
-                assert "being built" in page.inner_text("p.searching") and time.monotonic() < deadline
-                time.sleep(0.5)
-                page.reload(wait_until="load")
-            page.goto(base + "/", wait_until="load")
-            page.fill("#f-q", UNIQUE.upper())  # words match whatever their case
-            page.press("#f-q", "Enter")
-            page.wait_for_url(f"**q={UNIQUE.upper()}*")
-            assert page.inner_text("#total") == "1"
-            assert page.locator("table.list tbody tr").get_attribute("data-id") == target
-            assert UNIQUE in page.inner_text("td.hit .snippet mark")
-            shot("search")
-            page.click("td.hit a.best")
-            page.wait_for_url(f"**/t/{target}?*#m{planted}")
-            mark = page.locator(f"#m{planted} mark.hit")
-            assert mark.count() == 1 and mark.is_visible() and mark.inner_text().lower() == UNIQUE
-            assert page.locator(f"#m{planted}.turn-target").count() == 1
-            # tokens per turn (their sum is checked in test_turn_tokens_sum_to_the_pools_count)
-            turn_tokens = [int(t.split()[0].replace(",", "")) for t in page.locator(".messages .tok").all_inner_texts()]
-            assert len(turn_tokens) == len(_messages(lake, target))
-            # what LLaMA-Factory trains on: its export row, label spans marked
-            if page.locator("details.training").count():
-                page.locator("details.training summary").click()
-                assert page.locator("pre.training span.seg.label").count() >= 1
-                assert page.locator("pre.training span.seg.prompt").count() >= 1
-
-            # another rollout of the same task, side by side
-            page.goto(f"{base}/t/{target}", wait_until="load")
-            other = page.locator("table.rollouts a.compare").first
-            other.click()
-            page.wait_for_url("**/compare?*")
-            assert page.locator(".compare .side").count() == 2
-            assert page.locator(".side-a .messages [id^='m']").count() == len(
-                _messages(lake, target)
-            )  # messages and observations
-            shot("compare")
-
-            # the datasets, and a diff of two versions from there
-            page.goto(base + "/datasets", wait_until="load")
-            views = page.locator("tr.dataset").evaluate_all("rows => rows.map(r => r.dataset.view)")
-            assert views[0] == "pool" and any(v.startswith("selection_") for v in views)
-            shot("datasets")
-            page.locator("tr.dataset a.rows").nth(1).click()
-            page.wait_for_url(f"**/?dataset={views[1]}")
-            in_dataset = int(page.inner_text("#total").replace(",", ""))
-            assert in_dataset == _distinct(lake, views[1])
-            page.go_back()
-            link = page.locator("a.diff").first
-            link.click()
-            page.wait_for_url("**/diff?a=*&b=*")
-            assert page.locator("#diff .cards").count() == 1
-            assert "Why rows moved" in page.inner_text("#diff") and "Moved trajectories" in page.inner_text("#diff")
-            shot("diff")
-
-            # hostile text is shown as text
-            page.goto(f"{base}/t/{hostile}", wait_until="load")
-            assert HOSTILE in page.inner_text("body")
-            assert page.locator("script").count() == 1 and page.locator(".messages img").count() == 0
-
-            assert messages == [] and failures == [] and dialogs == []
-            # writes through the WHERE box and through the URL: one visible line, nothing written
-            # (from here on the browser logs each refused page's 400 or 404 status)
-            attempts = [
-                "1=1) TO 'pwn.csv' (FORMAT csv) --",
-                "(SELECT 1 FROM (COPY trajectories TO 'pwn.csv')) = 1",
-                "1 = (WITH x AS (COPY (SELECT 1) TO 'pwn.csv') SELECT 1)",
-                "1=1; COPY trajectories TO 'pwn.csv'",
-                "1=1; CREATE TABLE pwn AS SELECT 1",
-                "trajectory_id IN (SELECT content FROM read_text('/etc/passwd'))",
+        # keyset pages until the target row shows, then open it
+        seen: list[str] = []
+        while page.locator(f"tr[data-id='{target}']").count() == 0:
+            ids = [
+                page.locator("table.list tbody tr").nth(i).get_attribute("data-id")
+                for i in range(page.locator("table.list tbody tr").count())
             ]
-            page.goto(base + "/", wait_until="load")
-            page.fill("#f-where", attempts[2])
-            page.press("#f-where", "Enter")
+            assert ids == sorted(ids) and (not seen or ids[0] > seen[-1])
+            seen += ids
+            page.click("a.next")
             page.wait_for_load_state("load")
-            error = page.locator("p.error")
-            assert error.is_visible() and "COPY" in error.inner_text() and "refused" in error.inner_text()
-            shot("refused")
-            for attempt in attempts:
-                response = page.goto(f"{base}/?where={quote(attempt)}", wait_until="load")
-                assert response.status == 400, attempt
-                line = page.locator("p.error").inner_text()
-                assert line.startswith("tracelake: sql:") and "\n" not in line, (attempt, line)
-                assert page.locator("table.list").count() == 0
-            response = page.goto(f"{base}/?turns_min={quote('1; DROP TABLE x')}", wait_until="load")
-            assert response.status == 400 and "is not a valid int" in page.inner_text("p.error")
-            response = page.goto(f"{base}/?source={quote(chr(39) + '; COPY trajectories TO ' + chr(39) + 'pwn.csv')}")
-            assert response.status == 200 and page.inner_text("#total") == "0"  # a bound value, no SQL
-            response = page.goto(f"{base}/t/{quote('x; COPY trajectories TO pwn')}", wait_until="load")
-            assert response.status == 404 and "no trajectory" in page.inner_text("p.error")
-            response = page.goto(f"{base}/diff?a=/etc&b=pool", wait_until="load")  # versions only, no paths
-            assert response.status == 400 and "no paths" in page.inner_text("p.error")
-            injected = quote('pool" UNION SELECT 1 --')
-            response = page.goto(f"{base}/?dataset={injected}", wait_until="load")
-            assert response.status == 400 and "no dataset" in page.inner_text("p.error")
-        finally:
-            browser.close()
+            assert "after=" in page.url
+        page.click(f"tr[data-id='{target}'] a.open")
+        page.wait_for_url(f"**/t/{target}?*")
+        query = parse_qs(urlsplit(page.url).query)
+        assert query["source"] == [source] and query["where"] == ["n_assistant_turns >= 10"]
+        assert page.inner_text("#tid") == target
+        body = page.inner_text("body")
+        assert "Harbor result" in body and "reward" in body and "exception_type" in body
+        assert "Datasets" in body and ("in the pool" in body or "dropped by the filter" in body)
+        assert page.locator("ul.datasets li.scale").count() >= 1
+        assert page.locator(".task pre, .task details").count() >= 1  # the task's instruction
+
+        # <think> is collapsed until opened
+        think = page.locator(".messages details.think").first
+        assert not think.locator("pre").is_visible()
+        think.locator("summary").click()
+        assert think.locator("pre").is_visible() and think.get_attribute("open") is not None
+        # a long observation is folded, paired with the call that caused it
+        fold = page.locator(".messages .toolpair details.fold").first
+        assert not fold.locator("pre").is_visible()
+        fold.locator("summary").click()
+        assert fold.locator("pre").is_visible()
+        assert page.locator(".toolpair ul.calls code").count() > 0
+        page.evaluate("window.scrollTo(0, 0)")
+        shot("trace")
+
+        # a subagent trace of the same trial
+        sub = page.locator("ul.subagents a").first
+        sub_label = sub.inner_text()
+        sub.click()
+        page.wait_for_url("**/t/*")
+        assert page.inner_text("#tid") != target
+        body = page.inner_text("body")
+        assert sub_label.split()[0] in body and sub_label.split()[0] != "main"
+        sub_id = page.inner_text("#tid")
+        rule, detail = _dropped(lake, sub_id)  # why it is in no dataset: the rule that dropped it
+        assert f"dropped by the filter: {rule} — {detail}" in body
+        assert page.locator("ul.subagents a").count() >= 1  # and links back to the main trace
+        shot("subagent")
+
+        # back to the trace, then to the results it was opened from: the same page, its row marked
+        page.go_back()
+        page.wait_for_url(f"**/t/{target}?*")
+        page.click("p.back a")
+        page.wait_for_url(f"**/?*open={target}*")
+        assert parse_qs(urlsplit(page.url).query)["where"] == ["n_assistant_turns >= 10"]
+        assert page.locator("tr.opened").get_attribute("data-id") == target
+
+        # full-text search: a word in one message finds that trajectory, and its link opens the
+        # trajectory at that turn, the folded output around it opened and the word marked
+        deadline = time.monotonic() + 120
+        page.goto(f"{base}/?q={UNIQUE}", wait_until="load")
+        while page.locator("p.searching").count():  # the index is built in the background
+            assert "being built" in page.inner_text("p.searching") and time.monotonic() < deadline
+            time.sleep(0.5)
+            page.reload(wait_until="load")
+        page.goto(base + "/", wait_until="load")
+        page.fill("#f-q", UNIQUE.upper())  # words match whatever their case
+        page.press("#f-q", "Enter")
+        page.wait_for_url(f"**q={UNIQUE.upper()}*")
+        assert page.inner_text("#total") == "1"
+        assert page.locator("table.list tbody tr").get_attribute("data-id") == target
+        assert UNIQUE in page.inner_text("td.hit .snippet mark")
+        shot("search")
+        page.click("td.hit a.best")
+        page.wait_for_url(f"**/t/{target}?*#m{planted}")
+        mark = page.locator(f"#m{planted} mark.hit")
+        assert mark.count() == 1 and mark.is_visible() and mark.inner_text().lower() == UNIQUE
+        assert page.locator(f"#m{planted}.turn-target").count() == 1
+        # tokens per turn (their sum is checked in test_turn_tokens_sum_to_the_pools_count)
+        turn_tokens = [int(t.split()[0].replace(",", "")) for t in page.locator(".messages .tok").all_inner_texts()]
+        assert len(turn_tokens) == len(_messages(lake, target))
+        # what LLaMA-Factory trains on: its export row, label spans marked
+        if page.locator("details.training").count():
+            page.locator("details.training summary").click()
+            assert page.locator("pre.training span.seg.label").count() >= 1
+            assert page.locator("pre.training span.seg.prompt").count() >= 1
+
+        # another rollout of the same task, side by side
+        page.goto(f"{base}/t/{target}", wait_until="load")
+        other = page.locator("table.rollouts a.compare").first
+        other.click()
+        page.wait_for_url("**/compare?*")
+        assert page.locator(".compare .side").count() == 2
+        assert page.locator(".side-a .messages [id^='m']").count() == len(
+            _messages(lake, target)
+        )  # messages and observations
+        shot("compare")
+
+        # the datasets, and a diff of two versions from there
+        page.goto(base + "/datasets", wait_until="load")
+        views = page.locator("tr.dataset").evaluate_all("rows => rows.map(r => r.dataset.view)")
+        assert views[0] == "pool" and any(v.startswith("selection_") for v in views)
+        shot("datasets")
+        page.locator("tr.dataset a.rows").nth(1).click()
+        page.wait_for_url(f"**/?dataset={views[1]}")
+        in_dataset = int(page.inner_text("#total").replace(",", ""))
+        assert in_dataset == _distinct(lake, views[1])
+        page.go_back()
+        link = page.locator("a.diff").first
+        link.click()
+        page.wait_for_url("**/diff?a=*&b=*")
+        assert page.locator("#diff .cards").count() == 1
+        assert "Why rows moved" in page.inner_text("#diff") and "Moved trajectories" in page.inner_text("#diff")
+        shot("diff")
+
+        # hostile text is shown as text
+        page.goto(f"{base}/t/{hostile}", wait_until="load")
+        assert HOSTILE in page.inner_text("body")
+        assert page.locator("script").count() == 1 and page.locator(".messages img").count() == 0
+
+        assert messages == [] and failures == [] and dialogs == []
+        # writes through the WHERE box and through the URL: one visible line, nothing written
+        # (from here on the browser logs each refused page's 400 or 404 status)
+        attempts = [
+            "1=1) TO 'pwn.csv' (FORMAT csv) --",
+            "(SELECT 1 FROM (COPY trajectories TO 'pwn.csv')) = 1",
+            "1 = (WITH x AS (COPY (SELECT 1) TO 'pwn.csv') SELECT 1)",
+            "1=1; COPY trajectories TO 'pwn.csv'",
+            "1=1; CREATE TABLE pwn AS SELECT 1",
+            "trajectory_id IN (SELECT content FROM read_text('/etc/passwd'))",
+        ]
+        page.goto(base + "/", wait_until="load")
+        page.fill("#f-where", attempts[2])
+        page.press("#f-where", "Enter")
+        page.wait_for_load_state("load")
+        error = page.locator("p.error")
+        assert error.is_visible() and "COPY" in error.inner_text() and "refused" in error.inner_text()
+        shot("refused")
+        for attempt in attempts:
+            response = page.goto(f"{base}/?where={quote(attempt)}", wait_until="load")
+            assert response.status == 400, attempt
+            line = page.locator("p.error").inner_text()
+            assert line.startswith("tracelake: sql:") and "\n" not in line, (attempt, line)
+            assert page.locator("table.list").count() == 0
+        response = page.goto(f"{base}/?turns_min={quote('1; DROP TABLE x')}", wait_until="load")
+        assert response.status == 400 and "is not a valid int" in page.inner_text("p.error")
+        response = page.goto(f"{base}/?source={quote(chr(39) + '; COPY trajectories TO ' + chr(39) + 'pwn.csv')}")
+        assert response.status == 200 and page.inner_text("#total") == "0"  # a bound value, no SQL
+        response = page.goto(f"{base}/t/{quote('x; COPY trajectories TO pwn')}", wait_until="load")
+        assert response.status == 404 and "no trajectory" in page.inner_text("p.error")
+        response = page.goto(f"{base}/diff?a=/etc&b=pool", wait_until="load")  # versions only, no paths
+        assert response.status == 400 and "no paths" in page.inner_text("p.error")
+        injected = quote('pool" UNION SELECT 1 --')
+        response = page.goto(f"{base}/?dataset={injected}", wait_until="load")
+        assert response.status == 400 and "no dataset" in page.inner_text("p.error")
     assert failures == [] and dialogs == []
     assert all("the server responded with a status of 40" in m for m in messages), messages
     assert tree_bytes(lake) == before

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ..helpers import FUZZ_EXAMPLES, run_ok
+from ..helpers import FUZZ_EXAMPLES, run_ok, stop_process
 
 FOREIGN = "Invalid host header"
 ROUTES = [
@@ -92,13 +92,7 @@ class Server:
             con.close()
 
     def stop(self) -> str:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, signal.SIGINT)
         return "".join(self.lines) + self.proc.stdout.read()
 
 

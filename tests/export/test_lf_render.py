@@ -23,7 +23,7 @@ from tokenizers import Tokenizer
 
 from tracelake.core.outputs import read_manifest
 from tracelake.core.tokenizer import load_tokenizer
-from tracelake.export.sft import SftStats, convert_batch, count_trained_tokens, dataset_info_v1
+from tracelake.export.sft import count_trained_tokens, dataset_info_v1
 from tracelake.export.sharegpt import SharegptRow
 from tracelake.export.templates import (
     MODES,
@@ -34,7 +34,7 @@ from tracelake.export.templates import (
     trained_tokens,
 )
 
-from ..helpers import lf_config, run_ok, slot_batch, train_python
+from ..helpers import convert_slots, lf_config, run_ok, sft_slot, train_python
 
 pytestmark = pytest.mark.train_env
 IGNORE_INDEX = -100
@@ -264,27 +264,8 @@ SLOTS = [  # the paths the sample does not exercise
 @pytest.mark.parametrize("name", ["qwen3", "qwen3_nothink"])
 def test_render_segments_for_system_tool_and_think_turns(tiny_model, tmp_path, name):
     template = template_slots(name)
-    slots = [
-        {
-            "slot_id": f"s{i}",
-            "trajectory_id": f"t{i}",
-            "task_id": f"k{i}",
-            "source": "src",
-            "task": f"task{i}",
-            "copy": 0,
-            "name": f"task{i}",
-            "messages": messages,
-        }
-        for i, messages in enumerate(SLOTS)
-    ]
-    table, rejects = convert_batch(
-        *slot_batch(slots),
-        same_role="merge",
-        cutoff_len=None,
-        tokenizer=load_tokenizer(tiny_model),
-        template=template,
-        stats=SftStats(),
-    )
+    slots = [sft_slot(i, messages) for i, messages in enumerate(SLOTS)]
+    table, rejects = convert_slots(slots, tokenizer=load_tokenizer(tiny_model), template=name)
     assert not rejects and table.num_rows == len(SLOTS)
     config = lf_config(table, tiny_model, tmp_path, name, rows_per_shard=len(SLOTS))
     rows = [SharegptRow(r["system"] or "", r["conversations"], 0, 0) for r in table.to_pylist()]

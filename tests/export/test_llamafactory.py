@@ -24,10 +24,8 @@ import yaml
 from tracelake.core.outputs import read_manifest
 from tracelake.core.tables import read_table
 from tracelake.core.tokenizer import load_tokenizer
-from tracelake.export.sft import SftStats, convert_batch
-from tracelake.export.templates import template_slots
 
-from ..helpers import FIXTURES, ROOT, lf_config, need, run_ok, slot_batch, train_python
+from ..helpers import FIXTURES, ROOT, convert_slots, lf_config, need, run_ok, sft_slot, train_python
 
 pytestmark = pytest.mark.train_env
 LF_LOAD = ROOT / "tests" / "train_env" / "lf_load.py"
@@ -97,37 +95,17 @@ def load_rows(
     rows: list[dict], tiny_model: Path, tmp_path: Path, *, same_role: str = "merge", template: str = "qwen3"
 ) -> tuple[dict, list[dict], list[dict]]:
     """Convert rows with export_sft's own functions, write shards + dataset_info, load them with LLaMA-Factory."""
-    table, rejects = convert_batch(
-        *slot_batch(rows),
-        same_role=same_role,
-        cutoff_len=None,
-        tokenizer=load_tokenizer(tiny_model),
-        template=template_slots(template),
-        stats=SftStats(),
-    )
+    table, rejects = convert_slots(rows, tokenizer=load_tokenizer(tiny_model), template=template, same_role=same_role)
     out = table.to_pylist()
     config = lf_config(table, tiny_model, tmp_path, template)
     return lf_load(config, tmp_path, tmp_path), out, rejects
-
-
-def slot(i: int, messages: list[dict]) -> dict:
-    return {
-        "slot_id": f"s{i}",
-        "trajectory_id": f"t{i}",
-        "task_id": f"k{i}",
-        "source": "src",
-        "task": f"task{i}",
-        "copy": 0,
-        "name": f"task{i}",
-        "messages": messages,
-    }
 
 
 @pytest.mark.parametrize("same_role,expected", [("merge", 4), ("reject", 3)])
 def test_real_openthoughts_rows(tiny_model, tmp_path, same_role, expected):
     raw = json.loads(need(FIXTURES / "otagent" / "sample_raw.json").read_text())
     got, out, rejects = load_rows(
-        [slot(i, r["conversations"]) for i, r in enumerate(raw)], tiny_model, tmp_path, same_role=same_role
+        [sft_slot(i, r["conversations"]) for i, r in enumerate(raw)], tiny_model, tmp_path, same_role=same_role
     )
     assert len(out) == expected and len(out) + len(rejects) == 4
     if same_role == "reject":
@@ -144,7 +122,7 @@ def test_token_counts_match_for_system_tool_and_think_turns(tiny_model, tmp_path
         return {"role": role, "content": content}
 
     rows = [
-        slot(
+        sft_slot(
             0,
             [
                 m("system", "You are {terse}."),
@@ -154,7 +132,7 @@ def test_token_counts_match_for_system_tool_and_think_turns(tiny_model, tmp_path
                 m("assistant", "done"),
             ],
         ),
-        slot(
+        sft_slot(
             1,
             [
                 m("user", "hi"),
@@ -164,7 +142,7 @@ def test_token_counts_match_for_system_tool_and_think_turns(tiny_model, tmp_path
                 m("assistant", "<think>\nlong\n</think>\n\nok"),
             ],
         ),
-        slot(2, [m("system", "a"), m("system", "b"), m("user", "q"), m("assistant", "")]),
+        sft_slot(2, [m("system", "a"), m("system", "b"), m("user", "q"), m("assistant", "")]),
     ]
     got, out, _ = load_rows(rows, tiny_model, tmp_path, template=template)
     assert got["examples"] == 3 and got["lengths"] == [r["n_tokens"] for r in out]

@@ -20,7 +20,7 @@ from tracelake.export.sharegpt import (
     to_sharegpt,
 )
 
-from ..helpers import slot_batch
+from ..helpers import convert_slots
 
 
 def m(role: str, content: str = "x") -> dict:
@@ -134,7 +134,7 @@ def test_every_export_reject_reason_is_documented():
 
 def test_export_without_token_counting_says_rows_are_not_length_checked(tmp_path):
     from tracelake.core.tokenizer import build_tokenizer, load_tokenizer
-    from tracelake.export.sft import SftStats, convert_batch
+    from tracelake.export.sft import SftStats
     from tracelake.export.templates import template_slots
 
     msgs = [{"role": "user", "content": "q " * 400}, {"role": "assistant", "content": "a " * 400}]
@@ -153,21 +153,12 @@ def test_export_without_token_counting_says_rows_are_not_length_checked(tmp_path
     ]
     tok = load_tokenizer(build_tokenizer(tmp_path / "tok"))
     counted, stats = SftStats(), SftStats()
-    out, rejects = convert_batch(
-        *slot_batch(rows),
-        same_role="merge",
-        cutoff_len=10,
-        tokenizer=tok,
-        template=template_slots("qwen3"),
-        stats=counted,
-    )
+    out, rejects = convert_slots(rows, tokenizer=tok, cutoff_len=10, stats=counted)
     assert out.num_rows == 0 and {r["reason"] for r in rejects} == {"over_cutoff_len"} and counted.length_checked
-    out, rejects = convert_batch(
-        *slot_batch(rows),
-        same_role="merge",
-        cutoff_len=10,
+    out, rejects = convert_slots(
+        rows,
         tokenizer=None,
-        template=template_slots("qwen3"),
+        cutoff_len=10,
         stats=stats,
         control=ControlTokens.of_tokenizer(tok, template_slots("qwen3").markup()),  # no counter to take them from
     )
@@ -178,8 +169,7 @@ def test_export_without_token_counting_says_rows_are_not_length_checked(tmp_path
 def test_export_counts_the_rows_whose_system_prompt_v1_drops():
     """rows_with_system counts exported rows (upsampled copies included) with a system prompt, after
     rejected rows: the batch holds the ok rows only, so a rejected row must not shift the count."""
-    from tracelake.export.sft import SftStats, convert_batch
-    from tracelake.export.templates import template_slots
+    from tracelake.export.sft import SftStats
 
     def slot(i: int, trajectory: str, messages: list[dict]) -> dict:
         return {
@@ -202,12 +192,9 @@ def test_export_counts_the_rows_whose_system_prompt_v1_drops():
         slot(3, "sys", sys_ask),
     ]  # s3: a copy
     stats = SftStats()
-    out, rejects = convert_batch(
-        *slot_batch(rows),
-        same_role="merge",
-        cutoff_len=None,
+    out, rejects = convert_slots(
+        rows,
         tokenizer=None,
-        template=template_slots("qwen3"),
         stats=stats,
         control=ControlTokens(tokens=(), in_response=frozenset()),  # plain text: nothing to screen
     )
@@ -220,8 +207,7 @@ def test_export_recalls_counts_of_conversations_counted_before(tmp_path):
     and content hash recall the total; any of them changed counts afresh, to the same exact value."""
     from tracelake.core.token_count import TokenCounter
     from tracelake.core.tokenizer import build_tokenizer
-    from tracelake.export.sft import SftStats, convert_batch
-    from tracelake.export.templates import MODES, template_slots
+    from tracelake.export.templates import MODES
 
     def conv(word, n):
         return [
@@ -248,14 +234,7 @@ def test_export_recalls_counts_of_conversations_counted_before(tmp_path):
 
     def export(rows, same_role="merge", template="qwen3"):
         with TokenCounter.open(tok_dir, cache) as counter:
-            out, _ = convert_batch(
-                *slot_batch(rows),
-                same_role=same_role,
-                cutoff_len=None,
-                tokenizer=counter,
-                template=template_slots(template),
-                stats=SftStats(),
-            )
+            out, _ = convert_slots(rows, tokenizer=counter, template=template, same_role=same_role)
         return out.column("n_tokens").to_pylist(), counter.stats
 
     rules = 1 + len(MODES)  # the row's tokens, and the tokens each LLaMA-Factory mode trains on
@@ -268,14 +247,7 @@ def test_export_recalls_counts_of_conversations_counted_before(tmp_path):
     for other in ({"same_role": "reject"}, {"template": "qwen3_nothink"}):
         assert export(rows, **other)[1].recalled == 0, other
     nothink_fresh = (
-        convert_batch(
-            *slot_batch(rows),
-            same_role="merge",
-            cutoff_len=None,
-            tokenizer=TokenCounter.open(tok_dir),
-            template=template_slots("qwen3_nothink"),
-            stats=SftStats(),
-        )[0]
+        convert_slots(rows, tokenizer=TokenCounter.open(tok_dir), template="qwen3_nothink")[0]
         .column("n_tokens")
         .to_pylist()
     )

@@ -29,11 +29,11 @@ from tokenizers import Tokenizer
 
 from tracelake.core.control_tokens import MARK, ControlTokens
 from tracelake.core.tokenizer import build_tokenizer, load_tokenizer
-from tracelake.export.sft import SftStats, convert_batch
+from tracelake.export.sft import SftStats
 from tracelake.export.sharegpt import ExportReject, SharegptRow, to_sharegpt
 from tracelake.export.templates import MODES, render_pieces, template_slots
 
-from ..helpers import fuzz_settings, slot_batch
+from ..helpers import convert_slots, fuzz_settings, print_fuzz_summary
 
 TEMPLATE = template_slots("qwen3")
 SHORT = fuzz_settings()
@@ -47,15 +47,7 @@ OUTCOMES: dict[str, Counter] = {}  # test name -> exported rows and rejects by r
 def summary(request):
     """One line per fuzz test after the module: examples, seconds, outcomes."""
     yield
-    capture = request.config.pluginmanager.getplugin("capturemanager")
-    lines = [
-        f"fuzz: {name}: {RUNS[name]} examples in {SECONDS[name]:.1f} s; "
-        + ", ".join(f"{k} {v}" for k, v in OUTCOMES.get(name, Counter()).most_common())
-        for name in sorted(RUNS)
-    ]
-    with capture.global_and_fixture_disabled():
-        for line in lines:
-            print(line)
+    print_fuzz_summary(request, RUNS, SECONDS, OUTCOMES)
 
 
 @functools.cache
@@ -99,16 +91,7 @@ def slots(conversations: list[list[dict]], copies: int = 1) -> list[dict]:
 
 def export(rows: list[dict], tok: Tokenizer, control: ControlTokens, policy: str):
     stats = SftStats()
-    out, rejects = convert_batch(
-        *slot_batch(rows),
-        same_role="merge",
-        cutoff_len=None,
-        tokenizer=tok,
-        template=TEMPLATE,
-        stats=stats,
-        control=control,
-        special_tokens=policy,
-    )
+    out, rejects = convert_slots(rows, tokenizer=tok, stats=stats, control=control, special_tokens=policy)
     assert stats.rows_in == stats.rows_out + sum(stats.rejected.values()) == len(rows)
     return out.to_pylist(), rejects
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from tracelake.export.params import SftTrainParams
 from tracelake.export.train_config import hydra_overrides, total_batch
 from tracelake.params import load_params
 
-from ..helpers import ROOT, run_ok, train_python
+from ..helpers import ROOT, run_ok, run_tracelake, train_python
 
 # The seed recipe (OpenThoughts-Agent SFT model card), written out independently of params.yaml.
 SEED = {
@@ -42,14 +41,7 @@ SEED = {
 }
 
 
-def tracelake(project: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tracelake", *args],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
+tracelake = partial(run_tracelake, columns=None)  # the environment's terminal width
 
 
 @pytest.fixture()

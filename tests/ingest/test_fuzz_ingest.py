@@ -27,7 +27,7 @@ from tracelake.ingest.common import REASONS
 from tracelake.ingest.harbor import ingest_harbor
 from tracelake.ingest.traces import ingest_traces
 
-from ..helpers import FIXTURES, FUZZ_EXAMPLES, GOLDEN, result_json, simple_trajectory
+from ..helpers import FIXTURES, FUZZ_EXAMPLES, GOLDEN, print_fuzz_summary, result_json, simple_trajectory
 
 SHORT = settings(
     max_examples=FUZZ_EXAMPLES,
@@ -52,17 +52,7 @@ OUTCOMES: dict[str, Counter] = {}  # test name -> rows and rejects by reason, ov
 def summary(request):
     """One line per fuzz test after the module: how many examples ran, in how long."""
     yield
-    capture = request.config.pluginmanager.getplugin("capturemanager")
-    lines = [
-        f"fuzz: {name}: {RUNS[name]} examples in {SECONDS[name]:.1f} s; "
-        + ", ".join(f"{k} {v}" for k, v in OUTCOMES.get(name, Counter()).most_common())
-        for name in sorted(RUNS)
-    ]
-    if capture is None:
-        print("\n".join(lines))
-        return
-    with capture.global_and_fixture_disabled():
-        print("\n" + "\n".join(lines))
+    print_fuzz_summary(request, RUNS, SECONDS, OUTCOMES)
 
 
 # --- random JSON and ATIF ----------------------------------------------------------------------

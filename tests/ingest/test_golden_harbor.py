@@ -17,7 +17,7 @@ import pytest
 from tracelake.core.tables import read_table
 from tracelake.ingest.harbor import ingest_harbor
 
-from ..helpers import GOLDEN, make_trial, need, result_json
+from ..helpers import GOLDEN, make_golden_trials, need
 
 _PROMPT_LINE = re.compile(r"^root@CONTAINER_ID:/app#$\n?", re.MULTILINE)
 
@@ -48,42 +48,8 @@ def assert_same_conversation(ours: list[dict], gold: list[dict]) -> int:
 @pytest.fixture(scope="module")
 def golden_lake(tmp_path_factory) -> dict[tuple[str, str], dict]:
     """The golden runs laid out as one Harbor job and ingested; rows keyed by (trial, trace_source)."""
-    need(GOLDEN)
     jobs = tmp_path_factory.mktemp("golden") / "jobs"
-    g = lambda n: GOLDEN / n  # noqa: E731
-    make_trial(
-        jobs,
-        "linear__1",
-        task="hello-world",
-        files={
-            "trajectory.json": g("hello-world-context-summarization-linear-history.trajectory.json"),
-            "trajectory.cont-1.json": g("hello-world-context-summarization-linear-history.trajectory.cont-1.json"),
-        },
-    )
-    make_trial(
-        jobs,
-        "summ__1",
-        task="hello-world",
-        files={
-            "trajectory.json": g("hello-world-context-summarization.trajectory.json"),
-            **{
-                f"trajectory.summarization-1-{k}.json": g(
-                    f"hello-world-context-summarization.trajectory.summarization-1-{k}.json"
-                )
-                for k in ("summary", "questions", "answers")
-            },
-        },
-    )
-    make_trial(
-        jobs, "invalid__1", task="hello-world", files={"trajectory.json": g("hello-world-invalid-json.trajectory.json")}
-    )
-    make_trial(
-        jobs,
-        "timeout__1",
-        task="hello-world",
-        result=result_json("hello-world", "timeout__1", exception="AgentTimeoutError", reward=None),
-        files={"trajectory.json": g("hello-world-timeout.trajectory.json")},
-    )
+    make_golden_trials(jobs, "linear__1", "summ__1", "invalid__1", "timeout__1")
     out = jobs.parent / "lake"
     result = ingest_harbor(jobs, source="golden", out_dir=out)
     assert result.rejects == 0

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,7 @@ from tracelake.core.tables import read_table
 from tracelake.ingest.harbor import ingest_harbor
 from tracelake.ingest.traces import ingest_traces
 
-from ..helpers import make_trial, result_json, simple_trajectory
+from ..helpers import make_trial, result_json, run_tracelake, simple_trajectory
 
 SECRET = b"TOP-SECRET-0xdeadbeef-never-in-the-lake"
 
@@ -378,25 +376,8 @@ def test_symlink_out_of_the_root_via_the_cli_leaks_nowhere(tmp_path, secret):
     (trial / "agent" / "trajectory.json").unlink()
     (trial / "agent" / "trajectory.json").symlink_to(secret / "trajectory.json")
     (jobs / "job-1" / "t__2").symlink_to(secret / "trial")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tracelake",
-            "ingest",
-            "harbor",
-            str(jobs),
-            "--source",
-            "s",
-            "--out",
-            str(tmp_path / "lake"),
-            "--metrics",
-            str(tmp_path / "m.json"),
-            "--workers",
-            "1",
-        ],
-        capture_output=True,
-    )
+    args = ["ingest", "harbor", str(jobs), "--source", "s", "--out", str(tmp_path / "lake")]
+    proc = run_tracelake(None, *args, "--metrics", str(tmp_path / "m.json"), "--workers", "1", columns=None, text=False)
     assert proc.returncode == 0, proc.stderr
     assert SECRET not in proc.stdout + proc.stderr
     assert b"symlink_outside_input 2" in proc.stdout

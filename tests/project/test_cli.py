@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import typer.main
@@ -12,7 +13,7 @@ from typer.testing import CliRunner
 
 from tracelake.cli import app
 
-from ..helpers import ROOT, make_trial, tree_bytes
+from ..helpers import ROOT, make_trial, run_tracelake, tree_bytes
 
 runner = CliRunner()
 
@@ -44,23 +45,15 @@ def test_docs_command_table_matches_the_cli():
     assert documented == all_commands()
 
 
+def ingest_harbor_args(tmp_path: Path) -> list[str]:
+    """`ingest harbor` of tmp_path/jobs as source s into tmp_path/lake."""
+    return ["ingest", "harbor", str(tmp_path / "jobs"), "--source", "s", "--out", str(tmp_path / "lake")]
+
+
 def test_ingest_harbor_cli_end_to_end(tmp_path):
     make_trial(tmp_path / "jobs", "t__1")
     make_trial(tmp_path / "jobs", "t__2", files={"trajectory.json": b"{"})
-    result = runner.invoke(
-        app,
-        [
-            "ingest",
-            "harbor",
-            str(tmp_path / "jobs"),
-            "--source",
-            "s",
-            "--out",
-            str(tmp_path / "lake"),
-            "--metrics",
-            str(tmp_path / "m.json"),
-        ],
-    )
+    result = runner.invoke(app, [*ingest_harbor_args(tmp_path), "--metrics", str(tmp_path / "m.json")])
     assert result.exit_code == 0, result.output
     assert "1 rows, 1 rejects of 2 inputs" in result.output and "unparsable_json 1" in result.output
     status = runner.invoke(app, ["status", "--lake", str(tmp_path / "lake")])
@@ -69,29 +62,11 @@ def test_ingest_harbor_cli_end_to_end(tmp_path):
 
 def test_user_errors_are_one_line_without_traceback(tmp_path):
     make_trial(tmp_path / "jobs", "t__1", files={"trajectory.json": b"{"})
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tracelake",
-            "ingest",
-            "harbor",
-            str(tmp_path / "jobs"),
-            "--source",
-            "s",
-            "--out",
-            str(tmp_path / "lake"),
-            "--strict",
-        ],
-        capture_output=True,
-        text=True,
-    )
+    proc = run_tracelake(None, *ingest_harbor_args(tmp_path), "--strict", columns=None)
     assert proc.returncode == 2
     assert proc.stderr.startswith("tracelake: job-1/t__1/agent/trajectory.json: unparsable_json")
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
-    proc = subprocess.run(
-        [sys.executable, "-m", "tracelake", "status", "--lake", str(tmp_path / "none")], capture_output=True, text=True
-    )
+    proc = run_tracelake(None, "status", "--lake", str(tmp_path / "none"), columns=None)
     assert proc.returncode == 2 and "nothing is built" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -154,7 +129,7 @@ def test_a_failed_internal_check_is_a_bug_report_with_traceback(tmp_path):
 
 
 def test_usage_errors_keep_click_messages(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "tracelake", "ingest", "harbor"], capture_output=True, text=True)
+    proc = run_tracelake(None, "ingest", "harbor", columns=None)
     assert proc.returncode == 2 and "Missing argument" in proc.stderr and "Traceback" not in proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "tracelake", "--help"], capture_output=True, text=True)
+    proc = run_tracelake(None, "--help", columns=None)
     assert proc.returncode == 0 and "Usage" in proc.stdout
