@@ -13,18 +13,10 @@ def run(ctx: Context) -> Result:
     p = ctx.params
     cfg, lake = p.export_rl, Lake(p.lake)
     sources = list(p.sources) if cfg.sources == "all" else list(cfg.sources)
-    settings = RlSettings(
-        env_class=cfg.env_class,
-        reward_method=cfg.reward_method,
-        system_prompt=cfg.system_prompt,
-        max_turns=cfg.max_turns,
-        max_prompt_length=cfg.max_prompt_length,
-        without_binary=cfg.without_binary,
-    )
     counts = export_rl(
         lake,
         sources,
-        settings,
+        RlSettings.of(cfg),
         tokenizer_path=cfg.tokenizer,
         rows_per_shard=cfg.rows_per_shard,
         params=p.section("export_rl"),

@@ -9,9 +9,11 @@ tracelake train sft --dataset 3k --backend modal --dry-run
 
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Optional
 
 import typer
 
@@ -20,6 +22,11 @@ from tracelake.core.errors import BadParams, Bug, TracelakeError
 from tracelake.core.lake import Lake
 from tracelake.core.stage import interrupted_message
 from tracelake.core.ui import err, json_for_terminal, literal, out, progress
+
+if TYPE_CHECKING:
+    from contextlib import ExitStack
+
+    from tracelake.explore.revisions import Tree
 
 app = typer.Typer(
     name="tracelake",
@@ -46,6 +53,8 @@ StrictOpt = Annotated[
     bool, typer.Option("--strict", help="Stop with an error at the first reject instead of recording it.")
 ]
 MetricsOpt = Annotated[Optional[Path], typer.Option("--metrics", help="Also write the counts as a JSON metrics file.")]
+LakeOpt = Annotated[Path, typer.Option("--lake", help="Lake root.")]
+LakeAtRevOpt = Annotated[Path, typer.Option("--lake", help="Lake root (with --rev: its path in the repository).")]
 WorkersOpt = Annotated[
     int,
     typer.Option(
@@ -54,29 +63,54 @@ WorkersOpt = Annotated[
 ]
 
 
-def _ingest(
-    kind: str, table: str, run, inputs, *, source: str, lake: Path, strict: bool, metrics: Path | None, **options
-) -> None:
-    """Run one ingest function with a progress bar and print its one-line report."""
-    with progress(f"{kind} {source}") as (set_total, advance):
-        result = run(
-            inputs,
-            source=source,
-            out_dir=Lake(lake).table(table, source),
-            strict=strict,
-            metrics_path=metrics,
-            on_start=set_total,
-            on_progress=advance,
-            **options,
-        )
-    out.print(
-        literal(
-            f"{kind} {source}: {result.rows} rows, {result.rejects} rejects of {result.inputs} inputs "
-            f"-> {result.out_dir} (version {result.manifest['version_id']})"
-        )
-    )
-    if result.by_reason:
-        out.print(literal("  rejects: " + ", ".join(f"{k} {v}" for k, v in sorted(result.by_reason.items()))))
+_INGEST_OPTIONS = [  # every `ingest` command's, after its own arguments
+    inspect.Parameter("source", inspect.Parameter.KEYWORD_ONLY, annotation=SourceOpt),
+    inspect.Parameter("out_dir", inspect.Parameter.KEYWORD_ONLY, annotation=OutOpt, default=Path("lake")),
+    inspect.Parameter("strict", inspect.Parameter.KEYWORD_ONLY, annotation=StrictOpt, default=False),
+    inspect.Parameter("metrics", inspect.Parameter.KEYWORD_ONLY, annotation=MetricsOpt, default=None),
+    inspect.Parameter("workers", inspect.Parameter.KEYWORD_ONLY, annotation=WorkersOpt, default=0),
+]
+
+
+def _ingest_command(kind: str, table: str) -> Callable[[Callable], Callable]:
+    """Register `tracelake ingest KIND`, writing OUT/TABLE/SOURCE. The decorated function declares the
+    command's own arguments and options (its docstring is its --help) and returns (the ingest function,
+    its inputs, its own keyword arguments); the options every ingest takes (_INGEST_OPTIONS) are added
+    here, and the ingest runs with a progress bar and prints its one-line report."""
+
+    def register(declare: Callable) -> Callable:
+        own = inspect.signature(declare, eval_str=True).parameters.values()
+        arguments = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p.default is p.empty]
+        options = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p.default is not p.empty]
+
+        @functools.wraps(declare)
+        def command(*, source: str, out_dir: Path, strict: bool, metrics: Path | None, workers: int, **given) -> None:
+            run, inputs, extra = declare(**given)
+            with progress(f"{kind} {source}") as (set_total, advance):
+                result = run(
+                    inputs,
+                    source=source,
+                    out_dir=Lake(out_dir).table(table, source),
+                    strict=strict,
+                    metrics_path=metrics,
+                    workers=workers,
+                    on_start=set_total,
+                    on_progress=advance,
+                    **extra,
+                )
+            out.print(
+                literal(
+                    f"{kind} {source}: {result.rows} rows, {result.rejects} rejects of {result.inputs} inputs "
+                    f"-> {result.out_dir} (version {result.manifest['version_id']})"
+                )
+            )
+            if result.by_reason:
+                out.print(literal("  rejects: " + ", ".join(f"{k} {v}" for k, v in sorted(result.by_reason.items()))))
+
+        command.__signature__ = inspect.Signature([*arguments, *_INGEST_OPTIONS, *options], return_annotation=None)
+        return ingest_app.command(kind)(command)
+
+    return register
 
 
 @app.command()
@@ -135,89 +169,43 @@ def synth(
     )
 
 
-@ingest_app.command("harbor")
+@_ingest_command("harbor", "trajectories")
 def ingest_harbor_cmd(
     jobs_dir: Annotated[Path, typer.Argument(help="A directory of Harbor jobs, one job, or one trial.")],
-    source: SourceOpt,
-    out_dir: OutOpt = Path("lake"),
-    strict: StrictOpt = False,
-    metrics: MetricsOpt = None,
-    workers: WorkersOpt = 0,
-) -> None:
+) -> tuple[Callable, Any, dict]:
     """Ingest Harbor job directories (result.json + ATIF agent/trajectory*.json) into OUT/trajectories/SOURCE."""
     from tracelake.ingest.harbor import ingest_harbor
 
-    _ingest(
-        "harbor",
-        "trajectories",
-        ingest_harbor,
-        jobs_dir,
-        source=source,
-        lake=out_dir,
-        strict=strict,
-        metrics=metrics,
-        workers=workers,
-    )
+    return ingest_harbor, jobs_dir, {}
 
 
-@ingest_app.command("traces")
+@_ingest_command("traces", "trajectories")
 def ingest_traces_cmd(
     files: Annotated[
         list[Path], typer.Argument(help="Trace tables: .parquet, .jsonl or .json files (or directories of them).")
     ],
-    source: SourceOpt,
-    out_dir: OutOpt = Path("lake"),
-    strict: StrictOpt = False,
-    metrics: MetricsOpt = None,
-    workers: WorkersOpt = 0,
-) -> None:
+) -> tuple[Callable, Any, dict]:
     """Ingest trace tables as Harbor and OpenThoughts-Agent publish them (conversations, task, episode,
     trace_source, result, ...) into OUT/trajectories/SOURCE."""
     from tracelake.ingest.traces import ingest_traces
 
-    _ingest(
-        "traces",
-        "trajectories",
-        ingest_traces,
-        files,
-        source=source,
-        lake=out_dir,
-        strict=strict,
-        metrics=metrics,
-        workers=workers,
-    )
+    return ingest_traces, files, {}
 
 
-@ingest_app.command("tasks")
+@_ingest_command("tasks", "tasks")
 def ingest_tasks_cmd(
     path: Annotated[
         Path, typer.Argument(help="A task directory, a directory of task directories, or a (path, task_binary) table.")
     ],
-    source: SourceOpt,
-    out_dir: OutOpt = Path("lake"),
-    strict: StrictOpt = False,
-    metrics: MetricsOpt = None,
     binary: Annotated[
         bool, typer.Option("--binary/--no-binary", help="Store each task as a deterministic gzipped tar (task_binary).")
     ] = True,
-    workers: WorkersOpt = 0,
-) -> None:
+) -> tuple[Callable, Any, dict]:
     """Ingest Harbor task directories (instruction.md, task.toml, environment/, tests/) or task tables
     into OUT/tasks/SOURCE."""
     from tracelake.ingest.tasks import ingest_tasks
 
-    _ingest(
-        "tasks",
-        "tasks",
-        ingest_tasks,
-        path,
-        source=source,
-        lake=out_dir,
-        strict=strict,
-        metrics=metrics,
-        with_binary=binary,
-        workers=workers,
-    )
+    return ingest_tasks, path, {"with_binary": binary}
 
 
 @tasks_app.command("extract")
@@ -368,6 +356,35 @@ def score(
             run_plan(plan, con, p.score)
 
 
+def _tree_at(stack: ExitStack, rev: str, lake: Path) -> Tree:
+    """The repository at git revision `rev`, its lake (`lake`, a path inside it) read through DVC,
+    held open by `stack` (an ExitStack)."""
+    from tracelake.explore.revisions import tree_at
+
+    if lake.is_absolute():
+        raise typer.BadParameter("with --rev, --lake is the lake's path inside the repository")
+    return stack.enter_context(tree_at(rev, [str(lake)]))
+
+
+def _say_missing(tree: Tree, rev: str) -> None:
+    """One dim line per output whose data the DVC cache lacks (only their views are absent)."""
+    for skipped in tree.missing:
+        err.print(
+            f"not in the DVC cache (dvc fetch --rev {rev}), left out: {skipped}",
+            style="dim",
+            markup=False,
+            soft_wrap=True,
+        )
+
+
+def _print_json(data: Any) -> None:
+    """`data` as indented JSON on stdout, terminal controls in its strings made visible."""
+    import orjson
+
+    sys.stdout.buffer.write(json_for_terminal(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n"))
+    sys.stdout.flush()
+
+
 @app.command()
 def sql(
     query: Annotated[
@@ -390,9 +407,7 @@ def sql(
             help="Query the lake as it was at this git revision (commit, HEAD~1, branch, tag, `dvc exp` name), read through DVC from its cache; nothing is checked out.",
         ),
     ] = None,
-    lake: Annotated[Path, typer.Option("--lake", help="Lake root (with --rev: its path in the repository).")] = Path(
-        "lake"
-    ),
+    lake: LakeAtRevOpt = Path("lake"),
 ) -> None:
     """Query every table of the lake with DuckDB SQL, read-only. Views: tasks, trajectories, messages
     (one row per message), scores, rejects, pool, dropped, funnel, selection_<scale>, sft_<scale>
@@ -414,20 +429,10 @@ def sql(
     with ExitStack() as stack:
         root = lake
         if rev is not None:
-            from tracelake.explore.revisions import tree_at
-
-            if lake.is_absolute():
-                raise typer.BadParameter("with --rev, --lake is the lake's path inside the repository")
-            tree = stack.enter_context(tree_at(rev, [str(lake)]))
+            tree = _tree_at(stack, rev, lake)
             root = tree.root / lake
             err.print(f"lake at {rev} ({tree.revision.sha[:10]})", style="dim")
-            for skipped in tree.missing:  # outputs whose data this cache lacks: only their views are absent
-                err.print(
-                    f"not in the DVC cache (dvc fetch --rev {rev}), left out: {skipped}",
-                    style="dim",
-                    markup=False,
-                    soft_wrap=True,
-                )
+            _say_missing(tree, rev)
         con, views = open_lake(root)
         if query is None:
             from tracelake.explore.sql import interactive
@@ -463,8 +468,6 @@ def diff(
     Versions are pools, selections or SFT exports, in the work tree or at any git revision."""
     from contextlib import ExitStack
 
-    import orjson
-
     from tracelake.explore.diff import diff_versions, resolve_version
     from tracelake.explore.diff_terminal import render
 
@@ -478,8 +481,7 @@ def diff(
         html.parent.mkdir(parents=True, exist_ok=True)
         html.write_text(render_html(report))
     if json_out:
-        sys.stdout.buffer.write(json_for_terminal(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n"))
-        sys.stdout.flush()
+        _print_json(report)
     else:
         render(report, out)
     if html is not None:
@@ -498,20 +500,18 @@ def dedup(
         ),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the rows as JSON instead.")] = False,
-    lake: Annotated[Path, typer.Option("--lake", help="Lake root.")] = Path("lake"),
+    lake: LakeOpt = Path("lake"),
 ) -> None:
     """Near-duplicate tasks and benchmark contamination (the dedup stage): the largest clusters and the
     contaminated tasks per benchmark; --explain TASK shows one task's cluster, side by side with its
     representative, with the similarities and what the filter drops."""
-    import orjson
 
     from tracelake.explore.dedup_view import explain as explain_rows
     from tracelake.explore.dedup_view import render_explain, render_summary, summary
 
     data: Any = explain_rows(lake, explain) if explain else summary(lake)
     if json_out:
-        sys.stdout.buffer.write(json_for_terminal(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n"))
-        sys.stdout.flush()
+        _print_json(data)
     elif explain:
         render_explain(data, explain, out)
     else:
@@ -539,7 +539,7 @@ def show(
             help="With --trained: the LLaMA-Factory mode to render (default, mask_history, mask_history_preserve_thinking, no_thinking, train_on_prompt; v1: the v1 data engine, USE_V1=1).",
         ),
     ] = "default",
-    lake: Annotated[Path, typer.Option("--lake", help="Lake root.")] = Path("lake"),
+    lake: LakeOpt = Path("lake"),
 ) -> None:
     """Show one trajectory: every message with its role, <think> blocks dimmed, long terminal
     output folded (--full shows everything), or the whole row as JSON; with --trained, what
@@ -578,9 +578,7 @@ def view(
             help="IPv4 address to listen on. Pages answer only to the Host names localhost, 127.0.0.1 and this address (0.0.0.0: localhost and 127.0.0.1 only, for a forwarded port); any other address lets whoever reaches it read the lake.",
         ),
     ] = "127.0.0.1",
-    lake: Annotated[Path, typer.Option("--lake", help="Lake root (with --rev: its path in the repository).")] = Path(
-        "lake"
-    ),
+    lake: LakeAtRevOpt = Path("lake"),
     search_cache: Annotated[
         Path,
         typer.Option(
@@ -610,19 +608,9 @@ def view(
     with ExitStack() as stack:
         root, label = lake, str(lake)
         if rev is not None:
-            from tracelake.explore.revisions import tree_at
-
-            if lake.is_absolute():
-                raise typer.BadParameter("with --rev, --lake is the lake's path inside the repository")
-            tree = stack.enter_context(tree_at(rev, [str(lake)]))
+            tree = _tree_at(stack, rev, lake)
             root, label = tree.root / lake, f"{lake} at {rev} ({tree.revision.sha[:10]})"
-            for skipped in tree.missing:  # outputs whose data this cache lacks: only their views are absent
-                err.print(
-                    f"not in the DVC cache (dvc fetch --rev {rev}), left out: {skipped}",
-                    style="dim",
-                    markup=False,
-                    soft_wrap=True,
-                )
+            _say_missing(tree, rev)
         serve(
             root,
             port,

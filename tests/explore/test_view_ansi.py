@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracelake.explore.view.ansi import ansi_html, has_ansi, nearest16, strip_ansi
+from tracelake.explore.view.ansi import XTERM16, ansi_html, has_ansi, nearest16, strip_ansi
 
 PROPS = settings(max_examples=400, deadline=None)
 E = "\x1b"
@@ -168,25 +168,7 @@ def test_colours(seq, cls):
 
 
 def test_nearest16_is_exact_on_the_palette_and_total():
-    palette = [
-        (0, 0, 0),
-        (205, 0, 0),
-        (0, 205, 0),
-        (205, 205, 0),
-        (0, 0, 238),
-        (205, 0, 205),
-        (0, 205, 205),
-        (229, 229, 229),
-        (127, 127, 127),
-        (255, 0, 0),
-        (0, 255, 0),
-        (255, 255, 0),
-        (92, 92, 255),
-        (255, 0, 255),
-        (0, 255, 255),
-        (255, 255, 255),
-    ]
-    assert [nearest16(*rgb) for rgb in palette] == list(range(16))
+    assert [nearest16(*rgb) for rgb in XTERM16] == list(range(16))
     for n in range(256):  # every 256-colour index maps somewhere, deterministically
         out = ansi_html(f"{E}[38;5;{n}mx")
         assert out == ansi_html(f"{E}[38;5;{n}mx")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,15 +65,41 @@ class TableInfo:
         return TableInfo(self.name, file, self.rows, self.version_id, self.schema_fingerprint)
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "file": self.file,
-            "rows": self.rows,
-            "version_id": self.version_id,
-            "schema_fingerprint": self.schema_fingerprint,
-        }
+        """Every field but the name (the key a manifest lists it under)."""
+        return {k: v for k, v in asdict(self).items() if k != "name"}
 
 
-class TableWriter:
+class _RowsIn:
+    """What every writer takes in: rows as dicts (`write`, turned into Arrow `batch_rows` at a time)
+    or as Arrow data (`write_batch`: columns named and ordered as the schema, types cast to it). Both
+    are validated against the schema and handed, in order, to the writer's `_add`."""
+
+    def __init__(self, schema: TableSchema, batch_rows: int):
+        self.schema = schema
+        self._batch_rows = batch_rows
+        self._dicts: list[dict] = []
+
+    def _add(self, table: pa.Table) -> None:
+        raise NotImplementedError
+
+    def write(self, row: dict) -> None:
+        self._dicts.append(row)
+        if len(self._dicts) >= self._batch_rows:
+            self._take_dicts()
+
+    def write_batch(self, data: pa.RecordBatch | pa.Table) -> None:
+        self._take_dicts()
+        table = self.schema.conform(data)
+        if table.num_rows:
+            self._add(table)
+
+    def _take_dicts(self) -> None:
+        if self._dicts:
+            rows, self._dicts = self._dicts, []
+            self._add(self.schema.from_rows(rows))
+
+
+class TableWriter(_RowsIn):
     """Streams the rows of one table into a Parquet file in fixed row groups, validating each.
 
     Rows come as dicts (`write`, where a row is built in Python, as in ingest) or as Arrow data
@@ -85,11 +111,10 @@ class TableWriter:
     """
 
     def __init__(self, directory: Path, schema: TableSchema, row_group_size: int = ROW_GROUP_SIZE):
-        self.schema = schema
+        super().__init__(schema, row_group_size)
         self.file = f"{schema.name}.parquet"
         self._path = directory / self.file
         self._row_group_size = row_group_size
-        self._dicts: list[dict] = []
         self._pending: list[pa.Table] = []  # validated Arrow rows not yet written
         self._rows = 0
         self._hash = hashlib.sha256(schema.fingerprint.encode())
@@ -97,24 +122,9 @@ class TableWriter:
         options = {**_PARQUET_OPTIONS, "use_dictionary": plain, "write_statistics": plain}
         self._writer = pq.ParquetWriter(self._path, schema.arrow, **options)
 
-    def write(self, row: dict) -> None:
-        self._dicts.append(row)
-        if len(self._dicts) >= self._row_group_size:
-            self._take_dicts()
-            self._drain(final=False)
-
-    def write_batch(self, data: pa.RecordBatch | pa.Table) -> None:
-        """Rows already in Arrow, columns named and ordered as the schema (types are cast to it)."""
-        self._take_dicts()
-        table = self.schema.conform(data)
-        if table.num_rows:
-            self._pending.append(table)
-            self._drain(final=False)
-
-    def _take_dicts(self) -> None:
-        if self._dicts:
-            self._pending.append(self.schema.from_rows(self._dicts))
-            self._dicts = []
+    def _add(self, table: pa.Table) -> None:
+        self._pending.append(table)
+        self._drain(final=False)
 
     def _drain(self, final: bool) -> None:
         """Write every full row group (and, when final, the rest): a group is full at
@@ -170,7 +180,7 @@ def write_part(path: Path, table: pa.Table) -> None:
     pq.write_table(table.combine_chunks(), path, row_group_size=ROW_GROUP_SIZE, **options)
 
 
-class PartedTableWriter:
+class PartedTableWriter(_RowsIn):
     """One table as numbered Parquet parts, `<directory>/<table>/part-00000.parquet`, ...
 
     A part comes whole (`add_part`: a file that a worker process wrote with `write_part`, with its
@@ -181,11 +191,10 @@ class PartedTableWriter:
     """
 
     def __init__(self, directory: Path, schema: TableSchema):
-        self.schema = schema
+        super().__init__(schema, PART_ROWS)
         self.file = f"{schema.name}/"
         self.dir = Path(directory) / schema.name
         self.dir.mkdir(parents=True)
-        self._dicts: list[dict] = []
         self._parts = self._rows = 0
         self._hash = hashlib.sha256(schema.fingerprint.encode())
 
@@ -198,24 +207,7 @@ class PartedTableWriter:
         self._rows += len(keys)
         self._parts += 1
 
-    def write(self, row: dict) -> None:
-        self._dicts.append(row)
-        if len(self._dicts) >= PART_ROWS:
-            self._take_dicts()
-
-    def _take_dicts(self) -> None:
-        if self._dicts:
-            rows, self._dicts = self._dicts, []
-            self._add_table(self.schema.from_rows(rows))
-
-    def write_batch(self, data: pa.RecordBatch | pa.Table) -> None:
-        """Rows already in Arrow, as one part (columns named and ordered as the schema)."""
-        self._take_dicts()
-        table = self.schema.conform(data)
-        if table.num_rows:
-            self._add_table(table)
-
-    def _add_table(self, table: pa.Table) -> None:
+    def _add(self, table: pa.Table) -> None:  # one part
         write_part(self._next_path(), table)
         self._count(table.column(self.schema.key).to_pylist())
 
@@ -244,7 +236,7 @@ def table_writer(directory: Path, schema: TableSchema) -> TableWriter | PartedTa
     return PartedTableWriter(directory, schema) if schema.name in PARTED_TABLES else TableWriter(directory, schema)
 
 
-class ShardWriter:
+class ShardWriter(_RowsIn):
     """Streams rows of one table into fixed-size Parquet shards `<dir>/<prefix>-00000.parquet`, ...
 
     Rows come as dicts (`write`) or Arrow (`write_batch`). For training data: the version id is a
@@ -266,10 +258,10 @@ class ShardWriter:
     ):
         if rows_per_shard < 1:
             raise ValueError("rows_per_shard must be >= 1")
-        self.schema, self.directory, self.prefix = schema, Path(directory), prefix
-        self.directory.mkdir(parents=True, exist_ok=True)
         self._rows_per_shard, self._row_group_size = rows_per_shard, min(row_group_size, rows_per_shard)
-        self._dicts: list[dict] = []
+        super().__init__(schema, self._row_group_size)
+        self.directory, self.prefix = Path(directory), prefix
+        self.directory.mkdir(parents=True, exist_ok=True)
         self._pending: list[pa.Table] = []  # rows of the open shard not yet handed to the writer thread
         self._pending_rows = 0
         self._in_shard = 0  # rows of the open shard written or pending
@@ -286,21 +278,6 @@ class ShardWriter:
 
     def __exit__(self, *exc: object) -> None:
         self._background.abandon()
-
-    def write(self, row: dict) -> None:
-        self._dicts.append(row)
-        if len(self._dicts) >= self._row_group_size:
-            self._take_dicts()
-
-    def _take_dicts(self) -> None:
-        if self._dicts:
-            rows, self._dicts = self._dicts, []
-            self._add(self.schema.from_rows(rows))
-
-    def write_batch(self, data: pa.Table | pa.RecordBatch) -> None:
-        """Rows already in Arrow, columns named and ordered as the schema."""
-        self._take_dicts()
-        self._add(self.schema.conform(data))
 
     def _add(self, table: pa.Table) -> None:
         """Cut the rows at shard ends; hand whole row groups to the writer thread as they fill."""

@@ -7,7 +7,7 @@ from html import escape
 from typing import Any
 
 from tracelake.explore import svg
-from tracelake.explore.diff_terminal import QUANTILES, fmt_value, scorer_line, signed
+from tracelake.explore.diff_terminal import QUANTILES, fmt_value, scorer_line, signed, source_cells
 
 SHOW_MOVED = 500
 
@@ -158,17 +158,7 @@ def render_body(report: dict[str, Any]) -> str:
     parts.append(
         _table(
             ["source", "rows A", "rows B", "Δ", "trajectories A → B", "tasks A → B"],
-            [
-                [
-                    escape(r["source"]),
-                    f"{r['rows_a']:,}",
-                    f"{r['rows_b']:,}",
-                    _delta(r["rows_delta"]),
-                    f"{r['trajectories_a']:,} → {r['trajectories_b']:,}",
-                    f"{r['tasks_a']:,} → {r['tasks_b']:,}",
-                ]
-                for r in src
-            ],
+            [source_cells(r, escape, _delta) for r in src],
             {1, 2, 3, 4, 5},
         )
     )

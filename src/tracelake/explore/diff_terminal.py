@@ -3,7 +3,7 @@ sources, rules, details, params, specs) print as they are: `core.ui.literal`, ne
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from rich.console import Console
 from rich.table import Table
@@ -27,6 +27,19 @@ def _style(n: int | float) -> str:
 def _delta(n: int | float) -> Text:
     """A signed number, green when it grows, red when it shrinks."""
     return Text(signed(n), style=_style(n))
+
+
+def source_cells(r: dict[str, Any], name: Callable[[str], Any], delta: Callable[[int], Any]) -> list[Any]:
+    """One row of the rows-per-source table: the source (through `name`), rows A, rows B, their
+    difference (through `delta`), trajectories A → B and tasks A → B."""
+    return [
+        name(r["source"]),
+        f"{r['rows_a']:,}",
+        f"{r['rows_b']:,}",
+        delta(r["rows_delta"]),
+        f"{r['trajectories_a']:,} → {r['trajectories_b']:,}",
+        f"{r['tasks_a']:,} → {r['tasks_b']:,}",
+    ]
 
 
 def side_line(label: str, side: dict[str, Any]) -> str:
@@ -88,14 +101,7 @@ def render(report: dict[str, Any], console: Console) -> None:
     for col in ("source", "A", "B", "Δ", "trajectories A → B", "tasks A → B"):
         table.add_column(col, justify="left" if col == "source" else "right")
     for r in report["sources"]:
-        table.add_row(
-            literal(r["source"]),
-            f"{r['rows_a']:,}",
-            f"{r['rows_b']:,}",
-            _delta(r["rows_delta"]),
-            f"{r['trajectories_a']:,} → {r['trajectories_b']:,}",
-            f"{r['tasks_a']:,} → {r['tasks_b']:,}",
-        )
+        table.add_row(*source_cells(r, literal, _delta))
     p(table)
 
     table = Table(title="Distributions over rows", title_justify="left", title_style="bold")

@@ -26,8 +26,8 @@ ChatML chat template (the project's tokenizer; Qwen's for messages without tools
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any, Iterable
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Iterable
 
 from tokenizers import Tokenizer
 
@@ -40,6 +40,9 @@ from tracelake.core.schema import load_schema
 from tracelake.core.tables import ShardWriter, TableWriter
 from tracelake.core.tokenizer import load_tokenizer, render_chatml, tokenizer_fingerprint
 from tracelake.core.ui import progress
+
+if TYPE_CHECKING:
+    from tracelake.export.params import ExportRlParams
 
 PROMPT_RULE = "skyrl_prompt_v1"
 GENERATION_PROMPT = "<|im_start|>assistant\n"
@@ -58,6 +61,11 @@ class RlSettings:
     max_turns: int
     max_prompt_length: int
     without_binary: str = "prompt"  # a task without a task_binary: "prompt" (no task table row) or "reject"
+
+    @classmethod
+    def of(cls, params: ExportRlParams) -> RlSettings:
+        """The settings of the export_rl params: each is the param of its name."""
+        return cls(**{f.name: getattr(params, f.name) for f in fields(cls)})
 
 
 @dataclass

@@ -230,13 +230,16 @@ def convert_batch(
         stats.length_checked = False
         tokens: list[int | None] = [None] * len(kept)
     else:
-        counter, hashes = TokenCounter.of(tokenizer), trajectories.column("conversation_sha256")
-        conversion = same_role + _text_rule(control, special_tokens)
-        tokens = _template_tokens(counter, batch, hashes, kept, template, conversion)
-        trained = {
-            name: _trained_tokens(counter, batch, hashes, kept, template, conversion, mode, cutoff_len)
-            for name, mode in MODES.items()
-        }
+        recall = _Recall(
+            TokenCounter.of(tokenizer),
+            batch,
+            trajectories.column("conversation_sha256"),
+            kept,
+            template,
+            same_role + _text_rule(control, special_tokens),
+        )
+        tokens = recall.template_tokens()
+        trained = {name: recall.trained_tokens(mode, cutoff_len) for name, mode in MODES.items()}
     has_system = pc.greater(pc.utf8_length(batch.system), 0).to_pylist()
     take: list[int] = []
     columns: dict[str, list] = {
@@ -296,73 +299,50 @@ def _text_rule(control: ControlTokens, special_tokens: str) -> str:
     return f"\0{ESCAPE_RULE}\0{control.fingerprint()}" if special_tokens == "escape" else ""
 
 
-def _template_tokens(
-    counter: TokenCounter,
-    batch: SharegptBatch,
-    hashes: pa.ChunkedArray,
-    kept: list[int],
-    template: TemplateSlots,
-    conversion: str,
-) -> list[int]:
-    """count_template_tokens of each kept row, recalled by content hash (_recalled). `conversion`:
-    how the rows were made from the messages (same_role, and _text_rule), part of the recall key."""
-    return _recalled(
-        counter,
-        batch,
-        hashes,
-        kept,
-        f"{TOKEN_RULE}\0{SHAREGPT_RULE}\0{conversion}\0{template!r}",
-        lambda rows: count_template_tokens(counter, rows, template),
-    )
+@dataclass
+class _Recall:
+    """Token counts of a batch's kept rows: a conversation counted by an earlier run under the same
+    rule (which names the tokenizer's use: counting rule, mode, conversion, template) and content
+    hash is recalled, not rendered again."""
 
+    counter: TokenCounter
+    batch: SharegptBatch
+    hashes: pa.ChunkedArray  # conversation_sha256 of every row of the batch
+    kept: list[int]
+    template: TemplateSlots
+    conversion: str  # how the rows were made from the messages (same_role, and _text_rule)
 
-def _trained_tokens(
-    counter: TokenCounter,
-    batch: SharegptBatch,
-    hashes: pa.ChunkedArray,
-    kept: list[int],
-    template: TemplateSlots,
-    conversion: str,
-    mode: LfMode,
-    cutoff_len: int | None,
-) -> list[int]:
-    """count_trained_tokens of each kept row in `mode`, recalled by content hash (_recalled)."""
-    cutoff = cutoff_len if mode.v1 else None  # only v1's count depends on it
-    return _recalled(
-        counter,
-        batch,
-        hashes,
-        kept,
-        f"{TRAINED_RULE}\0{mode!r}\0{cutoff}\0{SHAREGPT_RULE}\0{conversion}\0{template!r}",
-        lambda rows: count_trained_tokens(counter, rows, template, mode, cutoff),
-    )
+    def template_tokens(self) -> list[int]:
+        """count_template_tokens of each kept row."""
+        return self._recalled(TOKEN_RULE, lambda rows: count_template_tokens(self.counter, rows, self.template))
 
+    def trained_tokens(self, mode: LfMode, cutoff_len: int | None) -> list[int]:
+        """count_trained_tokens of each kept row in `mode`."""
+        cutoff = cutoff_len if mode.v1 else None  # only v1's count depends on it
+        return self._recalled(
+            f"{TRAINED_RULE}\0{mode!r}\0{cutoff}",
+            lambda rows: count_trained_tokens(self.counter, rows, self.template, mode, cutoff),
+        )
 
-def _recalled(
-    counter: TokenCounter,
-    batch: SharegptBatch,
-    hashes: pa.ChunkedArray,
-    kept: list[int],
-    rule: str,
-    count: Callable[[list[SharegptRow]], list[int]],
-) -> list[int]:
-    """`count` of each kept row; a conversation counted by an earlier run under the same `rule` (which
-    names the tokenizer's use: counting rule, template, conversion, mode) and content hash is recalled,
-    not rendered again."""
-    keys = [rendering_key(rule, h) for h in hashes.take(pa.array(kept, pa.int64())).to_pylist()]
-    tokens = counter.recall(keys)
-    todo = [k for k, n in enumerate(tokens) if n is None]
-    if todo:
-        at = pa.array(todo, pa.int64())
-        rows = [
-            SharegptRow(system, conv, 0, 0)
-            for system, conv in zip(batch.system.take(at).to_pylist(), batch.conversations.take(at).to_pylist())
-        ]
-        fresh = count(rows)
-        counter.remember([keys[k] for k in todo], fresh)
-        for k, n in zip(todo, fresh):
-            tokens[k] = n
-    return tokens
+    def _recalled(self, rule: str, count: Callable[[list[SharegptRow]], list[int]]) -> list[int]:
+        """`count` of each kept row, recalled under `rule` with the conversion and template."""
+        rule = f"{rule}\0{SHAREGPT_RULE}\0{self.conversion}\0{self.template!r}"
+        keys = [rendering_key(rule, h) for h in self.hashes.take(pa.array(self.kept, pa.int64())).to_pylist()]
+        tokens = self.counter.recall(keys)
+        todo = [k for k, n in enumerate(tokens) if n is None]
+        if todo:
+            at = pa.array(todo, pa.int64())
+            rows = [
+                SharegptRow(system, conv, 0, 0)
+                for system, conv in zip(
+                    self.batch.system.take(at).to_pylist(), self.batch.conversations.take(at).to_pylist()
+                )
+            ]
+            fresh = count(rows)
+            self.counter.remember([keys[k] for k in todo], fresh)
+            for k, n in zip(todo, fresh):
+                tokens[k] = n
+        return tokens
 
 
 def _reject(r: dict[str, Any], reason: str, detail: str) -> dict[str, Any]:

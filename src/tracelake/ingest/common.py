@@ -8,6 +8,7 @@ before it processes them, so `inputs == rows + rejects` is checked, not assumed.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -249,89 +250,101 @@ def inputs_digest(listing: Iterable[tuple[str, str]]) -> dict[str, Any]:
 
 def run_ingest(
     *,
-    out_dir: Path,
     table: str,
-    source: str,
     input_kind: str,
-    batches: Iterator[tuple[list[Unit], Callable[[list[Unit]], list[dict | Reject]]] | Parsed],
-    strict: bool,
-    inputs: Callable[[], dict[str, Any]],
-    params: dict[str, Any],
     formulas: dict[str, str],
+    batches: Iterator[tuple[list[Unit], Callable[[list[Unit]], list[dict | Reject]]] | Parsed],
+    inputs: Callable[[], dict[str, Any]],
+    params: dict[str, Any] | None = None,
+    out_dir: Path,
+    source: str,
+    strict: bool,
     metrics_path: Path | None = None,
+    scratch: Path | None = None,
     on_progress: Callable[[int], None] | None = None,
 ) -> IngestResult:
-    """Drive one ingest: each batch is (units, process), where process returns one outcome per unit,
-    or a Parsed batch (processed by a worker, its rows already a part file).
+    """Drive one ingest: what it is (the table it writes, its input kind, the formulas of its rows),
+    what it reads (batches, the description of its inputs, its own params), where it writes (out_dir,
+    for source) and how (strict, metrics_path, a scratch directory to remove).
 
-    Batches are processed in the order given (callers sort them), rows are streamed to Parquet,
-    rejects are sorted and written after; the manifest is written last and the directory is
-    swapped into place only when everything succeeded.
+    Each batch is (units, process), where process returns one outcome per unit, or a Parsed batch
+    (processed by a worker, its rows already a part file). Batches are processed in the order given
+    (callers sort them), rows are streamed to Parquet, rejects are sorted and written after; the
+    manifest is written last and the directory is swapped into place only when everything
+    succeeded. The manifest's inputs are the input kind and `inputs()`, its params the source, the
+    input kind and `params`. `scratch`, where the workers write their parts, is removed at the end,
+    whatever happens.
     """
-    n_inputs = n_rows = 0
-    rejects: list[dict[str, Any]] = []
-    with output_dir(out_dir) as tmp:
-        writer = table_writer(tmp, load_schema(table))
-        for batch in batches:
-            if isinstance(batch, Parsed):
-                units, outcomes = batch.units, batch.rejects
-            else:
-                units, process = batch
-                outcomes = process(units)
-            check(len(outcomes) == len(units), f"{len(units)} units but {len(outcomes)} outcomes")
-            n_inputs += len(units)
-            for unit, outcome in zip(units, outcomes):
-                if isinstance(outcome, Reject):
-                    if strict:
-                        raise RejectedInput(
-                            f"{unit.path}{'' if unit.row_index is None else f' row {unit.row_index}'}: "
-                            f"{outcome.reason} ({outcome.detail}); without --strict it is recorded in "
-                            f"rejects and ingest goes on"
-                        )
-                    rejects.append(reject_row(source, input_kind, unit, outcome.reason, outcome.detail))
-                elif outcome is not None:
-                    writer.write(outcome)
-                    n_rows += 1
-            if isinstance(batch, Parsed):
-                check(len(batch.keys) == outcomes.count(None), "a parsed batch's rows and rejects disagree")
-                check(isinstance(writer, PartedTableWriter), f"{table} is not stored in parts")
-                if batch.part is not None:
-                    writer.add_part(batch.part, batch.keys)
-                n_rows += len(batch.keys)
-            if on_progress:
-                on_progress(len(units))
-        info = writer.close()
-        rejects.sort(
-            key=lambda r: (
-                r["path"],
-                r["row_index"] if r["row_index"] is not None else -1,
-                r["trace_source"] or "",
-                r["reason"],
-                r["reject_id"],
+    try:
+        n_inputs = n_rows = 0
+        rejects: list[dict[str, Any]] = []
+        with output_dir(out_dir) as tmp:
+            writer = table_writer(tmp, load_schema(table))
+            for batch in batches:
+                if isinstance(batch, Parsed):
+                    units, outcomes = batch.units, batch.rejects
+                else:
+                    units, process = batch
+                    outcomes = process(units)
+                check(len(outcomes) == len(units), f"{len(units)} units but {len(outcomes)} outcomes")
+                n_inputs += len(units)
+                for unit, outcome in zip(units, outcomes):
+                    if isinstance(outcome, Reject):
+                        if strict:
+                            raise RejectedInput(
+                                f"{unit.path}{'' if unit.row_index is None else f' row {unit.row_index}'}: "
+                                f"{outcome.reason} ({outcome.detail}); without --strict it is recorded in "
+                                f"rejects and ingest goes on"
+                            )
+                        rejects.append(reject_row(source, input_kind, unit, outcome.reason, outcome.detail))
+                    elif outcome is not None:
+                        writer.write(outcome)
+                        n_rows += 1
+                if isinstance(batch, Parsed):
+                    check(len(batch.keys) == outcomes.count(None), "a parsed batch's rows and rejects disagree")
+                    check(isinstance(writer, PartedTableWriter), f"{table} is not stored in parts")
+                    if batch.part is not None:
+                        writer.add_part(batch.part, batch.keys)
+                    n_rows += len(batch.keys)
+                if on_progress:
+                    on_progress(len(units))
+            info = writer.close()
+            rejects.sort(
+                key=lambda r: (
+                    r["path"],
+                    r["row_index"] if r["row_index"] is not None else -1,
+                    r["trace_source"] or "",
+                    r["reason"],
+                    r["reject_id"],
+                )
             )
-        )
-        reject_writer = table_writer(tmp, load_schema("rejects"))
-        for r in rejects:
-            reject_writer.write(r)
-        reject_info = reject_writer.close()
-        by_reason: dict[str, int] = {}
-        for r in rejects:
-            by_reason[r["reason"]] = by_reason.get(r["reason"], 0) + 1
-        result = IngestResult(out_dir, n_inputs, n_rows, len(rejects), by_reason)
-        check(result.inputs == result.rows + result.rejects, f"ingest accounting: {result.metrics()}")
-        result.manifest = write_manifest(
-            tmp,
-            kind=f"ingest-{input_kind}",
-            tables=[info, reject_info],
-            inputs=inputs(),
-            params=params,
-            formulas=formulas,
-            counts={"source": source, **result.metrics()},
-        )
-    if metrics_path is not None:
-        metrics_path.parent.mkdir(parents=True, exist_ok=True)
-        write_json(metrics_path, {"source": source, "version_id": result.manifest["version_id"], **result.metrics()})
-    return result
+            reject_writer = table_writer(tmp, load_schema("rejects"))
+            for r in rejects:
+                reject_writer.write(r)
+            reject_info = reject_writer.close()
+            by_reason: dict[str, int] = {}
+            for r in rejects:
+                by_reason[r["reason"]] = by_reason.get(r["reason"], 0) + 1
+            result = IngestResult(out_dir, n_inputs, n_rows, len(rejects), by_reason)
+            check(result.inputs == result.rows + result.rejects, f"ingest accounting: {result.metrics()}")
+            result.manifest = write_manifest(
+                tmp,
+                kind=f"ingest-{input_kind}",
+                tables=[info, reject_info],
+                inputs={"kind": input_kind, **inputs()},
+                params={"source": source, "input_kind": input_kind, **(params or {})},
+                formulas=formulas,
+                counts={"source": source, **result.metrics()},
+            )
+        if metrics_path is not None:
+            metrics_path.parent.mkdir(parents=True, exist_ok=True)
+            write_json(
+                metrics_path, {"source": source, "version_id": result.manifest["version_id"], **result.metrics()}
+            )
+        return result
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 FALLBACK_MAX_DEPTH = 500  # the stdlib parser recurses: deeper malformed JSON is json_too_deep

@@ -90,13 +90,12 @@ def derive_tasks(lake: Lake, *, source: str, out_dir: Path, strict: bool = False
 
     trajectories = read_manifest(lake.table("trajectories", source))["version_id"]
     return run_ingest(
-        out_dir=out_dir,
         table="tasks",
-        source=source,
         input_kind=INPUT_KIND,
-        batches=batches(),
-        strict=strict,
-        inputs=lambda: {"kind": INPUT_KIND, "trajectories": trajectories},
-        params={"source": source, "input_kind": INPUT_KIND},
         formulas={"tasks": DERIVE_RULE},
+        batches=batches(),
+        inputs=lambda: {"trajectories": trajectories},
+        out_dir=out_dir,
+        source=source,
+        strict=strict,
     )

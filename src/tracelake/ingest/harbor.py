@@ -15,7 +15,6 @@ unreadable directory, a name that is not UTF-8). Every field read is type-checke
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -293,7 +292,6 @@ def ingest_harbor(
     if on_start:
         on_start(len(trials))
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
     scratch = scratch_dir(out_dir)
     dedup = TrialDedup()
 
@@ -307,23 +305,19 @@ def ingest_harbor(
             if on_progress:
                 on_progress(len(chunk))
 
-    try:
-        return run_ingest(
-            out_dir=out_dir,
-            table="trajectories",
-            source=source,
-            input_kind=INPUT_KIND,
-            batches=batches(),
-            strict=strict,
-            inputs=lambda: {
-                "kind": INPUT_KIND,
-                "root": display(jobs_dir.as_posix()),
-                "trials": len(trials),
-                **inputs_digest(dedup.files.items()),
-            },
-            params={"source": source, "input_kind": INPUT_KIND},
-            formulas={"renderer": atif.RENDERER},
-            metrics_path=metrics_path,
-        )
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    return run_ingest(
+        table="trajectories",
+        input_kind=INPUT_KIND,
+        formulas={"renderer": atif.RENDERER},
+        batches=batches(),
+        inputs=lambda: {
+            "root": display(jobs_dir.as_posix()),
+            "trials": len(trials),
+            **inputs_digest(dedup.files.items()),
+        },
+        out_dir=out_dir,
+        source=source,
+        strict=strict,
+        metrics_path=metrics_path,
+        scratch=scratch,
+    )

@@ -310,24 +310,18 @@ def ingest_tasks(
                 on_progress(len(units))
 
     return run_ingest(
-        out_dir=out_dir,
         table="tasks",
-        source=source,
         input_kind=INPUT_KIND,
+        formulas={"task_checksum": CHECKSUM_FORMULA, "task_binary": ARCHIVE_FORMAT},
         batches=batches(),
-        strict=strict,
         inputs=lambda: {
-            "kind": INPUT_KIND,
             "layout": layout,
             "steps": len(steps),
             **inputs_digest(reader.listing.items()),
         },
-        params={
-            "source": source,
-            "input_kind": INPUT_KIND,
-            "with_binary": with_binary,
-            "archive": archive.model_dump(),
-        },
-        formulas={"task_checksum": CHECKSUM_FORMULA, "task_binary": ARCHIVE_FORMAT},
+        params={"with_binary": with_binary, "archive": archive.model_dump()},
+        out_dir=out_dir,
+        source=source,
+        strict=strict,
         metrics_path=metrics_path,
     )

@@ -23,7 +23,6 @@ from __future__ import annotations
 import datetime
 import itertools
 import math
-import shutil
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -265,7 +264,6 @@ def ingest_traces(
     hashes: dict[str, str] = {}
     file_cache = FileCache(cache, load_schema("trajectories"), source)
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
     scratch = scratch_dir(out_dir)
 
     def items() -> Iterator[tuple[str, dict[str, str], RawBatch, str] | Ready]:
@@ -324,20 +322,17 @@ def ingest_traces(
             if entry is not None:
                 entry.abort()
 
-    try:
-        result = run_ingest(
-            out_dir=out_dir,
-            table="trajectories",
-            source=source,
-            input_kind=INPUT_KIND,
-            batches=batches(),
-            strict=strict,
-            inputs=lambda: {"kind": INPUT_KIND, "paths": rels, **inputs_digest(hashes.items())},
-            params={"source": source, "input_kind": INPUT_KIND},
-            formulas={"renderer": RENDERER},
-            metrics_path=metrics_path,
-        )
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    result = run_ingest(
+        table="trajectories",
+        input_kind=INPUT_KIND,
+        formulas={"renderer": RENDERER},
+        batches=batches(),
+        inputs=lambda: {"paths": rels, **inputs_digest(hashes.items())},
+        out_dir=out_dir,
+        source=source,
+        strict=strict,
+        metrics_path=metrics_path,
+        scratch=scratch,
+    )
     result.files_from_cache = file_cache.hits
     return result

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from tracelake.core.assets import sql
 from tracelake.core.errors import BadInput, BadParams
-from tracelake.core.hashing import canonical_json, content_id, sha256_bytes
+from tracelake.core.hashing import canonical_json, content_id
 from tracelake.core.schema import load_schema
 from tracelake.curate.params import ModelParams
 from tracelake.curate.scoring.engines import (
@@ -298,21 +298,7 @@ def make_engine(model: ModelParams) -> Engine:
                     f"score.model.api_key_env: ${model.api_key_env} is not set (export the key, or set "
                     f"api_key_env: null for an endpoint that takes none)"
                 )
-        return OpenAIEngine(
-            base_url=model.base_url,
-            model=model.name,
-            api_key=key,
-            api_key_env=model.api_key_env,
-            concurrency=model.concurrency,
-            requests_per_minute=model.requests_per_minute,
-            tokens_per_minute=model.tokens_per_minute,
-            timeout_s=model.timeout_s,
-            max_retries=model.max_retries,
-            backoff_s=model.backoff_s,
-            max_backoff_s=model.max_backoff_s,
-            max_retry_after_s=model.max_retry_after_s,
-            max_response_bytes=model.max_response_bytes,
-        )
+        return OpenAIEngine(model, api_key=key)
     from tracelake.curate.scoring.engines.local import LocalEngine, engine_python
 
     path = model.path or model.name
@@ -368,17 +354,7 @@ def pending_requests(
     keyed: list[tuple[str, str, str]] = []
     missing: dict[str, tuple[str, str, str]] = {}
     for r in scorer.requests(con):
-        prompt_sha = sha256_bytes(r.prompt.encode())
-        key = content_id(
-            "request",
-            {
-                "task_id": r.task_id,
-                "scorer": scorer.name,
-                "model": model.name,
-                "prompt_sha256": prompt_sha,
-                "sampling": sampling,
-            },
-        )
+        key, prompt_sha = r.key("request", scorer.name, model.name, sampling)
         keyed.append((key, r.task_id, prompt_sha))
         if key not in cached:
             missing[key] = (r.task_id, prompt_sha, r.prompt)

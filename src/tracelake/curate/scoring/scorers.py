@@ -18,7 +18,7 @@ import orjson
 import yaml
 
 from tracelake.core.assets import asset_dir, sql
-from tracelake.core.hashing import canonical_json, sha256_bytes
+from tracelake.core.hashing import canonical_json, content_id, sha256_bytes
 
 if TYPE_CHECKING:
     import duckdb
@@ -28,6 +28,19 @@ if TYPE_CHECKING:
 class ScoreRequest:
     task_id: str
     prompt: str  # the exact input the scorer looks at; its sha256 is part of the cache key
+
+    def key(self, kind: str, scorer: str, model: str | None, sampling: Any) -> tuple[str, str]:
+        """(its content id as a `kind` id, its prompt's sha256): what a score or an answer of it is
+        cached under, the task, scorer, model, prompt and sampling."""
+        prompt_sha = sha256_bytes(self.prompt.encode())
+        fields = {
+            "task_id": self.task_id,
+            "scorer": scorer,
+            "model": model,
+            "prompt_sha256": prompt_sha,
+            "sampling": sampling,
+        }
+        return content_id(kind, fields), prompt_sha
 
 
 class Scorer(ABC):

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tracelake.core.errors import BadInput, check
-from tracelake.core.hashing import content_id, sha256_bytes
+from tracelake.core.hashing import content_id
 from tracelake.core.ids import COPY_SUFFIX, base_task_name
 from tracelake.core.schema import TableSchema, load_schema
 from tracelake.core.tables import open_parquet
@@ -106,17 +106,7 @@ def run_scorer(
     run = ScorerRun(scorer.name, [])
     missing: list[tuple[ScoreRequest, str]] = []
     for request in requests:
-        prompt_sha = sha256_bytes(request.prompt.encode())
-        row_id = content_id(
-            "score",
-            {
-                "task_id": request.task_id,
-                "scorer": scorer.name,
-                "model": scorer.model,
-                "prompt_sha256": prompt_sha,
-                "sampling": None,
-            },
-        )
+        row_id, prompt_sha = request.key("score", scorer.name, scorer.model, None)
         if row_id in known:
             run.rows.append(known[row_id])
             run.cached += 1

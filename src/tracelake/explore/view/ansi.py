@@ -37,7 +37,7 @@ _TOKEN = re.compile(_SGR_OR_JUNK, re.VERBOSE)
 MAX_PARAMS = 64  # parameters of one SGR sequence past these are ignored
 _State = tuple[tuple[str, int], ...]  # sorted items of a state: flags b d i u inv, colours fg bg
 
-_XTERM16 = [
+XTERM16 = [  # the 16 xterm colours as RGB, by index
     (0, 0, 0),
     (205, 0, 0),
     (0, 205, 0),
@@ -62,7 +62,7 @@ def nearest16(r: int, g: int, b: int) -> int:
     """The index (0-15) of the xterm colour nearest to an RGB colour; a tie goes to the lower."""
 
     def dist(i: int) -> int:
-        x, y, z = _XTERM16[i]
+        x, y, z = XTERM16[i]
         return (x - r) ** 2 + (y - g) ** 2 + (z - b) ** 2
 
     return min(range(16), key=lambda i: (dist(i), i))

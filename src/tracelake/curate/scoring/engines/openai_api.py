@@ -30,6 +30,7 @@ import httpx
 import orjson
 
 from tracelake.core.errors import BadInput
+from tracelake.curate.params import ModelParams
 from tracelake.curate.scoring.engines import Answer, Engine, Failure, GenRequest, Sample
 from tracelake.curate.scoring.engines.http_deadline import DeadlineClient, HttpReply
 
@@ -95,31 +96,18 @@ def backoff_seconds(attempt: int, base: float, cap: float, rng: random.Random) -
 
 
 class OpenAIEngine(Engine):
-    def __init__(
-        self,
-        *,
-        base_url: str,
-        model: str,
-        api_key: str | None,
-        api_key_env: str | None,
-        concurrency: int,
-        requests_per_minute: int | None,
-        tokens_per_minute: int | None,
-        timeout_s: float,
-        max_retries: int,
-        backoff_s: float,
-        max_backoff_s: float,
-        max_retry_after_s: float,
-        max_response_bytes: int,
-    ):
+    def __init__(self, model: ModelParams, api_key: str | None):
+        """The endpoint, model name, limits and retries of score.model (openai); `api_key` is the value
+        of its api_key_env."""
         super().__init__()
-        self.base_url = base_url.rstrip("/")
-        self.label = f"openai {self.base_url} ({model})"
-        self.model, self.api_key, self.api_key_env = model, api_key, api_key_env
-        self.concurrency, self.timeout_s = concurrency, float(timeout_s)
-        self.max_retries, self.backoff_s, self.max_backoff_s = max_retries, float(backoff_s), float(max_backoff_s)
-        self.rpm, self.tpm = requests_per_minute, tokens_per_minute
-        self.max_retry_after_s, self.max_response_bytes = float(max_retry_after_s), max_response_bytes
+        self.base_url = model.base_url.rstrip("/")
+        self.label = f"openai {self.base_url} ({model.name})"
+        self.model, self.api_key, self.api_key_env = model.name, api_key, model.api_key_env
+        self.concurrency, self.timeout_s = model.concurrency, float(model.timeout_s)
+        self.max_retries, self.backoff_s = model.max_retries, float(model.backoff_s)
+        self.max_backoff_s, self.max_retry_after_s = float(model.max_backoff_s), float(model.max_retry_after_s)
+        self.rpm, self.tpm = model.requests_per_minute, model.tokens_per_minute
+        self.max_response_bytes = model.max_response_bytes
         self._stop = threading.Event()
         self._rng = random.Random()
         self._lock = threading.Lock()
