@@ -16,13 +16,13 @@ from tracelake.ingest.traces import ingest_traces
 
 def run(ctx: Context) -> Result:
     p, source = ctx.params, ctx.key
-    src, lake, strict, workers = p.sources[source], Lake(p.lake), p.ingest.strict, p.ingest.workers
+    src, lake, strict, executor = p.sources[source], Lake(p.lake), p.ingest.strict, ctx.executor
     out = lake.table("trajectories", source)
     if src.format == "harbor":
-        traj = ingest_harbor(Path(src.path), source=source, out_dir=out, strict=strict, workers=workers)
+        traj = ingest_harbor(Path(src.path), source=source, out_dir=out, strict=strict, executor=executor)
     else:
         traj = ingest_traces(
-            [Path(src.path)], source=source, out_dir=out, strict=strict, workers=workers, cache=Path(p.ingest.cache)
+            [Path(src.path)], source=source, out_dir=out, strict=strict, executor=executor, cache=Path(p.ingest.cache)
         )
     if src.derives_tasks:
         tasks = derive_tasks(lake, source=source, out_dir=lake.table("tasks", source), strict=strict)
@@ -32,7 +32,7 @@ def run(ctx: Context) -> Result:
             source=source,
             out_dir=lake.table("tasks", source),
             strict=strict,
-            workers=workers,
+            executor=executor,
             archive=p.ingest.archive,
         )
     lines = []
@@ -54,6 +54,7 @@ STAGE = Stage(
     run,
     foreach="sources",
     params=("sources.${key}", "ingest", "lake"),
+    untracked=("executor",),
     deps=("${item.path}", "${item.tasks}"),  # the source's inputs (dvc.yaml lists them per source)
     outs=("${lake}/trajectories/${key}", "${lake}/tasks/${key}"),
     metrics="metrics/ingest/${key}.json",

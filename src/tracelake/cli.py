@@ -61,6 +61,15 @@ WorkersOpt = Annotated[
         "--workers", min=0, help="Worker processes; 0: one per core. The output is the same bytes whatever the count."
     ),
 ]
+ExecutorOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--executor",
+        help="Where the parsing runs: local, processes (default; --workers of them) or ray (RAY_ADDRESS's "
+        "cluster). The same bytes on each.",
+        show_default=False,
+    ),
+]
 
 
 _INGEST_OPTIONS = [  # every `ingest` command's, after its own arguments
@@ -69,6 +78,7 @@ _INGEST_OPTIONS = [  # every `ingest` command's, after its own arguments
     inspect.Parameter("strict", inspect.Parameter.KEYWORD_ONLY, annotation=StrictOpt, default=False),
     inspect.Parameter("metrics", inspect.Parameter.KEYWORD_ONLY, annotation=MetricsOpt, default=None),
     inspect.Parameter("workers", inspect.Parameter.KEYWORD_ONLY, annotation=WorkersOpt, default=0),
+    inspect.Parameter("executor", inspect.Parameter.KEYWORD_ONLY, annotation=ExecutorOpt, default=None),
 ]
 
 
@@ -84,8 +94,21 @@ def _ingest_command(kind: str, table: str) -> Callable[[Callable], Callable]:
         options = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p.default is not p.empty]
 
         @functools.wraps(declare)
-        def command(*, source: str, out_dir: Path, strict: bool, metrics: Path | None, workers: int, **given) -> None:
+        def command(
+            *,
+            source: str,
+            out_dir: Path,
+            strict: bool,
+            metrics: Path | None,
+            workers: int,
+            executor: str | None,
+            **given,
+        ) -> None:
+            from tracelake.core.executor import Executor
+            from tracelake.core.params import ExecutorParams
+
             run, inputs, extra = declare(**given)
+            runner = Executor.open(ExecutorParams(kind="processes", workers=workers), executor)
             with progress(f"{kind} {source}") as (set_total, advance):
                 result = run(
                     inputs,
@@ -93,7 +116,7 @@ def _ingest_command(kind: str, table: str) -> Callable[[Callable], Callable]:
                     out_dir=Lake(out_dir).table(table, source),
                     strict=strict,
                     metrics_path=metrics,
-                    workers=workers,
+                    executor=runner,
                     on_start=set_total,
                     on_progress=advance,
                     **extra,

@@ -12,7 +12,7 @@ Runs in a python with tracelake's ingest dependencies (pyarrow, orjson, PyYAML; 
    same files; the tasks/ folders and synth_manifest.json, which ingest_traces does not read, are not
    written). Not timed against the ingest.
 2. ingest_traces (src/tracelake/ingest/traces.py: the `ingest` stage's trace-table path,
-   `ingest.workers` = the workers argument) over those files once per worker count, the input read
+   `executor.workers` = the workers argument) over those files once per worker count, the input read
    once beforehand so every run finds it in the page cache, no ingest cache.
 
 PASS when every worker count gives the same rows, the same version ids and byte-identical output
@@ -114,6 +114,7 @@ def cpu_seconds() -> float:
 
 
 def check(args: argparse.Namespace, started: float) -> dict:
+    from tracelake.core.executor import Executor
     from tracelake.ingest.traces import ingest_traces
 
     rows = 400 if args.cpu_smoke and args.rows is None else (args.rows or 20000)
@@ -135,7 +136,7 @@ def check(args: argparse.Namespace, started: float) -> dict:
         warm(files)
         out = work / f"lake-w{w}" / "trajectories" / SOURCE
         cpu0, t = cpu_seconds(), time.perf_counter()
-        r = ingest_traces(files, source=SOURCE, out_dir=out, workers=w)
+        r = ingest_traces(files, source=SOURCE, out_dir=out, executor=Executor("processes", w))
         wall = time.perf_counter() - t
         cpu = cpu_seconds() - cpu0
         runs.append(

@@ -23,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tracelake.core.executor import Executor
 from tracelake.ingest.common import REASONS
 from tracelake.ingest.harbor import ingest_harbor
 from tracelake.ingest.traces import ingest_traces
@@ -250,7 +251,7 @@ def check_harbor(trials: list[dict[str, bytes | None]], name: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         jobs = Path(tmp) / "jobs"
         write_jobs(jobs, trials)
-        r = ingest_harbor(jobs, source="fuzz", out_dir=Path(tmp) / "lake", workers=1)
+        r = ingest_harbor(jobs, source="fuzz", out_dir=Path(tmp) / "lake", executor=Executor("processes", 1))
     assert r.inputs == r.rows + r.rejects
     assert r.inputs >= len(trials)
     assert set(r.by_reason) <= set(REASONS)
@@ -480,7 +481,9 @@ def _harbor_tree(names, links):
     with tempfile.TemporaryDirectory() as tmp:
         jobs = _build(Path(tmp), names, links)
         metrics = Path(tmp) / "metrics.json"
-        r = ingest_harbor(jobs, source="fuzz", out_dir=Path(tmp) / "lake", workers=1, metrics_path=metrics)
+        r = ingest_harbor(
+            jobs, source="fuzz", out_dir=Path(tmp) / "lake", executor=Executor("processes", 1), metrics_path=metrics
+        )
         assert r.inputs == r.rows + r.rejects
         assert set(r.by_reason) <= set(REASONS)
         for f in [metrics, *(Path(tmp) / "lake").rglob("*")]:
@@ -544,7 +547,7 @@ def check_traces(lines: list[bytes], as_json: bool) -> None:
         else:
             path = Path(tmp) / "t.jsonl"
             path.write_bytes(b"\n".join(lines) + b"\n")
-        r = ingest_traces([path], source="fuzz", out_dir=Path(tmp) / "lake", workers=1)
+        r = ingest_traces([path], source="fuzz", out_dir=Path(tmp) / "lake", executor=Executor("processes", 1))
     assert r.inputs == r.rows + r.rejects
     assert set(r.by_reason) <= set(REASONS)
     OUTCOMES.setdefault("traces", Counter()).update({"rows": r.rows, **r.by_reason})
@@ -583,11 +586,13 @@ def test_fuzz_fixtures_are_valid_as_given():
         trials.append(files)
     with tempfile.TemporaryDirectory() as tmp:
         write_jobs(Path(tmp) / "jobs", trials)
-        r = ingest_harbor(Path(tmp) / "jobs", source="fuzz", out_dir=Path(tmp) / "lake", workers=1)
+        r = ingest_harbor(
+            Path(tmp) / "jobs", source="fuzz", out_dir=Path(tmp) / "lake", executor=Executor("processes", 1)
+        )
     assert r.rejects == 0 and r.rows == r.inputs > len(trials)
     if OTAGENT_ROWS:
         with tempfile.TemporaryDirectory() as tmp:
             table = Path(tmp) / "t.jsonl"
             table.write_bytes(b"".join(json.dumps(row).encode() + b"\n" for row in OTAGENT_ROWS))
-            r = ingest_traces([table], source="fuzz", out_dir=Path(tmp) / "lake", workers=1)
+            r = ingest_traces([table], source="fuzz", out_dir=Path(tmp) / "lake", executor=Executor("processes", 1))
         assert (r.rows, r.rejects) == (len(OTAGENT_ROWS), 0)

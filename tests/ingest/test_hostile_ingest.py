@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tracelake.core.executor import Executor
 from tracelake.core.tables import read_table
 from tracelake.ingest.harbor import ingest_harbor
 from tracelake.ingest.traces import ingest_traces
@@ -25,13 +26,13 @@ SECRET = b"TOP-SECRET-0xdeadbeef-never-in-the-lake"
 
 def harbor(jobs: Path, **kw):
     out = jobs.parent / "lake"
-    result = ingest_harbor(jobs, source="src", out_dir=out, workers=1, **kw)
+    result = ingest_harbor(jobs, source="src", out_dir=out, executor=Executor("processes", 1), **kw)
     assert result.inputs == result.rows + result.rejects
     return result, read_table(out, "trajectories").to_pylist(), read_table(out, "rejects").to_pylist()
 
 
 def traces(paths: list[Path], out: Path):
-    result = ingest_traces(paths, source="src", out_dir=out, workers=1)
+    result = ingest_traces(paths, source="src", out_dir=out, executor=Executor("processes", 1))
     assert result.inputs == result.rows + result.rejects
     return result, read_table(out, "trajectories").to_pylist(), read_table(out, "rejects").to_pylist()
 
@@ -425,7 +426,9 @@ def test_trace_table_symlink_out_of_the_directory_is_rejected(tmp_path, secret):
     (d / "b.jsonl").symlink_to(secret / "table.jsonl")
     (d / "c.jsonl").symlink_to("a.jsonl")  # inside: followed (the identical row is a duplicate)
     metrics = tmp_path / "m.json"
-    result = ingest_traces([d], source="s", out_dir=tmp_path / "lake", workers=1, metrics_path=metrics)
+    result = ingest_traces(
+        [d], source="s", out_dir=tmp_path / "lake", executor=Executor("processes", 1), metrics_path=metrics
+    )
     rejects = read_table(tmp_path / "lake", "rejects").to_pylist()
     assert result.rows == 1 and reasons(rejects) == {"b.jsonl": "symlink_outside_input", "c.jsonl": "duplicate_trial"}
     nothing_leaks(tmp_path / "lake", metrics)

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tracelake.core.errors import BadInput
+from tracelake.core.executor import Executor
 from tracelake.core.tables import read_table
 from tracelake.ingest.common import REASONS, Reject
 from tracelake.ingest.params import ArchiveParams
@@ -185,7 +186,11 @@ def test_a_task_dir_over_the_caps_is_rejected(tmp_path):
         walk_task_dir(d, ArchiveParams(max_total_bytes=1000))
     assert r.value.reason == "archive_too_large"
     result = ingest_tasks(
-        tmp_path / "tasks", source="s", out_dir=tmp_path / "lake", workers=1, archive=ArchiveParams(max_members=100)
+        tmp_path / "tasks",
+        source="s",
+        out_dir=tmp_path / "lake",
+        executor=Executor("processes", 1),
+        archive=ArchiveParams(max_members=100),
     )
     assert result.by_reason == {"archive_too_large": 1}
 
@@ -274,7 +279,7 @@ def test_a_file_linking_outside_a_task_dir_is_rejected_and_never_read(tmp_path, 
     (task / "tests" / "data").symlink_to(secret / "secret.txt")
     (tmp_path / "tasks" / "t2").mkdir()
     (tmp_path / "tasks" / "t2" / "instruction.md").write_bytes(b"Fine.\n")
-    result = ingest_tasks(tmp_path / "tasks", source="s", out_dir=tmp_path / "lake", workers=1)
+    result = ingest_tasks(tmp_path / "tasks", source="s", out_dir=tmp_path / "lake", executor=Executor("processes", 1))
     [rej] = rejects(tmp_path / "lake")
     assert result.rows == 1 and (rej["reason"], rej["path"]) == ("symlink_outside_input", "t1")
     assert "tests/data" in rej["detail"]
@@ -286,7 +291,13 @@ def test_a_task_dir_that_is_a_symlink_out_of_the_input_is_rejected(tmp_path, sec
     (tmp_path / "tasks" / "good" / "instruction.md").write_bytes(b"Fine.\n")
     (tmp_path / "tasks" / "evil").symlink_to(secret / "evil")
     metrics = tmp_path / "metrics.json"
-    result = ingest_tasks(tmp_path / "tasks", source="s", out_dir=tmp_path / "lake", workers=1, metrics_path=metrics)
+    result = ingest_tasks(
+        tmp_path / "tasks",
+        source="s",
+        out_dir=tmp_path / "lake",
+        executor=Executor("processes", 1),
+        metrics_path=metrics,
+    )
     assert result.rows == 1 and result.by_reason == {"symlink_outside_input": 1}
     [rej] = rejects(tmp_path / "lake")
     assert rej["path"] == "evil"
@@ -304,7 +315,7 @@ def test_a_directory_loop_is_never_walked(tmp_path, target, reason):
     (task / "instruction.md").write_bytes(b"Do it.\n")
     (task / "loop").symlink_to(target)
     start = time.monotonic()
-    result = ingest_tasks(tmp_path / "tasks", source="s", out_dir=tmp_path / "lake", workers=1)
+    result = ingest_tasks(tmp_path / "tasks", source="s", out_dir=tmp_path / "lake", executor=Executor("processes", 1))
     assert time.monotonic() - start < 30
     assert result.by_reason == {reason: 1}
     assert "loop" in rejects(tmp_path / "lake")[0]["detail"]
@@ -357,7 +368,9 @@ def test_names_that_are_not_utf8_are_rejected_with_escaped_paths(tmp_path):
             f.write("say hi\n")
     with open(tasks + b"/inner/notes-\xfe.txt", "w") as f:
         f.write("x")
-    result = ingest_tasks(tmp_path / "tasks", source="s", out_dir=tmp_path / "lake" / "tasks" / "s", workers=1)
+    result = ingest_tasks(
+        tmp_path / "tasks", source="s", out_dir=tmp_path / "lake" / "tasks" / "s", executor=Executor("processes", 1)
+    )
     rejects = read_table(tmp_path / "lake" / "tasks" / "s", "rejects").to_pylist()
     assert (result.inputs, result.rows) == (3, 1)
     assert sorted((r["path"], r["reason"]) for r in rejects) == [

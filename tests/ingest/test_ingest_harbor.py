@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tracelake.core.errors import BadInput, RejectedInput
+from tracelake.core.executor import Executor
 from tracelake.core.outputs import read_manifest
 from tracelake.core.tables import read_table
 from tracelake.ingest.harbor import discover, ingest_harbor
@@ -136,7 +137,9 @@ def test_when_both_copies_are_good_the_first_path_wins_every_time(tmp_path, work
     make_trial(jobs, "t__1", job="b", result=result_json("hello", "t__1", job="b"))
     make_trial(jobs, "t__1", job="a", result=result_json("hello", "t__1", job="b"))
     for attempt in range(2):
-        result = ingest_harbor(jobs, source="src", out_dir=tmp_path / f"out-{attempt}", workers=workers)
+        result = ingest_harbor(
+            jobs, source="src", out_dir=tmp_path / f"out-{attempt}", executor=Executor("processes", workers)
+        )
         rows = read_table(tmp_path / f"out-{attempt}", "trajectories").to_pylist()
         rejects = read_table(tmp_path / f"out-{attempt}", "rejects").to_pylist()
         assert (result.rows, result.rejects) == (1, 1)
@@ -167,7 +170,7 @@ def test_same_bytes_whatever_the_worker_count_and_batch(tmp_path, monkeypatch):
     for workers, batch in ((1, 4), (2, 4), (3, 4), (2, 7), (2, 64)):
         monkeypatch.setattr(harbor, "TRIAL_BATCH", batch)
         out = tmp_path / f"lake-{workers}-{batch}"
-        result = ingest_harbor(jobs, source="src", out_dir=out, workers=workers)
+        result = ingest_harbor(jobs, source="src", out_dir=out, executor=Executor("processes", workers))
         assert (result.rows, result.rejects) == (23, 4)
         outs[workers, batch] = tree_bytes(out)
         tables[batch] = (read_table(out, "trajectories"), read_table(out, "rejects"), read_manifest(out)["version_id"])

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tracelake.core.errors import BadInput, RejectedInput
+from tracelake.core.executor import Executor
 from tracelake.core.ids import task_id_for
 from tracelake.core.tables import read_table
 from tracelake.ingest.tasks import ingest_tasks
@@ -351,7 +352,9 @@ def test_same_bytes_whatever_the_worker_count(tmp_path):
     for workers, batch in ((1, 16), (2, 16), (2, 3), (3, 1)):
         tasks_mod.DIR_BATCH = batch
         try:
-            _, rows, rejects = ingest(tmp_path, tmp_path / "tasks", out=f"o-{workers}-{batch}", workers=workers)
+            _, rows, rejects = ingest(
+                tmp_path, tmp_path / "tasks", out=f"o-{workers}-{batch}", executor=Executor("processes", workers)
+            )
         finally:
             tasks_mod.DIR_BATCH = 16
         assert len(rows) + len(rejects) == 40 and rejects

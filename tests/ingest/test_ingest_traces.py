@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tracelake.core.errors import BadInput, RejectedInput
+from tracelake.core.executor import Executor
 from tracelake.core.hashing import sha256_file
 from tracelake.core.ids import task_id_for
 from tracelake.core.tables import read_table
@@ -287,11 +288,10 @@ def test_worker_processes_and_block_size_change_no_byte(tmp_path, monkeypatch, w
     ]
     jsonl(d / "a.jsonl", *lines[:700], b"  ", b"{broken", lines[3], *lines[700:], b"\xff\xfe not utf-8")
     pq.write_table(pa.Table.from_pylist([row(i + 5000) for i in range(1100)]), d / "b.parquet", row_group_size=300)
-    monkeypatch.setattr(traces, "worker_count", lambda requested: requested)  # 0: no pool at all
-    whole, whole_rows, _ = ingest(tmp_path, d, out="whole", workers=0)
+    whole, whole_rows, _ = ingest(tmp_path, d, out="whole", executor=Executor("local"))  # no pool at all
     monkeypatch.setattr(tables, "JSONL_BLOCK_BYTES", 777)
-    base, base_rows, _ = ingest(tmp_path, d, out="in-process", workers=0)
-    other, _, rejects = ingest(tmp_path, d, out="pool", workers=workers)
+    base, base_rows, _ = ingest(tmp_path, d, out="in-process", executor=Executor("local"))
+    other, _, rejects = ingest(tmp_path, d, out="pool", executor=Executor("processes", workers))
     assert tree_bytes(tmp_path / "in-process") == tree_bytes(tmp_path / "pool")
     assert base_rows == whole_rows and base.manifest["version_id"] == whole.manifest["version_id"]
     assert len(list((tmp_path / "pool" / "trajectories").iterdir())) > 100  # one part per block

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator
 import orjson
 
 from tracelake.core.errors import BadInput
+from tracelake.core.executor import Executor
 from tracelake.core.hashing import sha256_bytes
 from tracelake.core.swap import scratch_dir
 from tracelake.ingest import atif
@@ -38,7 +39,6 @@ from tracelake.ingest.common import (
     write_scratch_part,
 )
 from tracelake.ingest.harbor_result import TrialResult, parse_result
-from tracelake.ingest.parallel import ordered_map, worker_count
 from tracelake.ingest.validate import show
 from tracelake.ingest.walk import Problem, Root, display, is_dir, is_text, listing, walk_dirs
 
@@ -280,13 +280,13 @@ def ingest_harbor(
     out_dir: Path,
     strict: bool = False,
     metrics_path: Path | None = None,
-    workers: int = 0,
+    executor: Executor | None = None,
     on_start: Callable[[int], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
 ) -> IngestResult:
     """Ingest every trial under jobs_dir into out_dir (the trajectories table, rejects.parquet,
-    manifest). Trials are read TRIAL_BATCH at a time in `workers` processes (0: one per core), each
-    batch written by its worker as a part; the output is the same whatever the worker count."""
+    manifest). Trials are read TRIAL_BATCH at a time as shards on `executor` (default: one process
+    per core), each batch written by its worker as a part; the output is the same on any executor."""
     jobs_dir = Path(jobs_dir)
     trials, problems = discover(jobs_dir)
     if on_start:
@@ -300,7 +300,7 @@ def ingest_harbor(
             yield [Unit(path=p) for p, _ in problems], lambda units: [r for _, r in problems]
         chunks = [trials[i : i + TRIAL_BATCH] for i in range(0, len(trials), TRIAL_BATCH)]
         work = ((str(jobs_dir), source, [str(t) for t in chunk], str(scratch)) for chunk in chunks)
-        for chunk, read in zip(chunks, ordered_map(read_trials, work, worker_count(workers))):
+        for chunk, read in zip(chunks, (executor or Executor("processes")).map(read_trials, work)):
             yield dedup(read)
             if on_progress:
                 on_progress(len(chunk))

@@ -37,9 +37,6 @@ class ArchiveParams(Section):
 
 class IngestParams(Section):
     strict: bool = False  # true: the first reject stops the stage with a one-line error
-    workers: Annotated[int, Field(ge=0)] = (
-        0  # processes parsing trace tables, Harbor trials and task directories; 0: one per core (same bytes either way)
-    )
     cache: str = ".tracelake/cache/ingest"  # parsed trace table files by content: unchanged files are not parsed again
     archive: ArchiveParams = Field(default_factory=ArchiveParams)  # caps on one task's archive or directory (zip bombs)
 

@@ -33,10 +33,10 @@ from typing import Any
 import orjson
 
 from tracelake.core.errors import BadInput
+from tracelake.core.executor import Executor
 from tracelake.core.hashing import canonical_json
 from tracelake.core.ids import task_id_for
 from tracelake.ingest.common import IngestResult, Reject, Unit, inputs_digest, run_ingest
-from tracelake.ingest.parallel import ordered_map, worker_count
 from tracelake.ingest.params import ArchiveParams
 from tracelake.ingest.tables import TABLE_SUFFIXES, json_kind, required_str, row_object, table_units
 from tracelake.ingest.task_archive import (
@@ -260,15 +260,15 @@ def ingest_tasks(
     strict: bool = False,
     metrics_path: Path | None = None,
     with_binary: bool = True,
-    workers: int = 0,
+    executor: Executor | None = None,
     archive: ArchiveParams = DEFAULT_LIMITS,
     on_start: Callable[[int], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
 ) -> IngestResult:
     """Ingest task directories or a task table into out_dir (tasks.parquet, rejects, manifest).
 
-    Task directories are read and archived in `workers` processes (0: one per core), DIR_BATCH at a
-    time; the output is the same whatever the worker count. on_start gets the number of steps (task
+    Task directories are read and archived as shards on `executor` (default: one process per core),
+    DIR_BATCH at a time; the output is the same on any executor. on_start gets the number of steps (task
     directories, or 1 for a table file); on_progress(n) follows each n steps. archive caps each task
     (params ingest.archive).
     """
@@ -303,7 +303,7 @@ def ingest_tasks(
             return
         chunks = [steps[i : i + DIR_BATCH] for i in range(0, len(steps), DIR_BATCH)]
         work = ((source, with_binary, archive, units) for units in chunks)
-        for units, read in zip(chunks, ordered_map(read_task_dirs, work, worker_count(workers))):
+        for units, read in zip(chunks, (executor or Executor("processes")).map(read_task_dirs, work)):
             outcomes = reader.accept_dirs(units, read)
             yield units, lambda _units, outcomes=outcomes: outcomes
             if on_progress:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tracelake.core.background import read_ahead
+from tracelake.core.executor import Executor, Ready
 from tracelake.core.schema import load_schema
 from tracelake.core.swap import scratch_dir
 from tracelake.ingest.common import (
@@ -45,7 +46,6 @@ from tracelake.ingest.common import (
     write_scratch_part,
 )
 from tracelake.ingest.file_cache import FileCache
-from tracelake.ingest.parallel import Ready, ordered_map, worker_count
 from tracelake.ingest.tables import (
     RawBatch,
     expand_inputs,
@@ -239,17 +239,17 @@ def ingest_traces(
     out_dir: Path,
     strict: bool = False,
     metrics_path: Path | None = None,
-    workers: int = 0,
+    executor: Executor | None = None,
     cache: Path | None = None,
     on_start: Callable[[int], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
 ) -> IngestResult:
     """Ingest trace table files into out_dir. on_start gets the file count, on_progress(1) per file.
 
-    Batches of rows (BATCH_ROWS rows, or a JSONL block) are parsed in `workers` processes (0: one
-    per core), each written by its worker as a part of the trajectories table; a file already in
+    Batches of rows (BATCH_ROWS rows, or a JSONL block) are parsed as shards on `executor` (default:
+    one process per core), each written by its worker as a part of the trajectories table; a file already in
     `cache` (file_cache.py: same bytes, name and code) is not parsed again, its parts are copied
-    back. The output is byte-identical whatever the worker count and whatever the cache holds.
+    back. The output is byte-identical on any executor and whatever the cache holds.
     """
     inputs = expand_inputs(files)
     paths = [i.path for i in inputs]
@@ -305,7 +305,7 @@ def ingest_traces(
         try:
             # Input files are read and hashed on a thread, a few batches ahead of the workers: the
             # disk reads overlap the parsing instead of stalling it file by file.
-            for out in ordered_map(parse_batch, read_ahead(items(), READ_AHEAD), worker_count(workers)):
+            for out in (executor or Executor("processes")).map(parse_batch, read_ahead(items(), READ_AHEAD)):
                 if isinstance(out, _FileStart):  # opened here, in order: never one ahead of the output
                     entry = file_cache.writer(out.rel, out.sha256) if out.sha256 else None
                 elif isinstance(out, _FileEnd):
