@@ -59,7 +59,7 @@ def run_kind(proj: Path, data: Path, log: Path, kind: str, workers: int, env: di
         if name == "ingest":
             pipeline.warm_input(data)
         step = pipeline.measure(
-            f"{name} {kind} x{workers}", [pipeline.PY, "-m", "stages", *args, "--executor", kind], proj, log, env
+            f"{name} on {label}", [pipeline.PY, "-m", "stages", *args, "--executor", kind], proj, log, env
         )
         results[name] = {**vars(step), "output_sha256": digest(proj / OUTPUT[name])}
     return results

@@ -24,7 +24,7 @@ from tracelake.core.lake import Lake
 from tracelake.core.schema import load_schema
 from tracelake.core.tables import ShardWriter
 from tracelake.core.tokenizer import load_tokenizer, tokenizer_file
-from tracelake.export.sft import SftStats, convert_batch, trajectories_with_slots
+from tracelake.export.sft import SftSettings, SftStats, convert_batch, trajectories_with_slots
 from tracelake.export.templates import template_slots
 from tracelake.params import load_params
 
@@ -63,21 +63,13 @@ def main() -> None:
     tokenizer, stats = load_tokenizer(params.export_sft.tokenizer), SftStats()
     template = template_slots(params.train.sft.template)
     control = ControlTokens.open(tokenizer_file(params.export_sft.tokenizer), template.markup())  # as export_sft does
+    cutoff_len, special_tokens = params.train.sft.cutoff_len, params.filter.special_tokens
+    settings = SftSettings(params.export_sft.same_role, cutoff_len, tokenizer, template, control, special_tokens)
     with tempfile.TemporaryDirectory() as tmp:
         t = time.perf_counter()
         writer = ShardWriter(Path(tmp) / "shards", load_schema("sft_rows"), params.export_sft.rows_per_shard)
         for trajectories, by_id in trajectories_with_slots(slots, files):
-            rows, _ = convert_batch(
-                trajectories,
-                by_id,
-                same_role=params.export_sft.same_role,
-                cutoff_len=params.train.sft.cutoff_len,
-                tokenizer=tokenizer,
-                template=template,
-                stats=stats,
-                control=control,
-                special_tokens=params.filter.special_tokens,
-            )
+            rows, _ = convert_batch(trajectories, by_id, settings, stats)
             writer.write_batch(rows)
         info = writer.close()
         export = time.perf_counter() - t

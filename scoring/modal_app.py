@@ -26,7 +26,7 @@ from pathlib import Path, PurePosixPath
 import modal
 
 HERE = Path(__file__).resolve().parent
-WORKER = HERE.parent / "src" / "tracelake" / "curate" / "engines" / "worker.py"
+WORKER = HERE.parent / "src" / "tracelake" / "curate" / "scoring" / "engines" / "worker.py"
 APP = os.environ.get("TRACELAKE_MODAL_APP", "tracelake-score")
 GPU = os.environ.get("TRACELAKE_MODAL_GPU", "H100:1")
 TIMEOUT_S = int(os.environ.get("TRACELAKE_MODAL_TIMEOUT_HOURS", "4")) * 3600

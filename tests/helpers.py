@@ -106,18 +106,11 @@ def convert_slots(
 ):
     """Slots through export_sft's convert_batch (`options`: its control and special_tokens) ->
     (sft rows as an Arrow table, export_rejects rows). `stats`: an SftStats to count into."""
-    from tracelake.export.sft import SftStats, convert_batch
+    from tracelake.export.sft import SftSettings, SftStats, convert_batch
     from tracelake.export.templates import template_slots
 
-    return convert_batch(
-        *slot_batch(rows),
-        same_role=same_role,
-        cutoff_len=cutoff_len,
-        tokenizer=tokenizer,
-        template=template_slots(template),
-        stats=SftStats() if stats is None else stats,
-        **options,
-    )
+    settings = SftSettings(same_role, cutoff_len, tokenizer, template_slots(template), **options)
+    return convert_batch(*slot_batch(rows), settings, SftStats() if stats is None else stats)
 
 
 def need(path: Path) -> Path:

@@ -152,7 +152,7 @@ def test_local_backend_fills_the_cache_and_dvc_repro_score_asks_nothing(tmp_path
 def test_modal_app_defines_its_functions_offline(tmp_path):
     code = (
         "import sys; sys.path.insert(0, 'scoring'); import modal_app as m; "
-        "print(m.app.name, sorted(m.app.registered_functions), sorted(m.app.registered_entrypoints), m.GPU, m.VOLUME, m.VLLM, m.PREFIX == sys.argv[1])"
+        "print(m.app.name, sorted(m.app.registered_functions), sorted(m.app.registered_entrypoints), m.GPU, m.VOLUME, m.VLLM, m.PREFIX == sys.argv[1], m.WORKER.is_file())"
     )
     env = {
         "HOME": str(tmp_path),
@@ -161,5 +161,6 @@ def test_modal_app_defines_its_functions_offline(tmp_path):
         "TRACELAKE_MODAL_VLLM": "0.31.0",
     }
     text = run_ok([str(train_python()), "-c", code, PREFIX.decode()], ROOT, env=env)
-    assert "s-app ['generate'] ['score'] L40S:1 tracelake-scoring 0.31.0 True" in text
+    # the last True: the worker the image copies exists (it is copied when the image is built, on Modal)
+    assert "s-app ['generate'] ['score'] L40S:1 tracelake-scoring 0.31.0 True True" in text
     assert os.environ.get("HF_TOKEN") is None or "hf_" not in text

@@ -17,7 +17,7 @@ import pytest
 
 from tracelake.core.control_tokens import ControlTokens
 from tracelake.core.tokenizer import build_tokenizer, load_tokenizer
-from tracelake.export.sft import SftStats, convert_batch
+from tracelake.export.sft import SftSettings, SftStats, convert_batch
 from tracelake.export.templates import TEMPLATES
 
 from ..helpers import ROOT, lf_config, run_ok, slot_batch, train_python
@@ -59,16 +59,8 @@ def test_lf_reads_one_turn_end_per_turn_once_escaped(tiny, tmp_path, policy):
     template = TEMPLATES["qwen3"]
     control = ControlTokens.open(tiny / "tokenizer.json", template.markup())
     unscreened = ControlTokens(tokens=(), in_response=frozenset())  # the export as it was: text passed through
-    table, rejects = convert_batch(
-        *slot_batch(slots([twelve_messages()])),
-        same_role="merge",
-        cutoff_len=None,
-        tokenizer=tok,
-        template=template,
-        stats=SftStats(),
-        control=control if policy == "escape" else unscreened,
-        special_tokens="escape",
-    )
+    settings = SftSettings("merge", None, tok, template, control if policy == "escape" else unscreened, "escape")
+    table, rejects = convert_batch(*slot_batch(slots([twelve_messages()])), settings, SftStats())
     assert rejects == []
     got = lf_load(lf_config(table, tiny, tmp_path, "qwen3"), tmp_path, tmp_path, ids=True)
     (ids,) = got["input_ids"]

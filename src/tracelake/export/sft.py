@@ -183,33 +183,39 @@ def trajectories_with_slots(
         )
 
 
+@dataclass(frozen=True)
+class SftSettings:
+    """What shapes every row of one SFT export (convert_batch): export_sft.same_role, train.sft's
+    cutoff_len and template, the counting tokenizer (None: no counts), the control tokens (None: the
+    tokenizer's own) and filter.special_tokens (reject or escape)."""
+
+    same_role: str
+    cutoff_len: int | None
+    tokenizer: Tokenizer | TokenCounter | None
+    template: TemplateSlots
+    control: ControlTokens | None = None
+    special_tokens: str = "reject"
+
+
 def convert_batch(
-    trajectories: pa.Table,
-    slots: dict[str, list[dict[str, Any]]],
-    *,
-    same_role: str,
-    cutoff_len: int | None,
-    tokenizer: Tokenizer | TokenCounter | None,
-    template: TemplateSlots,
-    stats: SftStats,
-    control: ControlTokens | None = None,
-    special_tokens: str = "reject",
+    trajectories: pa.Table, slots: dict[str, list[dict[str, Any]]], settings: SftSettings, stats: SftStats
 ) -> tuple[pa.Table, list[dict]]:
     """Trajectories (trajectory_id, messages) and the selection slots of each -> (sft rows as an
     Arrow table, export_rejects rows), one outcome per slot, in trajectory then slot order.
 
     The text stays in Arrow (`sharegpt_batch`); a trajectory it marks not ok is converted by
     `to_sharegpt`, which gives the reject. Control-token literals of `control` (the export tokenizer's,
-    with the template's markup) are handled by `special_tokens` before anything is counted: reject
+    with the template's markup) are handled by `settings.special_tokens` before anything is counted: reject
     (`special_token_in_text`) or escape, so n_tokens counts the text written; None: the control tokens
     of `tokenizer` (without its tokenizer_config.json). Tokens are counted once
     per trajectory, however many upsampled copies it has; with tokenizer None they are not counted at
     all (n_tokens null, nothing rejected for length).
     """
+    same_role, cutoff_len, tokenizer = settings.same_role, settings.cutoff_len, settings.tokenizer
+    control = settings.control or _control_of(tokenizer, settings.template)
     ids = trajectories.column("trajectory_id").to_pylist()
     messages = trajectories.column("messages").combine_chunks()
-    control = control or _control_of(tokenizer, template)
-    batch, hostile = screen_batch(sharegpt_batch(messages, same_role), control, special_tokens)
+    batch, hostile = screen_batch(sharegpt_batch(messages, same_role), control, settings.special_tokens)
     rejects: list[dict] = []
     kept: list[int] = []  # index of each ok trajectory
     for i, good in enumerate(batch.ok):
@@ -235,8 +241,8 @@ def convert_batch(
             batch,
             trajectories.column("conversation_sha256"),
             kept,
-            template,
-            same_role + _text_rule(control, special_tokens),
+            settings.template,
+            same_role + _text_rule(control, settings.special_tokens),
         )
         tokens = recall.template_tokens()
         trained = {name: recall.trained_tokens(mode, cutoff_len) for name, mode in MODES.items()}
@@ -417,6 +423,7 @@ def export_sft(
     tokenizer = TokenCounter.open(cfg.tokenizer, token_cache) if cfg.count_tokens else None
     template = template_slots(sft.template)
     control = ControlTokens.open(tokenizer_file(cfg.tokenizer), template.markup())
+    settings = SftSettings(cfg.same_role, sft.cutoff_len, tokenizer, template, control, special_tokens)
     stats = SftStats()
     total = selection["tables"]["selection"]["rows"]
     with output_dir(lake.sft_export(scale)) as tmp:
@@ -428,17 +435,7 @@ def export_sft(
             set_total(total)
             # the next batch is read (a thread) and the last one written (another) while this one converts
             for trajectories, by_id in read_ahead(trajectories_with_slots(slots, trajectory_files, BATCH)):
-                rows, rejected = convert_batch(
-                    trajectories,
-                    by_id,
-                    same_role=cfg.same_role,
-                    cutoff_len=sft.cutoff_len,
-                    tokenizer=tokenizer,
-                    template=template,
-                    stats=stats,
-                    control=control,
-                    special_tokens=special_tokens,
-                )
+                rows, rejected = convert_batch(trajectories, by_id, settings, stats)
                 shards.write_batch(rows)
                 for row in rejected:
                     rejects.write(row)
