@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
-from ..helpers import copy_project
+from ..helpers import copy_project, run_tracelake
 from ..ray_cluster import local_cluster
 from .test_pipeline import OUTPUTS, sh, tree_digest
 
@@ -71,6 +72,10 @@ def test_a_ray_cluster_builds_the_same_bytes_as_local(local_build, tmp_path):
     assert_same_bytes(local_build, clone, "ray")
     record = json.loads((clone / ".tracelake" / "runs" / "filter.json").read_text())
     assert "Ray cluster: 3 nodes, 2 CPUs" in record["where"], record
+    status = run_tracelake(clone, "status")
+    assert status.returncode == 0, status.stderr
+    runs = status.stdout[status.stdout.index("last runs") :]
+    assert re.search(r"filter\s.*ray \(Ray cluster: 3 nodes, 2 CPUs\)\s.*\s[1-9]", runs), runs
 
 
 def shard_log(path: Path) -> tuple[dict[int, list[str]], set[int]]:
