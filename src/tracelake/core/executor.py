@@ -65,11 +65,11 @@ def worker_count(requested: int) -> int:
 
 @dataclass
 class Executor:
-    """Maps shard functions for one stage run; `stats` says what ran where (the stage summary,
-    `tracelake status`)."""
+    """Maps shard functions for one stage run; `describe` and `record` say what ran where (the
+    stage summary, `tracelake status`)."""
 
     kind: str = "local"
-    workers: int = 0  # processes: worker processes (0: one per core); ray: shards in flight (0: the cluster's CPUs)
+    workers: int = 0  # processes: worker processes (0: one per core); ray: shards in flight (0: two per CPU)
     ray_address: str | None = None
     shards: int = 0  # shards mapped (a Ready item is none)
     started: float = field(default_factory=time.monotonic)
@@ -148,9 +148,9 @@ class Executor:
                 ray.init(address=address, **kwargs)
             except ConnectionError as e:
                 raise BadParams(f"executor ray: cannot join the Ray cluster at {address}: {e}") from None
-            resources = ray.cluster_resources()
+        if not self._ray_cpus:  # joined here, or by the caller before this run
             self._ray_nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
-            self._ray_cpus = int(resources.get("CPU", 1))
+            self._ray_cpus = int(ray.cluster_resources().get("CPU", 1))
         return ray
 
     # --- reporting -------------------------------------------------------------------------------
@@ -158,6 +158,8 @@ class Executor:
     def describe(self) -> str:
         """What ran where, in words: `processes (2 workers)`, `ray (3 nodes, 3 CPUs)`."""
         if self.kind == "ray":
+            if not self._ray_cpus:
+                return "ray (not joined: nothing to map)"
             where = "a Ray started for this run" if self._ray_owned else "Ray cluster"
             nodes = f"{self._ray_nodes} node{'s' if self._ray_nodes != 1 else ''}"
             return f"ray ({where}: {nodes}, {self._ray_cpus} CPUs)"
