@@ -131,6 +131,10 @@ class Executor:
 
     def join_ray(self) -> Any:
         """The `ray` module, joined to the cluster (once per run)."""
+        # Read when Ray is imported: Ray would otherwise run the workers of a driver started by
+        # `uv run` through `uv run` on each node; the nodes run the tracelake installed there
+        # (docs/cluster.md). RAY_ENABLE_UV_RUN_RUNTIME_ENV=1 opts in.
+        os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
         try:
             import ray
         except ImportError:
