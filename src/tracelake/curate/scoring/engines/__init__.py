@@ -57,6 +57,13 @@ class Usage:
     output_tokens: int = 0
     retries: dict[str, int] = field(default_factory=dict)  # reason -> retries
 
+    def record(self, result: Answer | Failure) -> None:
+        """One model call's result: counted, with its tokens when it is an answer."""
+        self.calls += 1
+        if isinstance(result, Answer) and result.samples:
+            self.input_tokens += result.samples[0].prompt_tokens or 0
+            self.output_tokens += sum(s.completion_tokens or 0 for s in result.samples)
+
 
 class Engine(ABC):
     """Answers chat requests. `usage` counts what it sent."""

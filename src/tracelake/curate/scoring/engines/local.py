@@ -98,17 +98,16 @@ class LocalEngine(Engine):
                 if message.get("ready"):
                     continue
                 answered += 1
-                self.usage.calls += 1
                 if "failure" in message:
-                    yield Failure(message["key"], message["failure"], message.get("detail", ""))
-                    continue
-                samples = [
-                    Sample(s["text"], s["finish_reason"], s["prompt_tokens"], s["completion_tokens"])
-                    for s in message["samples"]
-                ]
-                self.usage.input_tokens += samples[0].prompt_tokens or 0 if samples else 0
-                self.usage.output_tokens += sum(s.completion_tokens or 0 for s in samples)
-                yield Answer(message["key"], samples)
+                    result: Answer | Failure = Failure(message["key"], message["failure"], message.get("detail", ""))
+                else:
+                    samples = [
+                        Sample(s["text"], s["finish_reason"], s["prompt_tokens"], s["completion_tokens"])
+                        for s in message["samples"]
+                    ]
+                    result = Answer(message["key"], samples)
+                self.usage.record(result)
+                yield result
             code = proc.wait()
             if code != 0 or answered != len(requests):
                 raise BadInput(

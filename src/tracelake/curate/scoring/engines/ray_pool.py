@@ -72,7 +72,7 @@ class RayEngine(Engine):
                 elif kind == "error":
                     raise_task_error(ray, value)
                 else:
-                    self._count(value)
+                    self.usage.record(value)  # the engine's own count stayed on its node
                     yield value
         finally:
             for stream in streams:  # a stopped run (Ctrl-C, an error) stops the engines too
@@ -80,9 +80,3 @@ class RayEngine(Engine):
                     ray.cancel(stream, force=True)
                 except Exception:  # already finished
                     pass
-
-    def _count(self, answer: Answer | Failure) -> None:
-        self.usage.calls += 1
-        if isinstance(answer, Answer) and answer.samples:
-            self.usage.input_tokens += answer.samples[0].prompt_tokens or 0
-            self.usage.output_tokens += sum(s.completion_tokens or 0 for s in answer.samples)
