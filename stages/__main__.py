@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         executor.close()
     if executor.shards:
-        print(f"{stage.name}: {executor.shards:,} shards on {executor.describe()}")
+        print(f"{stage.name}{'@' + key if key else ''}: {executor.shards:,} shards on {executor.describe()}")
     record_run(stage.name, key, executor)
 
 

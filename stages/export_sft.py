@@ -29,6 +29,7 @@ def run(ctx: Context) -> Result:
         },
         token_cache=Path(p.tokenizer.cache),
         special_tokens=p.filter.special_tokens,
+        executor=ctx.executor,
     )
     token_counts = counts.pop("token_counts")
     rej = ", ".join(f"{k} {v}" for k, v in sorted(counts["rejected"].items())) or "none"
@@ -63,7 +64,7 @@ STAGE = Stage(
         "sources",
         "lake",
     ),
-    untracked=("tokenizer.cache",),
+    untracked=("tokenizer.cache", "executor"),
     deps=("${lake}/selections/${key}", "${lake}/trajectories", "${export_sft.tokenizer}"),
     outs=("${lake}/exports/sft/${key}",),
     metrics="metrics/export_sft/${key}.json",

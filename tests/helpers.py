@@ -113,6 +113,19 @@ def convert_slots(
     return convert_batch(*slot_batch(rows), settings, SftStats() if stats is None else stats)
 
 
+def killed_after(real, finished: int, executed: list):
+    """`real`, killed at its call after `finished` calls (KeyboardInterrupt: nothing after the last
+    checkpoint is saved); `executed` gets the argument of each call that finished."""
+
+    def shard(item):
+        if len(executed) == finished:
+            raise KeyboardInterrupt
+        executed.append(item)
+        return real(item)
+
+    return shard
+
+
 def need(path: Path) -> Path:
     """Skip (with the reason) when the shared real-data fixtures are not beside the checkout."""
     if not path.exists():

@@ -272,3 +272,46 @@ def test_a_segment_repeated_in_a_batch_is_looked_up_once(tmp_path, family):
     again = counter.count(texts)
     assert again == [_encode_len(counter.tokenizer, t) for t in texts]
     assert counter.stats.cached == counter.stats.segments // 2  # the second call: every occurrence from the cache
+
+
+def test_a_workers_cache_never_writes_a_part(tmp_path, monkeypatch):
+    """A worker's counter (shared_counter, read only) and a forked copy of the driver's never write a
+    part however much they encode: the driver saves what they send back (absorb). The driver's own
+    cache, loaded before the fork (share), is searched in the child without reading a part again."""
+    import multiprocessing
+
+    from tracelake.core import token_count
+
+    monkeypatch.setattr(token_cache, "MERGE_EVERY", 2)
+    keys = [i.to_bytes(16, "little") for i in range(1, 6)]
+    worker = token_cache.SegmentCache(tmp_path / "w", "ab" * 32)
+    worker.read_only = True
+    worker.add(keys, [1, 2, 3, 4, 5])
+    assert not (tmp_path / "w").exists()
+    path = build_tokenizer(tmp_path / "tok")
+    driver = TokenCounter.open(path, tmp_path / "d")
+    driver.cache.add(keys[:2], [1, 2])  # a part: MERGE_EVERY reached
+    parts = sorted((tmp_path / "d").rglob("part-*.parquet"))
+    assert len(parts) == 1
+    token_count.share(driver, str(path), str(tmp_path / "d"))
+    try:
+        # a fresh cache opened on the same directory, shared: loaded before the fork
+        again = TokenCounter.open(path, tmp_path / "d")
+        token_count.share(again, str(path), str(tmp_path / "d"))
+        assert again.cache._runs is not None
+        ctx = multiprocessing.get_context("fork")
+        child = ctx.Process(target=_add_in_a_forked_copy, args=(str(path), str(tmp_path / "d"), keys))
+        child.start()
+        child.join(60)
+        assert child.exitcode == 0
+    finally:
+        token_count.unshare(str(path), str(tmp_path / "d"))
+    assert sorted((tmp_path / "d").rglob("part-*.parquet")) == parts
+
+
+def _add_in_a_forked_copy(tokenizer: str, cache: str, keys: list[bytes]) -> None:
+    from tracelake.core import token_count
+
+    counter = token_count.shared_counter(tokenizer, cache)
+    assert counter.cache.lookup(keys[:3]) == [1, 2, None]
+    counter.cache.add(keys, [1, 2, 3, 4, 5])

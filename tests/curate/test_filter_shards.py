@@ -15,6 +15,7 @@ from tracelake.curate import filter as filter_module
 from tracelake.curate.filter import run_filters
 from tracelake.curate.params import FilterParams
 
+from ..helpers import killed_after
 from .test_filters import QWEN3, build_lake, trow
 
 ROWS, BATCH = 300, 40  # rows, all counted (the default rules keep them); conversations a shard
@@ -63,16 +64,10 @@ def test_a_killed_run_is_resumed_shard_by_shard(lake, tmp_path, monkeypatch):
     expected = run(lake, Executor("local"), tmp_path / "clean")
     cache = tmp_path / "cache"
     monkeypatch.setattr(filter_module, "CHECKPOINT_S", 0.0)  # every finished shard is written at once
-    real = filter_module.count_chatml_shard
-    executed = []
-
-    def dies_on_the_fourth(shard):
-        if len(executed) == 3:
-            raise KeyboardInterrupt  # the run is killed here: nothing after the last checkpoint is saved
-        executed.append(shard)
-        return real(shard)
-
-    monkeypatch.setattr(filter_module, "count_chatml_shard", dies_on_the_fourth)
+    real, executed = filter_module.count_chatml_shard, []
+    monkeypatch.setattr(
+        filter_module, "count_chatml_shard", killed_after(real, 3, executed)
+    )  # killed in the fourth shard
     with pytest.raises(KeyboardInterrupt):
         run(lake, Executor("local"), cache)
     monkeypatch.setattr(filter_module, "count_chatml_shard", real)

@@ -20,7 +20,7 @@ from tracelake.core.tables import read_table
 from tracelake.ingest import tables, traces
 from tracelake.ingest.traces import ingest_traces
 
-from ..helpers import FIXTURES, need, tree_bytes
+from ..helpers import FIXTURES, killed_after, need, tree_bytes
 
 SAMPLE = FIXTURES / "otagent" / "sample_raw.json"
 SOURCE = "swesmith"
@@ -439,3 +439,27 @@ def test_damaged_cache_entry_is_a_miss_or_a_clear_error(tmp_path):
         ingest_traces([d], source=SOURCE, out_dir=tmp_path / "third", cache=cache)
     assert tree_bytes(tmp_path / "again") == tree_bytes(tmp_path / "first")  # a lake file is never a cache file
     assert not (tmp_path / "third").exists() and not list(tmp_path.glob(".third*"))
+
+
+def test_a_killed_ingest_parses_only_the_files_never_finished(tmp_path, monkeypatch):
+    """Each input file's parse is kept in the ingest cache when the file's last batch is done (its
+    index written last, the completion marker): a run killed mid-way is resumed by a rerun that maps
+    only the batches of the files never finished, on any executor, and writes the same bytes."""
+    d, cache, log = tmp_path / "in", tmp_path / "cache", tmp_path / "shards.log"
+    d.mkdir()
+    for k in range(4):  # 4 files of 3 batches each
+        pq.write_table(pa.Table.from_pylist([row(1000 * k + i) for i in range(30)]), d / f"{k}.parquet")
+    monkeypatch.setattr(traces, "BATCH_ROWS", 10)
+    ingest(tmp_path, d, out="clean", executor=Executor("local"))
+    real = traces.parse_batch
+    monkeypatch.setattr(traces, "parse_batch", killed_after(real, 7, []))  # two files done, the third one batch in
+    with pytest.raises(KeyboardInterrupt):
+        ingest(tmp_path, d, out="killed", cache=cache, executor=Executor("local"))
+    monkeypatch.setattr(traces, "parse_batch", real)
+    monkeypatch.setenv("TRACELAKE_SHARD_LOG", str(log))
+    rerun = Executor("processes", 2)
+    result, _, _ = ingest(tmp_path, d, out="rerun", cache=cache, executor=rerun)
+    assert result.files_from_cache == 2
+    assert rerun.shards == 6  # the two unfinished files' batches, each parsed once
+    assert sum('"start"' in line for line in log.read_text().splitlines()) == 6
+    assert tree_bytes(tmp_path / "rerun") == tree_bytes(tmp_path / "clean")

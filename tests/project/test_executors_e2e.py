@@ -23,7 +23,12 @@ from ..ray_cluster import local_cluster
 from .test_pipeline import OUTPUTS, sh, tree_digest
 
 pytestmark = pytest.mark.e2e
-SHARDED = ("filter", "ingest@swesmith", "ingest@nl2bash")  # stages whose heavy work is mapped on the executor
+SHARDED = (
+    "filter",
+    "ingest@swesmith",
+    "ingest@nl2bash",
+    "export_sft@1k",
+)  # stages whose heavy work is mapped on the executor
 
 
 def repro(repo: Path, kind: str, **env: str) -> str:

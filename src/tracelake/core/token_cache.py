@@ -58,6 +58,8 @@ class SegmentCache:
         self._runs: list[pl.DataFrame] | None = None  # sorted by k1; the parts, loaded on first use
         self._parts: list[Path] = []  # parts read or written by this process
         self._pending: dict[bytes, int] = {}  # newest entries, not yet a run
+        self._pid = os.getpid()  # a copy in a process forked from this one never writes (`add`)
+        self.read_only = False  # True: never writes a part (a worker's cache: the driver saves its entries)
 
     def _loaded(self) -> list[pl.DataFrame]:
         if self._runs is None:
@@ -105,10 +107,18 @@ class SegmentCache:
             found = [get(k) if f is None else f for k, f in zip(keys, found)]
         return found
 
+    def load(self) -> None:
+        """Read the parts now (else at the first lookup). A process about to fork workers that will
+        look up keys loads first: polars, which reads the parts, can hang in a forked child."""
+        self._loaded()
+
     def add(self, keys: list[bytes], counts: list[int]) -> None:
         self._pending.update(zip(keys, counts))
         if len(self._pending) >= MERGE_EVERY:
-            self.flush()
+            if self.read_only or os.getpid() != self._pid:
+                self._pending = {}  # a worker's: the driver has them (token_count.absorb) and saves them
+            else:
+                self.flush()
 
     def flush(self) -> None:
         """The pending entries -> a part on disk and a run in memory."""

@@ -30,7 +30,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,7 @@ from tracelake.core.tokenizer import load_tokenizer, render_chatml, tokenizer_fi
 
 CHUNK_CHARS = 8192
 ENCODE_BATCH_CHARS = 4 << 20  # encode the missing segments this many characters at a time
+CHECKPOINT_S = 30.0  # stages write counts to the cache at least this often: a killed run redoes no more
 
 _GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 # Split patterns (tokenizer.json `pre_tokenizer`) known to keep a newline between two non-space
@@ -198,6 +201,7 @@ class TokenCounter:
     cache: SegmentCache | None = None
     stats: CountStats = field(default_factory=CountStats)
     fresh: list[tuple[list[bytes], list[int]]] | None = None  # when a list: each batch encoded, (keys, counts)
+    _checkpointed: float = field(default_factory=time.monotonic)  # when `checkpoint` last wrote
 
     @classmethod
     def open(cls, path: Path | str, cache_dir: Path | str | None = None) -> "TokenCounter":
@@ -259,6 +263,8 @@ class TokenCounter:
     def remember(self, keys: Sequence[bytes], totals: Sequence[int]) -> None:
         """Keep whole renderings' totals, so that a later run `recall`s them without rendering."""
         self.cache.add(list(keys), list(totals))
+        if self.fresh is not None:
+            self.fresh.append((list(keys), list(totals)))
 
     def _encode(self, missing: dict[bytes, str]) -> dict[bytes, int]:
         """Encode the missing segments in batches, add them to the cache, return their counts."""
@@ -280,10 +286,13 @@ class TokenCounter:
                 keys, texts, size = [], [], 0
         return fresh
 
-    def checkpoint(self) -> None:
-        """Write what was encoded (and remembered) since the last part as a part on disk now: a run
-        killed after this recounts none of it."""
-        self.cache.flush()
+    def checkpoint(self, every: float = 0.0) -> None:
+        """Write what was encoded (and remembered) since the last part as a part on disk, if the
+        last checkpoint is at least `every` seconds old: a run killed after this recounts none of it."""
+        now = time.monotonic()
+        if now - self._checkpointed >= every:
+            self.cache.flush()
+            self._checkpointed = now
 
     def close(self) -> None:
         self.cache.save()
@@ -330,6 +339,7 @@ def shared_counter(tokenizer: str, cache: str | None) -> TokenCounter:
     key = (tokenizer, cache)
     if key not in _OPEN:
         _OPEN[key] = TokenCounter.open(tokenizer, cache)
+        _OPEN[key].cache.read_only = True
     return _OPEN[key]
 
 
@@ -350,24 +360,35 @@ class CountedShard:
     stats: CountStats
 
 
+@contextmanager
+def shard_counter(tokenizer: str, cache: str | None) -> Iterator[TokenCounter]:
+    """This process's counter (`shared_counter`) for one shard: inside the block its `stats` and
+    `fresh` are the shard's own (what it counted, what it encoded or remembered), to send back to
+    the driver (`absorb`); the counter's own are restored after."""
+    counter = shared_counter(tokenizer, cache)
+    kept = counter.stats, counter.fresh
+    counter.stats, counter.fresh = CountStats(), []
+    try:
+        yield counter
+    finally:
+        counter.stats, counter.fresh = kept
+
+
 def count_chatml_shard(shard: ChatmlShard) -> CountedShard:
     """The shard function of ChatML counting: runs in any process (core/executor.py), returns the
     counts and what it encoded, so the driver's cache learns every segment once."""
-    counter = shared_counter(shard.tokenizer, shard.cache)
-    kept_stats, counter.stats, counter.fresh = counter.stats, CountStats(), []
-    try:
+    with shard_counter(shard.tokenizer, shard.cache) as counter:
         conversations = shard.conversations.to_pylist()
         if shard.escape is not None:
             conversations = [shard.escape.escape_messages(c) for c in conversations]
         totals = count_chatml_tokens(counter, conversations, max(1, len(conversations)))
         return CountedShard(totals, counter.fresh, counter.stats)
-    finally:
-        counter.stats, counter.fresh = kept_stats, None
 
 
 def share(counter: TokenCounter, tokenizer: str, cache: str | None) -> None:
     """Make the driver's counter the one `shared_counter` gives in this process (and, inherited, in
-    worker processes forked after this call)."""
+    worker processes forked after this call, with its cache loaded here: see SegmentCache.load)."""
+    counter.cache.load()
     _OPEN[(tokenizer, cache)] = counter
 
 
@@ -375,10 +396,10 @@ def unshare(tokenizer: str, cache: str | None) -> None:
     _OPEN.pop((tokenizer, cache), None)
 
 
-def absorb(counter: TokenCounter, shard: CountedShard) -> None:
-    """A shard's result into the driver's counter: its encoded segments into the cache (saved at
-    close), its stats into the counter's."""
-    for keys, counts in shard.fresh:
+def absorb(counter: TokenCounter, fresh: list[tuple[list[bytes], list[int]]], stats: CountStats) -> None:
+    """A shard's result into the driver's counter: what it encoded or remembered into the cache
+    (saved at close), its stats into the counter's."""
+    for keys, counts in fresh:
         counter.cache.add(keys, counts)
-    for name, value in vars(shard.stats).items():
+    for name, value in vars(stats).items():
         setattr(counter.stats, name, getattr(counter.stats, name) + value)

@@ -14,7 +14,6 @@ views `contamination` and `task_clusters`.
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from tracelake.core.ids import COPY_SUFFIX
 from tracelake.core.lake import Lake, is_built
 from tracelake.core.schema import load_schema
 from tracelake.core.token_count import (
+    CHECKPOINT_S,
     ChatmlShard,
     CountStats,
     TokenCounter,
@@ -45,7 +45,6 @@ from tracelake.core.tokenizer import TOKEN_COUNT_RULE, tokenizer_file, tokenizer
 from tracelake.curate.params import FilterParams
 
 TOKEN_BATCH = 128  # conversations read and rendered at a time (~10 MB of text: memory stays flat)
-CHECKPOINT_S = 30.0  # counts are written to the token cache at least this often: a killed run redoes no more
 
 
 @dataclass(frozen=True)
@@ -199,11 +198,10 @@ def _count_tokens(
                 yield ChatmlShard(*where, batch.column("messages"), escape)
 
         share(counter, *where)  # in this process, and in workers forked from it: the loaded cache
-        last = time.monotonic()
         try:
             for counted in executor.map(count_chatml_shard, shards()):
                 batch = order.popleft()
-                absorb(counter, counted)
+                absorb(counter, counted.fresh, counted.stats)
                 counter.remember(
                     [rendering_key(rule, h) for h in batch.column("conversation_sha256").to_pylist()], counted.totals
                 )
@@ -211,9 +209,7 @@ def _count_tokens(
                 counts.extend(counted.totals)
                 if on_tokens:
                     on_tokens(batch.num_rows)
-                if time.monotonic() - last >= CHECKPOINT_S:  # a rerun after a crash recalls these shards
-                    counter.checkpoint()
-                    last = time.monotonic()
+                counter.checkpoint(CHECKPOINT_S)  # a rerun after a crash recalls these shards
         finally:
             unshare(*where)
         con.unregister("uncounted")

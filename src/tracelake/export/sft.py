@@ -18,7 +18,7 @@ entries in order: the example order is the same on every machine (the trainer th
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -31,12 +31,22 @@ from tokenizers import Tokenizer
 from tracelake.core.background import read_ahead
 from tracelake.core.control_tokens import ESCAPE_RULE, ControlTokens
 from tracelake.core.errors import BadInput, BadParams, check
+from tracelake.core.executor import Executor
 from tracelake.core.ids import dataset_id, shard_entry_name
 from tracelake.core.lake import Lake
 from tracelake.core.outputs import output_dir, read_manifest, write_json, write_manifest
 from tracelake.core.schema import load_schema
 from tracelake.core.tables import ShardWriter, TableWriter, read_table
-from tracelake.core.token_count import TokenCounter, rendering_key
+from tracelake.core.token_count import (
+    CHECKPOINT_S,
+    CountStats,
+    TokenCounter,
+    absorb,
+    rendering_key,
+    shard_counter,
+    share,
+    unshare,
+)
 from tracelake.core.tokenizer import tokenizer_file, tokenizer_fingerprint
 from tracelake.core.ui import progress
 from tracelake.export.params import ExportSftParams, SftTrainParams
@@ -135,6 +145,16 @@ class SftStats:
     length_checked: bool = True  # False: tokens not counted, rows over cutoff_len not rejected
     trained_tokens: Counter = field(default_factory=Counter)  # LF mode -> tokens trained over every row
     token_counts: str = ""  # what counting encoded (printed, not in metrics: it depends on the cache)
+
+    def add(self, other: "SftStats") -> None:
+        """Another batch's stats (a shard's, core/executor.py) into these."""
+        for name in ("rows_in", "rows_out", "rows_merged", "messages_merged", "rows_trimmed", "messages_trimmed"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.rows_with_system += other.rows_with_system
+        self.rejected.update(other.rejected)
+        self.trained_tokens.update(other.trained_tokens)
+        self.max_tokens = max(self.max_tokens, other.max_tokens)
+        self.length_checked = self.length_checked and other.length_checked
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -292,6 +312,40 @@ def convert_batch(
     return out, rejects
 
 
+@dataclass(frozen=True)
+class SftShard:
+    """One batch of an export, to convert anywhere (`convert_shard`, core/executor.py): its
+    trajectories, their slots, the settings without a tokenizer, and where the counting tokenizer
+    and its cache are (tokenizer directory, cache directory), or None: not counted."""
+
+    trajectories: pa.Table
+    slots: dict[str, list[dict[str, Any]]]
+    settings: SftSettings
+    counting: tuple[str, str | None] | None
+
+
+@dataclass
+class ConvertedShard:
+    rows: pa.Table
+    rejects: list[dict]
+    stats: SftStats
+    fresh: list[tuple[list[bytes], list[int]]]  # what counting encoded or remembered (token_count.absorb)
+    count_stats: CountStats
+
+
+def convert_shard(shard: SftShard) -> ConvertedShard:
+    """convert_batch as a shard function: the rows, rejects and stats of one batch, and what its
+    counting learnt, for the driver's token cache."""
+    stats = SftStats()
+    if shard.counting is None:
+        rows, rejects = convert_batch(shard.trajectories, shard.slots, shard.settings, stats)
+        return ConvertedShard(rows, rejects, stats, [], CountStats())
+    with shard_counter(*shard.counting) as counter:
+        settings = replace(shard.settings, tokenizer=counter)
+        rows, rejects = convert_batch(shard.trajectories, shard.slots, settings, stats)
+        return ConvertedShard(rows, rejects, stats, counter.fresh, counter.stats)
+
+
 def _control_of(tokenizer: Tokenizer | TokenCounter | None, template: TemplateSlots) -> ControlTokens:
     if tokenizer is None:
         raise BadParams("convert_batch without a tokenizer needs `control`: the control tokens of export_sft.tokenizer")
@@ -410,72 +464,88 @@ def export_sft(
     params: dict[str, Any],
     token_cache: Path | None = None,
     special_tokens: str = "reject",
+    executor: Executor | None = None,
 ) -> dict[str, Any]:
     """One scale's selection -> <lake>/exports/sft/<scale>/ (shards, dataset_info.json, rejects,
     manifest). Returns the counts the manifest records (dataset id, shards, in/out/rejected, ...) and
     `token_counts`, a line saying what counting encoded (it depends on the cache: not a metric).
     `token_cache`: the segment token count cache (params tokenizer.cache), or None.
-    `special_tokens`: filter.special_tokens, reject or escape control-token literals (convert_batch)."""
+    `special_tokens`: filter.special_tokens, reject or escape control-token literals (convert_batch).
+    Each batch is a shard (`convert_shard`) mapped on `executor` (default: this process): the rows
+    come back in order and are written here, the same bytes whoever converted them."""
     sel_dir = lake.selection(scale)
     selection = read_manifest(sel_dir)
     slots = read_table(sel_dir, "selection").drop_columns(["score"]).to_pylist()
     trajectory_files = lake.table_files("trajectories", sources)
     tokenizer = TokenCounter.open(cfg.tokenizer, token_cache) if cfg.count_tokens else None
+    counting = (str(cfg.tokenizer), str(token_cache) if token_cache else None) if tokenizer else None
     template = template_slots(sft.template)
     control = ControlTokens.open(tokenizer_file(cfg.tokenizer), template.markup())
-    settings = SftSettings(cfg.same_role, sft.cutoff_len, tokenizer, template, control, special_tokens)
+    settings = SftSettings(cfg.same_role, sft.cutoff_len, None, template, control, special_tokens)
     stats = SftStats()
     total = selection["tables"]["selection"]["rows"]
-    with output_dir(lake.sft_export(scale)) as tmp:
-        with (
-            ShardWriter(tmp / "shards", load_schema("sft_rows"), cfg.rows_per_shard) as shards,
-            progress(f"export_sft {scale}") as (set_total, advance),
-        ):
-            rejects = TableWriter(tmp, load_schema("export_rejects"))
-            set_total(total)
-            # the next batch is read (a thread) and the last one written (another) while this one converts
-            for trajectories, by_id in read_ahead(trajectories_with_slots(slots, trajectory_files, BATCH)):
-                rows, rejected = convert_batch(trajectories, by_id, settings, stats)
-                shards.write_batch(rows)
-                for row in rejected:
-                    rejects.write(row)
-                advance(len(rejected) + rows.num_rows)
-            info, reject_info = shards.close(), rejects.close()
-        if tokenizer is not None:
-            tokenizer.close()
-            stats.token_counts = tokenizer.stats.summary()
-        check(
-            stats.rows_in == stats.rows_out + sum(stats.rejected.values()) == total,
-            f"export_sft accounting: {total} slots, {stats.as_json()}",
-        )
-        if not info.rows:
-            raise BadInput(
-                f"export_sft {scale}: every one of {total} rows was rejected "
-                f"({', '.join(f'{k} {v}' for k, v in sorted(stats.rejected.items()))})"
+    executor = executor or Executor()
+    if tokenizer is not None:
+        share(tokenizer, *counting)  # in this process, and in workers forked from it: the loaded cache
+    try:
+        with output_dir(lake.sft_export(scale)) as tmp:
+            with (
+                ShardWriter(tmp / "shards", load_schema("sft_rows"), cfg.rows_per_shard) as shards,
+                progress(f"export_sft {scale}") as (set_total, advance),
+            ):
+                rejects = TableWriter(tmp, load_schema("export_rejects"))
+                set_total(total)
+                # batches are read ahead (a thread), converted on the executor and written in order
+                batches = read_ahead(trajectories_with_slots(slots, trajectory_files, BATCH))
+                work = (SftShard(trajectories, by_id, settings, counting) for trajectories, by_id in batches)
+                for done in executor.map(convert_shard, work):
+                    stats.add(done.stats)
+                    if tokenizer is not None:
+                        absorb(tokenizer, done.fresh, done.count_stats)
+                        tokenizer.checkpoint(CHECKPOINT_S)  # a rerun after a crash recalls these rows
+                    shards.write_batch(done.rows)
+                    for row in done.rejects:
+                        rejects.write(row)
+                    advance(len(done.rejects) + done.rows.num_rows)
+                info, reject_info = shards.close(), rejects.close()
+            if tokenizer is not None:
+                tokenizer.close()
+                stats.token_counts = tokenizer.stats.summary()
+            check(
+                stats.rows_in == stats.rows_out + sum(stats.rejected.values()) == total,
+                f"export_sft accounting: {total} slots, {stats.as_json()}",
             )
-        name = dataset_id("sft", selection["params"]["rows"], info.version_id)
-        (tmp / "shards").rename(tmp / name)
-        write_json(tmp / "dataset_info.json", dataset_info(name, shards.files))
-        (tmp / "dataset_info.yaml").write_text(
-            dataset_info_v1(name, lake.sft_export(scale), shards.files, stats.rows_with_system)
-        )
-        counts = {"dataset_id": name, "shards": len(shards.files), **stats.as_json()}
-        write_manifest(
-            tmp,
-            kind="export_sft",
-            dataset_id=name,
-            tables=[info.with_file(f"{name}/"), reject_info],
-            inputs={
-                "selection": selection["version_id"],
-                "selection_dataset": selection["dataset_id"],
-                "tokenizer": tokenizer_fingerprint(cfg.tokenizer) if cfg.count_tokens else None,
-            },
-            params=params,
-            formulas={
-                "rows": SHAREGPT_RULE,
-                "tokens": TOKEN_RULE if cfg.count_tokens else "not counted",
-                "special_tokens": f"{special_tokens}: {control.describe()}",
-            },
-            counts={**counts, "files": [f"{name}/{f}" for f in shards.files]},
-        )
+            if not info.rows:
+                raise BadInput(
+                    f"export_sft {scale}: every one of {total} rows was rejected "
+                    f"({', '.join(f'{k} {v}' for k, v in sorted(stats.rejected.items()))})"
+                )
+            name = dataset_id("sft", selection["params"]["rows"], info.version_id)
+            (tmp / "shards").rename(tmp / name)
+            write_json(tmp / "dataset_info.json", dataset_info(name, shards.files))
+            (tmp / "dataset_info.yaml").write_text(
+                dataset_info_v1(name, lake.sft_export(scale), shards.files, stats.rows_with_system)
+            )
+            counts = {"dataset_id": name, "shards": len(shards.files), **stats.as_json()}
+            write_manifest(
+                tmp,
+                kind="export_sft",
+                dataset_id=name,
+                tables=[info.with_file(f"{name}/"), reject_info],
+                inputs={
+                    "selection": selection["version_id"],
+                    "selection_dataset": selection["dataset_id"],
+                    "tokenizer": tokenizer_fingerprint(cfg.tokenizer) if cfg.count_tokens else None,
+                },
+                params=params,
+                formulas={
+                    "rows": SHAREGPT_RULE,
+                    "tokens": TOKEN_RULE if cfg.count_tokens else "not counted",
+                    "special_tokens": f"{special_tokens}: {control.describe()}",
+                },
+                counts={**counts, "files": [f"{name}/{f}" for f in shards.files]},
+            )
+    finally:
+        if tokenizer is not None:
+            unshare(*counting)
     return {**counts, "token_counts": stats.token_counts}  # the stage prints it; metrics leave it out
