@@ -1,6 +1,8 @@
-"""Stage `export_rl`: the tasks of export_rl.sources -> SkyRL RL data in <lake>/exports/rl/: PromptDataset
-shards (prompts/), the Harbor task table (tasks/), rejects and a manifest naming the dataset by its
-content id, rl-<tasks>-<12 hex>; counts (in, out, rejected by reason) to metrics/export_rl.json."""
+"""Stage `export_rl`: the tasks of export_rl.sources, less those the filter's task-level rules drop
+(contaminated, near-duplicate) -> SkyRL RL data in <lake>/exports/rl/: PromptDataset shards
+(prompts/), the Harbor task table (tasks/), the dropped tasks, rejects and a manifest naming the
+dataset by its content id, rl-<tasks>-<12 hex>; the funnel (in = out + dropped + rejected, per
+source) to metrics/export_rl.json."""
 
 from __future__ import annotations
 
@@ -19,18 +21,25 @@ def run(ctx: Context) -> Result:
         RlSettings.of(cfg),
         tokenizer_path=cfg.tokenizer,
         rows_per_shard=cfg.rows_per_shard,
-        params=p.section("export_rl"),
+        params={
+            **p.section("export_rl"),
+            "contaminated": p.filter.contaminated,
+            "near_duplicates": p.filter.near_duplicates,
+        },
+        curation=p.filter,
     )
     rej = ", ".join(f"{k} {v}" for k, v in counts["rejected"].items() if v) or "none"
+    dropped = ", ".join(f"{k} {v}" for k, v in counts["dropped"].items() if v) or "none"
     lines = [
         f"export_rl: {counts['dataset_id']}: {counts['tasks_out']} of {counts['tasks_in']} tasks from "
-        f"{len(sources)} source(s) in {counts['shards']} shard(s), rejected: {rej} -> {lake.rl_export}"
+        f"{len(sources)} source(s) in {counts['shards']} shard(s), dropped: {dropped}, rejected: {rej} "
+        f"-> {lake.rl_export}"
     ]
     if counts["prompt_only"]:
         lines.append(
             f"export_rl: {counts['prompt_only']} prompts have no task binary (tasks derived from trace "
             f"tables), hence no row in the task table: their environment must come from elsewhere "
-            f"(export_rl.without_binary: reject leaves them out)"
+            f"(export_rl.without_binary: reject, the default, leaves them out)"
         )
     return Result(metrics=counts, summary=lines)
 
@@ -39,8 +48,9 @@ STAGE = Stage(
     "export_rl",
     __doc__,
     run,
-    params=("export_rl", "sources", "lake"),
-    deps=("${lake}/tasks", "${export_rl.tokenizer}"),
+    # the filter's task-level rules apply to RL tasks too (export/rl.py curated_out)
+    params=("export_rl", "filter.contaminated", "filter.near_duplicates", "sources", "lake"),
+    deps=("${lake}/tasks", "${lake}/dedup", "${export_rl.tokenizer}"),
     outs=("${lake}/exports/rl",),
     metrics="metrics/export_rl.json",
 )

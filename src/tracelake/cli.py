@@ -435,7 +435,7 @@ def sql(
     """Query every table of the lake with DuckDB SQL, read-only. Views: tasks, trajectories, messages
     (one row per message), scores, rejects, pool, dropped, funnel, selection_<scale>, sft_<scale>
     (and each dataset under its id, e.g. "sft-3.16k-396828c45111"), rl_prompts, harbor_tasks,
-    export_rejects. `.tables` at the prompt lists them. Queries run in DuckDB's sandbox: they read
+    export_rejects, rl_dropped. `.tables` at the prompt lists them. Queries run in DuckDB's sandbox: they read
     the lake's files and nothing else (no other file, no network, no extension) and write nothing."""
     from contextlib import ExitStack
 

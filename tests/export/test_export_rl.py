@@ -17,6 +17,7 @@ import shutil
 import stat
 import subprocess
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
@@ -33,6 +34,7 @@ from tracelake.core.tokenizer import build_tokenizer, load_tokenizer
 from tracelake.export.rl import (
     GENERATION_PROMPT,
     REJECT_REASONS,
+    TASK_RULES,
     RlSettings,
     RlStats,
     convert_batch,
@@ -42,7 +44,7 @@ from tracelake.export.rl import (
 )
 from tracelake.ingest.task_archive import extract_archive, extract_table
 
-from ..helpers import ROOT, rl_trainer_python
+from ..helpers import ROOT, rl_trainer_python, run_tracelake
 
 SKYRL_LOAD = ROOT / "tests" / "train_env" / "skyrl_load.py"
 SYSTEM = "You are an agent in a Linux terminal. Solve the task, then say you are done."
@@ -182,15 +184,21 @@ def test_rejects_missing_binaries_and_too_long_prompts_in_input_order(tok):
         "tasks_in": 4,
         "tasks_out": 2,
         "prompt_only": 0,
+        "dropped": {"contaminated_v1": 0, "near_duplicate_v1": 0},  # curation happens before (export_rl)
         "rejected": {"no_task_binary": 1, "prompt_too_long": 1},
+        "sources": {},
     }
 
 
-def test_a_task_without_a_binary_is_a_prompt_without_a_task_row_by_default(tok):
-    """Tasks derived from trace tables have no binary: a prompt all the same, and no task table row."""
+def test_a_task_without_a_binary_is_rejected_by_default_or_a_prompt_without_a_task_row(tok):
+    """Tasks derived from trace tables have no binary, hence no environment: rejected by default;
+    with without_binary: prompt, a prompt all the same, and no task table row."""
     tasks = [task("a"), task("b", binary=None), task("d")]
+    default = convert_batch(tasks, RlSettings("harbor", "rule", None, 32, 8192), tok, RlStats())
+    assert [(r["item_id"], r["reason"]) for r in default[2]] == [("id-b", "no_task_binary")]
     stats = RlStats()
-    prompts, harbor, rejects = convert_batch(tasks, RlSettings("harbor", "rule", None, 32, 8192), tok, stats)
+    settings = RlSettings("harbor", "rule", None, 32, 8192, without_binary="prompt")
+    prompts, harbor, rejects = convert_batch(tasks, settings, tok, stats)
     assert [r["task_id"] for r in prompts] == ["id-a", "id-b", "id-d"] and not rejects
     assert [r["task_id"] for r in harbor] == ["id-a", "id-d"]
     assert prompts[1]["prompt"] == [{"role": "user", "content": tasks[1]["instruction"]}]
@@ -198,7 +206,9 @@ def test_a_task_without_a_binary_is_a_prompt_without_a_task_row_by_default(tok):
         "tasks_in": 3,
         "tasks_out": 3,
         "prompt_only": 1,
+        "dropped": {"contaminated_v1": 0, "near_duplicate_v1": 0},
         "rejected": {"no_task_binary": 0, "prompt_too_long": 0},
+        "sources": {},
     }
 
 
@@ -237,6 +247,7 @@ def project(tmp_path_factory) -> Path:
     run(project, "tokenizer")
     for source in params["sources"]:
         run(project, "ingest", source)
+    run(project, "dedup")
     return project
 
 
@@ -253,6 +264,7 @@ def variant(project, tmp_path_factory) -> Path:
     v = tmp_path_factory.mktemp("rl-variant")
     params = yaml.safe_load((project / "params.yaml").read_text())
     shutil.copytree(project / "lake" / "tasks", v / "lake" / "tasks")
+    shutil.copytree(project / "lake" / "dedup", v / "lake" / "dedup")
     source, other = "swesmith", "superuser"
     path = v / "lake" / "tasks" / source / "tasks.parquet"
     table = pq.read_table(path)
@@ -287,8 +299,13 @@ def check_export(out: Path, lake: Path, sources: list[str]) -> dict:
     m = read_manifest(out)
     c = m["counts"]
     tasks_in = sum(read_manifest(lake / "tasks" / s)["counts"]["rows"] for s in sources)
-    assert c["tasks_in"] == tasks_in == c["tasks_out"] + sum(c["rejected"].values())
-    assert set(c["rejected"]) == set(REJECT_REASONS)
+    assert c["tasks_in"] == tasks_in == c["tasks_out"] + sum(c["dropped"].values()) + sum(c["rejected"].values())
+    assert set(c["rejected"]) == set(REJECT_REASONS) and set(c["dropped"]) == set(TASK_RULES)
+    assert set(c["sources"]) == set(sources)
+    for f in c["sources"].values():
+        assert f["in"] == f["out"] + sum(f["dropped"].values()) + sum(f["rejected"].values())
+    for key in ("out", "in"):
+        assert sum(f[key] for f in c["sources"].values()) == c[f"tasks_{key}"]
     label, digest_ = re.fullmatch(r"rl-([0-9.]+k?)-([0-9a-f]{12})", m["dataset_id"]).groups()
     assert label == dataset_label(c["tasks_out"]) and digest_ == m["tables"]["rl_prompts"]["version_id"]
     assert c["dataset_id"] == m["dataset_id"] and m["kind"] == "export_rl"
@@ -297,6 +314,7 @@ def check_export(out: Path, lake: Path, sources: list[str]) -> dict:
     assert {n: t["file"] for n, t in m["tables"].items()} == {
         "rl_prompts": "prompts/",
         "harbor_tasks": "tasks/",
+        "rl_dropped": "rl_dropped.parquet",
         "export_rejects": "export_rejects.parquet",
     }
     n_files = -(-c["tasks_out"] // m["params"]["rows_per_shard"])
@@ -305,7 +323,7 @@ def check_export(out: Path, lake: Path, sources: list[str]) -> dict:
     assert c["files"]["tasks"] == [f"tasks/train-{i:05d}.parquet" for i in range(n_task_files)]
     assert c["shards"] == n_files
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == sorted(
-        [*c["files"]["prompts"], *c["files"]["tasks"], "export_rejects.parquet", "manifest.json"]
+        [*c["files"]["prompts"], *c["files"]["tasks"], "rl_dropped.parquet", "export_rejects.parquet", "manifest.json"]
     )
     for f in c["files"]["prompts"]:
         load_schema("rl_prompts").validate(pq.read_table(out / f))
@@ -329,8 +347,18 @@ def check_export(out: Path, lake: Path, sources: list[str]) -> dict:
         for s in sources
         for r in pq.read_table(lake / "tasks" / s / "tasks.parquet", columns=["task_id"]).to_pylist()
     }
-    assert {p["task_id"] for p in prompts} | {r["item_id"] for r in rejects} == ingested
-    assert not {p["task_id"] for p in prompts} & {r["item_id"] for r in rejects}
+    dropped = load_schema("rl_dropped").validate(pq.read_table(out / "rl_dropped.parquet")).to_pylist()
+    assert len(dropped) == sum(c["dropped"].values()) == m["tables"]["rl_dropped"]["rows"]
+    outcomes = [{p["task_id"] for p in prompts}, {r["item_id"] for r in rejects}, {d["task_id"] for d in dropped}]
+    assert set().union(*outcomes) == ingested and sum(map(len, outcomes)) == len(ingested)
+    # the filter's task-level rules: no contaminated task and no near-duplicate loser is exported
+    dedup = lake / "dedup"
+    contaminated = set(pq.read_table(dedup / "contamination.parquet").column("task_id").to_pylist()) & ingested
+    clusters = pq.read_table(dedup / "task_clusters.parquet").to_pylist()
+    losers = {k["task_id"] for k in clusters if k["dropped"]} & ingested
+    assert {d["task_id"] for d in dropped} == contaminated | losers
+    assert {d["task_id"] for d in dropped if d["rule"] == "contaminated_v1"} == contaminated
+    assert not (contaminated | losers) & ({p["task_id"] for p in prompts} | {t["task_id"] for t in tasks})
     for p, t in zip([p for p in prompts if p["task_id"] in binaries], tasks, strict=True):
         assert p["reward_spec"]["ground_truth"] == p["extra_info"]["path"] == t["path"] == f"{t['source']}/{t['name']}"
         assert (p["data_source"], p["extra_info"]["task"], p["extra_info"]["task_checksum"]) == (
@@ -345,7 +373,7 @@ def test_stage_exports_every_task_of_every_source(project, export):
     params = yaml.safe_load((project / "params.yaml").read_text())
     m = check_export(export, project / "lake", list(params["sources"]))
     assert m["counts"]["rejected"] == {"no_task_binary": 0, "prompt_too_long": 0}
-    assert m["params"] == {**params["export_rl"]}
+    assert m["params"] == {**params["export_rl"], "contaminated": True, "near_duplicates": True}
     assert json.loads((project / "metrics" / "export_rl.json").read_text()) == m["counts"]
     prompts = read_shards(export, m["counts"]["files"]["prompts"])
     assert {p["env_class"] for p in prompts} == {"harbor"} and {p["max_turns"] for p in prompts} == {32}
@@ -365,6 +393,38 @@ def test_stage_rejects_missing_binaries_and_long_prompts(variant):
     assert m["params"]["max_prompt_length"] in prompt_tokens(
         load_tokenizer(m["params"]["tokenizer"]), [p["prompt"] for p in prompts]
     )  # one sits on the limit
+
+
+def test_no_benchmark_copy_or_near_duplicate_loser_reaches_rl_on_the_sample(sample_project):
+    """The question a user asked of the built sample, asked again: RL prompts and the Harbor task
+    table hold no task the dedup stage found in a benchmark or dropped as a near-duplicate."""
+    ask = partial(run_tracelake, sample_project, "sql", "--format", "csv")
+
+    def count(query: str) -> int:
+        proc = ask(query)
+        assert proc.returncode == 0, proc.stderr
+        return int(proc.stdout.strip().splitlines()[-1])
+
+    contaminated, losers = (
+        count("select count(*) from contamination"),
+        count("select count(*) from task_clusters where dropped"),
+    )
+    assert contaminated > 0 and losers > 0  # the sample plants both
+    for table in ("rl_prompts", "harbor_tasks"):
+        assert count(f"select count(*) from {table} where task_id in (select task_id from contamination)") == 0
+        assert (
+            count(f"select count(*) from {table} where task_id in (select task_id from task_clusters where dropped)")
+            == 0
+        )
+    m = read_manifest(sample_project / "lake" / "exports" / "rl")
+    dropped = pq.read_table(sample_project / "lake" / "exports" / "rl" / "rl_dropped.parquet").to_pylist()
+    assert m["counts"]["dropped"] == {
+        "contaminated_v1": sum(d["rule"] == "contaminated_v1" for d in dropped),
+        "near_duplicate_v1": sum(d["rule"] == "near_duplicate_v1" for d in dropped),
+    }
+    # a contaminated task in the sample is dropped under its rule, with the benchmark item named
+    assert all(d["detail"].startswith("benchmark ") for d in dropped if d["rule"] == "contaminated_v1")
+    assert m["counts"]["dropped"]["contaminated_v1"] > 0 and m["counts"]["dropped"]["near_duplicate_v1"] > 0
 
 
 def test_stage_is_deterministic(project, export):

@@ -45,6 +45,7 @@ def project(tmp_path_factory) -> tuple[Path, str]:
     params["scales"] = {SCALE: int(SCALE)}
     # the real traces are long in the project's 4K-vocabulary tokenizer: keep every main trace
     params["filter"]["max_tokens"] = params["train"]["sft"]["cutoff_len"] = 400_000
+    params["export_rl"]["without_binary"] = "prompt"  # derived tasks have no environment: prompts all the same
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     # dvc.yaml still ingests the old sources: refused (by DVC for a source gone from params.yaml, by
     # the stages for one missing from dvc.yaml) until it is written again
@@ -108,7 +109,7 @@ def test_reject_leaves_them_out_with_a_reason(project, tmp_path):
     assert (
         proc.stderr.strip()
         .splitlines()[-1]
-        .startswith("tracelake: export_rl: every one of 4 tasks was rejected ({'no_task_binary': 4})")
+        .startswith("tracelake: export_rl: every one of 4 tasks was rejected or dropped (no_task_binary 4)")
     )
 
 

@@ -12,6 +12,7 @@ together); a hidden directory (a build's temporary or old copy) or one without a
   funnel     the filter funnel: source, rule, dropped, in, kept (from lake/pool/manifest.json)
   selection_<scale> and sft_<scale>   each built dataset, also under its content id ("sft-3.16k-…", quoted)
   rl_prompts, harbor_tasks, export_rejects   the exports
+  rl_dropped   tasks the RL export left out by a curation rule (contaminated, near-duplicate)
 
 Read-only, in two layers:
 - DuckDB's sandbox (`sandbox`), set once the views exist: `allowed_directories` is the lake (its real
@@ -190,6 +191,8 @@ def _make_views(v: _Views, layout: Lake) -> None:
         manifest, tables = _finished(layout.rl_export)
         v.dataset("rl_prompts", manifest["dataset_id"], tables["rl_prompts"])
         v.add("harbor_tasks", tables["harbor_tasks"])
+        if "rl_dropped" in tables:  # an RL export built before curation applied to it has none
+            v.add("rl_dropped", tables["rl_dropped"])
         export_rejects += tables.get("export_rejects", [])
     v.add("export_rejects", export_rejects)
 

@@ -30,8 +30,9 @@ class ExportRlParams(Section):
     system_prompt: str | None = None
     max_turns: Count = 32
     max_prompt_length: Count = 8192  # longer prompts are rejected (SkyRL would drop them silently)
-    # a task without a task_binary (derived from a trace table): prompt (no task table row) | reject
-    without_binary: Literal["prompt", "reject"] = "prompt"
+    # a task without a task_binary (derived from a trace table) has no environment to run in: reject
+    # (no_task_binary) | prompt (a prompt without a task table row: its environment comes from elsewhere)
+    without_binary: Literal["prompt", "reject"] = "reject"
     rows_per_shard: Count = 5000
     tokenizer: str = "data/tokenizer"
 

@@ -29,19 +29,23 @@ from collections import Counter
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Iterable
 
+import duckdb
 from tokenizers import Tokenizer
 
+from tracelake.core.assets import sql
 from tracelake.core.duckdb_views import connect, input_versions
 from tracelake.core.errors import BadInput, check
 from tracelake.core.ids import dataset_id
 from tracelake.core.lake import Lake
-from tracelake.core.outputs import output_dir, write_manifest
+from tracelake.core.outputs import output_dir, read_manifest, write_manifest
 from tracelake.core.schema import load_schema
 from tracelake.core.tables import ShardWriter, TableWriter
 from tracelake.core.tokenizer import load_tokenizer, render_chatml, tokenizer_fingerprint
 from tracelake.core.ui import progress
+from tracelake.curate.filter import RULES, attach_dedup
 
 if TYPE_CHECKING:
+    from tracelake.curate.params import FilterParams
     from tracelake.export.params import ExportRlParams
 
 PROMPT_RULE = "skyrl_prompt_v1"
@@ -60,7 +64,9 @@ class RlSettings:
     system_prompt: str | None
     max_turns: int
     max_prompt_length: int
-    without_binary: str = "prompt"  # a task without a task_binary: "prompt" (no task table row) or "reject"
+    without_binary: str = (
+        "reject"  # a task without a task_binary: "reject" (no_task_binary) or "prompt" (no task table row)
+    )
 
     @classmethod
     def of(cls, params: ExportRlParams) -> RlSettings:
@@ -74,14 +80,49 @@ class RlStats:
     tasks_out: int = 0
     prompt_only: int = 0  # prompts whose task has no binary, hence no row in the task table
     rejected: Counter = field(default_factory=Counter)
+    dropped: Counter = field(default_factory=Counter)  # curation rule -> tasks it left out (TASK_RULES)
+    sources: dict[str, dict[str, Any]] = field(default_factory=dict)  # source -> its funnel
+
+    def funnel(self, source: str) -> dict[str, Any]:
+        """The funnel of one source: in = out + Σ dropped + Σ rejected."""
+        return self.sources.setdefault(
+            source,
+            {"in": 0, "out": 0, "dropped": dict.fromkeys(TASK_RULES, 0), "rejected": dict.fromkeys(REJECT_REASONS, 0)},
+        )
 
     def as_json(self) -> dict[str, Any]:
         return {
             "tasks_in": self.tasks_in,
             "tasks_out": self.tasks_out,
             "prompt_only": self.prompt_only,
+            "dropped": {r: self.dropped.get(r, 0) for r in TASK_RULES},
             "rejected": {r: self.rejected.get(r, 0) for r in REJECT_REASONS},
+            "sources": {name: self.sources[name] for name in sorted(self.sources)},
         }
+
+
+# The filter's task-level rules (curate/filter.py RULES, sql/filter_rules/), applied to tasks: a task
+# whose rollouts the SFT side drops for what the task is never becomes an RL prompt either.
+TASK_RULES = ("contaminated_v1", "near_duplicate_v1")
+
+
+def curated_out(con: duckdb.DuckDBPyConnection, params: FilterParams) -> dict[str, tuple[str, str]]:
+    """task_id -> (rule, detail) of every task of the `tasks` view that a task-level filter rule
+    enabled in `params` drops (the first rule in the filter's order), with the dedup stage's tables
+    attached as `task_clusters` and `contamination`. The rules' own SQL runs over the tasks, each
+    task standing for its rollouts (`candidates`: task_id as trajectory_id)."""
+    con.execute("CREATE OR REPLACE TEMP VIEW candidates AS SELECT task_id, task_id AS trajectory_id FROM tasks")
+    dropped: dict[str, tuple[str, str]] = {}
+    for rule in RULES:
+        if rule.name in TASK_RULES and rule.enabled(params):
+            for task_id, detail in con.execute(sql("filter_rules/" + rule.query), rule.bind(params)).fetchall():
+                dropped.setdefault(task_id, (rule.name, detail))
+    con.execute("DROP VIEW candidates")
+    return dropped
+
+
+def dropped_row(task: dict[str, Any], rule: str, detail: str) -> dict[str, Any]:
+    return {"task_id": task["task_id"], "source": task["source"], "name": task["name"], "rule": rule, "detail": detail}
 
 
 def task_path(source: str, name: str) -> str:
@@ -201,10 +242,15 @@ def export_rl(
     tokenizer_path: str,
     rows_per_shard: int,
     params: dict[str, Any],
+    curation: FilterParams,
 ) -> dict[str, Any]:
-    """Every task of `sources` -> <lake>/exports/rl/ (prompts, Harbor task table, rejects, manifest).
-    Returns the counts (dataset id, shards, in/out/rejected, files) that the manifest records."""
+    """Every task of `sources` -> <lake>/exports/rl/ (prompts, Harbor task table, the tasks curation
+    dropped, rejects, manifest). `curation`: the filter params whose task-level rules apply
+    (`curated_out`: contaminated and near-duplicate tasks, with the dedup stage's output).
+    Returns the counts (dataset id, shards, in/out/dropped/rejected, files) that the manifest records."""
     con = connect(lake.root, sources, tables=("tasks",))
+    attach_dedup(con, lake)
+    curated = curated_out(con, curation)
     total = con.execute("SELECT count(*) FROM tasks").fetchall()[0][0]
     tokenizer = load_tokenizer(tokenizer_path)
     stats = RlStats()
@@ -217,29 +263,55 @@ def export_rl(
             progress("export_rl") as (set_total, advance),
         ):
             rejects = TableWriter(tmp, load_schema("export_rejects"))
+            dropped = TableWriter(tmp, load_schema("rl_dropped"))
             set_total(total)
             for batch in con.sql(rows).to_arrow_reader(BATCH):
-                prompt_rows, task_rows, rejected = convert_batch(batch.to_pylist(), settings, tokenizer, stats)
+                tasks = batch.to_pylist()
+                for task in tasks:
+                    stats.funnel(task["source"])["in"] += 1
+                    if task["task_id"] in curated:
+                        rule, detail = curated[task["task_id"]]
+                        dropped.write(dropped_row(task, rule, detail))
+                        stats.tasks_in += 1  # convert_batch counts the others
+                        stats.dropped[rule] += 1
+                        stats.funnel(task["source"])["dropped"][rule] += 1
+                kept = [t for t in tasks if t["task_id"] not in curated]
+                prompt_rows, task_rows, rejected = convert_batch(kept, settings, tokenizer, stats)
                 for prompt in prompt_rows:
                     prompts.write(prompt)
+                    stats.funnel(prompt["data_source"])["out"] += 1
                 for task in task_rows:
                     harbor.write(task)
                 for row in rejected:
                     rejects.write(row)
+                    stats.funnel(row["source"])["rejected"][row["reason"]] += 1
                 advance(batch.num_rows)
             info, task_info, reject_info = prompts.close(), harbor.close(), rejects.close()
+            dropped_info = dropped.close()
         check(
-            stats.tasks_in == stats.tasks_out + sum(stats.rejected.values()) == total,
+            stats.tasks_in == stats.tasks_out + sum(stats.dropped.values()) + sum(stats.rejected.values()) == total,
             f"export_rl accounting: {total} tasks, {stats.as_json()}",
         )
+        for source, f in stats.sources.items():
+            check(
+                f["in"] == f["out"] + sum(f["dropped"].values()) + sum(f["rejected"].values()),
+                f"export_rl: the funnel of {source} does not reconcile: {f}",
+            )
         check(
             info.rows == stats.tasks_out and task_info.rows == stats.tasks_out - stats.prompt_only,
             "export_rl: prompt and task shards differ",
         )
         if not info.rows:
+            why = ", ".join(f"{k} {v}" for k, v in sorted((stats.rejected + stats.dropped).items()))
+            hint = (
+                "; these tasks have no task directory (derived from trace tables): export_rl.without_binary: "
+                "prompt exports their prompts for an environment of your own"
+                if stats.rejected["no_task_binary"]
+                else ""
+            )
             raise BadInput(
-                f"export_rl: every one of {total} tasks was rejected ({dict(stats.rejected)}); "
-                f"see {out}/export_rejects.parquet"
+                f"export_rl: every one of {total} tasks was rejected or dropped ({why}); see "
+                f"{out}/export_rejects.parquet and rl_dropped.parquet{hint}"
             )
         name = dataset_id("rl", stats.tasks_out, info.version_id)
         files = {"prompts": [f"prompts/{f}" for f in prompts.files], "tasks": [f"tasks/{f}" for f in harbor.files]}
@@ -248,9 +320,10 @@ def export_rl(
             tmp,
             kind="export_rl",
             dataset_id=name,
-            tables=[info.with_file("prompts/"), task_info.with_file("tasks/"), reject_info],
+            tables=[info.with_file("prompts/"), task_info.with_file("tasks/"), dropped_info, reject_info],
             inputs={
                 "tasks": input_versions(lake.root, "tasks", sources),
+                "dedup": read_manifest(lake.dedup)["version_id"],
                 "tokenizer": tokenizer_fingerprint(tokenizer_path),
             },
             params=params,
