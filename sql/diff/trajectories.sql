@@ -8,7 +8,8 @@
 -- status: added | removed | reweighted (in both, copy count differs) | changed (in both, content differs)
 --         | unchanged.  stage/rule: what explains the move (null for unchanged rows).
 -- $content_stage: the stage a content change comes from; $a_lineage/$b_lineage: whether that side's
--- pool is known (a row in neither its pool nor its dropped rows then never reached its filters).
+-- pool is known (a row in neither its pool nor its dropped rows then never reached its filters:
+-- rule $missing_rule, not_in_trajectories; an RL export's rows are tasks: not_in_tasks).
 -- $scores_known: whether both sides' selections are known; a move the selection explains then has
 -- the task's score on each side as its detail ($a_scorer, $b_scorer: the scorers they upsampled by,
 -- named only when they differ): `score 812.5 -> 95`, `score proxy_v1 812.5 -> llm_v1 95`; `none`
@@ -73,7 +74,7 @@ WITH a AS (
                 WHEN drop_rule IS NOT NULL THEN drop_rule
                 WHEN reject_reason IS NOT NULL THEN reject_reason
                 WHEN in_other_pool THEN CASE status WHEN 'removed' THEN 'not_selected' ELSE 'selected' END
-                WHEN (status = 'removed' AND $b_lineage) OR (status = 'added' AND $a_lineage) THEN 'not_in_trajectories'
+                WHEN (status = 'removed' AND $b_lineage) OR (status = 'added' AND $a_lineage) THEN $missing_rule
                 ELSE NULL END AS rule
     FROM other
 )

@@ -473,7 +473,7 @@ def diff(
         str,
         typer.Argument(
             metavar="A",
-            help="The base version: a dataset directory, `pool`, a scale (its selection), `sft-<scale>`, a dataset id or a unique prefix (6+ hex); REV:any of these reads it at a git revision (main:1k, HEAD~1:lake/pool, my-ablation:sft-3k).",
+            help="The base version: a dataset directory, `pool`, a scale (its selection), `sft-<scale>`, `rl` (the RL export), a dataset id or a unique prefix (6+ hex); REV:any of these reads it at a git revision (main:1k, HEAD~1:lake/pool, my-ablation:sft-3k).",
         ),
     ],
     b: Annotated[str, typer.Argument(metavar="B", help="The version to compare with A (same forms).")],

@@ -593,3 +593,37 @@ def test_scorer_change_in_text_and_html(scored_lake):
     assert f"score {SCORER_X} 812.5 -&gt; {SCORER_Y} 95" in html
     same = run_tracelake(root, "diff", "x", "z", columns=250)
     assert same.returncode == 0 and "Scorers" not in same.stdout, same.stderr
+
+
+def test_rl_export_diff_explains_each_task_by_its_curation_rule(sample_project, tmp_path):
+    """RL exports compare task by task: with filter.near_duplicates off, the tasks main's RL export
+    dropped as near-duplicates come back, each explained by main's rule and detail; an RL export
+    does not compare with an SFT one."""
+    repo = tmp_path / "repo"
+    shutil.copytree(sample_project, repo, symlinks=True)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "baseline")
+    git(repo, "branch", "-M", "main")
+    main_dropped = dict(
+        duckdb.execute(
+            "SELECT task_id, detail FROM read_parquet($f) WHERE rule = 'near_duplicate_v1'",
+            {"f": str(repo / "lake/exports/rl/rl_dropped.parquet")},
+        ).fetchall()
+    )
+    assert main_dropped
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["filter"]["near_duplicates"] = False
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    run_ok(["dvc", "repro", "export_rl"], repo)
+    proc = run_tracelake(repo, "diff", "main:rl", "rl", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["a"]["kind"] == report["b"]["kind"] == "export_rl"
+    added = {r["trajectory_id"]: r for r in report["moved"] if r["status"] == "added"}
+    assert set(added) == set(main_dropped)
+    assert all(r["stage"] == "filter" and r["rule"] == "near_duplicate_v1" for r in added.values())
+    assert all(added[t]["detail"] == d for t, d in main_dropped.items())
+    assert not [r for r in report["moved"] if r["status"] != "added"]
+    assert {"key": "export_rl.near_duplicates", "a": True, "b": False} in report["params"]
+    mixed = run_tracelake(repo, "diff", "rl", "sft-1k")
+    assert mixed.returncode != 0 and "an RL export (tasks) compares only with another RL export" in mixed.stderr

@@ -119,11 +119,13 @@ class Lake:
         return {d.name: d for d in built_children(self.sft_exports)}
 
     def versions(self) -> dict[str, Path]:
-        """Every built version that `diff` compares, by name: `pool`, `<scale>` (its selection) and
-        `sft-<scale>` (its SFT export)."""
+        """Every built version that `diff` compares, by name: `pool`, `<scale>` (its selection),
+        `sft-<scale>` (its SFT export) and `rl` (the RL export)."""
         found = {"pool": self.pool} if is_built(self.pool) else {}
         found.update(self.built_selections())
         found.update({f"sft-{scale}": d for scale, d in self.built_sft_exports().items()})
+        if is_built(self.rl_export):
+            found["rl"] = self.rl_export
         return found
 
 

@@ -6,7 +6,9 @@
         report = diff_versions(a, b)                     # plain data: see DIFF_FORMAT below
 
 A version is a built dataset directory with its manifest: the pool (`lake/pool`), a selection
-(`lake/selections/<scale>`) or an SFT export (`lake/exports/sft/<scale>`). Each side is loaded into
+(`lake/selections/<scale>`), an SFT export (`lake/exports/sft/<scale>`) or the RL export
+(`lake/exports/rl`, named `rl`: its rows are tasks, keyed by task_id, and it compares only with
+another RL export; its own rl_dropped and export_rejects explain its moves). Each side is loaded into
 DuckDB as one row per dataset row (sql/diff/rows_<kind>.sql) and compared there by trajectory id
 (sql/diff/trajectories.sql); nothing loops over rows in Python. A trajectory that moved is explained
 from the other side's lineage, the pool and filters it was built from:
@@ -38,8 +40,14 @@ from tracelake.core.outputs import read_manifest
 from tracelake.explore.revisions import split_spec, tree_at
 
 DIFF_FORMAT = "tracelake_diff_v1"
-KINDS = ("pool", "selection", "export_sft")
-SECTIONS = {"pool": "filter", "scores": "score", "selection": "select", "export_sft": "export_sft"}
+KINDS = ("pool", "selection", "export_sft", "export_rl")
+SECTIONS = {
+    "pool": "filter",
+    "scores": "score",
+    "selection": "select",
+    "export_sft": "export_sft",
+    "export_rl": "export_rl",
+}
 STATUSES = ("added", "removed", "reweighted", "changed", "unchanged")
 HIST_BINS = 24
 TOP_TASKS = 20
@@ -74,7 +82,15 @@ class Version:
             return [str(self.directory / "pool.parquet")]
         if self.kind == "selection":
             return [str(self.directory / "selection.parquet")]
+        if self.kind == "export_rl":
+            return [str(self.directory / f) for f in self.manifest["counts"]["files"]["prompts"]]
         return [str(self.directory / f) for f in self.manifest["counts"]["files"]]
+
+    @property
+    def lineage_known(self) -> bool:
+        """Whether a row missing from this side, and not dropped or rejected there, is known to have
+        been missing from its input (its pool is known; an RL export's tasks are its input)."""
+        return self.pool is not None or self.kind == "export_rl"
 
     @property
     def scorer(self) -> str | None:
@@ -147,6 +163,8 @@ def _attach_lineage(v: Version) -> None:
     and check by version id that they are the ones its manifest names."""
     d = v.directory
     v.lineage[v.kind] = v.manifest
+    if v.kind == "export_rl":  # <lake>/exports/rl: its own dropped tasks and rejects explain its moves
+        return
     if v.kind == "pool":  # <lake>/pool, <lake>/selections/<scale>, <lake>/exports/sft/<scale>
         v.pool = d
         lake = Lake(d.parent)
@@ -194,7 +212,7 @@ def flat_params(v: Version) -> dict[str, Any]:
         else:
             out[prefix] = value
 
-    for kind in ("pool", "scores", "selection", "export_sft"):
+    for kind in ("pool", "scores", "selection", "export_sft", "export_rl"):
         if kind in v.lineage:
             walk(SECTIONS[kind], v.lineage[kind].get("params", {}))
     return out
@@ -221,7 +239,12 @@ def _load_side(con: duckdb.DuckDBPyConnection, side: str, v: Version) -> None:
     else:
         con.execute(f"CREATE TABLE {side}_pool (trajectory_id VARCHAR)")
     dropped = v.pool / "dropped.parquet" if v.pool is not None else None
-    if dropped is not None and dropped.is_file():
+    if v.kind == "export_rl" and (v.directory / "rl_dropped.parquet").is_file():
+        con.execute(
+            f"CREATE TABLE {side}_dropped AS SELECT task_id AS trajectory_id, rule, detail FROM read_parquet($f)",
+            {"f": str(v.directory / "rl_dropped.parquet")},
+        )
+    elif dropped is not None and dropped.is_file():
         con.execute(
             f"CREATE TABLE {side}_dropped AS SELECT trajectory_id, rule, detail FROM read_parquet($f)",
             {"f": str(dropped)},
@@ -233,6 +256,11 @@ def _load_side(con: duckdb.DuckDBPyConnection, side: str, v: Version) -> None:
         con.execute(
             f"""CREATE TABLE {side}_xrej AS SELECT trajectory_id, reason, detail FROM read_parquet($f)
                         WHERE trajectory_id IS NOT NULL""",
+            {"f": str(rejects)},
+        )
+    elif v.kind == "export_rl" and rejects.is_file():  # an RL reject's item is its task
+        con.execute(
+            f"CREATE TABLE {side}_xrej AS SELECT item_id AS trajectory_id, reason, detail FROM read_parquet($f)",
             {"f": str(rejects)},
         )
     else:
@@ -261,19 +289,26 @@ def _rows(con: duckdb.DuckDBPyConnection, query: str, params: dict | None = None
 
 def diff_versions(a: Version, b: Version) -> dict[str, Any]:
     """The whole comparison as plain data (JSON-ready)."""
+    if (a.kind == "export_rl") != (b.kind == "export_rl"):
+        raise BadInput(
+            f"{a.spec} is {'an RL export' if a.kind == 'export_rl' else 'a ' + a.kind}, {b.spec} "
+            f"{'an RL export' if b.kind == 'export_rl' else 'a ' + b.kind}: an RL export (tasks) compares "
+            f"only with another RL export"
+        )
     con = duckdb.connect()
     _load_side(con, "a", a)
     _load_side(con, "b", b)
     if a.kind != b.kind:  # contents of different kinds never compare equal: compare ids and copies only
         con.execute("UPDATE a_rows SET content = NULL; UPDATE b_rows SET content = NULL")
-    content_stage = "export" if "export_sft" in (a.kind, b.kind) else "filter"
+    content_stage = "export" if {"export_sft", "export_rl"} & {a.kind, b.kind} else "filter"
     scores_known = a.selection is not None and b.selection is not None
     con.execute(
         "CREATE TABLE traj AS " + assets.sql("diff/trajectories"),
         {
             "content_stage": content_stage,
-            "a_lineage": a.pool is not None,
-            "b_lineage": b.pool is not None,
+            "a_lineage": a.lineage_known,
+            "b_lineage": b.lineage_known,
+            "missing_rule": "not_in_tasks" if a.kind == "export_rl" else "not_in_trajectories",
             "scores_known": scores_known,
             "a_scorer": a.scorer,
             "b_scorer": b.scorer,
