@@ -9,13 +9,16 @@ the rejected ones; the exported task table extracts back to the original task di
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import io
 import json
 import os
 import re
 import shutil
 import stat
 import subprocess
+import tarfile
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -42,7 +45,8 @@ from tracelake.export.rl import (
     prompt_row,
     prompt_tokens,
 )
-from tracelake.ingest.task_archive import extract_archive, extract_table
+from tracelake.ingest.archive_read import Entry
+from tracelake.ingest.task_archive import build_archive, extract_archive, extract_table
 
 from ..helpers import ROOT, rl_trainer_python, run_tracelake
 
@@ -77,6 +81,14 @@ def digest(*paths: Path) -> dict[str, str]:
     }
 
 
+def tree_of_archive(binary: bytes, scratch: Path) -> dict[str, tuple]:
+    extract_archive(binary, scratch)
+    try:
+        return tree(scratch)
+    finally:
+        shutil.rmtree(scratch)
+
+
 def read_shards(directory: Path, files: list[str]) -> list[dict]:
     return [r for f in files for r in pq.read_table(directory / f).to_pylist()]
 
@@ -92,7 +104,19 @@ def tree(root: Path) -> dict[str, tuple]:
     return out
 
 
-def task(name: str, instruction: str = "Print hello.\n", *, binary: bytes | None = b"tar", source: str = "s1") -> dict:
+TASK_FILES = {
+    "environment/Dockerfile": b"FROM ubuntu:24.04\n",
+    "instruction.md": b"Print hello.\n",
+    "task.toml": b'version = "1.0"\n',
+    "tests/test.sh": b"#!/bin/sh\ntest -f hello\n",
+}
+TASK_ENTRIES = [Entry(d, True) for d in ("environment", "tests")] + [
+    Entry(name, False, name.endswith(".sh"), data) for name, data in TASK_FILES.items()
+]
+TAR = build_archive(TASK_ENTRIES)
+
+
+def task(name: str, instruction: str = "Print hello.\n", *, binary: bytes | None = TAR, source: str = "s1") -> dict:
     return {
         "task_id": f"id-{name}",
         "source": source,
@@ -122,7 +146,7 @@ def test_prompt_without_system_prompt_is_the_instruction_verbatim():
     assert row == {
         "prompt": [{"role": "user", "content": "  Print hello.\n\nThen exit.\n"}],
         "env_class": "harbor",
-        "reward_spec": {"method": "rule", "ground_truth": "s1/hello"},
+        "reward_spec": {"method": "rule", "ground_truth": "s1.hello"},
         "data_source": "s1",
         "max_turns": 32,
         "task_id": "id-hello",
@@ -130,7 +154,7 @@ def test_prompt_without_system_prompt_is_the_instruction_verbatim():
             "task_id": "id-hello",
             "task": "hello",
             "source": "s1",
-            "path": "s1/hello",
+            "path": "s1.hello",
             "task_checksum": "sum-hello",
         },
     }
@@ -185,7 +209,7 @@ def test_rejects_missing_binaries_and_too_long_prompts_in_input_order(tok):
         "tasks_out": 2,
         "prompt_only": 0,
         "dropped": {"contaminated_v1": 0, "near_duplicate_v1": 0},  # curation happens before (export_rl)
-        "rejected": {"no_task_binary": 1, "prompt_too_long": 1},
+        "rejected": {"no_task_binary": 1, "incomplete_task": 0, "prompt_too_long": 1},
         "sources": {},
     }
 
@@ -207,7 +231,7 @@ def test_a_task_without_a_binary_is_rejected_by_default_or_a_prompt_without_a_ta
         "tasks_out": 3,
         "prompt_only": 1,
         "dropped": {"contaminated_v1": 0, "near_duplicate_v1": 0},
-        "rejected": {"no_task_binary": 0, "prompt_too_long": 0},
+        "rejected": {"no_task_binary": 0, "incomplete_task": 0, "prompt_too_long": 0},
         "sources": {},
     }
 
@@ -221,16 +245,45 @@ def test_the_limit_is_inclusive_like_skyrl(tok):
     assert (len(dropped[0]), [r["reason"] for r in dropped[2]]) == (0, ["prompt_too_long"])
 
 
-def test_harbor_row_keeps_the_binary_as_ingested(tok):
-    _, (row,), _ = convert_batch([task("a", binary=b"\x1f\x8bbytes")], SETTINGS, tok, RlStats())
+def test_harbor_row_normalizes_the_archive(tok):
+    """A task table's archive made by another tool (mtimes, owners, a gzip name and time, members out
+    of order, a top directory) is written as build_archive writes the same files: same files, same
+    bytes; an archive already in that form is kept byte for byte."""
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=1700000000, filename="task.tar") as gz:
+        with tarfile.open(fileobj=gz, mode="w", format=tarfile.GNU_FORMAT) as tar:
+            members = [("task/tests", None), ("task/environment", None), *reversed(TASK_FILES.items())]
+            for name, data in members:
+                info = tarfile.TarInfo(name if name.startswith("task/") else f"task/{name}")
+                info.mtime, info.uid, info.gid, info.uname = 1700000000 + len(name), 1000, 1000, "someone"
+                if data is None:
+                    info.type, info.mode = tarfile.DIRTYPE, 0o775
+                    tar.addfile(info)
+                else:
+                    info.size, info.mode = len(data), 0o775 if name.endswith(".sh") else 0o664
+                    tar.addfile(info, io.BytesIO(data))
+    foreign = buf.getvalue()
+    assert foreign != TAR
+    _, (row,), _ = convert_batch([task("a", binary=foreign)], SETTINGS, tok, RlStats())
     assert row == {
-        "path": "s1/a",
-        "task_binary": b"\x1f\x8bbytes",
+        "path": "s1.a",
+        "task_binary": TAR,
         "task_id": "id-a",
         "source": "s1",
         "name": "a",
         "task_checksum": "sum-a",
     }
+    assert convert_batch([task("a")], SETTINGS, tok, RlStats())[1][0]["task_binary"] == TAR
+
+
+def test_a_task_harbor_cannot_run_is_rejected_with_what_it_lacks(tok):
+    """A Harbor trial needs instruction.md, task.toml, environment/ and tests/."""
+    partial_tar = build_archive([e for e in TASK_ENTRIES if not e.name.startswith(("tests", "task.toml"))])
+    prompts, harbor, rejects = convert_batch([task("a"), task("b", binary=partial_tar)], SETTINGS, tok, RlStats())
+    assert [p["task_id"] for p in prompts] == [h["task_id"] for h in harbor] == ["id-a"]
+    assert [(r["item_id"], r["reason"], r["detail"]) for r in rejects] == [
+        ("id-b", "incomplete_task", "the task directory has no task.toml, tests/: Harbor cannot run it")
+    ]
 
 
 # --- the stage on a small sample project -----------------------------------------------------
@@ -322,7 +375,8 @@ def check_export(out: Path, lake: Path, sources: list[str]) -> dict:
     assert c["files"]["prompts"] == [f"prompts/train-{i:05d}.parquet" for i in range(n_files)]
     assert c["files"]["tasks"] == [f"tasks/train-{i:05d}.parquet" for i in range(n_task_files)]
     assert c["shards"] == n_files
-    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == sorted(
+    listed = (p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert sorted(p for p in listed if not p.startswith("harbor/")) == sorted(
         [*c["files"]["prompts"], *c["files"]["tasks"], "rl_dropped.parquet", "export_rejects.parquet", "manifest.json"]
     )
     for f in c["files"]["prompts"]:
@@ -359,8 +413,22 @@ def check_export(out: Path, lake: Path, sources: list[str]) -> dict:
     assert {d["task_id"] for d in dropped} == contaminated | losers
     assert {d["task_id"] for d in dropped if d["rule"] == "contaminated_v1"} == contaminated
     assert not (contaminated | losers) & ({p["task_id"] for p in prompts} | {t["task_id"] for t in tasks})
+    # SkyRL's HarborTaskDataset contract (examples/train_integrations/harbor, in SkyRL's repository, not
+    # its wheel): data.train_data names a directory whose immediate subdirectories holding an
+    # instruction.md are the tasks; Harbor then needs task.toml, environment/ and tests/ in each
+    harbor = out / "harbor"
+    assert c["task_dirs"] == {"directory": "harbor/", "count": len(tasks)}
+    names = [d.name for d in harbor.iterdir()]
+    assert all((harbor / n).is_dir() and not (harbor / n).is_symlink() for n in names)
+    assert sorted(names) == [t["path"] for t in tasks] == sorted({t["path"] for t in tasks})  # sorted, unique
+    for t in tasks:
+        d = harbor / t["path"]
+        assert (d / "instruction.md").is_file() and (d / "task.toml").is_file(), t["path"]
+        assert (d / "environment").is_dir() and (d / "tests").is_dir(), t["path"]
+        assert not [p for p in d.iterdir() if p.is_dir() and (p / "instruction.md").exists()]  # one level
+        assert tree(d) == tree_of_archive(t["task_binary"], out.parent / f".check-{t['path']}")
     for p, t in zip([p for p in prompts if p["task_id"] in binaries], tasks, strict=True):
-        assert p["reward_spec"]["ground_truth"] == p["extra_info"]["path"] == t["path"] == f"{t['source']}/{t['name']}"
+        assert p["reward_spec"]["ground_truth"] == p["extra_info"]["path"] == t["path"] == f"{t['source']}.{t['name']}"
         assert (p["data_source"], p["extra_info"]["task"], p["extra_info"]["task_checksum"]) == (
             t["source"],
             t["name"],
@@ -372,7 +440,7 @@ def check_export(out: Path, lake: Path, sources: list[str]) -> dict:
 def test_stage_exports_every_task_of_every_source(project, export):
     params = yaml.safe_load((project / "params.yaml").read_text())
     m = check_export(export, project / "lake", list(params["sources"]))
-    assert m["counts"]["rejected"] == {"no_task_binary": 0, "prompt_too_long": 0}
+    assert m["counts"]["rejected"] == {"no_task_binary": 0, "incomplete_task": 0, "prompt_too_long": 0}
     assert m["params"] == {**params["export_rl"], "contaminated": True, "near_duplicates": True}
     assert json.loads((project / "metrics" / "export_rl.json").read_text()) == m["counts"]
     prompts = read_shards(export, m["counts"]["files"]["prompts"])
@@ -443,7 +511,7 @@ def test_exported_task_table_extracts_to_the_original_task_directories(project, 
     everything = tmp_path / "all"
     for f in m["counts"]["files"]["tasks"]:
         extract_table(export / f, everything)
-    extracted = sorted(p.relative_to(everything).as_posix() for p in everything.glob("*/*"))
+    extracted = sorted(p.relative_to(everything).as_posix() for p in everything.glob("*"))
     assert extracted == sorted(t["path"] for t in tasks)
     for t in tasks:
         original = tree(project / "data" / "sample" / t["source"] / "tasks" / t["name"])

@@ -1,24 +1,29 @@
-"""Tasks -> SkyRL RL data: a PromptDataset (one prompt row per task, rule skyrl_prompt_v1), the Harbor
-task table its environment runs, and the tasks that could not become either, with reasons.
+"""Tasks -> SkyRL RL data: the task directories SkyRL's Harbor entrypoint trains on, the same tasks
+as a reproducible Harbor task table and as a PromptDataset (one prompt row per task, rule
+skyrl_prompt_v1), the tasks curation dropped and those that could not become either, with reasons.
 
     lake/exports/rl/
-      prompts/train-00000.parquet  rl_prompts: what skyrl_train.dataset.PromptDataset reads
-      tasks/train-00000.parquet    harbor_tasks: (path, task_binary) rows of the prompts' tasks that have
-                                   a binary, in the prompts' order
-      export_rejects.parquet       tasks with a prompt SkyRL would drop (and, with without_binary: reject,
-                                   tasks without a binary)
+      harbor/<source>.<name>/      each exported task's directory (instruction.md, task.toml, environment/,
+                                   tests/, ...), one level deep, names unique: data.train_data points here
+      tasks/train-00000.parquet    harbor_tasks: (path, task_binary) rows of the same tasks, in the prompts'
+                                   order; archives normalized (normalized_binary): same files, same bytes
+      prompts/train-00000.parquet  rl_prompts: what SkyRL's PromptDataset reads (main_base with an
+                                   environment of your own)
+      rl_dropped.parquet           tasks a curation rule left out (curated_out)
+      export_rejects.parquet       tasks with a prompt SkyRL would drop, and tasks without a task directory
       manifest.json                written last; dataset_id rl-<tasks>-<12 hex of the prompts>
 
 Why: SkyRL passes every prompt column except `prompt` and `env_class` to the environment as its
 extras, so a row carries everything the Harbor environment needs to find and grade its task:
-reward_spec.ground_truth is the task's `path` in the task table (`<source>/<name>`, where
-`tracelake tasks extract` puts its directory). PromptDataset silently filters out prompts whose chat
-template with the generation prompt is longer than max_prompt_length tokens: those are rejected
-here with a reason instead, so every task is accounted for (in = out + rejected). A task without a
-task_binary (one derived from a trace table published without task directories) has no environment in
-the task table: by default it still becomes a prompt (counted as `prompt_only`: its environment must
-come from elsewhere, e.g. its task directory ingested later); `without_binary: reject` rejects it
-(no_task_binary). A prompt's length is `len(tokenizer.encode(render_chatml(prompt)
+reward_spec.ground_truth is the task's `path` (`<source>.<name>`: its directory under harbor/, and
+where `tracelake tasks extract` or SkyRL's prepare_harbor_dataset.py put it). PromptDataset silently
+filters out prompts whose chat template with the generation prompt is longer than max_prompt_length
+tokens: those are rejected here with a reason instead, so every task is accounted for (in = out +
+dropped + rejected). A task without a task_binary (one derived from a trace table published without
+task directories) has no environment to run in: it is rejected (no_task_binary) unless
+`without_binary: prompt`, which exports its prompt without a task table row (counted as
+`prompt_only`: its environment must come from elsewhere). Upsampling does not apply: each task is
+one directory and one prompt. A prompt's length is `len(tokenizer.encode(render_chatml(prompt)
 + "<|im_start|>assistant\\n", add_special_tokens=False))`: exactly what PromptDataset measures with a
 ChatML chat template (the project's tokenizer; Qwen's for messages without tools).
 """
@@ -43,6 +48,9 @@ from tracelake.core.tables import ShardWriter, TableWriter
 from tracelake.core.tokenizer import load_tokenizer, render_chatml, tokenizer_fingerprint
 from tracelake.core.ui import progress
 from tracelake.curate.filter import RULES, attach_dedup
+from tracelake.ingest.archive_read import Entry
+from tracelake.ingest.common import Reject
+from tracelake.ingest.task_archive import build_archive, extract_archive, read_archive
 
 if TYPE_CHECKING:
     from tracelake.curate.params import FilterParams
@@ -50,9 +58,13 @@ if TYPE_CHECKING:
 
 PROMPT_RULE = "skyrl_prompt_v1"
 GENERATION_PROMPT = "<|im_start|>assistant\n"
-REJECT_REASONS = ("no_task_binary", "prompt_too_long")
+REJECT_REASONS = ("no_task_binary", "incomplete_task", "prompt_too_long")
+# What a Harbor trial needs of a task directory: its instruction, its config, the environment it
+# builds and the tests that grade it (SkyRL's HarborTaskDataset itself checks only instruction.md).
+HARBOR_LAYOUT = ("instruction.md", "task.toml", "environment/", "tests/")
 TASK_COLUMNS = ("task_id", "source", "name", "instruction", "task_checksum", "task_binary")
 BATCH = 64  # task_binary values can be megabytes each
+HARBOR_DIR = "harbor"  # the task directories, extracted: what SkyRL's Harbor entrypoint's data.train_data names
 
 
 @dataclass(frozen=True)
@@ -126,8 +138,18 @@ def dropped_row(task: dict[str, Any], rule: str, detail: str) -> dict[str, Any]:
 
 
 def task_path(source: str, name: str) -> str:
-    """Where the task directory goes when the task table is extracted, and the reward's ground truth."""
-    return f"{source}/{name}"
+    """The task directory's name, one level deep, in harbor/ and when the task table is extracted, and
+    the reward's ground truth: `<source>.<name>`. Unique, since a source name has no dot (core/params.py
+    Name); one level, since SkyRL's HarborTaskDataset takes only the immediate subdirectories of each
+    `data.train_data` entry that hold an instruction.md."""
+    return f"{source}.{name}"
+
+
+def missing_layout(entries: list[Entry]) -> list[str]:
+    """The parts of HARBOR_LAYOUT a task's archive lacks (a directory counts when anything is in it)."""
+    names = {e.name + "/" if e.is_dir else e.name for e in entries}
+    names |= {e.name.split("/", 1)[0] + "/" for e in entries if "/" in e.name}
+    return [part for part in HARBOR_LAYOUT if part not in names]
 
 
 def prompt_messages(instruction: str, system_prompt: str | None) -> list[dict[str, str]]:
@@ -165,11 +187,15 @@ def prompt_row(task: dict[str, Any], messages: list[dict[str, str]], s: RlSettin
     }
 
 
-def harbor_row(task: dict[str, Any]) -> dict[str, Any]:
-    """One harbor_tasks row: the task's binary as ingested, under its path."""
+def harbor_row(task: dict[str, Any], entries: list[Entry]) -> dict[str, Any]:
+    """One harbor_tasks row: the task's files (`entries`, read from its archive) in the archive
+    build_archive writes (ARCHIVE_FORMAT: sorted members, mode 0644/0755, owner 0, mtime 0, gzip
+    without name or time), whatever tool made the ingested one: the same files give the same bytes.
+    A task table such as OpenThoughts-Agent-RL-5K stores mtimes, uids and gids; a directory ingested
+    here is already in this form (rebuilding it changes no byte)."""
     return {
         "path": task_path(task["source"], task["name"]),
-        "task_binary": task["task_binary"],
+        "task_binary": build_archive(entries),
         "task_id": task["task_id"],
         "source": task["source"],
         "name": task["name"],
@@ -195,7 +221,9 @@ def convert_batch(
     """Task rows (TASK_COLUMNS) -> (rl_prompts rows, harbor_tasks rows, export_rejects rows).
 
     Both lists keep the input order; the task rows are those of the prompts whose task has a
-    binary. Every input task ends in exactly one of prompts or rejects.
+    binary. Every input task ends in exactly one of prompts or rejects: without a binary
+    (no_task_binary, with without_binary: reject), with an archive that lacks part of HARBOR_LAYOUT
+    (incomplete_task), or with a prompt SkyRL would drop (prompt_too_long).
     """
     tasks = list(tasks)
     reject_unrunnable = settings.without_binary == "reject"
@@ -209,9 +237,22 @@ def convert_batch(
     harbor: list[dict] = []
     rejects: list[dict] = []
     for i, t in enumerate(tasks):
+        entries, missing = None, []
+        if i in messages and t["task_binary"] is not None:
+            try:
+                entries = read_archive(t["task_binary"])
+                missing = missing_layout(entries)
+            except Reject as e:
+                missing = [f"a readable archive ({e.reason}: {e.detail})"]
         if i not in messages:
             rejects.append(
                 reject_row(t, "no_task_binary", "the task row has no task_binary: the Harbor environment cannot run it")
+            )
+        elif missing:
+            rejects.append(
+                reject_row(
+                    t, "incomplete_task", f"the task directory has no {', '.join(missing)}: Harbor cannot run it"
+                )
             )
         elif n_tokens[i] > settings.max_prompt_length:
             rejects.append(
@@ -224,10 +265,10 @@ def convert_batch(
             )
         else:
             prompts.append(prompt_row(t, messages[i], settings))
-            if t["task_binary"] is None:
+            if entries is None:
                 stats.prompt_only += 1
             else:
-                harbor.append(harbor_row(t))
+                harbor.append(harbor_row(t, entries))
     stats.tasks_in += len(tasks)
     stats.tasks_out += len(prompts)
     stats.rejected.update(r["reason"] for r in rejects)
@@ -264,6 +305,7 @@ def export_rl(
         ):
             rejects = TableWriter(tmp, load_schema("export_rejects"))
             dropped = TableWriter(tmp, load_schema("rl_dropped"))
+            (tmp / HARBOR_DIR).mkdir()
             set_total(total)
             for batch in con.sql(rows).to_arrow_reader(BATCH):
                 tasks = batch.to_pylist()
@@ -282,6 +324,7 @@ def export_rl(
                     stats.funnel(prompt["data_source"])["out"] += 1
                 for task in task_rows:
                     harbor.write(task)
+                    extract_archive(task["task_binary"], tmp / HARBOR_DIR / task["path"], label=task["path"])
                 for row in rejected:
                     rejects.write(row)
                     stats.funnel(row["source"])["rejected"][row["reason"]] += 1
@@ -315,7 +358,13 @@ def export_rl(
             )
         name = dataset_id("rl", stats.tasks_out, info.version_id)
         files = {"prompts": [f"prompts/{f}" for f in prompts.files], "tasks": [f"tasks/{f}" for f in harbor.files]}
-        counts = {"dataset_id": name, "shards": len(prompts.files), **stats.as_json(), "files": files}
+        counts = {
+            "dataset_id": name,
+            "shards": len(prompts.files),
+            **stats.as_json(),
+            "files": files,
+            "task_dirs": {"directory": f"{HARBOR_DIR}/", "count": task_info.rows},
+        }
         write_manifest(
             tmp,
             kind="export_rl",
