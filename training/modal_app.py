@@ -8,8 +8,8 @@ TRACELAKE_MODAL_* variables below from params.yaml `train.modal` and passes the 
   uploaded from the local entrypoint only when that id is not on the volume yet, so an unchanged
   dataset is never uploaded twice. `runs` holds checkpoints and logs (/runs/<dataset id>/).
 - Images (on a CUDA devel base): SFT = LLaMA-Factory, CUDA torch, DeepSpeed; RL = skyrl 0.4 (or
-  skyrl-train 0.3.1: train.rl.trainer) with vLLM (Python 3.12). Never built here: Modal's builders
-  need the network and a token.
+  skyrl-train 0.3.1: train.rl.trainer) with vLLM (Python 3.12), and for route harbor a SkyRL checkout
+  with its harbor extra. Never built here: Modal's builders need the network and a token.
 - Credentials: Modal's own token from the environment or ~/.modal.toml; HF_TOKEN / WANDB_API_KEY,
   when set locally, travel as a Modal secret built from the local environment. Nothing is written.
 """
@@ -50,7 +50,24 @@ RL_PACKAGES = {  # both need Python 3.12; their GPU extras pin vLLM, CUDA torch 
     "skyrl": "skyrl[fsdp]==0.4.0",
     "skyrl-train": "skyrl-train[vllm]==0.3.1",
 }
-rl_image = modal.Image.from_registry(CUDA_BASE, add_python="3.12").pip_install(RL_PACKAGES[RL_TRAINER])
+RL_ROUTE = os.environ.get("TRACELAKE_MODAL_RL_ROUTE", "main_base")  # train.rl.route, as rl.yaml records it
+# Route harbor: SkyRL's Harbor entrypoint lives in its repository, not its wheel; the image holds a
+# checkout (TRACELAKE_MODAL_SKYRL_REF: a branch, tag or commit; pin a commit for a reproducible image)
+# installed with its harbor extra, on PYTHONPATH as the local run puts train.rl.skyrl_checkout.
+SKYRL_REF = os.environ.get("TRACELAKE_MODAL_SKYRL_REF", "main")
+rl_image = modal.Image.from_registry(CUDA_BASE, add_python="3.12")
+if RL_ROUTE == "harbor":
+    rl_image = (
+        rl_image.apt_install("git")
+        .run_commands(
+            "git clone https://github.com/NovaSky-AI/SkyRL /opt/SkyRL",
+            f"git -C /opt/SkyRL checkout {SKYRL_REF}",
+            "pip install -e '/opt/SkyRL[fsdp,harbor]'",
+        )
+        .env({"PYTHONPATH": "/opt/SkyRL"})
+    )
+else:
+    rl_image = rl_image.pip_install(RL_PACKAGES[RL_TRAINER])
 
 
 def _run(job: dict, dataset_id: str) -> None:
@@ -74,7 +91,8 @@ def train_sft(job: dict, dataset_id: str) -> None:
 
 @app.function(image=rl_image, gpu=GPU, volumes=volumes, secrets=secrets, timeout=TIMEOUT_S)
 def train_rl(job: dict, dataset_id: str) -> None:
-    """SkyRL on /datasets/<dataset id>/prompts/*.parquet (the overrides already point there)."""
+    """SkyRL on /datasets/<dataset id>: its harbor/ task directories (route harbor) or its
+    prompts/*.parquet (main_base); the overrides already point there."""
     _run(job, dataset_id)
 
 

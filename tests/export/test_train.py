@@ -100,19 +100,36 @@ def test_default_params_match_the_seed_recipe():
     assert load_params(ROOT / "params.yaml").train.sft == sft
 
 
-def test_rl_config_lists_explicit_parquet_files(sample_project):
+def test_rl_config_trains_on_the_harbor_task_directories(sample_project):
+    """The default route: SkyRL's Harbor entrypoint on the export's task directories, with what a
+    trial needs to train (rollout details, every message, no summarization) and max_seq_len set."""
     config = yaml.safe_load((sample_project / "training" / "configs" / "rl.yaml").read_text())
     manifest = read_manifest(sample_project / "lake" / "exports" / "rl")
+    assert config["route"] == "harbor"
+    assert config["entrypoint"] == "examples.train_integrations.harbor.entrypoints.main_harbor"
+    o = config["overrides"]
+    assert o["data.train_data"] == ["lake/exports/rl/harbor"] and (sample_project / "lake/exports/rl/harbor").is_dir()
+    assert config["dataset_id"] == manifest["dataset_id"]
+    assert (o["trainer.algorithm.advantage_estimator"], o["generator.n_samples_per_prompt"]) == ("grpo", 8)
+    assert o["trainer.algorithm.max_seq_len"] == o["harbor_trial_config.agent.kwargs.model_info.max_input_tokens"]
+    assert o["harbor_trial_config.agent.kwargs.max_turns"] == 32 and o["harbor_trial_config.agent.name"] == "terminus-2"
+    assert o["harbor_trial_config.agent.kwargs.collect_rollout_details"] is True
+    assert o["harbor_trial_config.agent.kwargs.store_all_messages"] is True
+    assert o["harbor_trial_config.agent.kwargs.enable_summarize"] is False
+    assert "environment.env_class" not in o and "generator.max_turns" not in o
+
+
+def test_rl_config_main_base_lists_explicit_parquet_files(sample_project, tmp_path):
+    project = _rl_project(sample_project, tmp_path, "skyrl", "main_base")
+    config = yaml.safe_load((project / "training" / "configs" / "rl.yaml").read_text())
+    manifest = read_manifest(project / "lake" / "exports" / "rl")
     files = config["overrides"]["data.train_data"]
     assert files == [f"lake/exports/rl/{f}" for f in manifest["counts"]["files"]["prompts"]]
-    assert all(f.endswith(".parquet") and (sample_project / f).is_file() for f in files)
-    assert config["dataset_id"] == manifest["dataset_id"]
+    assert all(f.endswith(".parquet") and (project / f).is_file() for f in files)
+    assert config["route"] == "main_base" and config["entrypoint"] == "skyrl.train.entrypoints.main_base"
     o = config["overrides"]
-    assert (
-        o["trainer.algorithm.advantage_estimator"],
-        o["generator.n_samples_per_prompt"],
-        o["generator.max_turns"],
-    ) == ("grpo", 8, 32)
+    assert (o["generator.max_turns"], o["environment.env_class"]) == (32, "harbor")
+    assert not [k for k in o if k.startswith("harbor_trial_config.")]
 
 
 def test_modal_dry_run_offline_shows_command_gpu_volumes_and_dataset(sample_project, tmp_path):
@@ -143,10 +160,11 @@ def test_modal_dry_run_offline_shows_command_gpu_volumes_and_dataset(sample_proj
 def test_modal_rl_plan_names_the_trainer_and_remote_paths(in_project):
     plan = make_plan(load_params("params.yaml"), "rl", "rl", "modal", ["trainer.epochs=2"])
     assert plan.env["TRACELAKE_MODAL_RL_TRAINER"] == "skyrl" and plan.environment == "skyrl"
-    assert plan.remote_command[:3] == ["python", "-m", "skyrl.train.entrypoints.main_base"]
+    assert plan.env["TRACELAKE_MODAL_RL_ROUTE"] == "harbor"
+    assert plan.remote_command[:3] == ["python", "-m", "examples.train_integrations.harbor.entrypoints.main_harbor"]
     assert plan.rl_overrides == plan.remote_command[3:] and "trainer.epochs=2" in plan.rl_overrides
     data = next(o for o in plan.rl_overrides if o.startswith("data.train_data="))
-    assert data == f"data.train_data=['/datasets/{plan.dataset.dataset_id}/prompts/train-00000.parquet']"
+    assert data == f"data.train_data=['/datasets/{plan.dataset.dataset_id}/harbor']"
 
 
 def test_local_dry_run_and_dataset_resolution(in_project):
@@ -164,7 +182,8 @@ def test_local_dry_run_and_dataset_resolution(in_project):
     assert plan.env["NPROC_PER_NODE"] == "8" and plan.env["FORCE_TORCHRUN"] == "1"
     assert make_plan(params, "sft", "1k", "local", [], gpus=1).env == {}
     rl = make_plan(params, "rl", "rl", "local", ["trainer.epochs=2"])
-    assert rl.command[1:3] == ["-m", "skyrl.train.entrypoints.main_base"] and "trainer.epochs=2" in rl.command
+    assert rl.command[1:3] == ["-m", "examples.train_integrations.harbor.entrypoints.main_harbor"]
+    assert "trainer.epochs=2" in rl.command and rl.rl_route == "harbor"
     assert rl.environment == "skyrl" and rl.rl_overrides == rl.command[3:]
 
 
@@ -217,9 +236,15 @@ def test_modal_app_defines_its_functions_offline(sample_project, tmp_path):
         [str(train_python()), "-c", code], sample_project, env={**env, "TRACELAKE_MODAL_RL_TRAINER": "skyrl-train"}
     )
     assert "tracelake-datasets skyrl-train[vllm]==0.3.1" in text
+    harbor = run_ok(
+        [str(train_python()), "-c", code + "; print(m.RL_ROUTE, m.SKYRL_REF)"],
+        sample_project,
+        env={**env, "TRACELAKE_MODAL_RL_ROUTE": "harbor", "TRACELAKE_MODAL_SKYRL_REF": "abc123"},
+    )
+    assert "t-app ['train_rl', 'train_sft']" in harbor and "harbor abc123" in harbor
 
 
-def _rl_project(sample_project: Path, tmp_path: Path, trainer: str) -> Path:
+def _rl_project(sample_project: Path, tmp_path: Path, trainer: str, route: str = "main_base", **rl) -> Path:
     """A copy of the sample project whose rl.yaml is written for `trainer` (the train_config stage's
     own function, with train.rl.trainer changed)."""
     import shutil
@@ -230,7 +255,7 @@ def _rl_project(sample_project: Path, tmp_path: Path, trainer: str) -> Path:
     project = tmp_path / "p"
     shutil.copytree(sample_project, project, symlinks=True)
     raw = yaml.safe_load((project / "params.yaml").read_text())
-    raw["train"]["rl"]["trainer"] = trainer
+    raw["train"]["rl"].update(trainer=trainer, route=route, **rl)
     (project / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     params = load_params(project / "params.yaml")
     assert params.train.rl.trainer == trainer
@@ -274,29 +299,79 @@ def test_rl_dry_run_is_checked_against_the_installed_skyrl(trainer, entrypoint, 
         == config["overrides"]["trainer.placement.policy_num_gpus_per_node"]
     )
 
+    # the export's env_class (harbor) is no SkyRL-Gym environment: main_base could not make it
     proc = tracelake(project, "train", "rl", "--dataset", "rl", "--dry-run", env=env)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "environment.env_class 'harbor' is not registered in skyrl-gym 0.4.0 (aime, gsm8k" in proc.stderr
+    assert "main_base cannot make it; use train.rl.route: harbor" in proc.stderr
+    proc = tracelake(
+        project, "train", "rl", "--dataset", "rl", "--dry-run", "--set", "environment.env_class=gsm8k", env=env
+    )
     assert proc.returncode == 0, proc.stderr
     command = next(line for line in proc.stdout.splitlines() if line.startswith("command:"))
     assert command.split()[1] == str(python) and command.split()[3] == entrypoint
     n = len(config["overrides"])
     version = "0.4.0" if trainer == "skyrl" else "0.3.1"
     assert f"check:    ok: {n} overrides are keys of {trainer} {version}'s config" in proc.stdout
-    # the export's env_class (harbor) is no SkyRL-Gym environment: said, not refused (an entrypoint may register it)
-    assert "note:     environment.env_class 'harbor' is not registered in skyrl-gym 0.4.0 (aime, gsm8k" in proc.stdout
-    proc = tracelake(
-        project, "train", "rl", "--dataset", "rl", "--dry-run", "--set", "environment.env_class=gsm8k", env=env
-    )
-    assert proc.returncode == 0 and "check:    ok:" in proc.stdout and "note:" not in proc.stdout, proc.stderr
 
     for bad, words in (
         (["trainer.not_a_key=1"], "not_a_key"),
         ([f"{engine_key}=3"], "colocate_all needs policy GPUs (8"),
     ):
+        sets = ["environment.env_class=gsm8k", *bad]
         proc = tracelake(
-            project, "train", "rl", "--dataset", "rl", "--dry-run", *(x for b in bad for x in ("--set", b)), env=env
+            project, "train", "rl", "--dataset", "rl", "--dry-run", *(x for b in sets for x in ("--set", b)), env=env
         )
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
         assert proc.stderr.startswith(f"tracelake: train rl: {trainer} {version}") and words in proc.stderr
+
+
+@pytest.mark.train_env
+def test_harbor_route_dry_run_is_checked_by_skyrl_and_by_us(sample_project, tmp_path):
+    """Route harbor: every key but harbor_trial_config's is parsed by the installed skyrl 0.4's own
+    dataclasses (as main_harbor.py's HarborSkyRLConfig: SkyRLTrainConfig plus harbor_trial_config and a
+    generator with rate_limit); harbor_trial_config is checked by ours (collect_rollout_details); the
+    batch must fit the task directories; without a SkyRL checkout the plan says it cannot start."""
+    from ..helpers import rl_trainer_python
+
+    python = rl_trainer_python("skyrl")
+    env = {"TRACELAKE_SKYRL_ENV": str(python.parents[1])}
+    project = _rl_project(sample_project, tmp_path, "skyrl", "harbor")
+    config = yaml.safe_load((project / "training" / "configs" / "rl.yaml").read_text())
+    mine = [k for k in config["overrides"] if k.startswith("harbor_trial_config.")]
+    n_dirs = read_manifest(project / "lake" / "exports" / "rl")["counts"]["task_dirs"]["count"]
+    dry = ("train", "rl", "--dataset", "rl", "--dry-run")
+    proc = tracelake(project, *dry, env=env)
+    assert proc.returncode == 0, proc.stderr
+    n_skyrl = len(config["overrides"]) - len(mine)
+    assert (
+        f"check:    ok: {n_skyrl} overrides are keys of skyrl 0.4.0's config (HarborSkyRLConfig.from_cli_overrides"
+        in proc.stdout
+        or f"check:    ok: {n_skyrl} overrides are keys of skyrl 0.4.0's config (each section built strictly"
+        in proc.stdout
+    ), proc.stdout
+    assert f"{len(mine)} are harbor_trial_config keys for Harbor" in proc.stdout
+    assert "route:    harbor (examples.train_integrations.harbor.entrypoints.main_harbor)" in proc.stdout
+    assert "blocked:  train.rl.skyrl_checkout is not set" in proc.stdout
+    assert "Harbor task directories in harbor/" in proc.stdout
+    for sets, words in (
+        (["generator.rate_limit.not_a_key=1"], "Invalid fields {'not_a_key'} for RateLimiterConfig"),
+        (["harbor_trial_config.agent.kwargs.collect_rollout_details=false"], "collect_rollout_details must be true"),
+        (
+            ["trainer.train_batch_size=100000"],
+            f"trainer.train_batch_size 100000 > the {n_dirs} Harbor task directories",
+        ),
+    ):
+        proc = tracelake(project, *dry, *(x for s_ in sets for x in ("--set", s_)), env=env)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and words in proc.stderr, proc.stderr
+    assert tracelake(project, *dry, "--set", "generator.rate_limit.enabled=true", env=env).returncode == 0
+    run = tracelake(project, "train", "rl", "--dataset", "rl", env=env)  # not a dry run: refused before starting
+    assert run.returncode == 2 and "train rl: train.rl.skyrl_checkout is not set" in run.stderr
+    checkout = tmp_path / "SkyRL"
+    (checkout / "examples" / "train_integrations" / "harbor").mkdir(parents=True)
+    project = _rl_project(sample_project, tmp_path / "b", "skyrl", "harbor", skyrl_checkout=str(checkout))
+    proc = tracelake(project, *dry, env=env)
+    assert proc.returncode == 0 and f"env:      PYTHONPATH={checkout}" in proc.stdout and "blocked:" not in proc.stdout
 
 
 def test_rl_check_without_the_environment_says_so(in_project, tmp_path, monkeypatch):
@@ -313,7 +388,8 @@ def test_rl_gpus_must_fill_the_engines():
 
     with pytest.raises(Exception, match="inference_engines x tensor_parallel_size"):
         RlTrainParams(gpus=8, inference_engines=3, tensor_parallel_size=2)
-    assert (
-        RlTrainParams(gpus=4, inference_engines=4, tensor_parallel_size=1).resolved_entrypoint
-        == "skyrl.train.entrypoints.main_base"
-    )
+    params = RlTrainParams(gpus=4, inference_engines=4, tensor_parallel_size=1, route="main_base")
+    assert params.resolved_entrypoint == "skyrl.train.entrypoints.main_base"
+    assert RlTrainParams().resolved_entrypoint == "examples.train_integrations.harbor.entrypoints.main_harbor"
+    with pytest.raises(Exception, match="route harbor needs trainer skyrl"):
+        RlTrainParams(trainer="skyrl-train")

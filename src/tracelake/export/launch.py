@@ -10,7 +10,10 @@
   uploaded twice), and a GPU function runs the same trainer with paths rewritten to the volumes.
 
 Before an RL run starts (and in --dry-run), training/check_rl_config.py checks every override against
-the installed SkyRL's own config, in that trainer's environment (`check_rl`).
+the installed SkyRL's own config, in that trainer's environment (`check_rl`), and the dataset must
+hold at least one training batch (`check_batch`). Route harbor (rl.yaml `route`) runs SkyRL's Harbor
+entrypoint from the SkyRL checkout named by train.rl.skyrl_checkout (put on PYTHONPATH); without one
+the dry run says so (`blocked:`) and a run is refused.
 
 A plan holds no credentials: Modal reads its token from the environment (MODAL_TOKEN_ID/SECRET) or
 its own config, and the names in FORWARDED_ENV travel as a Modal secret built from the local
@@ -85,6 +88,10 @@ class Plan:
     remote_command: list[str] | None = None
     environment: str = "training"  # core/envs.py kind holding the trainer
     rl_overrides: list[str] | None = None  # what SkyRL parses (checked by check_rl)
+    rl_route: str | None = None  # harbor | main_base (rl.yaml `route`)
+    rl_entrypoint: str | None = None
+    notes: list[str] = field(default_factory=list)  # said with the plan (--dry-run included)
+    blocker: str | None = None  # why the plan cannot start here (a dry run still shows it)
 
 
 # --- datasets ----------------------------------------------------------------------------------
@@ -187,7 +194,48 @@ def plan_local(params: Params, ds: Dataset, sets: dict[str, Any], gpus: int | No
     environment = rl_environment(config)
     overrides = hydra_overrides({**config["overrides"], **sets})
     command = [env_command(environment, "python"), "-m", config["entrypoint"], *overrides]
-    return Plan(ds, "local", command, environment=environment, rl_overrides=overrides)
+    plan = Plan(
+        ds,
+        "local",
+        command,
+        environment=environment,
+        rl_overrides=overrides,
+        rl_route=rl_route(config),
+        rl_entrypoint=config["entrypoint"],
+    )
+    if plan.rl_route == "harbor":
+        checkout = params.train.rl.skyrl_checkout
+        if checkout is None:
+            plan.blocker = (
+                f"train.rl.skyrl_checkout is not set: route harbor runs {config['entrypoint']}, which is in a "
+                f"SkyRL checkout, not in the skyrl wheel (git clone https://github.com/NovaSky-AI/SkyRL, then set "
+                f"its path; or train.rl.route: main_base with an environment of your own)"
+            )
+        elif not (Path(checkout) / "examples" / "train_integrations" / "harbor").is_dir():
+            plan.blocker = f"train.rl.skyrl_checkout {checkout}: no examples/train_integrations/harbor in it"
+        else:
+            plan.env["PYTHONPATH"] = str(Path(checkout).resolve())
+    return plan
+
+
+def rl_route(config: dict[str, Any]) -> str:
+    """The route an rl.yaml was written for (files from before routes existed: main_base)."""
+    return config.get("route", "main_base")
+
+
+def check_batch(ds: Dataset, config: dict[str, Any], sets: dict[str, Any]) -> None:
+    """SkyRL asserts that the dataset holds at least train_batch_size items, after starting its
+    cluster: said here first, in one line."""
+    batch = sets.get("trainer.train_batch_size", config["overrides"].get("trainer.train_batch_size"))
+    counts = ds.manifest["counts"]
+    harbor = rl_route(config) == "harbor"
+    items = counts["task_dirs"]["count"] if harbor else counts["tasks_out"]
+    if batch is not None and int(batch) > items:
+        raise BadInput(
+            f"train rl: trainer.train_batch_size {batch} > the {items} "
+            f"{'Harbor task directories' if harbor else 'task prompts'} of {ds.dataset_id}: SkyRL needs at least "
+            f"one batch (lower train.rl.train_batch_size, or export more tasks)"
+        )
 
 
 def rl_environment(config: dict[str, Any]) -> str:
@@ -231,7 +279,10 @@ def plan_modal(params: Params, ds: Dataset, sets: dict[str, Any]) -> Plan:
         "config_path": REMOTE_SFT_CONFIG,
     }
     if ds.kind == "rl":
-        command_env = {"TRACELAKE_MODAL_RL_TRAINER": config.get("trainer", LEGACY_RL_TRAINER)}
+        command_env = {
+            "TRACELAKE_MODAL_RL_TRAINER": config.get("trainer", LEGACY_RL_TRAINER),
+            "TRACELAKE_MODAL_RL_ROUTE": rl_route(config),
+        }
         environment = rl_environment(config)
     else:
         command_env, rl_overrides, environment = {}, None, "training"
@@ -259,6 +310,8 @@ def plan_modal(params: Params, ds: Dataset, sets: dict[str, Any]) -> Plan:
         ds,
         "modal",
         command,
+        rl_route=rl_route(config) if ds.kind == "rl" else None,
+        rl_entrypoint=config.get("entrypoint") if ds.kind == "rl" else None,
         env=env,
         gpu=gpu,
         volumes={DATASETS_MOUNT: m.datasets_volume, RUNS_MOUNT: m.runs_volume},
@@ -278,6 +331,8 @@ def make_plan(params: Params, kind: str, ref: str, backend: str, sets: list[str]
         raise BadParams(f"--gpus must be >= 1, got {gpus}")
     ds = resolve_dataset(params, kind, ref)
     parsed = parse_sets(sets)
+    if kind == "rl":
+        check_batch(ds, yaml.safe_load(ds.config_path.read_text()), parsed)
     return plan_local(params, ds, parsed, gpus) if backend == "local" else plan_modal(params, ds, parsed)
 
 
@@ -300,8 +355,10 @@ def check_rl(plan: Plan) -> Check:
     if python is None:
         _, _, setup = ENVIRONMENTS[plan.environment]
         return Check(None, f"not checked: the {plan.environment} environment is not installed ({setup})")
+    main_base = plan.rl_entrypoint in {entrypoint for entrypoint, _ in RL_TRAINERS.values()}
+    route = ["--harbor"] if plan.rl_route == "harbor" else ["--main-base"] if main_base else []
     proc = subprocess.run(
-        [str(python), CHECK_RL_FILE, *plan.rl_overrides],
+        [str(python), CHECK_RL_FILE, *route, *plan.rl_overrides],
         capture_output=True,
         text=True,
         env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
@@ -320,15 +377,22 @@ def check_rl(plan: Plan) -> Check:
 def describe(plan: Plan) -> str:
     """What would run, in plain text (the --dry-run output)."""
     ds = plan.dataset
-    rows = ds.manifest["counts"].get("rows_out", ds.manifest["counts"].get("tasks_out"))
+    counts = ds.manifest["counts"]
+    if ds.kind == "sft":
+        what = f"{counts['rows_out']} examples"
+    elif plan.rl_route == "harbor":
+        what = f"{counts['task_dirs']['count']} Harbor task directories in {counts['task_dirs']['directory']}"
+    else:
+        what = f"{counts['tasks_out']} task prompts"
     lines = [
-        f"dataset:  {ds.dataset_id} ({rows} {'examples' if ds.kind == 'sft' else 'task prompts'}, "
-        f"{ds.export_dir.as_posix()})",
+        f"dataset:  {ds.dataset_id} ({what}, {ds.export_dir.as_posix()})",
         f"config:   {ds.config_path.as_posix()}",
         f"backend:  {plan.backend}",
     ]
     if plan.gpu:
         lines.append(f"gpu:      {plan.gpu}")
+    if plan.rl_route:
+        lines.append(f"route:    {plan.rl_route} ({plan.rl_entrypoint})")
     for mount, volume in plan.volumes.items():
         lines.append(f"volume:   {volume} -> {mount}")
     if plan.upload:
@@ -343,6 +407,8 @@ def describe(plan: Plan) -> str:
     for k, v in plan.env.items():
         lines.append(f"env:      {k}={v}")
     lines.append("command:  " + shlex.join(plan.command))
+    if plan.blocker:
+        lines.append(f"blocked:  {plan.blocker}")
     if plan.remote_command:
         lines.append("remote:   " + shlex.join(plan.remote_command))
     if plan.remote_config is not None and plan.dataset.kind == "sft":
@@ -353,6 +419,8 @@ def describe(plan: Plan) -> str:
 
 def run(plan: Plan) -> int:
     """Start the plan; returns the trainer's exit code."""
+    if plan.blocker:
+        raise BadInput(f"train {plan.dataset.kind}: {plan.blocker}")
     program = plan.command[0]
     if not (Path(program).exists() or shutil.which(program)):
         environment = "training" if plan.backend == "modal" else plan.environment

@@ -76,6 +76,20 @@ RL_TRAINERS: dict[str, tuple[str, str]] = {  # trainer -> (default entrypoint, e
     "skyrl": ("skyrl.train.entrypoints.main_base", "skyrl"),
     "skyrl-train": ("skyrl_train.entrypoints.main_base", "training"),
 }
+# SkyRL's Harbor integration (skyrl 0.4+): in a SkyRL checkout, not in the wheel
+HARBOR_ENTRYPOINT = "examples.train_integrations.harbor.entrypoints.main_harbor"
+RL_ROUTES = ("harbor", "main_base")
+
+
+class HarborTrialParams(Section):
+    """What each Harbor trial of SkyRL's Harbor integration runs (its `harbor_trial_config`, deep-merged
+    by the entrypoint over its harbor_trial_config/default.yaml)."""
+
+    agent: NonEmpty = "terminus-2"  # the Harbor agent (terminus-2: the agent the OpenThoughts-Agent traces came from)
+    environment: NonEmpty = "daytona"  # where trials run: daytona | docker | modal | e2b | runloop | gke
+    agent_timeout_sec: Count = 1200  # a trial's agent time; past it Harbor raises AgentTimeoutError
+    verifier_timeout_sec: Count | None = None  # null: each task's own (task.toml)
+    trials_dir: str | None = None  # where trials are written (null: runs/<dataset id>/trials)
 
 
 class RlTrainParams(Section):
@@ -83,7 +97,13 @@ class RlTrainParams(Section):
     checks every key against the installed trainer's own config before it starts."""
 
     trainer: Annotated[str, one_of(RL_TRAINERS)] = "skyrl"
-    entrypoint: str | None = None  # null: the trainer's main_base (RL_TRAINERS)
+    # harbor: SkyRL's Harbor integration runs each task's Harbor directory (lake/exports/rl/harbor);
+    # main_base: the prompts (lake/exports/rl/prompts) in a SkyRL-Gym environment of your own (env_class)
+    route: Annotated[str, one_of(RL_ROUTES)] = "harbor"
+    entrypoint: str | None = None  # null: the route's (HARBOR_ENTRYPOINT, or the trainer's main_base)
+    skyrl_checkout: str | None = None  # harbor: a SkyRL checkout holding the Harbor entrypoint (put on PYTHONPATH)
+    max_seq_len: Count = 32768  # harbor: trainer.algorithm.max_seq_len (required there) and the agent's context
+    harbor: HarborTrialParams = Field(default_factory=HarborTrialParams)
     model: str = "Qwen/Qwen3-8B"
     advantage_estimator: str = "grpo"
     n_samples_per_prompt: Count = 8
@@ -106,9 +126,21 @@ class RlTrainParams(Section):
             )
         return self
 
+    @model_validator(mode="after")
+    def _harbor_needs_skyrl(self) -> RlTrainParams:
+        if self.route == "harbor" and self.trainer != "skyrl":
+            raise Invalid(
+                f": route harbor needs trainer skyrl (0.4+): SkyRL's Harbor integration is written for it, not "
+                f"for {self.trainer} (route main_base runs the prompts there)",
+                at=("route",),
+            )
+        return self
+
     @property
     def resolved_entrypoint(self) -> str:
-        return self.entrypoint or RL_TRAINERS[self.trainer][0]
+        if self.entrypoint:
+            return self.entrypoint
+        return HARBOR_ENTRYPOINT if self.route == "harbor" else RL_TRAINERS[self.trainer][0]
 
 
 class ModalParams(Section):

@@ -3,9 +3,10 @@
 - `sft-<scale>.yaml`: a LLaMA-Factory full-SFT config for one exported scale. `dataset` names the
   export's per-shard dataset_info entries in order, so the example order is the same everywhere
   (LLaMA-Factory would list a shard directory with an unsorted os.listdir).
-- `rl.yaml`: the SkyRL package (`skyrl` 0.4+ or `skyrl-train` 0.3.x, train.rl.trainer), its entrypoint
-  and its config overrides, with `data.train_data` as explicit Parquet files (SkyRL reads a directory
-  path as a hub dataset name).
+- `rl.yaml`: the SkyRL package (`skyrl` 0.4+ or `skyrl-train` 0.3.x, train.rl.trainer), the route
+  (train.rl.route), its entrypoint and its config overrides. Route harbor: `data.train_data` is the
+  export's directory of Harbor task directories (SkyRL's HarborTaskDataset lists it); route
+  main_base: explicit Parquet files (SkyRL's PromptDataset reads a directory path as a hub dataset name).
 
 Each file opens with the dataset id it trains on; `tracelake train` runs them (locally or on Modal).
 """
@@ -92,17 +93,25 @@ def rl_config(
     *,
     dataset_id: str,
     prompt_files: list[str],
+    harbor_dir: str,
     max_turns: int,
     max_prompt_length: int,
     env_class: str,
     runs: str,
 ) -> dict[str, Any]:
-    """The SkyRL package, its entrypoint and its dotted config overrides for the exported RL prompts.
-    Every key exists in both skyrl 0.4 and skyrl-train 0.3.1 but the engines' (ENGINE_KEYS)."""
+    """The SkyRL package, its entrypoint and its dotted config overrides for the exported RL data.
+
+    Route harbor (SkyRL's Harbor integration, skyrl 0.4+): `data.train_data` is the export's
+    directory of task directories, and `harbor_trial_config.*` sets each Harbor trial: the agent
+    (with what training needs: per-turn token ids and logprobs, every message, no summarization),
+    the environment, the timeouts, where trials are written. Route main_base: the prompt shards, run
+    in `environment.env_class`. Every other key exists in both skyrl 0.4 and skyrl-train 0.3.1 but
+    the engines' (ENGINE_KEYS)."""
     out = str(PurePosixPath(runs) / dataset_id)
     engines, tensor_parallel = ENGINE_KEYS[rl.trainer]
+    harbor = rl.route == "harbor"
     overrides: dict[str, Any] = {
-        "data.train_data": list(prompt_files),
+        "data.train_data": [harbor_dir] if harbor else list(prompt_files),
         "data.val_data": [],  # no eval set is exported; add one through train.rl.extra
         "trainer.eval_interval": -1,
         "trainer.policy.model.path": rl.model,
@@ -120,13 +129,30 @@ def rl_config(
         "trainer.ckpt_path": f"{out}/ckpts",
         "trainer.export_path": f"{out}/exports",
         "generator.n_samples_per_prompt": rl.n_samples_per_prompt,
-        "generator.max_turns": max_turns,
-        "environment.env_class": env_class,
     }
+    if harbor:
+        h = rl.harbor
+        overrides |= {
+            "trainer.algorithm.max_seq_len": rl.max_seq_len,  # required by the Harbor entrypoint
+            "harbor_trial_config.trials_dir": h.trials_dir or f"{out}/trials",
+            "harbor_trial_config.agent.name": h.agent,
+            "harbor_trial_config.agent.override_timeout_sec": h.agent_timeout_sec,
+            "harbor_trial_config.agent.kwargs.max_turns": max_turns,
+            "harbor_trial_config.agent.kwargs.collect_rollout_details": True,
+            "harbor_trial_config.agent.kwargs.store_all_messages": True,
+            "harbor_trial_config.agent.kwargs.enable_summarize": False,
+            "harbor_trial_config.agent.kwargs.model_info.max_input_tokens": rl.max_seq_len,
+            "harbor_trial_config.environment.type": h.environment,
+        }
+        if h.verifier_timeout_sec is not None:
+            overrides["harbor_trial_config.verifier.override_timeout_sec"] = h.verifier_timeout_sec
+    else:
+        overrides |= {"generator.max_turns": max_turns, "environment.env_class": env_class}
     overrides.update(rl.extra)
     return {
         "dataset_id": dataset_id,
         "trainer": rl.trainer,
+        "route": rl.route,
         "entrypoint": rl.resolved_entrypoint,
         "overrides": overrides,
     }
@@ -185,13 +211,19 @@ def write_train_configs(
             train.rl,
             dataset_id=manifest["dataset_id"],
             prompt_files=files,
+            harbor_dir=(lake.rl_export / manifest["counts"]["task_dirs"]["directory"]).as_posix(),
             max_turns=export_rl.max_turns,
             max_prompt_length=export_rl.max_prompt_length,
             env_class=export_rl.env_class,
             runs=train.runs,
         )
+        what = (
+            f"{manifest['counts']['task_dirs']['count']} Harbor task directories, SkyRL's Harbor integration"
+            if train.rl.route == "harbor"
+            else f"{manifest['counts']['tasks_out']} task prompts"
+        )
         header = [
-            f"{train.rl.trainer} on {manifest['dataset_id']} ({manifest['counts']['tasks_out']} task prompts): "
+            f"{train.rl.trainer} on {manifest['dataset_id']} ({what}): "
             f"python -m <entrypoint> <key>=<value> for each override.",
             "Run: tracelake train rl --dataset rl --backend local|modal [--dry-run]",
             DO_NOT_EDIT,
