@@ -463,6 +463,28 @@ MEMORY_CAP_MB = 2048
 """What any one process a test starts may use at its peak (RSS): hostile input must not need more."""
 
 
+# Starts the command as its own child and reports that child's peak RSS. A process's peak RSS on
+# Linux survives fork and exec (the kernel keeps the largest of the old and new address spaces), so
+# a command forked straight from a pytest worker would report the worker's memory whenever that is
+# larger; forked from this small launcher, it starts from the launcher's few MB.
+_CAPPED_LAUNCHER = """
+import os, resource, signal, sys
+hard, report, cmd = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+pid = os.fork()
+if pid == 0:
+    resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+    os.execvp(cmd[0], cmd)
+_, status, usage = os.wait4(pid, 0)
+with open(report, "w") as f:
+    f.write(str(usage.ru_maxrss))
+if os.WIFSIGNALED(status):  # die the same way (SIGKILL's handler cannot be, and need not be, reset)
+    if os.WTERMSIG(status) != signal.SIGKILL:
+        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+    os.kill(os.getpid(), os.WTERMSIG(status))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def run_capped(
     cmd: list[str],
     cwd: Path | None = None,
@@ -473,51 +495,48 @@ def run_capped(
     stdin: bytes | None = None,
 ) -> tuple[subprocess.CompletedProcess, float]:
     """Run `cmd` and return (its CompletedProcess, its peak RSS in MB, its own waited children's
-    included), failing the test when the peak passes `cap_mb`. The child's address space is limited to
-    4x the cap (RLIMIT_AS), so a regression fails here as a MemoryError rather than taking the machine;
-    past `timeout` seconds it is killed and the test fails."""
-    import resource
+    included), failing the test when the peak passes `cap_mb`. The command's address space is limited
+    to 4x the cap (RLIMIT_AS), so a regression fails here as a MemoryError rather than taking the
+    machine; past `timeout` seconds it is killed (with its launcher) and the test fails."""
+    import tempfile
     import threading
 
     hard = cap_mb * 4 << 20
+    with tempfile.NamedTemporaryFile("r", suffix=".maxrss") as report:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _CAPPED_LAUNCHER, str(hard), report.name, *map(str, cmd)],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # a timeout kills the command with its launcher
+        )
+        out: dict[str, bytes] = {}
 
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+        def drain(name: str, stream) -> None:
+            out[name] = stream.read()
 
-    proc = subprocess.Popen(
-        cmd,
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        preexec_fn=limit,
-    )
-    out: dict[str, bytes] = {}
-
-    def drain(name: str, stream) -> None:
-        out[name] = stream.read()
-
-    readers = [threading.Thread(target=drain, args=(n, s)) for n, s in (("out", proc.stdout), ("err", proc.stderr))]
-    for t in readers:
-        t.start()
-    if stdin is not None:
-        proc.stdin.write(stdin)
-        proc.stdin.close()
-    timer = threading.Timer(timeout, proc.kill)
-    timer.start()
-    try:
-        _, status, usage = os.wait4(proc.pid, 0)
-    finally:
-        timer.cancel()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    for t in readers:
-        t.join()
+        readers = [threading.Thread(target=drain, args=(n, s)) for n, s in (("out", proc.stdout), ("err", proc.stderr))]
+        for t in readers:
+            t.start()
+        if stdin is not None:
+            proc.stdin.write(stdin)
+            proc.stdin.close()
+        timer = threading.Timer(timeout, lambda: os.killpg(proc.pid, signal.SIGKILL))
+        timer.start()
+        try:
+            proc.wait()
+        finally:
+            timer.cancel()
+        for t in readers:
+            t.join()
+        peak_kb = report.read().strip()
     done = subprocess.CompletedProcess(
         cmd, proc.returncode, out["out"].decode(errors="replace"), out["err"].decode(errors="replace")
     )
-    peak_mb = usage.ru_maxrss / 1024
-    if proc.returncode == -9 and not timer.is_alive():
+    if proc.returncode == -9 and not timer.is_alive() and not peak_kb:
         pytest.fail(f"{' '.join(map(str, cmd))}: still running after {timeout:.0f} s (killed)")
+    peak_mb = int(peak_kb or 0) / 1024
     assert peak_mb <= cap_mb, f"{' '.join(map(str, cmd))}: peak RSS {peak_mb:.0f} MB > {cap_mb} MB"
     return done, peak_mb

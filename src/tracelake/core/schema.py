@@ -37,6 +37,7 @@ TABLES = (
     "export_rejects",
     "rl_prompts",
     "harbor_tasks",
+    "rl_dropped",
 )
 
 _SCALARS = {
