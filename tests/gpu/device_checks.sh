@@ -6,6 +6,9 @@
 #   1 lf      LLaMA-Factory full SFT, 30 bf16 steps of a tiny random Qwen3 on the SFT export (lf_check.py)
 #   2 score   the transformers model scorer on CUDA, 50 task instructions (score_check.py)
 #   3 ingest  trace-table ingest at 1, 4 and 16 worker processes, 20K synthetic rows (ingest_scaling.py)
+#   4 tokens  the filter's exact token counting, one process against 4 and 16 (token_scaling.py); not in
+#             the default set: it needs polars ($GPU_WHEELS/tokens/, 55 MB), which does not fit one call
+#             beside the other groups: run it in a call of its own, GPU_CHECKS=tokens
 #
 # Each check runs on its own, under its own time limit: one failing never stops the next. Each prints
 # one PASS/FAIL line; logs and JSON land in $OUT (default ./gpu-out), all of it summed up in
@@ -15,12 +18,14 @@
 # its own --target folder so that they shadow the machine's only for the checks that need them:
 #   $GPU_WHEELS/lf/    LLaMA-Factory 0.9.5 and the versions the project pins for it (training/constraints.txt)
 #   $GPU_WHEELS/core/  tracelake's curation engines (duckdb, pydantic, orjson; pyproject.toml pins)
+#   $GPU_WHEELS/tokens/ polars and orjson, for check 4 alone (its own call)
 # A folder with no wheels means "use the machine's packages" (a machine with everything installed).
 #
 # Environment: OUT, GPU_PYTHON (python3), GPU_WHEELS (.whl), GPU_SITE (/tmp/gpu-site),
 #   GPU_CHECKS (lf,score,ingest), GPU_CPU_SMOKE=1 (each check's --cpu-smoke form: no GPU needed),
 #   GPU_EXPORT (the export, when no argument), GPU_LF_STEPS (30), GPU_SCORE_N (50), GPU_INGEST_ROWS (20000),
-#   GPU_INGEST_WORKERS (1,4,16).
+#   GPU_INGEST_WORKERS (1,4,16), GPU_TOKENIZER (data/tokenizer; the Qwen-style benchmark tokenizer is what
+#   was measured), GPU_TOKEN_ROWS (1500), GPU_TOKEN_WORKERS (local,4,16).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 root=$PWD
@@ -129,6 +134,16 @@ if [[ $checks == *,lf,* ]]; then
     --out "$OUT" --steps "${GPU_LF_STEPS:-$([[ ${#smoke[@]} -gt 0 ]] && echo 3 || echo 30)}" --timeout 150 "${smoke[@]}"
 fi
 
+if [[ $checks == *,tokens,* ]]; then
+  # Polars, orjson and src/ only: no DuckDB (check 4 does not import it), the machine's tokenizers and numpy.
+  install_group tokens
+  tokens_path="${group_path[tokens]:+${group_path[tokens]}:}$root/src"
+  run_check token_scaling "${GPU_TOKEN_LIMIT:-240}" "$tokens_path" "$py" tests/gpu/token_scaling.py --out "$OUT" \
+    --tokenizer "${GPU_TOKENIZER:-data/tokenizer}" \
+    --rows "${GPU_TOKEN_ROWS:-$([[ ${#smoke[@]} -gt 0 ]] && echo 300 || echo 1500)}" \
+    --workers "${GPU_TOKEN_WORKERS:-$([[ ${#smoke[@]} -gt 0 ]] && echo local,2 || echo local,4,16)}" --budget-s 180 "${smoke[@]}"
+fi
+
 if [[ $checks == *,score,* || $checks == *,ingest,* ]]; then
   install_group core
   core_path="${group_path[core]:+${group_path[core]}:}$root/src"
@@ -155,7 +170,7 @@ summary = {"wall_s": wall, "checks": {}}
 env = out / "env.json"
 if env.is_file() and env.stat().st_size:
     summary["machine"] = json.loads(env.read_text())
-for name in ("lf_check", "score_check", "ingest_scaling"):
+for name in ("lf_check", "score_check", "ingest_scaling", "token_scaling"):
     f = out / f"{name}.json"
     log = out / f"{name}.log"
     if f.is_file():
