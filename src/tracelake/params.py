@@ -92,11 +92,28 @@ def _export_rl_draws_on_sources(p: Any) -> None:
         )
 
 
+def _export_rl_pick_names_what_exists(p: Any) -> None:
+    pick = p.export_rl.pick
+    known = [*p.score.scorers, *p.score.imports]
+    if pick.score is not None and pick.score not in known:
+        raise Invalid(
+            f": {pick.score!r} is not a configured scorer ({', '.join(known) or 'none'})",
+            at=("export_rl", "pick", "score"),
+        )
+    exported = list(p.sources) if p.export_rl.sources == "all" else p.export_rl.sources
+    for name in pick.weights:
+        if name not in exported:
+            raise Invalid(
+                f": not an exported source ({', '.join(exported)})", at=("export_rl", "pick", "weights", name)
+            )
+
+
 CHECKS: list[tuple[tuple[str, ...], Callable[[Any], None]]] = [
     (("mix", "sources"), _mix_draws_on_sources),
     (("select", "score"), _select_uses_a_configured_scorer),
     (("dedup", "sources"), _dedup_names_sources),
     (("export_rl", "sources"), _export_rl_draws_on_sources),
+    (("export_rl", "score", "sources"), _export_rl_pick_names_what_exists),
 ]
 
 

@@ -35,6 +35,7 @@ from tracelake.core.schema import load_schema
 from tracelake.core.token_count import count_chatml_tokens
 from tracelake.core.tokenizer import build_tokenizer, load_tokenizer
 from tracelake.export.rl import (
+    DROP_RULES,
     GENERATION_PROMPT,
     REJECT_REASONS,
     TASK_RULES,
@@ -208,7 +209,7 @@ def test_rejects_missing_binaries_and_too_long_prompts_in_input_order(tok):
         "tasks_in": 4,
         "tasks_out": 2,
         "prompt_only": 0,
-        "dropped": {"contaminated_v1": 0, "near_duplicate_v1": 0},  # curation happens before (export_rl)
+        "dropped": dict.fromkeys(DROP_RULES, 0),  # curation and the pick happen before (export_rl)
         "rejected": {"no_task_binary": 1, "incomplete_task": 0, "prompt_too_long": 1},
         "sources": {},
     }
@@ -230,7 +231,7 @@ def test_a_task_without_a_binary_is_rejected_by_default_or_a_prompt_without_a_ta
         "tasks_in": 3,
         "tasks_out": 3,
         "prompt_only": 1,
-        "dropped": {"contaminated_v1": 0, "near_duplicate_v1": 0},
+        "dropped": dict.fromkeys(DROP_RULES, 0),
         "rejected": {"no_task_binary": 0, "incomplete_task": 0, "prompt_too_long": 0},
         "sources": {},
     }
@@ -353,7 +354,7 @@ def check_export(out: Path, lake: Path, sources: list[str]) -> dict:
     c = m["counts"]
     tasks_in = sum(read_manifest(lake / "tasks" / s)["counts"]["rows"] for s in sources)
     assert c["tasks_in"] == tasks_in == c["tasks_out"] + sum(c["dropped"].values()) + sum(c["rejected"].values())
-    assert set(c["rejected"]) == set(REJECT_REASONS) and set(c["dropped"]) == set(TASK_RULES)
+    assert set(c["rejected"]) == set(REJECT_REASONS) and set(c["dropped"]) == set(DROP_RULES)
     assert set(c["sources"]) == set(sources)
     for f in c["sources"].values():
         assert f["in"] == f["out"] + sum(f["dropped"].values()) + sum(f["rejected"].values())
@@ -410,7 +411,8 @@ def check_export(out: Path, lake: Path, sources: list[str]) -> dict:
     contaminated = set(pq.read_table(dedup / "contamination.parquet").column("task_id").to_pylist()) & ingested
     clusters = pq.read_table(dedup / "task_clusters.parquet").to_pylist()
     losers = {k["task_id"] for k in clusters if k["dropped"]} & ingested
-    assert {d["task_id"] for d in dropped} == contaminated | losers
+    curated = {d["task_id"] for d in dropped if d["rule"] in TASK_RULES}
+    assert curated == contaminated | losers
     assert {d["task_id"] for d in dropped if d["rule"] == "contaminated_v1"} == contaminated
     assert not (contaminated | losers) & ({p["task_id"] for p in prompts} | {t["task_id"] for t in tasks})
     # SkyRL's HarborTaskDataset contract (examples/train_integrations/harbor, in SkyRL's repository, not
@@ -486,10 +488,8 @@ def test_no_benchmark_copy_or_near_duplicate_loser_reaches_rl_on_the_sample(samp
         )
     m = read_manifest(sample_project / "lake" / "exports" / "rl")
     dropped = pq.read_table(sample_project / "lake" / "exports" / "rl" / "rl_dropped.parquet").to_pylist()
-    assert m["counts"]["dropped"] == {
-        "contaminated_v1": sum(d["rule"] == "contaminated_v1" for d in dropped),
-        "near_duplicate_v1": sum(d["rule"] == "near_duplicate_v1" for d in dropped),
-    }
+    assert m["counts"]["dropped"] == {rule: sum(d["rule"] == rule for d in dropped) for rule in DROP_RULES}
+    assert m["counts"]["dropped"]["rl_pick_v1"] == m["counts"]["dropped"]["rl_score_bounds_v1"] == 0  # no pick
     # a contaminated task in the sample is dropped under its rule, with the benchmark item named
     assert all(d["detail"].startswith("benchmark ") for d in dropped if d["rule"] == "contaminated_v1")
     assert m["counts"]["dropped"]["contaminated_v1"] > 0 and m["counts"]["dropped"]["near_duplicate_v1"] > 0
@@ -611,3 +611,144 @@ def test_skyrl_would_drop_exactly_the_rejected_long_prompts(trainer, variant, tm
     pq.write_table(load_schema("rl_prompts").from_rows(rows), path)
     got = skyrl_load([path], Path(p["tokenizer"]), p["max_prompt_length"], tmp_path, trainer)
     assert got["len"] == 0
+
+
+# --- the pick (export_rl.pick, export/rl_pick.py) --------------------------------------------------
+
+
+def uniform_rank(task_id: str, seed: int = 0) -> bytes:
+    """The uniform order, computed here from its definition (rl_pick.py's docstring)."""
+    return hashlib.sha256(f"{seed}\0{task_id}".encode()).digest()
+
+
+@pytest.fixture(scope="module")
+def scored(project, tmp_path_factory) -> Path:
+    """A copy of the project with the score stage run (response_length_proxy_v1 task scores)."""
+    v = tmp_path_factory.mktemp("rl-scored") / "project"
+    shutil.copytree(project, v)
+    run(v, "score")
+    return v
+
+
+def default_pick() -> dict:
+    return yaml.safe_load((ROOT / "params.yaml").read_text())["export_rl"]["pick"]
+
+
+def export_with_pick(project: Path, **pick) -> tuple[dict, list[dict], list[dict]]:
+    """export_rl with export_rl.pick set to `pick` in `project`: (manifest, prompts, rl_dropped rows)."""
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["export_rl"]["pick"] = {**default_pick(), **pick}
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    run(project, "export_rl")
+    out = project / "lake" / "exports" / "rl"
+    m = check_export(out, project / "lake", list(params["sources"]))
+    return m, read_shards(out, m["counts"]["files"]["prompts"]), pq.read_table(out / "rl_dropped.parquet").to_pylist()
+
+
+def scores_of(project: Path) -> dict[str, float]:
+    rows = pq.read_table(project / "lake" / "scores" / "scores.parquet").to_pylist()
+    return {r["task_id"]: r["score"] for r in rows if r["scorer"] == "response_length_proxy_v1"}
+
+
+def test_pick_takes_n_tasks_uniformly_from_what_would_be_exported(scored, export):
+    pool = [p["task_id"] for p in read_shards(export, read_manifest(export)["counts"]["files"]["prompts"])]
+    m, prompts, dropped = export_with_pick(scored, tasks=7)
+    c = m["counts"]
+    assert c["tasks_out"] == 7 and c["picked"] == {"tasks": 7, "from": len(pool)}
+    assert {p["task_id"] for p in prompts} == set(sorted(pool, key=uniform_rank)[:7])
+    not_picked = [d for d in dropped if d["rule"] == "rl_pick_v1"]
+    assert len(not_picked) == c["dropped"]["rl_pick_v1"] == len(pool) - 7
+    assert {d["task_id"] for d in not_picked} == set(pool) - {p["task_id"] for p in prompts}
+    assert all(
+        re.fullmatch(r"rank \d+ of \d+ \(uniform, seed 0\): not among the 7 picked", d["detail"]) for d in not_picked
+    )
+    # the harbor directories are exactly the picked tasks
+    assert sorted(d.name for d in (scored / "lake/exports/rl/harbor").iterdir()) == sorted(
+        p["extra_info"]["path"] for p in prompts
+    )
+    # fewer is a prefix of more; another seed is another draw; the same params give the same bytes
+    _, fewer, _ = export_with_pick(scored, tasks=3)
+    assert {p["task_id"] for p in fewer} < {p["task_id"] for p in prompts}
+    _, reseeded, _ = export_with_pick(scored, tasks=7, seed=1)
+    assert {p["task_id"] for p in reseeded} == set(sorted(pool, key=lambda t: uniform_rank(t, 1))[:7])
+    export_with_pick(scored, tasks=7, seed=0)
+    first = digest(scored / "lake/exports/rl")
+    export_with_pick(scored, tasks=7, seed=0)
+    assert digest(scored / "lake/exports/rl") == first
+
+
+def test_pick_by_score_within_bounds(scored, export):
+    pool = [p["task_id"] for p in read_shards(export, read_manifest(export)["counts"]["files"]["prompts"])]
+    score = scores_of(scored)
+    values = sorted(score[t] for t in pool)
+    low, high = values[len(values) // 4], values[3 * len(values) // 4]
+    m, prompts, dropped = export_with_pick(
+        scored, tasks=4, order="highest", score="response_length_proxy_v1", min_score=low, max_score=high
+    )
+    within = [t for t in pool if low <= score[t] <= high]
+    want = sorted(within, key=lambda t: (-score[t], t))[:4]
+    assert [p["task_id"] for p in sorted(prompts, key=lambda p: (-score[p["task_id"]], p["task_id"]))] == want
+    bounded = {d["task_id"]: d["detail"] for d in dropped if d["rule"] == "rl_score_bounds_v1"}
+    assert set(bounded) == set(pool) - set(within)  # a task the curation dropped keeps its curation rule
+    assert all(re.fullmatch(r"response_length_proxy_v1 \S+ ([<>]) (min|max)_score \S+", d) for d in bounded.values())
+    assert m["counts"]["picked"] == {"tasks": 4, "from": len(within)}
+    assert m["inputs"]["scores"] == read_manifest(scored / "lake" / "scores")["version_id"]
+    _, lowest, _ = export_with_pick(scored, tasks=4, order="lowest", score="response_length_proxy_v1")
+    assert {p["task_id"] for p in lowest} == set(sorted(pool, key=lambda t: (score[t], t))[:4])
+
+
+def test_pick_splits_the_count_across_sources_by_weight(scored, export):
+    pool = read_shards(export, read_manifest(export)["counts"]["files"]["prompts"])
+    by_source = {s: [p["task_id"] for p in pool if p["data_source"] == s] for s in ("swesmith", "superuser")}
+    m, prompts, dropped = export_with_pick(scored, tasks=5, weights={"swesmith": 0.6, "superuser": 0.4})
+    got = {s: {p["task_id"] for p in prompts if p["data_source"] == s} for s in by_source}
+    assert got == {s: set(sorted(ids, key=uniform_rank)[:n]) for (s, ids), n in zip(by_source.items(), (3, 2))}
+    assert {p["data_source"] for p in prompts} == {"swesmith", "superuser"}  # a source not named gets none
+    f = m["counts"]["sources"]
+    assert f["swesmith"]["out"] == 3 and f["superuser"]["out"] == 2 and f["tezos"]["out"] == 0
+    assert any(d["detail"].endswith("not among its 0 of 5 (export_rl.pick.weights)") for d in dropped)
+
+
+def test_pick_asking_for_more_than_there_is_stops_the_stage_in_one_line(scored, export):
+    pool = read_manifest(export)["counts"]["tasks_out"]
+    for pick, says in (
+        ({"tasks": pool + 1}, f"export_rl.pick.tasks is {pool + 1}, but only {pool} tasks pass"),
+        ({"tasks": pool, "weights": {"tezos": 1}}, f"export_rl.pick.weights give tezos {pool} of {pool} tasks"),
+        ({"tasks": 2, "score": "difficulty_v1"}, "export_rl.pick.score: "),
+    ):
+        params = yaml.safe_load((scored / "params.yaml").read_text())
+        params["export_rl"]["pick"] = {**default_pick(), **pick}
+        (scored / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+        proc = subprocess.run(
+            [os.sys.executable, "-m", "stages", "export_rl", "--params", "params.yaml"],
+            cwd=scored,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'src'}"},
+        )
+        assert proc.returncode != 0 and says in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("pick", "says"),
+    [
+        ({"order": "highest"}, "needs export_rl.pick.score"),
+        ({"min_score": 1}, "needs export_rl.pick.score"),
+        ({"score": "response_length_proxy_v1", "min_score": 2, "max_score": 1}, "is above max_score"),
+        ({"weights": {"swesmith": 1}}, "set tasks too"),
+        ({"tasks": 3, "weights": {"swesmith": 0.5}}, "must sum to 1"),
+        ({"tasks": 3, "weights": {"nowhere": 1}}, "not an exported source"),
+        ({"score": "difficulty_v1"}, "is not a configured scorer"),
+        ({"tasks": 0}, "export_rl.pick.tasks"),
+        ({"tasks": 3, "order": "random"}, "export_rl.pick.order"),
+    ],
+)
+def test_pick_params_are_checked(pick, says):
+    from tracelake.core.errors import BadParams
+    from tracelake.params import parse_params
+
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["export_rl"]["pick"] = {**params["export_rl"]["pick"], **pick}
+    with pytest.raises(BadParams, match=re.escape(says)):
+        parse_params(params)

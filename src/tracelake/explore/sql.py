@@ -12,7 +12,7 @@ together); a hidden directory (a build's temporary or old copy) or one without a
   funnel     the filter funnel: source, rule, dropped, in, kept (from lake/pool/manifest.json)
   selection_<scale> and sft_<scale>   each built dataset, also under its content id ("sft-3.16k-…", quoted)
   rl_prompts, harbor_tasks, export_rejects   the exports
-  rl_dropped   tasks the RL export left out by a curation rule (contaminated, near-duplicate)
+  rl_dropped   tasks the RL export left out by a rule (contaminated, near-duplicate, the pick)
 
 Read-only, in two layers:
 - DuckDB's sandbox (`sandbox`), set once the views exist: `allowed_directories` is the lake (its real

@@ -23,6 +23,43 @@ class ExportSftParams(Section):
     count_tokens: bool = True  # false: n_tokens null, rows over cutoff_len not rejected (not length-checked)
 
 
+PICK_ORDERS = ("uniform", "highest", "lowest")
+
+
+class RlPickParams(Section):
+    """Which of the tasks that pass curation and can run the RL export keeps (export/rl_pick.py): N of
+    them, RL-5K style, drawn uniformly (a seeded order) or by a scorer's task scores, within optional
+    score bounds, split across sources by optional weights. Empty: every task that passes."""
+
+    tasks: Annotated[int | None, Field(ge=1)] = None  # how many (null: all that pass and can run)
+    order: Literal["uniform", "highest", "lowest"] = "uniform"  # uniform: a seeded shuffle; or by score
+    score: str | None = None  # a configured scorer: its task scores bound (min/max_score) and order the pick
+    min_score: Number | None = None
+    max_score: Number | None = None
+    seed: int = 0  # the uniform order
+    weights: dict[str, Annotated[Number, Field(ge=0)]] = Field(default_factory=dict)  # source -> share of tasks
+
+    @model_validator(mode="after")
+    def _coherent(self) -> RlPickParams:
+        if self.score is None:
+            if self.order != "uniform":
+                raise Invalid(
+                    f"{self.order!r} needs export_rl.pick.score (the scorer that orders the tasks)", at=("order",)
+                )
+            for bound in ("min_score", "max_score"):
+                if getattr(self, bound) is not None:
+                    raise Invalid("needs export_rl.pick.score (the scorer whose scores it bounds)", at=(bound,))
+        if self.min_score is not None and self.max_score is not None and self.min_score > self.max_score:
+            raise Invalid(f"{self.min_score} is above max_score {self.max_score}", at=("min_score",))
+        if self.weights:
+            if self.tasks is None:
+                raise Invalid("split export_rl.pick.tasks across sources: set tasks too", at=("weights",))
+            total = sum(self.weights.values())
+            if abs(total - 1.0) > 1e-9:
+                raise Invalid(f"must sum to 1, got {total:g}", at=("weights",))
+        return self
+
+
 class ExportRlParams(Section):
     sources: SourceSelection = "all"
     env_class: NonEmpty = "harbor"
@@ -35,6 +72,7 @@ class ExportRlParams(Section):
     without_binary: Literal["prompt", "reject"] = "reject"
     rows_per_shard: Count = 5000
     tokenizer: str = "data/tokenizer"
+    pick: RlPickParams = Field(default_factory=RlPickParams)
 
 
 def _template(name: Any) -> Any:

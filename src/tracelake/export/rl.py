@@ -9,7 +9,8 @@ skyrl_prompt_v1), the tasks curation dropped and those that could not become eit
                                    order; archives normalized (normalized_binary): same files, same bytes
       prompts/train-00000.parquet  rl_prompts: what SkyRL's PromptDataset reads (main_base with an
                                    environment of your own)
-      rl_dropped.parquet           tasks a curation rule left out (curated_out)
+      rl_dropped.parquet           tasks a curation rule (curated_out) or the pick (export_rl.pick, rl_pick.py)
+                                   left out, each with its rule and why
       export_rejects.parquet       tasks with a prompt SkyRL would drop, and tasks without a task directory
       manifest.json                written last; dataset_id rl-<tasks>-<12 hex of the prompts>
 
@@ -48,13 +49,14 @@ from tracelake.core.tables import ShardWriter, TableWriter
 from tracelake.core.tokenizer import load_tokenizer, render_chatml, tokenizer_fingerprint
 from tracelake.core.ui import progress
 from tracelake.curate.filter import RULES, attach_dedup
+from tracelake.export.rl_pick import PICK_RULES, out_of_bounds, picked_out
 from tracelake.ingest.archive_read import Entry
 from tracelake.ingest.common import Reject
 from tracelake.ingest.task_archive import build_archive, extract_archive, read_archive
 
 if TYPE_CHECKING:
     from tracelake.curate.params import FilterParams
-    from tracelake.export.params import ExportRlParams
+    from tracelake.export.params import ExportRlParams, RlPickParams
 
 PROMPT_RULE = "skyrl_prompt_v1"
 GENERATION_PROMPT = "<|im_start|>assistant\n"
@@ -92,14 +94,14 @@ class RlStats:
     tasks_out: int = 0
     prompt_only: int = 0  # prompts whose task has no binary, hence no row in the task table
     rejected: Counter = field(default_factory=Counter)
-    dropped: Counter = field(default_factory=Counter)  # curation rule -> tasks it left out (TASK_RULES)
+    dropped: Counter = field(default_factory=Counter)  # rule -> tasks it left out (DROP_RULES)
     sources: dict[str, dict[str, Any]] = field(default_factory=dict)  # source -> its funnel
 
     def funnel(self, source: str) -> dict[str, Any]:
         """The funnel of one source: in = out + Σ dropped + Σ rejected."""
         return self.sources.setdefault(
             source,
-            {"in": 0, "out": 0, "dropped": dict.fromkeys(TASK_RULES, 0), "rejected": dict.fromkeys(REJECT_REASONS, 0)},
+            {"in": 0, "out": 0, "dropped": dict.fromkeys(DROP_RULES, 0), "rejected": dict.fromkeys(REJECT_REASONS, 0)},
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -107,7 +109,7 @@ class RlStats:
             "tasks_in": self.tasks_in,
             "tasks_out": self.tasks_out,
             "prompt_only": self.prompt_only,
-            "dropped": {r: self.dropped.get(r, 0) for r in TASK_RULES},
+            "dropped": {r: self.dropped.get(r, 0) for r in DROP_RULES},
             "rejected": {r: self.rejected.get(r, 0) for r in REJECT_REASONS},
             "sources": {name: self.sources[name] for name in sorted(self.sources)},
         }
@@ -116,6 +118,7 @@ class RlStats:
 # The filter's task-level rules (curate/filter.py RULES, sql/filter_rules/), applied to tasks: a task
 # whose rollouts the SFT side drops for what the task is never becomes an RL prompt either.
 TASK_RULES = ("contaminated_v1", "near_duplicate_v1")
+DROP_RULES = (*TASK_RULES, *PICK_RULES)  # every rule an rl_dropped row may name, in the order they apply
 
 
 def curated_out(con: duckdb.DuckDBPyConnection, params: FilterParams) -> dict[str, tuple[str, str]]:
@@ -216,14 +219,15 @@ def reject_row(task: dict[str, Any], reason: str, detail: str) -> dict[str, Any]
 
 
 def convert_batch(
-    tasks: Iterable[dict[str, Any]], settings: RlSettings, tokenizer: Tokenizer, stats: RlStats
+    tasks: Iterable[dict[str, Any]], settings: RlSettings, tokenizer: Tokenizer, stats: RlStats, build: bool = True
 ) -> tuple[list[dict], list[dict], list[dict]]:
     """Task rows (TASK_COLUMNS) -> (rl_prompts rows, harbor_tasks rows, export_rejects rows).
 
     Both lists keep the input order; the task rows are those of the prompts whose task has a
     binary. Every input task ends in exactly one of prompts or rejects: without a binary
     (no_task_binary, with without_binary: reject), with an archive that lacks part of HARBOR_LAYOUT
-    (incomplete_task), or with a prompt SkyRL would drop (prompt_too_long).
+    (incomplete_task), or with a prompt SkyRL would drop (prompt_too_long). `build=False` decides the
+    same without building the harbor_tasks rows (the pick's pass over the pool: `exportable`).
     """
     tasks = list(tasks)
     reject_unrunnable = settings.without_binary == "reject"
@@ -267,12 +271,25 @@ def convert_batch(
             prompts.append(prompt_row(t, messages[i], settings))
             if entries is None:
                 stats.prompt_only += 1
-            else:
+            elif build:
                 harbor.append(harbor_row(t, entries))
     stats.tasks_in += len(tasks)
     stats.tasks_out += len(prompts)
     stats.rejected.update(r["reason"] for r in rejects)
     return prompts, harbor, rejects
+
+
+def exportable(
+    con: duckdb.DuckDBPyConnection, rows: str, left_out: dict[str, Any], settings: RlSettings, tokenizer: Tokenizer
+) -> list[tuple[str, str]]:
+    """(task_id, source) of every task of the query `rows` not in `left_out` that the export would
+    write (no reject reason): the pool export_rl.pick draws from."""
+    pool: list[tuple[str, str]] = []
+    for batch in con.sql(rows).to_arrow_reader(BATCH):
+        kept = [t for t in batch.to_pylist() if t["task_id"] not in left_out]
+        prompts, _, _ = convert_batch(kept, settings, tokenizer, RlStats(), build=False)
+        pool.extend((p["task_id"], p["data_source"]) for p in prompts)
+    return pool
 
 
 def export_rl(
@@ -284,18 +301,31 @@ def export_rl(
     rows_per_shard: int,
     params: dict[str, Any],
     curation: FilterParams,
+    pick: RlPickParams | None = None,
+    scores: dict[str, float] | None = None,
 ) -> dict[str, Any]:
-    """Every task of `sources` -> <lake>/exports/rl/ (prompts, Harbor task table, the tasks curation
-    dropped, rejects, manifest). `curation`: the filter params whose task-level rules apply
-    (`curated_out`: contaminated and near-duplicate tasks, with the dedup stage's output).
-    Returns the counts (dataset id, shards, in/out/dropped/rejected, files) that the manifest records."""
+    """Every task of `sources` -> <lake>/exports/rl/ (prompts, Harbor task table, the tasks left out
+    with their rule, rejects, manifest). `curation`: the filter params whose task-level rules apply
+    (`curated_out`: contaminated and near-duplicate tasks, with the dedup stage's output). `pick`
+    (export_rl.pick, rl_pick.py) then bounds the rest by `scores` (task_id -> the pick's scorer's
+    score) and keeps N of those that can run. Returns the counts (dataset id, shards,
+    in/out/dropped/rejected, files) that the manifest records."""
     con = connect(lake.root, sources, tables=("tasks",))
     attach_dedup(con, lake)
-    curated = curated_out(con, curation)
+    left_out = curated_out(con, curation)
     total = con.execute("SELECT count(*) FROM tasks").fetchall()[0][0]
     tokenizer = load_tokenizer(tokenizer_path)
     stats = RlStats()
     rows = f"SELECT {', '.join(TASK_COLUMNS)} FROM tasks ORDER BY source, name, task_id"
+    pool_size = None
+    if pick is not None:
+        all_tasks = con.execute("SELECT task_id, source FROM tasks ORDER BY source, name, task_id").fetchall()
+        standing = [t for t in all_tasks if t[0] not in left_out]
+        left_out |= out_of_bounds(standing, scores or {}, pick)
+        if pick.tasks is not None:
+            pool = exportable(con, rows, left_out, settings, tokenizer)
+            pool_size = len(pool)
+            left_out |= picked_out(pool, scores or {}, pick)
     out = lake.rl_export
     with output_dir(out) as tmp:
         with (
@@ -311,13 +341,13 @@ def export_rl(
                 tasks = batch.to_pylist()
                 for task in tasks:
                     stats.funnel(task["source"])["in"] += 1
-                    if task["task_id"] in curated:
-                        rule, detail = curated[task["task_id"]]
+                    if task["task_id"] in left_out:
+                        rule, detail = left_out[task["task_id"]]
                         dropped.write(dropped_row(task, rule, detail))
                         stats.tasks_in += 1  # convert_batch counts the others
                         stats.dropped[rule] += 1
                         stats.funnel(task["source"])["dropped"][rule] += 1
-                kept = [t for t in tasks if t["task_id"] not in curated]
+                kept = [t for t in tasks if t["task_id"] not in left_out]
                 prompt_rows, task_rows, rejected = convert_batch(kept, settings, tokenizer, stats)
                 for prompt in prompt_rows:
                     prompts.write(prompt)
@@ -365,6 +395,8 @@ def export_rl(
             "files": files,
             "task_dirs": {"directory": f"{HARBOR_DIR}/", "count": task_info.rows},
         }
+        if pool_size is not None:
+            counts["picked"] = {"tasks": stats.tasks_out, "from": pool_size}
         write_manifest(
             tmp,
             kind="export_rl",
@@ -374,6 +406,7 @@ def export_rl(
                 "tasks": input_versions(lake.root, "tasks", sources),
                 "dedup": read_manifest(lake.dedup)["version_id"],
                 "tokenizer": tokenizer_fingerprint(tokenizer_path),
+                **({"scores": read_manifest(lake.scores)["version_id"]} if pick and pick.score else {}),
             },
             params=params,
             formulas={"prompts": PROMPT_RULE},
