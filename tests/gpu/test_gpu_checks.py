@@ -182,3 +182,34 @@ def test_transformers_scorer_answers_on_the_gpu(gpu_python, tmp_path):
         f"\ntransformers scorer: {result['answers_per_s']} answers/s ({result['answers_per_s_after_load']} "
         f"after loading)"
     )
+
+
+def test_skyrl_trains_three_steps_on_two_harbor_tasks(tmp_path):
+    """Check 5 (tests/gpu/skyrl_check.py): SkyRL's Harbor entrypoint, through the generated rl.yaml and
+    the launcher, trains a tiny Qwen3 for 3 steps on 2 exported tasks; the trials come back through
+    `tracelake ingest harbor`. Needs a GPU, a SkyRL checkout, a SkyRL environment with Ray, vLLM and
+    Harbor, a Docker daemon (Harbor's `docker` environment) and the built RL export."""
+    if CPU or not nvidia_driver():
+        pytest.skip("needs an NVIDIA GPU (SkyRL trains and generates on CUDA): there is no CPU form of it")
+    checkout = os.environ.get("TRACELAKE_SKYRL_CHECKOUT")
+    if not checkout or not (Path(checkout) / "examples" / "train_integrations" / "harbor").is_dir():
+        pytest.skip("set TRACELAKE_SKYRL_CHECKOUT to a SkyRL checkout (git clone https://github.com/NovaSky-AI/SkyRL)")
+    python = env_program("skyrl", "python")
+    if python is None:
+        pytest.skip("no SkyRL environment (bash training/setup-skyrl-env.sh, then its fsdp and harbor extras)")
+    proc = subprocess.run(
+        [str(python), "-c", PROBE, "ray", "vllm", "harbor", "torch"], capture_output=True, text=True, timeout=300
+    )
+    info = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {"modules": {}}
+    missing = [m for m, ok in info["modules"].items() if not ok] or ([] if info.get("cuda") else ["CUDA torch"])
+    if missing:
+        pytest.skip(
+            f"{python} lacks {', '.join(missing)}: a SkyRL Harbor run needs them (uv sync --extra fsdp --extra harbor in the checkout)"
+        )
+    if shutil.which("docker") is None or subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
+        pytest.skip("no Docker daemon: Harbor's docker environment runs each trial in a container")
+    if not (ROOT / "lake" / "exports" / "rl" / "manifest.json").is_file():
+        pytest.skip("no RL export: run `uv run --frozen dvc repro`")
+    result = run_check("skyrl_check.py", ["--skyrl-checkout", checkout], tmp_path / "out", 3000)
+    assert result["trainer_rc"] == 0 and result["trials"] >= 3 * 2 * 2
+    print(f"\nSkyRL Harbor: 3 steps on {result['task_dirs']}, {result['trials']} trials, ingested: {result['ingest']}")

@@ -1,6 +1,8 @@
-"""The device's scaling checks (3: ingest, 4: token counting) at a tiny size, on any machine: they run
-only where a lent machine is at hand, so the normal suite keeps them working. The same scripts, the
-same PASS conditions (same bytes or counts from every executor), 40-80 rows."""
+"""The device's checks that need no GPU to be exercised, on any machine: they run for real only where
+a lent machine is at hand, so the normal suite keeps them working. The scaling checks (3: ingest,
+4: token counting) at 40-80 rows, with the same PASS conditions (same bytes or counts from every
+executor); the SkyRL check (5) as its plan: built by the launcher from the sample's RL export and
+accepted by the installed SkyRL's own config classes."""
 
 from __future__ import annotations
 
@@ -11,14 +13,16 @@ from pathlib import Path
 
 from tracelake.core.tokenizer import build_tokenizer
 
+from ..helpers import skyrl_python
+
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parents[1] / "src"
 
 
-def run_script(script: str, out: Path, *args: str) -> dict:
+def run_script(script: str, out: Path, *args: str, env: dict | None = None) -> dict:
     done = subprocess.run(
         [sys.executable, str(HERE / script), "--out", str(out), *args],
-        env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin", "TOKENIZERS_PARALLELISM": "false"},
+        env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin", "TOKENIZERS_PARALLELISM": "false", **(env or {})},
         capture_output=True,
         text=True,
         timeout=300,
@@ -66,3 +70,25 @@ def test_token_scaling_batches_as_the_filter_does():
     from tracelake.curate.filter import TOKEN_BATCH
 
     assert token_scaling.TOKEN_BATCH == TOKEN_BATCH
+
+
+def test_skyrl_check_plans_a_run_skyrls_config_accepts(sample_project, tmp_path):
+    skyrl = skyrl_python()
+    result = run_script(
+        "skyrl_check.py",
+        tmp_path / "out",
+        "--plan-only",
+        "--project",
+        str(sample_project),
+        "--work",
+        str(tmp_path / "work"),
+        env={"TRACELAKE_SKYRL_ENV": str(skyrl.parents[1])},
+    )
+    assert result["config_check"].startswith("ok: ")
+    command = result["command"]
+    assert command[:3] == [str(skyrl), "-m", "examples.train_integrations.harbor.entrypoints.main_harbor"]
+    assert f"data.train_data=['{tmp_path / 'work' / 'tasks'}']" in command
+    assert {"trainer.epochs=3", "trainer.train_batch_size=2", "generator.n_samples_per_prompt=2"} <= set(command)
+    copied = sorted(p.name for p in (tmp_path / "work" / "tasks").iterdir())
+    assert copied == result["task_dirs"] and len(copied) == 2
+    assert all((tmp_path / "work" / "tasks" / name / "instruction.md").is_file() for name in copied)
