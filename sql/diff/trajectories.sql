@@ -63,6 +63,7 @@ WITH a AS (
            CASE WHEN status = 'unchanged' THEN NULL
                 WHEN status IN ('reweighted') THEN 'selection'
                 WHEN status = 'changed' THEN $content_stage
+                WHEN starts_with(drop_rule, 'rl_') THEN 'selection'  -- export_rl.pick: rl_score_bounds_v1, rl_pick_v1
                 WHEN drop_rule IS NOT NULL THEN 'filter'
                 WHEN reject_reason IS NOT NULL THEN 'export'
                 WHEN in_other_pool THEN 'selection'

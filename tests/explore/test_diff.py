@@ -625,5 +625,18 @@ def test_rl_export_diff_explains_each_task_by_its_curation_rule(sample_project, 
     assert all(added[t]["detail"] == d for t, d in main_dropped.items())
     assert not [r for r in report["moved"] if r["status"] != "added"]
     assert {"key": "export_rl.near_duplicates", "a": True, "b": False} in report["params"]
+    # a pick of 20 tasks: every other task of main's export is removed by the selection, with its rank
+    params["filter"]["near_duplicates"] = True
+    params["export_rl"]["pick"]["tasks"] = 20
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    run_ok(["dvc", "repro", "export_rl"], repo)
+    report = json.loads(run_tracelake(repo, "diff", "main:rl", "rl", "--json").stdout)
+    removed = [r for r in report["moved"] if r["status"] == "removed"]
+    assert len(removed) == read_manifest(repo / "lake/exports/rl")["counts"]["picked"]["from"] - 20
+    assert not [r for r in report["moved"] if r["status"] != "removed"]
+    assert all(r["stage"] == "selection" and r["rule"] == "rl_pick_v1" for r in removed)
+    assert all(
+        re.fullmatch(r"rank \d+ of \d+ \(uniform, seed 0\): not among the 20 picked", r["detail"]) for r in removed
+    )
     mixed = run_tracelake(repo, "diff", "rl", "sft-1k")
     assert mixed.returncode != 0 and "an RL export (tasks) compares only with another RL export" in mixed.stderr
