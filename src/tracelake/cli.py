@@ -314,6 +314,13 @@ def train(
             help="Local SFT: processes (GPUs) for this run instead of train.sft.gpus; 1 runs without torchrun.",
         ),
     ] = None,
+    allow_tokenizer_mismatch: Annotated[
+        bool,
+        typer.Option(
+            "--allow-tokenizer-mismatch",
+            help="Train even when the model's tokenizer is not the one that counted the dataset's tokens.",
+        ),
+    ] = False,
     params: Annotated[Path, typer.Option("--params", help="The params file that generated the configs.")] = Path(
         "params.yaml"
     ),
@@ -323,7 +330,7 @@ def train(
     from tracelake.export.launch import check_rl, describe, make_plan, run
     from tracelake.params import load_params
 
-    plan = make_plan(load_params(params), kind, dataset, backend, set_ or [], gpus)
+    plan = make_plan(load_params(params), kind, dataset, backend, set_ or [], gpus, allow_tokenizer_mismatch)
     out.print(describe(plan), markup=False, highlight=False, soft_wrap=True)
     if plan.rl_overrides is not None:
         check = check_rl(plan)

@@ -180,3 +180,59 @@ def test_cpu_smoke_training_through_the_launcher(sample_project, tiny_model, tmp
     losses = [e["loss"] for e in log if "loss" in e]
     assert len(losses) == 3 and all(math.isfinite(x) and x > 0 for x in losses)
     assert log[-1]["current_steps"] == 3
+
+
+def test_tokenizer_follows_the_model(sample_project, tiny_model, tmp_path):
+    """tokenizer.source: model with a tiny local Qwen3 whose tokenizer is not the sample's: the
+    tokenizer stage copies the model's, the filter's pool counts, the export's counts and
+    LLaMA-Factory's own loader agree on every row; status names the tokenizer; `train` accepts this
+    model and refuses the sample's tiny model (another tokenizer) unless told to allow it."""
+    from tracelake.core.lake import table_paths
+    from tracelake.core.tokenizer import build_tokenizer, render_chatml, tokenizer_fingerprint
+
+    project = tmp_path / "project"
+    shutil.copytree(sample_project, project, symlinks=True)
+    model = tmp_path / "model"
+    other = build_tokenizer(tmp_path / "tok400", vocab_size=400)
+    run_ok([str(train_python()), str(ROOT / "tests" / "train_env" / "tiny_qwen3.py"), str(other), str(model)], project)
+    assert tokenizer_fingerprint(model) != tokenizer_fingerprint(project / "data" / "tokenizer")
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["tokenizer"]["source"] = "model"
+    params["train"]["sft"]["model"] = str(model)
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    run_ok(["dvc", "repro", "export_sft@316", "train_config"], project)
+
+    assert (project / "data/tokenizer/tokenizer.json").read_bytes() == (model / "tokenizer.json").read_bytes()
+    assert json.loads((project / "data/tokenizer/tokenizer_source.json").read_text())["model"] == str(model)
+    tok = load_tokenizer(model)
+    pool = read_table(project / "lake" / "pool", "pool").select(["trajectory_id", "n_tokens"]).to_pylist()
+    counts = {r["trajectory_id"]: r["n_tokens"] for r in pool}
+    messages = {}
+    for source in (project / "lake" / "trajectories").iterdir():
+        for path in table_paths(source, "trajectories"):
+            for r in pq.read_table(path, columns=["trajectory_id", "messages"]).to_pylist():
+                if r["trajectory_id"] in counts:
+                    messages[r["trajectory_id"]] = r["messages"]
+    texts = [render_chatml(messages[t]) for t in counts]
+    direct = [len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=False)]
+    assert list(counts.values()) == direct  # the filter counted with the model's tokenizer
+
+    export = project / "lake" / "exports" / "sft" / "316"
+    assert read_manifest(export)["inputs"]["tokenizer"] == tokenizer_fingerprint(model)
+    got = lf_load(project / "training/configs/sft-316.yaml", project, tmp_path, model_name_or_path=str(model))
+    assert got["lengths"] == exported_tokens(export)  # LLaMA-Factory's own count of every row
+
+    status = subprocess.run([sys.executable, "-m", "tracelake", "status"], cwd=project, capture_output=True, text=True)
+    assert f"tokens counted by data/tokenizer: {model}'s tokenizer (tokenizer.source: model" in status.stdout
+
+    def dry_run(*extra: str) -> subprocess.CompletedProcess:
+        args = [sys.executable, "-m", "tracelake", "train", "sft", "--dataset", "316", "--dry-run", *extra]
+        return subprocess.run(args, cwd=project, capture_output=True, text=True)
+
+    ok = dry_run()
+    assert ok.returncode == 0 and f"tokenizer: ok: {model}'s tokenizer counted this export" in ok.stdout
+    refused = dry_run("--set", f"model_name_or_path={tiny_model}")
+    assert refused.returncode != 0 and len(refused.stderr.strip().splitlines()) == 1
+    assert "was counted with tokenizer sha256" in refused.stderr and "--allow-tokenizer-mismatch" in refused.stderr
+    allowed = dry_run("--set", f"model_name_or_path={tiny_model}", "--allow-tokenizer-mismatch")
+    assert allowed.returncode == 0 and "tokenizer: MISMATCH, allowed:" in allowed.stdout

@@ -18,10 +18,12 @@ from rich.table import Table
 from tracelake.core.assets import sql
 from tracelake.core.errors import BadInput
 from tracelake.core.lake import Lake, is_built, table_paths
+from tracelake.core.model_tokenizer import describe_tokenizer
 from tracelake.core.outputs import read_manifest
 from tracelake.core.schema import TABLES, load_schema
 from tracelake.core.stage import RUNS
 from tracelake.core.swap import sweep
+from tracelake.core.tokenizer import tokenizer_fingerprint
 from tracelake.core.ui import literal, literals
 
 # DVC's state files that a killed `dvc repro` can leave empty: path, what reads it, the fix.
@@ -192,14 +194,49 @@ def render_exports(lake: Path, console: Console) -> None:
     if not exports:
         return
     table = Table(title="training datasets (lake/exports): tracelake train sft|rl --dataset ID", title_justify="left")
-    for col in ("export", "dataset id", "out", "in", "rejected", "shards"):
-        table.add_column(col, no_wrap=True, justify="left" if col in ("export", "dataset id", "rejected") else "right")
+    for col in ("export", "dataset id", "out", "in", "rejected", "shards", "tokenizer"):
+        table.add_column(col, no_wrap=True, justify="right" if col in ("out", "in", "shards") else "left")
+    counted = set()
     for name, m in sorted(exports, key=lambda e: (e[0] == "rl", e[1]["counts"].get("rows_in", 0))):
         c = m["counts"]
         n_out, n_in = c.get("rows_out", c.get("tasks_out")), c.get("rows_in", c.get("tasks_in"))
         rejected = ", ".join(f"{k} {v:,}" for k, v in c["rejected"].items() if v) or "none"
-        table.add_row(*literals((name, m["dataset_id"], f"{n_out:,}", f"{n_in:,}", rejected, c["shards"])))
+        tokenizer = (m.get("inputs") or {}).get("tokenizer")
+        counted.add(tokenizer)
+        row = (
+            name,
+            m["dataset_id"],
+            f"{n_out:,}",
+            f"{n_in:,}",
+            rejected,
+            c["shards"],
+            (tokenizer or "not counted")[:12],
+        )
+        table.add_row(*literals(row))
     console.print(table)
+    for line in tokenizer_lines(lake, counted - {None}):
+        console.print(literal(line))
+
+
+def tokenizer_lines(lake: Path, fingerprints: set[str]) -> list[str]:
+    """Which tokenizer counted the exports: the project's tokenizer directory (params tokenizer.out),
+    described (core/model_tokenizer.py), and any export counted with another one, flagged."""
+    project = project_of(lake)
+    params = project / "params.yaml" if project else None
+    if params is None or not params.is_file() or not fingerprints:
+        return []
+    try:
+        import yaml
+
+        out = (yaml.safe_load(params.read_text()) or {}).get("tokenizer", {}).get("out", "data/tokenizer")
+        current = tokenizer_fingerprint(project / out)
+    except Exception:  # noqa: BLE001 - status reports what it can; a missing tokenizer is not its error
+        return []
+    lines = [f"tokens counted by {out}: {describe_tokenizer(project / out)}"]
+    others = sorted(f[:12] for f in fingerprints if f != current)
+    if others:
+        lines.append(f"warning: exports counted by another tokenizer ({', '.join(others)}): run `dvc repro`")
+    return lines
 
 
 def trajectory_overview(files: list[str]) -> Table:

@@ -36,7 +36,9 @@ import yaml
 from tracelake.core.envs import ENVIRONMENTS, env_command, env_program
 from tracelake.core.errors import BadInput, BadParams
 from tracelake.core.lake import Lake, is_built, pick_dataset
+from tracelake.core.model_tokenizer import resolve
 from tracelake.core.outputs import read_manifest
+from tracelake.core.tokenizer import tokenizer_fingerprint
 from tracelake.curate.params import SelectParams
 from tracelake.export.params import RL_TRAINERS, TrainParams
 from tracelake.export.train_config import RL_FILE, hydra_overrides, override_value, sft_config_name
@@ -91,6 +93,7 @@ class Plan:
     rl_route: str | None = None  # harbor | main_base (rl.yaml `route`)
     rl_entrypoint: str | None = None
     notes: list[str] = field(default_factory=list)  # said with the plan (--dry-run included)
+    tokenizer: str | None = None  # the tokenizer check (check_tokenizer)
     blocker: str | None = None  # why the plan cannot start here (a dry run still shows it)
 
 
@@ -323,8 +326,17 @@ def plan_modal(params: Params, ds: Dataset, sets: dict[str, Any]) -> Plan:
     )
 
 
-def make_plan(params: Params, kind: str, ref: str, backend: str, sets: list[str], gpus: int | None = None) -> Plan:
-    """`gpus` overrides train.sft.gpus for a local SFT run (processes started by torchrun)."""
+def make_plan(
+    params: Params,
+    kind: str,
+    ref: str,
+    backend: str,
+    sets: list[str],
+    gpus: int | None = None,
+    allow_tokenizer_mismatch: bool = False,
+) -> Plan:
+    """`gpus` overrides train.sft.gpus for a local SFT run (processes started by torchrun). Refuses a
+    dataset counted with another tokenizer than the model's (check_tokenizer) unless allowed."""
     if backend not in BACKENDS:
         raise BadParams(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if gpus is not None and gpus < 1:
@@ -333,7 +345,40 @@ def make_plan(params: Params, kind: str, ref: str, backend: str, sets: list[str]
     parsed = parse_sets(sets)
     if kind == "rl":
         check_batch(ds, yaml.safe_load(ds.config_path.read_text()), parsed)
-    return plan_local(params, ds, parsed, gpus) if backend == "local" else plan_modal(params, ds, parsed)
+    tokenizer = check_tokenizer(params, ds, parsed, allow_tokenizer_mismatch)
+    plan = plan_local(params, ds, parsed, gpus) if backend == "local" else plan_modal(params, ds, parsed)
+    plan.tokenizer = tokenizer
+    return plan
+
+
+MODEL_KEY = {"sft": "model_name_or_path", "rl": "trainer.policy.model.path"}  # the config key naming the model
+
+
+def check_tokenizer(params: Params, ds: Dataset, sets: dict[str, Any], allow: bool = False) -> str:
+    """Whether the model that trains has the tokenizer that counted the dataset (the sha256 of its
+    tokenizer.json, recorded in the export's manifest): one line for the plan. A different one
+    raises BadInput unless `allow`. The model's tokenizer is looked for on this machine only (a
+    local directory, the hub cache: core/model_tokenizer.py); not found, it is not checked."""
+    counted = (ds.manifest.get("inputs") or {}).get("tokenizer")
+    default = params.train.sft.model if ds.kind == "sft" else params.train.rl.model
+    model = str(sets.get(MODEL_KEY[ds.kind]) or default)
+    if counted is None:
+        return "not checked: the export counted no tokens (count_tokens: false)"
+    try:
+        found = resolve(model, download=False, what="the model")
+    except BadParams:
+        return f"not checked: {model}'s tokenizer is not on this machine; the export was counted with sha256 {counted[:12]}"
+    theirs = tokenizer_fingerprint(found.directory)
+    if theirs == counted:
+        return f"ok: {model}'s tokenizer counted this export (sha256 {counted[:12]})"
+    why = (
+        f"{ds.dataset_id} was counted with tokenizer sha256 {counted[:12]}, but {model}'s is {theirs[:12]}: its "
+        f"lengths, cutoff rejects and max_tokens drops are not the model's (tokenizer.source: model and dvc repro "
+        f"count them again; --allow-tokenizer-mismatch trains anyway)"
+    )
+    if not allow:
+        raise BadInput(f"train {ds.kind}: {why}")
+    return "MISMATCH, allowed: " + why
 
 
 # --- checking an RL config against the installed SkyRL -------------------------------------------
@@ -393,6 +438,8 @@ def describe(plan: Plan) -> str:
         lines.append(f"gpu:      {plan.gpu}")
     if plan.rl_route:
         lines.append(f"route:    {plan.rl_route} ({plan.rl_entrypoint})")
+    if plan.tokenizer:
+        lines.append(f"tokenizer: {plan.tokenizer}")
     for mount, volume in plan.volumes.items():
         lines.append(f"volume:   {volume} -> {mount}")
     if plan.upload:
