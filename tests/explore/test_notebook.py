@@ -112,3 +112,48 @@ def test_nothing_the_notebook_holds_writes_a_file(committed, tmp_path):
         assert lake.sql("SELECT count(*) FROM messages").fetchall()[0][0] > 0
     assert tree_bytes(lake_dir) == before
     assert not list(tmp_path.iterdir())
+
+
+def test_every_pair_of_views_joins_and_concatenates(committed):
+    """Scans compose: each runs on a connection of its own (one DuckDB connection serves one stream at a
+    time: a join of two scans of one connection raised `connection is busy`). Every pair of views, a
+    view with itself included, is joined (on a column both have, else a cross join of a few rows) and
+    concatenated (their row counts), and each result is checked against DuckDB's own count."""
+    import itertools
+
+    import polars as pl
+
+    with open_lake(committed / "lake") as lake:
+        views = lake.tables()
+        # a dataset id's view is its scale's (CREATE VIEW id AS SELECT * FROM name): paired with it alone
+        aliases = {name: base for name, base in views.items() if base in views}
+        names = [name for name in views if name not in aliases]
+        rows = {name: lake.sql(f'SELECT count(*) FROM "{name}"').fetchall()[0][0] for name in views}
+        columns = {name: set(lake.sql(f'SELECT * FROM "{name}" LIMIT 0').columns) for name in names}
+        pairs = [*itertools.combinations_with_replacement(names, 2), *((base, a) for a, base in aliases.items())]
+        for a, b in pairs:
+            left, right = lake.scan(a), lake.scan(b)
+            counts = pl.concat([left.select(pl.len()), right.select(pl.len())]).collect()
+            assert counts["len"].to_list() == [rows[a], rows[b]], (a, b)
+            if b in aliases:
+                assert left.collect().equals(right.collect()), (a, b)
+                continue
+            key = sorted(columns[a] & columns[b] & {"trajectory_id", "task_id", "source", "dataset_id"})
+            left, right = left.head(50), right.head(50)
+            if key:
+                joined = left.select(key[0]).join(right.select(key[0]), on=key[0]).collect()
+                assert joined.width == 1, (a, b)
+            else:
+                joined = left.select(pl.nth(0).alias("x")).join(right.select(pl.nth(0).alias("y")), how="cross")
+                assert joined.collect().height == min(rows[a], 50) * min(rows[b], 50), (a, b)
+        assert "pool" in repr(lake) and ".scan(view)" in repr(lake)
+    assert "closed" in repr(lake)
+
+
+def test_pandas_is_optional_and_says_so(committed, monkeypatch):
+    import sys
+
+    with open_lake(committed / "lake") as lake:
+        monkeypatch.setitem(sys.modules, "pandas", None)  # as where pandas is not installed
+        with pytest.raises(BadInput, match=r"^pandas is not installed: .*\.pl\(\)"):
+            lake.df("SELECT 1")

@@ -5,7 +5,8 @@ read-only, at any revision.
     lake = open_lake("lake")                      # or open_lake("lake", rev="HEAD~1")
     lake.sql("SELECT source, count(*) FROM trajectories GROUP BY ALL").pl()
     lake.scan("pool").filter(pl.col("n_tokens") > 8000).collect()
-    lake.views                                    # view -> what it reads
+    lake.scan("trajectories").join(lake.scan("dropped"), on="trajectory_id").collect()
+    lake.tables()                                 # the views, with what each reads
 
 Both go through one `open_lake` connection of `tracelake.explore.sql`: the same views, the same
 sandbox (no network, no extension, settings locked) and, for `sql`, the same guard (SELECT-like
@@ -13,8 +14,11 @@ statements, no COPY). The connection is sealed: its views read the lake's Parque
 Arrow datasets and DuckDB itself may open no file, so nothing the notebook holds can write one: not
 `lake.con.execute("COPY … TO …")`, not a relation's `.query(…)`, `.write_parquet(…)` or `.to_csv(…)`,
 inside the lake or anywhere else. A file read by its path (`read_parquet('lake/…')`) is refused the
-same way: read the views. `scan` is a Polars LazyFrame over the view's relation: filters and
-projections are pushed down to the Arrow scan of the same Parquet files. With `rev`, the lake is read
+same way: read the views. `scan` is a Polars LazyFrame over the view's relation, on a connection of
+its own (the same sealed views over the same Arrow datasets), so that scans join and concatenate:
+one DuckDB connection serves one stream at a time. Filters and projections are pushed down to the
+Arrow scan of the same Parquet files. pandas is optional: `df(query)` says so in one line when it is
+missing. With `rev`, the lake is read
 from the DVC cache as `tracelake sql --rev` does; `close()` (or a `with` block) removes the temporary
 tree, as does the end of the process.
 """
@@ -29,7 +33,7 @@ from typing import Any
 import duckdb
 
 from tracelake.core.errors import BadInput
-from tracelake.explore.sql import guarded_relation
+from tracelake.explore.sql import guarded_relation, reopen
 from tracelake.explore.sql import open_lake as _open_views
 
 
@@ -48,7 +52,10 @@ class NotebookLake:
                     raise BadInput("with rev, path is the lake's path inside the repository (e.g. 'lake')")
                 tree = self._stack.enter_context(tree_at(rev, [str(lake)], root=root))
                 self.revision, lake = tree.revision, tree.root / lake
-            self.con, self.views = _open_views(lake, sealed=True)
+            self._steps: list = []
+            self.con, self.views = _open_views(lake, sealed=True, steps=self._steps)
+            self.path = lake
+            self._scans: list[duckdb.DuckDBPyConnection] = []
         except BaseException:
             self._stack.close()
             raise
@@ -62,7 +69,36 @@ class NotebookLake:
         """A polars LazyFrame over one view (`pool`, `trajectories`, `selection_1k`, a dataset id, ...)."""
         if view not in self.views:
             raise BadInput(f"no view {view!r}; views: {', '.join(sorted(self.views))}")
-        return self.con.sql(f'SELECT * FROM "{view}"').pl(lazy=True)  # a name from self.views, quoted
+        if self.con is None:
+            raise BadInput("this lake is closed: open_lake(...) again")
+        con = reopen(self._steps)  # its own connection: scans compose (module docstring)
+        self._scans.append(con)
+        return con.sql(f'SELECT * FROM "{view}"').pl(lazy=True)  # a name from self.views, quoted
+
+    def df(self, query: str) -> Any:
+        """A pandas DataFrame of a read-only query (pandas is optional: `.pl()` and `.arrow()` need none)."""
+        try:
+            import pandas  # noqa: F401
+        except ImportError:
+            raise BadInput(
+                "pandas is not installed: `uv pip install pandas`, or use lake.sql(query).pl() (polars) or .arrow()"
+            ) from None
+        return self.sql(query).df()
+
+    def tables(self) -> dict[str, str]:
+        """Every view, sorted, with what it reads (a table's files, a dataset id's export, ...)."""
+        return {name: self.views[name] for name in sorted(self.views)}
+
+    def __repr__(self) -> str:
+        at = f" at {self.revision}" if self.revision else ""
+        if self.con is None:
+            return f"<tracelake lake {self.path}{at}: closed>"
+        names = sorted(self.views)
+        return (
+            f"<tracelake lake {self.path}{at}: {len(names)} views: {', '.join(names)}>\n"
+            f"  .sql(query) -> DuckDB relation (.pl(), .arrow()); .scan(view) -> polars LazyFrame; "
+            f".df(query) -> pandas; .tables()"
+        )
 
     def close(self) -> None:
         """Close the connection and remove a revision's temporary tree."""
@@ -70,6 +106,9 @@ class NotebookLake:
         if con is not None:
             con.close()
             self.con = None
+        for scan in getattr(self, "_scans", []):
+            scan.close()
+        self._scans = []
         self._stack.close()
 
     def __enter__(self) -> "NotebookLake":

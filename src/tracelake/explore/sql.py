@@ -40,6 +40,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import orjson
@@ -67,11 +68,20 @@ class _Views:
 
     def __init__(self, con: duckdb.DuckDBPyConnection, sealed: bool = False):
         self.con, self.what, self.files, self.parts, self.sealed = con, {}, [], {}, sealed
+        self.steps: list[tuple[str, str, Any]] = []  # what made the views, to make them again (reopen)
+
+    def register(self, name: str, obj: Any) -> None:
+        self.con.register(name, obj)
+        self.steps.append(("register", name, obj))
+
+    def execute(self, statement: str) -> None:
+        self.con.execute(statement)
+        self.steps.append(("execute", statement, None))
 
     def add(self, name: str, files: list[str]) -> None:
         if files:
             if self.sealed:
-                self.con.register(name, _arrow_dataset(files))
+                self.register(name, _arrow_dataset(files))
             else:
                 self.con.read_parquet(files, union_by_name=True).create_view(name)
             self.parts[name] = list(files)
@@ -83,7 +93,7 @@ class _Views:
         digits, - and _; ids: [a-z0-9.-])."""
         if files:
             self.add(name, files)
-            self.con.execute(f'CREATE VIEW "{dataset_id}" AS SELECT * FROM "{name}"')
+            self.execute(f'CREATE VIEW "{dataset_id}" AS SELECT * FROM "{name}"')
             self.what[dataset_id] = name
 
 
@@ -168,7 +178,7 @@ def _make_views(v: _Views, layout: Lake) -> None:
         v.add("pool", pool[1]["pool"])
         v.add("dropped", pool[1]["dropped"])
     if "trajectories" in v.what:
-        v.con.execute(assets.sql("views/messages"))
+        v.execute(assets.sql("views/messages"))
         v.what["messages"] = "trajectories, one row per message"
     if pool:
         funnel = pool[0]["counts"]
@@ -177,7 +187,7 @@ def _make_views(v: _Views, layout: Lake) -> None:
             for s, f in funnel["sources"].items()
             for rule, n in f["dropped"].items()
         ]
-        v.con.register("funnel", pa.Table.from_pylist(rows))
+        v.register("funnel", pa.Table.from_pylist(rows))
         v.what["funnel"] = "lake/pool/manifest.json"
     for scale, d in layout.built_selections().items():
         manifest, tables = _finished(d)
@@ -198,7 +208,11 @@ def _make_views(v: _Views, layout: Lake) -> None:
 
 
 def open_lake(
-    lake: Path | str, files: dict[str, list[str]] | None = None, *, sealed: bool = False
+    lake: Path | str,
+    files: dict[str, list[str]] | None = None,
+    *,
+    sealed: bool = False,
+    steps: list | None = None,
 ) -> tuple[duckdb.DuckDBPyConnection, dict[str, str]]:
     """A sandboxed, read-only connection with every view the lake supports; (connection, view -> what
     it reads). `files`, when given, receives each Parquet view's files (view -> paths).
@@ -224,7 +238,23 @@ def open_lake(
     sandbox(v.con, None if sealed else lake, v.files)
     if files is not None:
         files.update(v.parts)
+    if steps is not None:
+        steps.extend(v.steps)
     return v.con, v.what
+
+
+def reopen(steps: list) -> duckdb.DuckDBPyConnection:
+    """Another sealed connection with the same views, made from a sealed `open_lake`'s `steps` (the same
+    Arrow datasets, no file read again): one DuckDB connection serves one stream at a time, so each of
+    the notebook's scans gets its own."""
+    con = duckdb.connect()
+    for kind, what, obj in steps:
+        if kind == "register":
+            con.register(what, obj)
+        else:
+            con.execute(what)
+    sandbox(con, None, [])
+    return con
 
 
 def sandbox(con: duckdb.DuckDBPyConnection, lake: Path | None, files: list[str]) -> None:
