@@ -60,6 +60,16 @@ def test_ingest_harbor_cli_end_to_end(tmp_path):
     assert status.exit_code == 0 and "trajectories" in status.output and "unparsable_json" in status.output
 
 
+@pytest.mark.parametrize("kind", ["harbor", "traces"])
+def test_ingest_of_nothing_is_a_one_line_error_and_writes_nothing(tmp_path, kind):
+    (tmp_path / "empty").mkdir()
+    args = ["ingest", kind, str(tmp_path / "empty"), "--source", "x", "--out", str(tmp_path / "lake")]
+    proc = subprocess.run([sys.executable, "-m", "tracelake", *args], capture_output=True, text=True)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert f"{tmp_path / 'empty'}" in proc.stderr and ("no Harbor trial" in proc.stderr or "holds no" in proc.stderr)
+    assert not (tmp_path / "lake").exists() or not any((tmp_path / "lake").rglob("*.parquet"))
+
+
 def test_user_errors_are_one_line_without_traceback(tmp_path):
     make_trial(tmp_path / "jobs", "t__1", files={"trajectory.json": b"{"})
     proc = run_tracelake(None, *ingest_harbor_args(tmp_path), "--strict", columns=None)

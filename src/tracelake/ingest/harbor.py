@@ -289,6 +289,11 @@ def ingest_harbor(
     per core), each batch written by its worker as a part; the output is the same on any executor."""
     jobs_dir = Path(jobs_dir)
     trials, problems = discover(jobs_dir)
+    if not trials and not problems:
+        raise BadInput(
+            f"{jobs_dir}: no Harbor trial in it (a trial is a directory holding result.json): give a trial, "
+            f"a job directory or a directory of jobs"
+        )
     if on_start:
         on_start(len(trials))
     out_dir = Path(out_dir)
