@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from functools import partial
 from pathlib import Path
 
@@ -245,28 +244,17 @@ def test_modal_app_defines_its_functions_offline(sample_project, tmp_path):
 
 
 def _rl_project(sample_project: Path, tmp_path: Path, trainer: str, route: str = "main_base", **rl) -> Path:
-    """A copy of the sample project whose rl.yaml is written for `trainer` (the train_config stage's
-    own function, with train.rl.trainer changed)."""
+    """A copy of the sample project whose rl.yaml is written for `trainer` (train.rl.trainer changed,
+    `dvc repro train_config`: `train` refuses configs DVC does not know as built)."""
     import shutil
-
-    from tracelake.core.lake import Lake
-    from tracelake.export.train_config import write_train_configs
 
     project = tmp_path / "p"
     shutil.copytree(sample_project, project, symlinks=True)
     raw = yaml.safe_load((project / "params.yaml").read_text())
     raw["train"]["rl"].update(trainer=trainer, route=route, **rl)
     (project / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    params = load_params(project / "params.yaml")
-    assert params.train.rl.trainer == trainer
-    cwd = Path.cwd()
-    os.chdir(project)
-    try:
-        write_train_configs(
-            Path(params.train.configs), Lake(params.lake), list(params.scales), params.train, params.export_rl
-        )
-    finally:
-        os.chdir(cwd)
+    assert load_params(project / "params.yaml").train.rl.trainer == trainer
+    run_ok(["dvc", "repro", "train_config"], project)
     return project
 
 
@@ -393,3 +381,24 @@ def test_rl_gpus_must_fill_the_engines():
     assert RlTrainParams().resolved_entrypoint == "examples.train_integrations.harbor.entrypoints.main_harbor"
     with pytest.raises(Exception, match="route harbor needs trainer skyrl"):
         RlTrainParams(trainer="skyrl-train")
+
+
+def test_a_stale_dataset_is_refused_in_one_line(sample_project, tmp_path):
+    """Params changed since the dataset was built (and `dvc repro` not run): DVC's own status says the
+    export is stale, and `train` refuses it, naming the stages and the command that rebuilds them."""
+    import shutil
+
+    project = tmp_path / "project"
+    shutil.copytree(sample_project, project, symlinks=True)
+    fresh = run_tracelake(project, "train", "sft", "--dataset", "1k", "--dry-run")
+    assert fresh.returncode == 0 and "fresh:    up to date (dvc status: export_sft@1k, train_config" in fresh.stdout
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["filter"]["min_assistant_turns"] = 7
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    stale = run_tracelake(project, "train", "sft", "--dataset", "1k", "--dry-run")
+    assert stale.returncode == 2 and len(stale.stderr.strip().splitlines()) == 1, stale.stderr
+    assert "is stale: dvc status: " in stale.stderr and "filter (changed deps)" in stale.stderr
+    assert "run `dvc repro export_sft@1k train_config` first" in stale.stderr
+    run_ok(["dvc", "repro", "export_sft@1k", "train_config"], project)
+    again = run_tracelake(project, "train", "sft", "--dataset", "1k", "--dry-run")
+    assert again.returncode == 0 and "up to date" in again.stdout

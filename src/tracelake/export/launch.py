@@ -22,10 +22,12 @@ environment at run time. Dry runs print names and whether they are set, never va
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
@@ -94,6 +96,7 @@ class Plan:
     rl_entrypoint: str | None = None
     notes: list[str] = field(default_factory=list)  # said with the plan (--dry-run included)
     tokenizer: str | None = None  # the tokenizer check (check_tokenizer)
+    fresh: str | None = None  # the freshness check (check_fresh)
     blocker: str | None = None  # why the plan cannot start here (a dry run still shows it)
 
 
@@ -346,9 +349,49 @@ def make_plan(
     if kind == "rl":
         check_batch(ds, yaml.safe_load(ds.config_path.read_text()), parsed)
     tokenizer = check_tokenizer(params, ds, parsed, allow_tokenizer_mismatch)
+    fresh = check_fresh(ds)
     plan = plan_local(params, ds, parsed, gpus) if backend == "local" else plan_modal(params, ds, parsed)
-    plan.tokenizer = tokenizer
+    plan.tokenizer, plan.fresh = tokenizer, fresh
     return plan
+
+
+def export_stage(ds: Dataset) -> str:
+    """The dvc.yaml stage that builds a dataset's export."""
+    return f"export_sft@{ds.export_dir.name}" if ds.kind == "sft" else "export_rl"
+
+
+def check_fresh(ds: Dataset, project: Path = Path(".")) -> str:
+    """Whether the dataset and its training config are what `dvc repro` would build now: DVC's own
+    status of the export's stage and `train_config`, with every stage upstream of them. A stale one
+    (params, code or inputs changed since, or a build left half done) raises BadInput in one line
+    naming the stages and the command that rebuilds them. Outside a DVC project, or without dvc, it
+    is not checked (said in the line returned)."""
+    if not (project / "dvc.yaml").is_file():
+        return "not checked: no dvc.yaml here"
+    dvc = shutil.which("dvc") or str(Path(sys.executable).with_name("dvc"))
+    if not Path(dvc).is_file():
+        return "not checked: dvc is not installed"
+    targets = [export_stage(ds), "train_config"]
+    proc = subprocess.run(
+        [dvc, "status", "--json", "--with-deps", *targets], cwd=project, capture_output=True, text=True, check=False
+    )
+    try:
+        changed = json.loads(proc.stdout) if proc.returncode == 0 else None
+    except ValueError:
+        changed = None
+    if changed is None:
+        first = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"not checked: dvc status failed ({first[:200]})"
+    if not changed:
+        return f"up to date (dvc status: {', '.join(targets)} and what they read)"
+    stages = []
+    for stage, changes in sorted(changed.items()):
+        kinds = sorted({k for c in changes for k in (c if isinstance(c, dict) else {c: None})})
+        stages.append(f"{stage} ({', '.join(kinds)})")
+    raise BadInput(
+        f"train {ds.kind}: {ds.dataset_id} is stale: dvc status: {'; '.join(stages)}; run "
+        f"`dvc repro {' '.join(targets)}` first"
+    )
 
 
 MODEL_KEY = {"sft": "model_name_or_path", "rl": "trainer.policy.model.path"}  # the config key naming the model
@@ -440,6 +483,8 @@ def describe(plan: Plan) -> str:
         lines.append(f"route:    {plan.rl_route} ({plan.rl_entrypoint})")
     if plan.tokenizer:
         lines.append(f"tokenizer: {plan.tokenizer}")
+    if plan.fresh:
+        lines.append(f"fresh:    {plan.fresh}")
     for mount, volume in plan.volumes.items():
         lines.append(f"volume:   {volume} -> {mount}")
     if plan.upload:
