@@ -624,7 +624,7 @@ def test_rl_export_diff_explains_each_task_by_its_curation_rule(sample_project, 
     assert all(r["stage"] == "filter" and r["rule"] == "near_duplicate_v1" for r in added.values())
     assert all(added[t]["detail"] == d for t, d in main_dropped.items())
     assert not [r for r in report["moved"] if r["status"] != "added"]
-    assert {"key": "export_rl.near_duplicates", "a": True, "b": False} in report["params"]
+    assert {"key": "filter.near_duplicates", "a": True, "b": False} in report["params"]  # its params.yaml name
     # a pick of 20 tasks: every other task of main's export is removed by the selection, with its rank
     params["filter"]["near_duplicates"] = True
     params["export_rl"]["pick"]["tasks"] = 20

@@ -214,8 +214,36 @@ def flat_params(v: Version) -> dict[str, Any]:
 
     for kind in ("pool", "scores", "selection", "export_sft", "export_rl"):
         if kind in v.lineage:
-            walk(SECTIONS[kind], v.lineage[kind].get("params", {}))
+            params = v.lineage[kind].get("params", {})
+            for key in sorted(params):
+                name = param_name(kind, key, params)
+                if name is not None:
+                    walk(name, params[key])
     return out
+
+
+# A manifest's params key -> its name in params.yaml, where a stage records a param of another section
+# (or its foreach key): one name per param everywhere (None: not a param, e.g. the scale's own name).
+RENAMED = {
+    "selection": {"mix": "mix", "scale": None, "rows": "scales.{scale}"},
+    "export_sft": {
+        "export_sft": "export_sft",
+        "scale": None,
+        "cutoff_len": "train.sft.cutoff_len",
+        "template": "train.sft.template",
+        "special_tokens": "filter.special_tokens",
+    },
+    "export_rl": {"contaminated": "filter.contaminated", "near_duplicates": "filter.near_duplicates"},
+}
+
+
+def param_name(kind: str, key: str, params: dict[str, Any]) -> str | None:
+    """The params.yaml name of `key` in the params a `kind` output's manifest records."""
+    renamed = RENAMED.get(kind, {})
+    if key in renamed:
+        name = renamed[key]
+        return None if name is None else name.format(scale=params.get("scale"))
+    return f"{SECTIONS[kind]}.{key}"
 
 
 def _load_side(con: duckdb.DuckDBPyConnection, side: str, v: Version) -> None:
