@@ -55,7 +55,9 @@ def test_relations_and_lazyframes_over_the_same_views(committed):
 
 
 def test_a_revision_is_read_from_the_dvc_cache(committed):
-    before = set(glob.glob(f"{tempfile.gettempdir()}/tracelake-*"))
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=committed, check=True, capture_output=True, text=True).stdout
+    trees = f"{tempfile.gettempdir()}/tracelake-{sha[:8]}-*"  # this commit's trees only: other tests make tracelake-*
+    before = set(glob.glob(trees))
     with open_lake(committed / "lake") as now:
         expected = now.sql("SELECT count(*) FROM trajectories").fetchall()[0][0]
     lake = open_lake("lake", rev="HEAD", root=committed)
@@ -65,7 +67,7 @@ def test_a_revision_is_read_from_the_dvc_cache(committed):
         assert lake.scan("trajectories").select("trajectory_id").collect().height == expected
     finally:
         lake.close()
-    assert set(glob.glob(f"{tempfile.gettempdir()}/tracelake-*")) == before  # its temporary tree is gone
+    assert set(glob.glob(trees)) == before  # its temporary tree is gone
     with pytest.raises(BadInput, match="unknown revision"):
         open_lake("lake", rev="no-such-branch", root=committed)
 

@@ -570,7 +570,8 @@ def test_view_serves_the_lake_at_a_revision(sample_project, tmp_path):
     shutil.copytree(sample_project, repo, symlinks=True)
     for args in (["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "built"]):
         subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
-    trees = f"{tempfile.gettempdir()}/tracelake-*"
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True, text=True).stdout
+    trees = f"{tempfile.gettempdir()}/tracelake-{sha[:8]}-*"  # this commit's tree only: other tests make tracelake-*
     before = set(glob.glob(trees))
     exe = Path(sys.executable).parent / "tracelake"
     proc = subprocess.Popen(

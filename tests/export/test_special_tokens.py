@@ -15,8 +15,10 @@ converted text, and under reject a row is exported unchanged or rejected for a l
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
+import shutil
 import tempfile
 import time
 from collections import Counter
@@ -53,7 +55,9 @@ def summary(request):
 @functools.cache
 def tokenizer_dir() -> Path:
     """The project's tokenizer, built once per session (the generator below needs its added tokens)."""
-    return build_tokenizer(Path(tempfile.mkdtemp(prefix="tracelake-special-tokens-")) / "tokenizer")
+    where = Path(tempfile.mkdtemp(prefix="tracelake-special-tokens-"))
+    atexit.register(shutil.rmtree, where, ignore_errors=True)
+    return build_tokenizer(where / "tokenizer")
 
 
 @functools.cache
