@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pyarrow.compute as pc
 
 from tracelake.core.lake import Lake
@@ -22,7 +24,17 @@ def run(ctx: Context) -> Result:
     score_of = dict(zip(scores["task_id"].to_pylist(), scores["score"].to_pylist()))
     clusters = read_table(lake.dedup, "task_clusters").filter(pc.greater(pc.field("cluster_size"), 1))
     cluster_of = dict(zip(clusters["task_id"].to_pylist(), clusters["cluster_id"].to_pylist()))
-    selection = select(group_pool(pool.to_pylist()), score_of, p.mix, n, p.select.unscored, cluster_of)
+    selection = select(
+        group_pool(pool.to_pylist()),
+        score_of,
+        p.mix,
+        n,
+        p.select.unscored,
+        cluster_of,
+        max_copies=p.select.max_copies_per_trajectory,
+    )
+    for line in selection.warnings:
+        print(f"tracelake: warning: select {scale}: {line}", file=sys.stderr)
     out = Output(
         lake.selection(scale),
         "selection",
@@ -37,6 +49,7 @@ def run(ctx: Context) -> Result:
             "rows": n,
             "score": p.select.score,
             "unscored": p.select.unscored,
+            "max_copies_per_trajectory": p.select.max_copies_per_trajectory,
             "mix": p.section("mix"),
         },
         formulas={"selection": SELECTION_RULE},
@@ -48,7 +61,8 @@ def run(ctx: Context) -> Result:
         c, m = selection.counts, manifests[0]
         return [
             f"select {scale}: {m['dataset_id']}: {c['rows']} rows over {c['tasks']} of {c['tasks_available']} "
-            f"tasks, {c['distinct_trajectories']} distinct rollouts -> {out.path} (version {m['version_id']})"
+            f"tasks, {c['distinct_trajectories']} distinct rollouts -> {out.path} (version {m['version_id']})",
+            *(f"select {scale}: warning: {line}" for line in selection.warnings),
         ]
 
     return Result([out], metrics=lambda manifests: manifests[0]["counts"], summary=summary)

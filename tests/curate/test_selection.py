@@ -348,3 +348,78 @@ def test_clusters_of_one_task_change_nothing():
     tasks = _cluster_tasks()
     scores = {tid: float(i + 1) for i, tid in enumerate(sorted(tasks))}
     assert select(tasks, scores, ALL, 25, clusters={"t0": "t0", "t1": "t1"}).rows == select(tasks, scores, ALL, 25).rows
+
+
+# --- max_copies_per_trajectory (copy_cap_v1) ---------------------------------------------------
+
+
+def uses(rows: list[dict]) -> Counter:
+    return Counter(r["trajectory_id"] for r in rows)
+
+
+def test_a_weight_on_a_one_trajectory_source_is_a_warning_with_its_distinct_count():
+    """The finding: 5% of 10k on a source with one trajectory made 500 copies of it, silently."""
+    spec = [*SPEC, ("d1", "delta", "lonely", 1, 10.0)]
+    mix = MixParams(sources="all", weights={"alpha": 0.5, "beta": 0.45, "delta": 0.05}, top_k=None)
+    sel = select(make_tasks(spec), scores_of(spec), mix, 10_000, max_copies=64)
+    assert len(sel.rows) == 10_000 and uses(sel.rows)["d1/r0"] == 500  # the weight still holds
+    # the sources in name order; alpha's 5,000 rows over 6 rollouts and beta's 4,500 over 6 need more
+    # than 64 copies too
+    assert [w.split(" rows")[0] for w in sel.warnings] == [
+        "mix.weights gives alpha 5000 of 10000",
+        "mix.weights gives beta 4500 of 10000",
+        "mix.weights gives delta 500 of 10000",
+    ]
+    assert sel.warnings[2] == (
+        "mix.weights gives delta 500 of 10000 rows but it has 1 distinct trajectory: 500 copies of it, above "
+        "select.max_copies_per_trajectory 64 (lower the weight, add data or raise the cap)"
+    )
+    assert sel.counts["distinct_trajectories_by_source"] == {"alpha": 6, "beta": 6, "delta": 1, "gamma": 0}
+    assert sel.counts["max_copies_per_trajectory"] == {"cap": 64, "largest": max(uses(sel.rows).values())}
+    assert max(uses(r for r in sel.rows if r["source"] == "alpha").values()) == math.ceil(5000 / 6)  # evened out
+
+
+def test_the_cap_moves_rows_to_other_tasks_and_keeps_n_exact():
+    tasks, scores = make_tasks(), scores_of()
+    plain = select(tasks, scores, ALL, 40)
+    assert max(uses(plain.rows).values()) > 4  # a1's score gives it more than 4 copies of a rollout
+    sel = select(tasks, scores, ALL, 40, max_copies=4)
+    assert len(sel.rows) == 40 and sel.warnings == []
+    assert max(uses(sel.rows).values()) <= 4
+    assert sel.counts["max_copies_per_trajectory"] == {"cap": 4, "largest": max(uses(sel.rows).values())}
+    assert {r["task_id"] for r in sel.rows} == {r["task_id"] for r in plain.rows}  # every task keeps its row
+    # a cap that never binds changes nothing
+    assert select(tasks, scores, ALL, 40, max_copies=1000).rows == plain.rows
+
+
+def test_a_cap_too_small_for_n_uses_the_fewest_copies_that_fill_it_and_warns():
+    tasks, scores = make_tasks(), scores_of()
+    distinct = len(pool_rows())  # 13 rollouts
+    sel = select(tasks, scores, ALL, 100, max_copies=2)
+    assert len(sel.rows) == 100
+    assert max(uses(sel.rows).values()) == math.ceil(100 / distinct)
+    assert sel.warnings == [
+        f"100 rows from {distinct} distinct trajectories: {math.ceil(100 / distinct)} copies of some, above "
+        "select.max_copies_per_trajectory 2 (lower the weight, add data or raise the cap)"
+    ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    pool=st.lists(st.tuples(st.integers(1, 4), st.floats(0, 100)), min_size=1, max_size=12),
+    n=st.integers(0, 300),
+    cap=st.integers(1, 20),
+)
+def test_property_the_cap_holds_wherever_it_can(pool, n, cap):
+    spec = [(f"t{i}", "s", f"task{i}", a, score) for i, (a, score) in enumerate(pool)]
+    tasks, scores = make_tasks(spec), scores_of(spec)
+    sel = select(tasks, scores, ALL, n, max_copies=cap)
+    assert len(sel.rows) == n
+    distinct = sum(a for a, _ in pool)
+    bound = max(cap, math.ceil(n / distinct))
+    assert max(uses(sel.rows).values(), default=0) <= bound
+    assert bool(sel.warnings) == (bound > cap)
+    if n >= len(pool):
+        assert {r["task_id"] for r in sel.rows} == set(tasks)  # every task keeps >= 1 row
+    if bound * distinct >= n and max(uses(select(tasks, scores, ALL, n).rows).values(), default=0) <= cap:
+        assert sel.rows == select(tasks, scores, ALL, n).rows  # where the cap does not bind, nothing moves

@@ -4,7 +4,8 @@
 exactly `n`: every task gets one row, the other `n - T` rows are shared out by score (largest
 remainder method); when `n < T` the top-`n` tasks get one row each. `assign_rollouts` says which
 rollout fills each of a task's slots, cycling when the quota exceeds the distinct rollouts.
-`split_by_weights` shares rows between sources by the same rule. See docs/upsampling.md.
+`split_by_weights` shares rows between sources by the same rule. `apportion_capped` (rule
+`copy_cap_v1`) bounds how often one rollout repeats. See docs/upsampling.md.
 
 All arithmetic is exact: a float score is the rational number it stores (`Fraction(score)`), and
 shares are compared as integers over one common denominator, so no result depends on float rounding
@@ -19,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
 APPORTION_RULE = "largest_remainder_v1"
+COPY_CAP_RULE = "copy_cap_v1"
 
 
 def _check_count(name: str, value: object) -> int:
@@ -137,3 +139,42 @@ def split_by_weights(weights: Mapping[str, float], n: int) -> dict[str, int]:
     if not any(exact.values()):
         raise ValueError(f"at least one source weight must be > 0, got {len(exact)} sources all 0")
     return _largest_remainder(exact, n)
+
+
+def copies_needed(n: int, rollouts: int) -> int:
+    """The fewest copies of each rollout that n rows over `rollouts` distinct rollouts need: ceil(n / rollouts)."""
+    return -(-n // rollouts) if rollouts else 0
+
+
+def apportion_capped(
+    scores: Mapping[str, float], rollouts: Mapping[str, int], n: int, cap: int | None
+) -> dict[str, int]:
+    """`apportion` with no task's rollout repeated more than `cap` times (rule `copy_cap_v1`).
+
+    A task with a distinct rollouts holds at most cap * a rows. Rule: apportion n over the tasks;
+    every task whose quota is above its capacity gets exactly its capacity and leaves; the rows left
+    are apportioned over the tasks still in, by the same rule, until no quota is above its capacity.
+    A task's quota only shrinks to its capacity, and every other task's only grows, so when n >= T
+    every task still gets >= 1; when n < T the quotas are apportion's (0 or 1).
+
+    The cap must leave room for n rows: when cap * (all rollouts) < n, the cap used is
+    `copies_needed(n, all rollouts)`, the fewest copies that fill n (the caller warns). `cap` None:
+    plain `apportion`.
+    """
+    if cap is None:
+        return apportion(scores, n)
+    _check_count("cap", cap)
+    if cap < 1:
+        raise ValueError(f"cap must be >= 1, got {cap}")
+    cap = max(cap, copies_needed(n, sum(rollouts[t] for t in scores)))
+    quotas: dict[str, int] = {}
+    free, left = dict(scores), n
+    while True:
+        q = apportion(free, left)
+        over = sorted(t for t in free if q[t] > cap * rollouts[t])
+        if not over:
+            return {t: quotas.get(t, q.get(t, 0)) for t in scores}
+        for t in over:
+            quotas[t] = cap * rollouts[t]
+            left -= quotas[t]
+            del free[t]

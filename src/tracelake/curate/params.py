@@ -185,6 +185,8 @@ class SelectParams(Section):
     # a task the score has no value for (a model scorer's allowed failure, an import without it):
     # zero: it keeps the one rollout every task gets, no more; drop: it is left out; error: stop
     unscored: Literal["zero", "drop", "error"] = "zero"
+    # no rollout fills more rows than this (copy_cap_v1, docs/upsampling.md); null: no cap
+    max_copies_per_trajectory: Annotated[int | None, Field(ge=1)] = 64
 
 
 def _scale_names(scales: Any) -> Any:

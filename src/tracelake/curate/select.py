@@ -16,10 +16,17 @@ from typing import Any, Iterable
 from tracelake.core.errors import BadInput, check
 from tracelake.core.hashing import content_id
 from tracelake.core.ids import copy_name
-from tracelake.curate.apportion import APPORTION_RULE, apportion, assign_rollouts, split_by_weights
+from tracelake.curate.apportion import (
+    APPORTION_RULE,
+    COPY_CAP_RULE,
+    apportion_capped,
+    assign_rollouts,
+    copies_needed,
+    split_by_weights,
+)
 from tracelake.curate.params import MixParams
 
-SELECTION_RULE = f"mix_v1+{APPORTION_RULE}+cluster_quota_v1"
+SELECTION_RULE = f"mix_v1+{APPORTION_RULE}+cluster_quota_v1+{COPY_CAP_RULE}"
 
 
 @dataclass
@@ -34,6 +41,7 @@ class Task:
 class Selection:
     rows: list[dict[str, Any]]
     counts: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
 
 
 def group_pool(rows: Iterable[dict[str, Any]]) -> dict[str, Task]:
@@ -65,6 +73,7 @@ def select(
     n: int,
     unscored: str = "zero",
     clusters: dict[str, str] | None = None,
+    max_copies: int | None = None,
 ) -> Selection:
     """The slots of one dataset of exactly n rows (fewer only when the pool is empty: an error).
 
@@ -74,7 +83,11 @@ def select(
     `clusters` (task_id -> cluster_id, from the dedup stage): the tasks of one cluster that are still
     in the pool (dedup.keep: all) share one quota, as one task would, scored by their mean score, and
     their rollouts are pooled (cluster_quota_v1): upsampling never multiplies one idea. A task
-    alone in its cluster (every task, with keep: one) is its own unit, as without clusters."""
+    alone in its cluster (every task, with keep: one) is its own unit, as without clusters.
+
+    `max_copies` (select.max_copies_per_trajectory): no rollout fills more than that many rows
+    (copy_cap_v1, apportion_capped); where a source's share (or, without weights, n) needs more
+    copies than that of every rollout it has, each gets the fewest that fill it, and a warning says so."""
     sources = mixed_sources(tasks, scores, mix)
     candidates = {tid: t for tid, t in tasks.items() if t.source in sources}
     missing = sorted(tid for tid in candidates if tid not in scores)
@@ -103,6 +116,23 @@ def select(
             )
     units = _units(candidates, clusters or {}, by_source=bool(mix.weights))
     unit_score = {u: sum(score_of[t] for t in members) / len(members) for u, members in units.items()}
+    unit_rollouts = {u: sum(len(candidates[t].rollouts) for t in members) for u, members in units.items()}
+    warnings: list[str] = []
+
+    def capped(scores_of_units: dict[str, float], rows: int, source: str | None) -> dict[str, int]:
+        distinct = sum(unit_rollouts[u] for u in scores_of_units)
+        need = copies_needed(rows, distinct)
+        if max_copies is not None and need > max_copies:
+            had = f"{distinct} distinct trajector{'y' if distinct == 1 else 'ies'}"
+            what = (
+                f"mix.weights gives {source} {rows} of {n} rows but it has {had}" if source else f"{n} rows from {had}"
+            )
+            warnings.append(
+                f"{what}: {need} copies of {'it' if distinct == 1 else 'some'}, above "
+                f"select.max_copies_per_trajectory {max_copies} (lower the weight, add data or raise the cap)"
+            )
+        return apportion_capped(scores_of_units, unit_rollouts, rows, max_copies)
+
     if mix.weights:
         # a weighted source with no task in the pool still takes its share, so that it is an error
         # below instead of its rows silently going to the other sources
@@ -115,9 +145,9 @@ def select(
                 raise BadInput(
                     f"mix.weights gives {source} {share[source]} rows but no rollout of it survived the filters"
                 )
-            quotas.update(apportion(own, share[source]) if own else {})
+            quotas.update(capped(own, share[source], source) if own else {})
     else:
-        quotas = apportion(unit_score, n)
+        quotas = capped(unit_score, n, None)
 
     task_of = {rid: tid for tid, t in candidates.items() for rid in t.rollouts}
     rows = []
@@ -141,10 +171,11 @@ def select(
     rows.sort(key=lambda r: (r["source"], r["task"], r["task_id"]))  # stable: a task's slots in copy order
     check(len(rows) == n, f"selected {len(rows)} rows for n={n}")
     counts = _counts(rows, candidates, scores, sources)
+    counts["max_copies_per_trajectory"] = {"cap": max_copies, "largest": _largest_copies(rows)}
     counts["unscored_tasks"] = len(missing)  # with unscored: drop, those left out
     shared = [members for members in units.values() if len(members) > 1]
     counts["shared_quotas"] = {"clusters": len(shared), "tasks": sum(len(m) for m in shared)}
-    return Selection(rows, counts)
+    return Selection(rows, counts, warnings)
 
 
 def _units(candidates: dict[str, Task], clusters: dict[str, str], by_source: bool) -> dict[str, list[str]]:
@@ -159,14 +190,23 @@ def _units(candidates: dict[str, Task], clusters: dict[str, str], by_source: boo
     return units
 
 
+def _largest_copies(rows: list[dict]) -> int:
+    uses: dict[str, int] = {}
+    for r in rows:
+        uses[r["trajectory_id"]] = uses.get(r["trajectory_id"], 0) + 1
+    return max(uses.values(), default=0)
+
+
 def _counts(
     rows: list[dict], candidates: dict[str, Task], scores: dict[str, float], sources: list[str]
 ) -> dict[str, Any]:
     per_task: dict[str, int] = {}
     by_source = {s: 0 for s in sources}
+    distinct_by_source: dict[str, set[str]] = {s: set() for s in sources}
     for r in rows:
         per_task[r["task_id"]] = per_task.get(r["task_id"], 0) + 1
         by_source[r["source"]] += 1
+        distinct_by_source[r["source"]].add(r["trajectory_id"])
     return {
         "rows": len(rows),
         "tasks": len(per_task),
@@ -175,4 +215,5 @@ def _counts(
         "distinct_trajectories": len({r["trajectory_id"] for r in rows}),
         "max_rows_per_task": max(per_task.values(), default=0),
         "rows_by_source": by_source,
+        "distinct_trajectories_by_source": {s: len(ids) for s, ids in distinct_by_source.items()},
     }

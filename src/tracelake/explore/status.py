@@ -168,18 +168,27 @@ def render_curation(lake: Path, console: Console) -> None:
     )
     if selections:
         sources = sorted({s for m in selections for s in m["counts"]["rows_by_source"]})
-        table = Table(title="datasets (lake/selections/<scale>): rows per source", title_justify="left")
+        table = Table(
+            title="datasets (lake/selections/<scale>): rows per source (distinct trajectories)", title_justify="left"
+        )
         table.add_column("dataset", no_wrap=True)
-        for col in ("tasks", "rollouts", "max/task", *sources):
+        for col in ("tasks", "rollouts", "max/task", "copies", *sources):
             table.add_column(literal(col), justify="right")
         for m in selections:
             c = m["counts"]
+            distinct = c.get("distinct_trajectories_by_source", {})  # absent in lakes built before it
+
+            def cell(source: str) -> str:
+                rows = f"{c['rows_by_source'].get(source, 0):,}"
+                return f"{rows} ({distinct[source]:,})" if source in distinct else rows
+
             table.add_row(
                 literal(m["dataset_id"]),
                 f"{c['tasks']:,}",
                 f"{c['distinct_trajectories']:,}",
                 str(c["max_rows_per_task"]),
-                *(f"{c['rows_by_source'].get(s, 0):,}" for s in sources),
+                str(c.get("max_copies_per_trajectory", {}).get("largest", "?")),
+                *(cell(s) for s in sources),
             )
         console.print(table)
     render_exports(lake, console)
