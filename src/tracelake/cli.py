@@ -632,12 +632,14 @@ def view(
     shared. Prints the URL; Ctrl-C stops it."""
     from contextlib import ExitStack
 
+    from tracelake.explore.status import project_of
     from tracelake.explore.view.app import check_address, serve
 
     check_address(host)
     with ExitStack() as stack:
-        root, label = lake, str(lake)
+        root, label, project = lake, str(lake), project_of(lake)
         if rev is not None:
+            project = None  # a revision's lake is what that commit recorded: nothing to be stale against
             tree = _tree_at(stack, rev, lake)
             root, label = tree.root / lake, f"{lake} at {rev} ({tree.revision.sha[:10]})"
             _say_missing(tree, rev)
@@ -649,19 +651,29 @@ def view(
             search_cache=None if no_search else search_cache,
             lake_in_repo=str(lake),
             host=host,
+            project=project,
         )
 
 
 @app.command()
 def status(
     lake: Annotated[Path, typer.Option("--lake", help="Lake root to describe.")] = Path("lake"),
+    fresh: Annotated[
+        bool,
+        typer.Option(
+            "--fresh/--no-fresh",
+            help="Ask DVC whether each dataset is up to date with params.yaml and the code (it takes as long as "
+            "`dvc status`); --no-fresh skips it.",
+        ),
+    ] = True,
 ) -> None:
-    """Show what is built: every table directory in the lake with its version, rows and rejects.
+    """Show what is built: every table directory in the lake with its version, rows and rejects, and
+    which datasets are stale (DVC's status: params, code or inputs changed since they were built).
     First, one line for an empty or unreadable dvc.lock or .dvc/tmp/rwlock (left by a `dvc repro`
     killed while DVC wrote it) saying how to recover."""
     from tracelake.explore.status import render_status
 
-    render_status(lake, out)
+    render_status(lake, out, fresh=fresh)
 
 
 @app.command()

@@ -210,6 +210,22 @@ def test_dvc_experiment_names_are_revisions(ablation, tmp_path):
     refs = git(work, "for-each-ref", "--format=%(refname)", "refs/exps").split()
     exp_ref = [r for r in refs if r.endswith("/six-turns")]
     assert len(exp_ref) == 1 and report["b"]["commit"] == git(work, "rev-parse", exp_ref[0]).strip()
+    # the viewer's datasets page lists the experiment (and the branches), each with its diffs
+    from tracelake.explore.revisions import recorded_versions
+    from tracelake.explore.view.datasets import datasets_page
+    from tracelake.explore.view.db import LakeView
+
+    found = {(r.kind, r.name) for r in recorded_versions(work)}
+    assert {("experiment", "six-turns"), ("branch", "main"), ("branch", BRANCH)} <= found
+    here = Path.cwd()
+    os.chdir(work)
+    try:
+        page = datasets_page(LakeView(work / "lake"))
+    finally:
+        os.chdir(here)
+    assert '<tr class="version" data-kind="experiment"><td>experiment</td><td><code>six-turns</code>' in page
+    assert 'href="/diff?a=six-turns%3A1k&amp;b=1k"' in page
+    assert "<h2>RL export</h2>" in page
 
 
 def cache_digest(repo: Path) -> str:

@@ -153,3 +153,36 @@ def _place(fs, cache, name: str, info: dict, target: Path, rev: str) -> None:
 def _first_line(e: Exception) -> str:
     text = str(e).strip()
     return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A revision that recorded the pipeline's outputs: a commit that changed dvc.lock, a branch, a
+    tag or a `dvc exp` experiment. `name` is what `REV:` takes (diff, view --rev, train --dataset)."""
+
+    kind: str  # commit | branch | tag | experiment
+    name: str
+    sha: str
+    date: str  # committer date, YYYY-MM-DD
+    subject: str
+
+
+def recorded_versions(root: Path | str = ".", commits: int = 10) -> list[Recorded]:
+    """Where other versions of the datasets are: experiments (`dvc exp run`, under refs/exps), branches
+    and tags, then the last `commits` commits that changed dvc.lock. [] outside a git repository."""
+    import subprocess
+
+    def git(*args: str) -> list[list[str]]:
+        proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
+        return [line.split("\x1f") for line in proc.stdout.splitlines() if line] if proc.returncode == 0 else []
+
+    ref_format = "--format=%(refname)\x1f%(objectname)\x1f%(committerdate:short)\x1f%(subject)"
+    found = []
+    for ref, sha, date, subject in git("for-each-ref", "--sort=-committerdate", ref_format, "refs/exps"):
+        found.append(Recorded("experiment", ref.rsplit("/", 1)[-1], sha, date, subject))
+    for kind, refs in (("branch", "refs/heads"), ("tag", "refs/tags")):
+        for ref, sha, date, subject in git("for-each-ref", "--sort=-committerdate", ref_format, refs):
+            found.append(Recorded(kind, ref.split("/", 2)[2], sha, date, subject))
+    for sha, date, subject in git("log", f"-n{commits}", "--format=%H\x1f%cs\x1f%s", "--", "dvc.lock"):
+        found.append(Recorded("commit", sha[:10], sha, date, subject))
+    return found

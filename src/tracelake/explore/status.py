@@ -17,6 +17,7 @@ from rich.table import Table
 
 from tracelake.core.assets import sql
 from tracelake.core.errors import BadInput
+from tracelake.core.freshness import Freshness, pipeline_freshness
 from tracelake.core.lake import Lake, is_built, table_paths
 from tracelake.core.model_tokenizer import describe_tokenizer
 from tracelake.core.outputs import read_manifest
@@ -68,7 +69,8 @@ def project_of(lake: Path) -> Path | None:
     return None
 
 
-def render_status(lake: Path, console: Console) -> None:
+def render_status(lake: Path, console: Console, fresh: bool = True) -> None:
+    """Everything built under `lake`; with `fresh`, DVC's status says which datasets are stale."""
     project = project_of(lake)
     sweep(lake)  # what killed builds left (DVC's run cache may restore a stage without running it)
     for line in dvc_problems(project) if project else []:
@@ -118,9 +120,38 @@ def render_status(lake: Path, console: Console) -> None:
     files = [str(p) for name, _, d in outputs if name == "trajectories" for p in table_paths(d, name)]
     if files:
         console.print(trajectory_overview(files))
-    render_curation(lake, console)
+    freshness = None
+    if fresh and project and (Lake(lake).built_selections() or Lake(lake).built_sft_exports()):
+        with console.status("asking dvc status whether each dataset is up to date ..."):
+            freshness = pipeline_freshness(project)
+    render_curation(lake, console, freshness)
+    if freshness is not None:
+        render_freshness(freshness, console)
     if project:
         render_runs(project, console)
+
+
+def _fresh_cell(freshness: Freshness | None, stage: str) -> str:
+    if freshness is None or not freshness.checked:
+        return "?"
+    return "STALE" if freshness.stale(stage) else "yes"
+
+
+def render_freshness(freshness: Freshness, console: Console) -> None:
+    """One line: the pipeline is up to date, or which stages changed since they were built."""
+    if not freshness.checked:
+        console.print(literal(f"fresh: {freshness.why}"))
+    elif not freshness.changed:
+        console.print(literal(f"fresh: every dataset is {freshness.why}"))
+    else:
+        console.print(
+            literal(
+                f"stale: changed since built: {freshness.describe(freshness.changed)}. Datasets marked STALE are "
+                f"built from them: `dvc repro` rebuilds them, and `tracelake train` refuses them until then"
+            ),
+            style="bold yellow",
+            soft_wrap=True,
+        )
 
 
 def render_runs(project: Path, console: Console) -> None:
@@ -147,7 +178,7 @@ def render_runs(project: Path, console: Console) -> None:
     console.print(table)
 
 
-def render_curation(lake: Path, console: Console) -> None:
+def render_curation(lake: Path, console: Console, freshness: Freshness | None = None) -> None:
     """The filter funnel and one line per built dataset (scale), when they exist."""
     layout = Lake(lake)
     if is_built(layout.pool):
@@ -164,17 +195,18 @@ def render_curation(lake: Path, console: Console) -> None:
             )
         console.print(table)
     selections = sorted(
-        (read_manifest(d) for d in layout.built_selections().values()), key=lambda m: m["counts"]["rows"]
+        ((scale, read_manifest(d)) for scale, d in layout.built_selections().items()),
+        key=lambda sm: sm[1]["counts"]["rows"],
     )
     if selections:
-        sources = sorted({s for m in selections for s in m["counts"]["rows_by_source"]})
+        sources = sorted({s for _, m in selections for s in m["counts"]["rows_by_source"]})
         table = Table(
             title="datasets (lake/selections/<scale>): rows per source (distinct trajectories)", title_justify="left"
         )
         table.add_column("dataset", no_wrap=True)
-        for col in ("tasks", "rollouts", "max/task", "copies", *sources):
+        for col in (*(["fresh"] if freshness else []), "tasks", "rollouts", "max/task", "copies", *sources):
             table.add_column(literal(col), justify="right")
-        for m in selections:
+        for scale, m in selections:
             c = m["counts"]
             distinct = c.get("distinct_trajectories_by_source", {})  # absent in lakes built before it
 
@@ -184,6 +216,7 @@ def render_curation(lake: Path, console: Console) -> None:
 
             table.add_row(
                 literal(m["dataset_id"]),
+                *([_fresh_cell(freshness, f"select@{scale}")] if freshness else []),
                 f"{c['tasks']:,}",
                 f"{c['distinct_trajectories']:,}",
                 str(c["max_rows_per_task"]),
@@ -191,22 +224,33 @@ def render_curation(lake: Path, console: Console) -> None:
                 *(cell(s) for s in sources),
             )
         console.print(table)
-    render_exports(lake, console)
+    render_exports(lake, console, freshness)
 
 
-def render_exports(lake: Path, console: Console) -> None:
+def render_exports(lake: Path, console: Console, freshness: Freshness | None = None) -> None:
     """One line per training dataset (lake/exports): its id, rows out of rows in, rejects, shards."""
     layout = Lake(lake)
-    exports = [(f"sft {scale}", read_manifest(d)) for scale, d in layout.built_sft_exports().items()]
+    exports = [
+        (f"sft {scale}", f"export_sft@{scale}", read_manifest(d)) for scale, d in layout.built_sft_exports().items()
+    ]
     if is_built(layout.rl_export):
-        exports.append(("rl", read_manifest(layout.rl_export)))
+        exports.append(("rl", "export_rl", read_manifest(layout.rl_export)))
     if not exports:
         return
     table = Table(title="training datasets (lake/exports): tracelake train sft|rl --dataset ID", title_justify="left")
-    for col in ("export", "dataset id", "out", "in", "rejected", "shards", "tokenizer"):
+    for col in (
+        "export",
+        "dataset id",
+        *(["fresh"] if freshness else []),
+        "out",
+        "in",
+        "rejected",
+        "shards",
+        "tokenizer",
+    ):
         table.add_column(col, no_wrap=True, justify="right" if col in ("out", "in", "shards") else "left")
     counted = set()
-    for name, m in sorted(exports, key=lambda e: (e[0] == "rl", e[1]["counts"].get("rows_in", 0))):
+    for name, stage, m in sorted(exports, key=lambda e: (e[0] == "rl", e[2]["counts"].get("rows_in", 0))):
         c = m["counts"]
         n_out, n_in = c.get("rows_out", c.get("tasks_out")), c.get("rows_in", c.get("tasks_in"))
         rejected = ", ".join(f"{k} {v:,}" for k, v in c["rejected"].items() if v) or "none"
@@ -215,6 +259,7 @@ def render_exports(lake: Path, console: Console) -> None:
         row = (
             name,
             m["dataset_id"],
+            *([_fresh_cell(freshness, stage)] if freshness else []),
             f"{n_out:,}",
             f"{n_in:,}",
             rejected,

@@ -219,9 +219,11 @@ def serve(
     search_cache: Path | str | None = None,
     lake_in_repo: str = "lake",
     host: str = HOST,
+    project: Path | None = None,
 ) -> None:
     """Open the lake, bind host:port, print the URL and serve until Ctrl-C. With `search_cache`,
-    the full-text index is opened from it, or built there on a background thread."""
+    the full-text index is opened from it, or built there on a background thread. With `project`
+    (the DVC project of a workspace lake), DVC's status of its datasets is asked on another thread."""
     import uvicorn
 
     host = check_address(host)
@@ -235,6 +237,8 @@ def serve(
     announce(
         f"tracelake view: http://{HOST if host == WILDCARD else host}:{bound}/  ({label or lake}; Ctrl-C stops it)"
     )
+    if project is not None:
+        db.start_freshness(project)
     if search_cache is not None:
         index = db.start_search(search_cache, announce=announce)
         if not index.ready and index.key:

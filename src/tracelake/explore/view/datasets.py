@@ -1,7 +1,8 @@
 """The dataset pages of `tracelake view`: every dataset version of the lake (pool, selections, SFT
-exports) with what it holds, and the page form of `tracelake diff` between two versions, computed by
-the same code (explore/diff.py) and shown with the same HTML parts (explore/diff_html.py), inside
-templates/datasets.html and templates/diff.html."""
+exports, the RL export) with what it holds and whether it is up to date (DVC's status), the other
+versions recorded in git and `dvc exp` (each a link to a diff), and the page form of `tracelake diff`
+between two versions, computed by the same code (explore/diff.py) and shown with the same HTML parts
+(explore/diff_html.py), inside templates/datasets.html and templates/diff.html."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from contextlib import ExitStack
 from typing import Any
 
 from tracelake.core.errors import BadInput
+from tracelake.core.lake import Lake, is_built
+from tracelake.core.outputs import read_manifest
+from tracelake.explore.revisions import recorded_versions
 from tracelake.explore.view.db import LakeView
 from tracelake.explore.view.render import render, trusted, url
 
@@ -60,9 +64,66 @@ def _params(d: dict[str, Any]) -> list[tuple[str, Any]]:
     return [(k, params[k]) for k in keys if k in params]
 
 
+def stage_of(d: dict[str, Any]) -> str:
+    """The DVC stage that builds a dataset view."""
+    return {"pool": "filter", "selection": f"select@{d['scale']}", "export_sft": f"export_sft@{d['scale']}"}.get(
+        d["kind"], "export_rl"
+    )
+
+
+def fresh(db: LakeView, stage: str) -> str:
+    """yes / STALE / '...' while DVC is asked / '' when not checked (a lake at a revision)."""
+    if db.freshness is None:
+        return "..." if db.freshness_note.startswith("checking") else ""
+    if not db.freshness.checked:
+        return "?"
+    return "STALE" if db.freshness.stale(stage) else "yes"
+
+
+def rl_export(db: LakeView) -> dict[str, Any] | None:
+    """The RL export (task directories, not trajectories: no rows to list): what it holds and drops."""
+    directory = Lake(db.lake).rl_export
+    if not is_built(directory):
+        return None
+    m = read_manifest(directory)
+    c = m["counts"]
+    return {
+        "dataset_id": m["dataset_id"],
+        "tasks_in": c.get("tasks_in", 0),
+        "tasks_out": c.get("tasks_out", 0),
+        "per_source": {s: v.get("out", 0) for s, v in c.get("sources", {}).items()},
+        "dropped": [(rule, n) for rule, n in sorted(c.get("dropped", {}).items()) if n],
+        "rejected": [(why, n) for why, n in sorted(c.get("rejected", {}).items()) if n],
+        "tokenizer": (m.get("inputs") or {}).get("tokenizer"),
+        "fresh": fresh(db, "export_rl"),
+    }
+
+
+def versions(db: LakeView) -> list[dict[str, Any]]:
+    """Other recorded versions (explore/revisions.py's recorded_versions, from the working directory's
+    repository), each with links that diff its datasets against this lake's."""
+    names = [diff_name(d["view"]) for d in db.datasets]
+    out = []
+    for r in recorded_versions("."):
+        if not _REV.match(r.name):
+            continue
+        out.append(
+            {
+                "kind": r.kind,
+                "name": r.name,
+                "sha": r.sha[:10],
+                "date": r.date,
+                "subject": r.subject,
+                "diffs": [(n, url("/diff", {"a": f"{r.name}:{n}", "b": n})) for n in names],
+            }
+        )
+    return out
+
+
 def datasets_page(db: LakeView) -> str:
     """The lake's datasets: a table of versions, each linking to its rows and to a diff with the one
-    before it of the same kind, and a form to diff any two (also at another git revision)."""
+    before it of the same kind, the RL export, the versions recorded in git and `dvc exp`, and a form
+    to diff any two (also at another git revision)."""
     rows = summaries(db)
     sources = sorted({s["source"] for d in rows for s in d["sources"]})
     shown, previous = [], {}
@@ -79,9 +140,29 @@ def datasets_page(db: LakeView) -> str:
                 "params": _params(d),
                 "before": diff_name(before) if before else None,
                 "diff_link": url("/diff", {"a": diff_name(before), "b": diff_name(d["view"])}) if before else None,
+                "fresh": fresh(db, stage_of(d)),
             }
         )
-    return render("datasets.html", rows=shown, sources=sources, label=db.label, **_form(db, "", ""))
+    return render(
+        "datasets.html",
+        rows=shown,
+        sources=sources,
+        label=db.label,
+        rl=rl_export(db),
+        versions=versions(db),
+        freshness=db.freshness_note,
+        tokenizer=_counted_by(db),
+        **_form(db, "", ""),
+    )
+
+
+def _counted_by(db: LakeView) -> str | None:
+    """Which tokenizer counted the lake's tokens (the project's tokenizer directory, described)."""
+    if db.tokenizer is None:
+        return None
+    from tracelake.core.model_tokenizer import describe_tokenizer
+
+    return f"{db.tokenizer[0]}: {describe_tokenizer(db.tokenizer[0])}"
 
 
 def _form(db: LakeView, a: str, b: str) -> dict[str, Any]:

@@ -24,6 +24,7 @@ import duckdb
 
 from tracelake.core import assets
 from tracelake.core.errors import BadInput
+from tracelake.core.freshness import Freshness, pipeline_freshness
 from tracelake.core.lake import Lake
 from tracelake.core.outputs import read_manifest
 from tracelake.explore.sql import guard_query, open_lake, query_error
@@ -132,6 +133,8 @@ class LakeView:
         self.facet_values["dataset"] = [(d["view"], d["rows"]) for d in self.datasets]
         self.search: SearchIndex | None = None
         self.tokenizer = _tokenizer(self.lake)
+        self.freshness: Freshness | None = None  # DVC's status of the datasets, once start_freshness has it
+        self.freshness_note = "not checked (a lake at a revision is what that commit recorded)"
 
     def _datasets(self) -> list[dict[str, Any]]:
         """Every dataset of the lake with one trajectory per row (pool, selections, SFT exports): its
@@ -226,6 +229,28 @@ class LakeView:
         more = len(rows) > n
         rows = rows[:n]
         return rows, total, rows[-1]["trajectory_id"] if more else None
+
+    # --- freshness ------------------------------------------------------------------------------
+
+    def start_freshness(self, project: Path, background: bool = True) -> None:
+        """Ask DVC (core/freshness.py) whether each dataset is up to date, on a thread of its own: it
+        takes as long as `dvc status`, and the pages work meanwhile."""
+        self.freshness_note = "checking (dvc status) ..."
+
+        def check() -> None:
+            found = pipeline_freshness(project)
+            self.freshness_note = (
+                f"stale: changed since built: {found.describe(found.changed)}; `dvc repro` rebuilds the datasets "
+                f"marked STALE"
+                if found.changed
+                else found.why
+            )
+            self.freshness = found
+
+        if background:
+            threading.Thread(target=check, name="tracelake-freshness", daemon=True).start()
+        else:
+            check()
 
     # --- search ---------------------------------------------------------------------------------
 

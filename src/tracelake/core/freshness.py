@@ -1,0 +1,75 @@
+"""Whether what the lake holds is what `dvc repro` would build now: DVC's own status of the pipeline.
+
+    fresh = pipeline_freshness(Path("."))
+    fresh.stale("export_sft@1k")   # [] when up to date, else the stale stages it is built from
+
+A stage is stale when DVC says it changed (its params, code, inputs or outputs differ from what
+dvc.lock recorded, or it never ran) or when any stage upstream of it did: after a params edit
+without `dvc repro`, DVC names the edited stage, and everything built from it is stale too.
+`tracelake train` refuses a stale dataset; `status` and `view` flag it. Outside a DVC project, or
+while DVC cannot answer (a `dvc repro` holds its lock), nothing is checked and `why` says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+
+@dataclass(frozen=True)
+class Freshness:
+    checked: bool
+    why: str  # one line: how it was checked, or why it was not
+    changed: dict[str, list[str]] = field(default_factory=dict)  # stage -> the kinds of change DVC reported
+    upstream: dict[str, frozenset[str]] = field(default_factory=dict)  # stage -> every stage it is built from
+
+    def stale(self, stage: str) -> list[str]:
+        """The changed stages among `stage` and those upstream of it (sorted); [] when fresh or not checked."""
+        if not self.checked:
+            return []
+        return sorted(s for s in {stage, *self.upstream.get(stage, ())} if s in self.changed)
+
+    def describe(self, stages: Iterable[str]) -> str:
+        """`select@1k (changed deps); filter (changed deps)` for the stale ones among `stages`."""
+        return "; ".join(f"{s} ({', '.join(self.changed[s])})" for s in sorted(stages))
+
+
+def _kinds(changes: list) -> list[str]:
+    """DVC's status entries for one stage ("always changed", {"changed deps": {...}}, ...) -> their kinds."""
+    return sorted({k for c in changes for k in (c if isinstance(c, dict) else {str(c): None})})
+
+
+def _reachable(graph, start) -> set:
+    """Every node reachable from `start` along the graph's edges (DVC's index graph: a stage points at
+    the stages it reads from)."""
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph.successors(todo.pop()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def pipeline_freshness(project: Path, targets: list[str] | None = None) -> Freshness:
+    """DVC's status of the pipeline at `project` (of `targets` and what they are built from, or of
+    every stage), in process. Costs what `dvc status` costs (it hashes the workspace's outputs)."""
+    if not (Path(project) / "dvc.yaml").is_file():
+        return Freshness(False, "not checked: no dvc.yaml here")
+    try:
+        from dvc.repo import Repo
+    except ImportError:
+        return Freshness(False, "not checked: dvc is not installed")
+    try:
+        with Repo(str(project)) as repo:
+            status = repo.status(targets=targets, with_deps=bool(targets))
+            graph = repo.index.graph  # stage -> the stages whose outputs it reads
+            upstream = {s.addressing: frozenset(d.addressing for d in _reachable(graph, s)) for s in graph.nodes}
+    except Exception as e:  # noqa: BLE001 - DVC's own errors (a lock held, a broken dvc.yaml): reported, not raised
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        return Freshness(False, f"not checked: dvc status failed ({first[:200]})")
+    changed = {stage: _kinds(changes) for stage, changes in status.items()}
+    what = ", ".join(targets) + " and what they read" if targets else "every stage"
+    why = f"up to date (dvc status: {what})" if not changed else f"dvc status: {len(changed)} stage(s) changed"
+    return Freshness(True, why, changed, upstream)
