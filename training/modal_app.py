@@ -6,7 +6,9 @@ TRACELAKE_MODAL_* variables below from params.yaml `train.modal` and passes the 
 
 - Volumes: `datasets` holds each export under its content id (/datasets/<dataset id>/); it is
   uploaded from the local entrypoint only when that id is not on the volume yet, so an unchanged
-  dataset is never uploaded twice. `runs` holds checkpoints and logs (/runs/<dataset id>/).
+  dataset is never uploaded twice. `runs` holds checkpoints and logs (/runs/<dataset id>/<run
+  hash>/ for SFT: a run started again resumes from its last checkpoint; a finished one is refused).
+  `models` is HF_HOME (/models): a model (16 GB for Qwen3-8B) is downloaded on the first run only.
 - Images (on a CUDA devel base): SFT = LLaMA-Factory, CUDA torch, DeepSpeed; RL = skyrl 0.4 (or
   skyrl-train 0.3.1: train.rl.trainer) with vLLM (Python 3.12), and for route harbor a SkyRL checkout
   with its harbor extra. Never built here: Modal's builders need the network and a token.
@@ -29,20 +31,32 @@ GPU = os.environ.get("TRACELAKE_MODAL_GPU", "H100:8")
 TIMEOUT_S = int(os.environ.get("TRACELAKE_MODAL_TIMEOUT_HOURS", "24")) * 3600
 DATASETS = os.environ.get("TRACELAKE_MODAL_DATASETS_VOLUME", "tracelake-datasets")
 RUNS = os.environ.get("TRACELAKE_MODAL_RUNS_VOLUME", "tracelake-runs")
+MODELS = os.environ.get("TRACELAKE_MODAL_MODELS_VOLUME", "tracelake-models")
 PYTHON = os.environ.get("TRACELAKE_MODAL_PYTHON", "3.11")
 FORWARDED_ENV = ("HF_TOKEN", "WANDB_API_KEY")
-DATASETS_MOUNT, RUNS_MOUNT = "/datasets", "/runs"
+DATASETS_MOUNT, RUNS_MOUNT, MODELS_MOUNT = "/datasets", "/runs", "/models"
+FINISHED = "train_results.json"  # LLaMA-Factory writes it when a run has trained to the end
 
 app = modal.App(APP)
 datasets_volume = modal.Volume.from_name(DATASETS, create_if_missing=True)
 runs_volume = modal.Volume.from_name(RUNS, create_if_missing=True)
-volumes = {DATASETS_MOUNT: datasets_volume, RUNS_MOUNT: runs_volume}
+models_volume = modal.Volume.from_name(MODELS, create_if_missing=True)
+volumes = {DATASETS_MOUNT: datasets_volume, RUNS_MOUNT: runs_volume, MODELS_MOUNT: models_volume}
+HF_CACHE = {"HF_HOME": MODELS_MOUNT}  # the hub cache (models, tokenizers) on the models volume
 secrets = [modal.Secret.from_local_environ([n for n in FORWARDED_ENV if os.environ.get(n)])]
 
 CUDA_BASE = "nvidia/cuda:12.8.1-devel-ubuntu22.04"  # nvcc: DeepSpeed and flash-attn build against it
 sft_image = (
     modal.Image.from_registry(CUDA_BASE, add_python=PYTHON)
-    .pip_install("torch==2.13.0", "llamafactory==0.9.5", "transformers==4.57.6", "datasets==4.0.0", "deepspeed==0.18.2")
+    .pip_install(
+        "torch==2.13.0",
+        "llamafactory==0.9.5",
+        "transformers==4.57.6",
+        "datasets==4.0.0",
+        "deepspeed==0.18.2",
+        "wandb",  # report_to wandb (train.sft.report_to auto with WANDB_API_KEY set)
+    )
+    .env(HF_CACHE)
     .add_local_dir(HERE / "deepspeed", "/opt/tracelake/deepspeed")
 )
 RL_TRAINER = os.environ.get("TRACELAKE_MODAL_RL_TRAINER", "skyrl")  # train.rl.trainer, as rl.yaml records it
@@ -68,11 +82,18 @@ if RL_ROUTE == "harbor":
     )
 else:
     rl_image = rl_image.pip_install(RL_PACKAGES[RL_TRAINER])
+rl_image = rl_image.env(HF_CACHE)
 
 
 def _run(job: dict, dataset_id: str) -> None:
-    """Write the job's config file (if any) and run its command; the runs volume is committed even
-    after a failure, so logs survive."""
+    """Write the job's config file (if any) and run its command; the runs and models volumes are
+    committed even after a failure, so logs and downloaded models survive."""
+    run_dir = job.get("run_dir")
+    if run_dir and (Path(run_dir) / FINISHED).is_file():
+        raise SystemExit(
+            f"{RUNS}:{run_dir.removeprefix(RUNS_MOUNT)} holds a finished run ({FINISHED}) of this dataset and these params: change a "
+            f"param, --set output_dir=<another dir>, or remove it to train again"
+        )
     if job.get("config") is not None:
         Path(job["config_path"]).write_text(json.dumps(job["config"]))  # JSON is valid YAML
     print("running:", " ".join(job["command"]), flush=True)
@@ -80,7 +101,8 @@ def _run(job: dict, dataset_id: str) -> None:
         subprocess.run(job["command"], check=True, env={**os.environ, **job.get("env", {})})
     finally:
         runs_volume.commit()
-    print(f"done: checkpoints and logs in volume {RUNS}:/{dataset_id}")
+        models_volume.commit()
+    print(f"done: checkpoints and logs in volume {RUNS}:{(run_dir or '').removeprefix(RUNS_MOUNT) or '/' + dataset_id}")
 
 
 @app.function(image=sft_image, gpu=GPU, volumes=volumes, secrets=secrets, timeout=TIMEOUT_S)

@@ -296,7 +296,7 @@ def train(
         bool,
         typer.Option(
             "--dry-run",
-            help="Print the dataset, config, GPU, volumes and exact command (rl: and check the overrides against the installed SkyRL's config); run nothing (works offline).",
+            help="Print the dataset, config, run directory, GPU, volumes and exact command, and check the config with --set against the trainer's own parser (LLaMA-Factory's, the installed SkyRL's); run nothing (works offline).",
         ),
     ] = False,
     set_: Annotated[
@@ -327,18 +327,17 @@ def train(
 ) -> None:
     """Train on an exported dataset with the config generated from params.yaml (training/configs/):
     locally with llamafactory-cli / SkyRL, or on Modal. Credentials come only from the environment."""
-    from tracelake.export.launch import check_rl, describe, make_plan, run
+    from tracelake.export.launch import check, describe, make_plan, run
     from tracelake.params import load_params
 
     plan = make_plan(load_params(params), kind, dataset, backend, set_ or [], gpus, allow_tokenizer_mismatch)
     out.print(describe(plan), markup=False, highlight=False, soft_wrap=True)
-    if plan.rl_overrides is not None:
-        check = check_rl(plan)
-        if check.ok is False:
-            raise BadParams(f"train rl: {check.line.removeprefix('error: ')}")
-        out.print(f"check:    {check.line}", markup=False, highlight=False, soft_wrap=True)
-        for note in check.notes:
-            out.print(f"note:     {note}", markup=False, highlight=False, soft_wrap=True)
+    checked = check(plan)
+    if checked.ok is False:
+        raise BadParams(f"train {kind}: {checked.line.removeprefix('error: ')}")
+    out.print(f"check:    {checked.line}", markup=False, highlight=False, soft_wrap=True)
+    for note in checked.notes:
+        out.print(f"note:     {note}", markup=False, highlight=False, soft_wrap=True)
     if dry_run:
         return
     rc = run(plan)

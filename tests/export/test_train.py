@@ -46,6 +46,7 @@ tracelake = partial(run_tracelake, columns=None)  # the environment's terminal w
 @pytest.fixture()
 def in_project(sample_project, monkeypatch):
     monkeypatch.chdir(sample_project)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)  # report_to auto would add report_to=wandb
     return sample_project
 
 
@@ -149,6 +150,7 @@ def test_modal_dry_run_offline_shows_command_gpu_volumes_and_dataset(sample_proj
     dataset_id = read_manifest(sample_project / "lake" / "exports" / "sft" / "3k")["dataset_id"]
     assert f"dataset:  {dataset_id}" in text and "gpu:      H100:8" in text
     assert "tracelake-datasets -> /datasets" in text and "tracelake-runs -> /runs" in text
+    assert "tracelake-models -> /models" in text
     assert f"tracelake-datasets:/{dataset_id} (skipped when" in text
     assert "modal run training/modal_app.py::sft" in text
     assert f"dataset_dir: /datasets/{dataset_id}" in text and "HF_TOKEN (set)" in text
@@ -177,7 +179,9 @@ def test_local_dry_run_and_dataset_resolution(in_project):
         with pytest.raises(BadInput):
             resolve_dataset(params, "sft", ref)
     plan = make_plan(params, "sft", "1k", "local", ["max_steps=3", "save_strategy=no"], gpus=None)
-    assert plan.command[1:] == ["train", "training/configs/sft-1k.yaml", "max_steps=3", "save_strategy='no'"]
+    assert plan.command[1:5] == ["train", "training/configs/sft-1k.yaml", "max_steps=3", "save_strategy='no'"]
+    assert plan.command[5:] == [f"output_dir={plan.run_dir}", f"run_name={plan.run_dir.removeprefix('runs/')}"]
+    assert plan.run_dir.startswith(f"runs/{dataset_id}/")  # max_steps changes the run: a run dir of its own
     assert plan.env["NPROC_PER_NODE"] == "8" and plan.env["FORCE_TORCHRUN"] == "1"
     assert make_plan(params, "sft", "1k", "local", [], gpus=1).env == {}
     rl = make_plan(params, "rl", "rl", "local", ["trainer.epochs=2"])

@@ -9,6 +9,13 @@
   under its content id (skipped when the id is already there, so an unchanged dataset is never
   uploaded twice), and a GPU function runs the same trainer with paths rewritten to the volumes.
 
+Before an SFT run starts (and in --dry-run), training/check_sft_config.py parses the config with the
+`--set` overrides by LLaMA-Factory's own argument parser, in the training environment (`check_sft`):
+an unknown key is refused in one line. An SFT run's directory is runs/<dataset id>/<run hash>
+(train_config.run_dir: the training keys after --set, and the GPUs): a run started again resumes
+from its last checkpoint (LLaMA-Factory does when overwrite_output_dir is not set), a finished one
+is refused. train.sft.report_to `auto` is decided here: wandb when WANDB_API_KEY is set.
+
 Before an RL run starts (and in --dry-run), training/check_rl_config.py checks every override against
 the installed SkyRL's own config, in that trainer's environment (`check_rl`), and the dataset must
 hold at least one training batch (`check_batch`). Route harbor (rl.yaml `route`) runs SkyRL's Harbor
@@ -43,17 +50,20 @@ from tracelake.core.outputs import read_manifest
 from tracelake.core.tokenizer import tokenizer_fingerprint
 from tracelake.curate.params import SelectParams
 from tracelake.export.params import RL_TRAINERS, TrainParams
-from tracelake.export.train_config import RL_FILE, hydra_overrides, override_value, sft_config_name
+from tracelake.export.train_config import RL_FILE, hydra_overrides, override_value, run_dir, sft_config_name
 
 KINDS = ("sft", "rl")
 BACKENDS = ("local", "modal")
 FORWARDED_ENV = ("HF_TOKEN", "WANDB_API_KEY")
 DATASETS_MOUNT = "/datasets"
 RUNS_MOUNT = "/runs"
+MODELS_MOUNT = "/models"  # HF_HOME on Modal: a model is downloaded once, not on every run
 REMOTE_DEEPSPEED_DIR = "/opt/tracelake/deepspeed"
 REMOTE_SFT_CONFIG = "/tmp/tracelake-sft.yaml"
 MODAL_APP_FILE = "training/modal_app.py"
 CHECK_RL_FILE = "training/check_rl_config.py"
+CHECK_SFT_FILE = "training/check_sft_config.py"
+FINISHED = "train_results.json"  # LLaMA-Factory writes it when a run has trained to the end
 LEGACY_RL_TRAINER = "skyrl-train"  # rl.yaml files written before train.rl.trainer existed
 
 
@@ -91,6 +101,10 @@ class Plan:
     remote_config: dict[str, Any] | None = None
     remote_command: list[str] | None = None
     environment: str = "training"  # core/envs.py kind holding the trainer
+    sft_args: list[str] | None = None  # key=value after the local SFT config (checked by check_sft)
+    run_dir: str | None = None  # SFT: where checkpoints go (runs/<dataset id>/<run hash>)
+    run_state: str | None = None  # SFT: new, resumes from a checkpoint, ...
+    report_to: str | None = None  # SFT: what it reports to, and why
     rl_overrides: list[str] | None = None  # what SkyRL parses (checked by check_rl)
     rl_route: str | None = None  # harbor | main_base (rl.yaml `route`)
     rl_entrypoint: str | None = None
@@ -185,17 +199,68 @@ def _cli_value(v: Any) -> str:
     return override_value(v)
 
 
+def resolve_report_to(params: Params, sets: dict[str, Any]) -> tuple[Any, str]:
+    """train.sft.report_to for this run, and why: `auto` is wandb when WANDB_API_KEY is set here (a
+    Modal run gets it as a secret), else none; a --set report_to wins."""
+    if "report_to" in sets:
+        return sets["report_to"], "--set"
+    value = params.train.sft.report_to
+    if value != "auto":
+        return value, "train.sft.report_to"
+    if os.environ.get("WANDB_API_KEY"):
+        return "wandb", "train.sft.report_to auto: WANDB_API_KEY is set"
+    return "none", "train.sft.report_to auto: WANDB_API_KEY is not set"
+
+
+def sft_run(params: Params, ds: Dataset, sets: dict[str, Any], gpus: int, runs: str) -> dict[str, Any]:
+    """What tracelake adds to the SFT config for this run: output_dir and run_name when --set changes
+    the training (a new run hash), report_to when `auto` decides; a --set of its own wins."""
+    config = yaml.safe_load(ds.config_path.read_text())
+    out = run_dir(runs, ds.dataset_id, {**config, **sets}, gpus)
+    added: dict[str, Any] = {"output_dir": out, "run_name": str(PurePosixPath(out).relative_to(runs))}
+    added["report_to"], _ = resolve_report_to(params, sets)
+    return {k: v for k, v in added.items() if k not in sets and config.get(k) != v}
+
+
+def run_state(out: Path, sets: dict[str, Any]) -> tuple[str, str | None]:
+    """What a local run directory holds, as the plan says it, and a blocker if the run cannot start:
+    LLaMA-Factory resumes from the last checkpoint-N in output_dir when overwrite_output_dir is not
+    set; a finished run there (FINISHED) is not trained again."""
+    if not out.is_dir() or not any(out.iterdir()):
+        return "new", None
+    if sets.get("overwrite_output_dir") is True:
+        return "exists; overwrite_output_dir (--set) trains it again from step 0", None
+    if (out / FINISHED).is_file():
+        return "finished", (
+            f"{out.as_posix()} holds a finished run ({FINISHED}) of this dataset and these params: change a param, "
+            f"--set output_dir=<another dir>, or remove it to train again"
+        )
+    steps = sorted(int(d.name.split("-", 1)[1]) for d in out.glob("checkpoint-*") if d.name[11:].isdigit())
+    if steps:
+        return f"exists: LLaMA-Factory resumes from checkpoint-{steps[-1]} (the last one in it)", None
+    return "exists without a checkpoint: trains from step 0 in it", None
+
+
 def plan_local(params: Params, ds: Dataset, sets: dict[str, Any], gpus: int | None = None) -> Plan:
     if ds.kind == "sft":
         gpus = gpus or params.train.sft.gpus
-        command = [
-            train_env_bin("llamafactory-cli"),
-            "train",
-            str(ds.config_path),
-            *(f"{k}={_cli_value(v)}" for k, v in sets.items()),
-        ]
+        run = {**sets, **sft_run(params, ds, sets, gpus, params.train.runs)}
+        args = [f"{k}={_cli_value(v)}" for k, v in run.items()]
+        command = [train_env_bin("llamafactory-cli"), "train", str(ds.config_path), *args]
         env = {"FORCE_TORCHRUN": "1", "NNODES": "1", "NPROC_PER_NODE": str(gpus)} if gpus > 1 else {}
-        return Plan(ds, "local", command, env=env)
+        effective = {**yaml.safe_load(ds.config_path.read_text()), **run}
+        state, blocker = run_state(Path(effective["output_dir"]), sets)
+        return Plan(
+            ds,
+            "local",
+            command,
+            env=env,
+            sft_args=args,
+            run_dir=str(effective["output_dir"]),
+            run_state=state,
+            report_to=_report_line(params, sets),
+            blocker=blocker,
+        )
     config = yaml.safe_load(ds.config_path.read_text())
     environment = rl_environment(config)
     overrides = hydra_overrides({**config["overrides"], **sets})
@@ -252,16 +317,36 @@ def rl_environment(config: dict[str, Any]) -> str:
     return RL_TRAINERS[trainer][1]
 
 
+def _report_line(params: Params, sets: dict[str, Any]) -> str:
+    value, why = resolve_report_to(params, sets)
+    return f"{override_value(value)} ({why})"
+
+
+def gpu_count(gpu: str) -> int:
+    """The GPUs of a Modal GPU spec: `H100:8` -> 8, `A100` -> 1."""
+    _, _, n = gpu.partition(":")
+    return int(n) if n.isdigit() else 1
+
+
 def plan_modal(params: Params, ds: Dataset, sets: dict[str, Any]) -> Plan:
     m = params.train.modal
     remote_dir = f"{DATASETS_MOUNT}/{ds.dataset_id}"
     out_dir = f"{RUNS_MOUNT}/{ds.dataset_id}"
     config = yaml.safe_load(ds.config_path.read_text())
+    sft_args = run_dir_ = None
     if ds.kind == "sft":
-        config.update(dataset_dir=remote_dir, output_dir=out_dir)
+        # the run hash of the same run locally on as many GPUs; paths then point at the volumes
+        run = {**sets, **sft_run(params, ds, sets, gpu_count(m.sft_gpu), params.train.runs)}
+        sft_args = [f"{k}={_cli_value(v)}" for k, v in run.items()]  # checked over the local config
+        config.update(run)
+        if "output_dir" in sets:
+            run_dir_ = str(sets["output_dir"])
+        else:  # runs/<dataset id>/<run hash> -> /runs/<dataset id>/<run hash>
+            relative = PurePosixPath(config["output_dir"]).relative_to(params.train.runs)
+            run_dir_ = config["output_dir"] = str(PurePosixPath(RUNS_MOUNT) / relative)
+        config["dataset_dir"] = remote_dir
         if config.get("deepspeed"):
             config["deepspeed"] = f"{REMOTE_DEEPSPEED_DIR}/{PurePosixPath(config['deepspeed']).name}"
-        config.update(sets)
         remote_command = ["llamafactory-cli", "train", REMOTE_SFT_CONFIG]
         remote_env = {"FORCE_TORCHRUN": "1"}
         gpu = m.sft_gpu
@@ -283,6 +368,7 @@ def plan_modal(params: Params, ds: Dataset, sets: dict[str, Any]) -> Plan:
         "env": remote_env,
         "config": config if ds.kind == "sft" else None,
         "config_path": REMOTE_SFT_CONFIG,
+        "run_dir": run_dir_,  # SFT: a finished run there is not trained again (modal_app.py)
     }
     if ds.kind == "rl":
         command_env = {
@@ -309,6 +395,7 @@ def plan_modal(params: Params, ds: Dataset, sets: dict[str, Any]) -> Plan:
         "TRACELAKE_MODAL_TIMEOUT_HOURS": str(m.timeout_hours),
         "TRACELAKE_MODAL_DATASETS_VOLUME": m.datasets_volume,
         "TRACELAKE_MODAL_RUNS_VOLUME": m.runs_volume,
+        "TRACELAKE_MODAL_MODELS_VOLUME": m.models_volume,
         "TRACELAKE_MODAL_PYTHON": m.image_python,
         **command_env,
     }
@@ -320,12 +407,21 @@ def plan_modal(params: Params, ds: Dataset, sets: dict[str, Any]) -> Plan:
         rl_entrypoint=config.get("entrypoint") if ds.kind == "rl" else None,
         env=env,
         gpu=gpu,
-        volumes={DATASETS_MOUNT: m.datasets_volume, RUNS_MOUNT: m.runs_volume},
+        volumes={DATASETS_MOUNT: m.datasets_volume, RUNS_MOUNT: m.runs_volume, MODELS_MOUNT: m.models_volume},
         upload=(ds.export_dir.as_posix(), m.datasets_volume, f"/{ds.dataset_id}"),
         remote_config=config,
         remote_command=remote_command,
         environment=environment,
         rl_overrides=rl_overrides,
+        sft_args=sft_args,
+        run_dir=run_dir_,
+        run_state=(
+            f"on volume {m.runs_volume}: LLaMA-Factory resumes from its last checkpoint if this run is there; "
+            f"a finished one is not trained again"
+        )
+        if ds.kind == "sft"
+        else None,
+        report_to=_report_line(params, sets) if ds.kind == "sft" else None,
     )
 
 
@@ -445,8 +541,28 @@ def check_rl(plan: Plan) -> Check:
         return Check(None, f"not checked: the {plan.environment} environment is not installed ({setup})")
     main_base = plan.rl_entrypoint in {entrypoint for entrypoint, _ in RL_TRAINERS.values()}
     route = ["--harbor"] if plan.rl_route == "harbor" else ["--main-base"] if main_base else []
+    return _run_check(python, CHECK_RL_FILE, [*route, *plan.rl_overrides])
+
+
+def check_sft(plan: Plan) -> Check:
+    """Run training/check_sft_config.py in the training environment over the local config and the
+    plan's key=value arguments: LLaMA-Factory's own HfArgumentParser refuses unknown keys (a --set
+    typo) and values its argument classes reject. A Modal plan is checked over the same arguments
+    (its remote config is the local one with paths moved to the volumes)."""
+    if plan.sft_args is None:
+        raise ValueError("check_sft: not an SFT plan")
+    python = env_program("training", "python")
+    if python is None:
+        _, _, setup = ENVIRONMENTS["training"]
+        return Check(None, f"not checked: the training environment is not installed ({setup})")
+    local = ["--local"] if plan.backend == "local" else []  # report_to's integrations must be installed there
+    return _run_check(python, CHECK_SFT_FILE, [*local, str(plan.dataset.config_path), *plan.sft_args])
+
+
+def _run_check(python: Path, script: str, args: list[str]) -> Check:
+    """One check script's run: its last `ok: `/`error: ` line, and its `note: ` lines."""
     proc = subprocess.run(
-        [str(python), CHECK_RL_FILE, *route, *plan.rl_overrides],
+        [str(python), script, *args],
         capture_output=True,
         text=True,
         env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
@@ -454,9 +570,14 @@ def check_rl(plan: Plan) -> Check:
     lines = [line for line in proc.stdout.splitlines() if line.startswith(("ok: ", "error: "))]
     if not lines:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return Check(False, f"error: {CHECK_RL_FILE} failed (exit {proc.returncode}): {tail}")
+        return Check(False, f"error: {script} failed (exit {proc.returncode}): {tail}")
     notes = [line.removeprefix("note: ") for line in proc.stdout.splitlines() if line.startswith("note: ")]
     return Check(proc.returncode == 0 and lines[-1].startswith("ok: "), lines[-1], notes)
+
+
+def check(plan: Plan) -> Check:
+    """The trainer's own parse of what the plan would pass (check_sft or check_rl)."""
+    return check_rl(plan) if plan.rl_overrides is not None else check_sft(plan)
 
 
 # --- output and running -------------------------------------------------------------------------
@@ -485,6 +606,10 @@ def describe(plan: Plan) -> str:
         lines.append(f"tokenizer: {plan.tokenizer}")
     if plan.fresh:
         lines.append(f"fresh:    {plan.fresh}")
+    if plan.run_dir:
+        lines.append(f"run dir:  {plan.run_dir} ({plan.run_state})")
+    if plan.report_to:
+        lines.append(f"report:   {plan.report_to}")
     for mount, volume in plan.volumes.items():
         lines.append(f"volume:   {volume} -> {mount}")
     if plan.upload:

@@ -105,7 +105,30 @@ class SftTrainParams(Section):
     seed: int = 42
     bf16: bool = True
     deepspeed: str | None = "training/deepspeed/ds_z3_config.json"
+    # checkpoints (one per epoch): how many LLaMA-Factory keeps, and whether without optimizer state
+    save_total_limit: Count | None = 2  # null: every epoch's
+    save_only_model: bool = False  # true: smaller, but a run cannot resume from them
+    # auto: wandb when WANDB_API_KEY is set where `tracelake train` starts, else none (decided at
+    # launch, not in the generated config); or any LLaMA-Factory report_to (none, wandb, tensorboard, ...)
+    report_to: Annotated[str, Field(min_length=1)] | list[NonEmpty] = "auto"
     extra: dict[Any, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _run_dir_is_ours(self) -> SftTrainParams:
+        for key in RUN_DIR_KEYS:
+            if key in self.extra:
+                raise Invalid(
+                    f": {key} is set by tracelake (runs/<dataset id>/<params hash>, never overwritten); "
+                    f"--set {key}=... for one run",
+                    at=("extra",),
+                )
+        if isinstance(self.report_to, list) and "auto" in self.report_to:
+            raise Invalid(": auto stands alone (report_to: auto)", at=("report_to",))
+        return self
+
+
+# the run directory's keys: tracelake names each run after its dataset and training params
+RUN_DIR_KEYS = ("output_dir", "overwrite_output_dir")
 
 
 # SkyRL packages tracelake writes configs for, and each one's entrypoint and training environment:
@@ -188,6 +211,7 @@ class ModalParams(Section):
     timeout_hours: Count = 24
     datasets_volume: str = "tracelake-datasets"  # shards, uploaded once per content id
     runs_volume: str = "tracelake-runs"  # checkpoints and logs
+    models_volume: str = "tracelake-models"  # HF_HOME: each model downloaded once, not every run
     image_python: str = "3.11"
 
 
