@@ -26,7 +26,7 @@ from tracelake.core.ui import err, json_for_terminal, literal, out, progress
 if TYPE_CHECKING:
     from contextlib import ExitStack
 
-    from tracelake.explore.revisions import Tree
+    from tracelake.core.revisions import Tree
 
 app = typer.Typer(
     name="tracelake",
@@ -283,7 +283,7 @@ def train(
         typer.Option(
             "--dataset",
             "-d",
-            help="A scale name (3k), a dataset id (sft-3.16k-396828c45111) or a unique prefix of one; `rl` for the RL export.",
+            help="A scale name (3k), a dataset id (sft-3.16k-396828c45111) or a unique prefix of one; `rl` for the RL export; REV:NAME for one another revision recorded (a commit, branch, tag or `dvc exp` name: main:1k, exp-min7:1k), read from the DVC cache.",
         ),
     ],
     backend: Annotated[
@@ -327,20 +327,25 @@ def train(
 ) -> None:
     """Train on an exported dataset with the config generated from params.yaml (training/configs/):
     locally with llamafactory-cli / SkyRL, or on Modal. Credentials come only from the environment."""
+    from contextlib import ExitStack
+
     from tracelake.export.launch import check, describe, make_plan, run
     from tracelake.params import load_params
 
-    plan = make_plan(load_params(params), kind, dataset, backend, set_ or [], gpus, allow_tokenizer_mismatch)
-    out.print(describe(plan), markup=False, highlight=False, soft_wrap=True)
-    checked = check(plan)
-    if checked.ok is False:
-        raise BadParams(f"train {kind}: {checked.line.removeprefix('error: ')}")
-    out.print(f"check:    {checked.line}", markup=False, highlight=False, soft_wrap=True)
-    for note in checked.notes:
-        out.print(f"note:     {note}", markup=False, highlight=False, soft_wrap=True)
-    if dry_run:
-        return
-    rc = run(plan)
+    with ExitStack() as stack:  # a REV:NAME dataset's temporary tree lives until the run ends
+        plan = make_plan(
+            load_params(params), kind, dataset, backend, set_ or [], gpus, allow_tokenizer_mismatch, stack=stack
+        )
+        out.print(describe(plan), markup=False, highlight=False, soft_wrap=True)
+        checked = check(plan)
+        if checked.ok is False:
+            raise BadParams(f"train {kind}: {checked.line.removeprefix('error: ')}")
+        out.print(f"check:    {checked.line}", markup=False, highlight=False, soft_wrap=True)
+        for note in checked.notes:
+            out.print(f"note:     {note}", markup=False, highlight=False, soft_wrap=True)
+        if dry_run:
+            return
+        rc = run(plan)
     if rc:
         raise typer.Exit(rc)
 
@@ -388,7 +393,7 @@ def score(
 def _tree_at(stack: ExitStack, rev: str, lake: Path) -> Tree:
     """The repository at git revision `rev`, its lake (`lake`, a path inside it) read through DVC,
     held open by `stack` (an ExitStack)."""
-    from tracelake.explore.revisions import tree_at
+    from tracelake.core.revisions import tree_at
 
     if lake.is_absolute():
         raise typer.BadParameter("with --rev, --lake is the lake's path inside the repository")

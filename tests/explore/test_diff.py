@@ -211,7 +211,7 @@ def test_dvc_experiment_names_are_revisions(ablation, tmp_path):
     exp_ref = [r for r in refs if r.endswith("/six-turns")]
     assert len(exp_ref) == 1 and report["b"]["commit"] == git(work, "rev-parse", exp_ref[0]).strip()
     # the viewer's datasets page lists the experiment (and the branches), each with its diffs
-    from tracelake.explore.revisions import recorded_versions
+    from tracelake.core.revisions import recorded_versions
     from tracelake.explore.view.datasets import datasets_page
     from tracelake.explore.view.db import LakeView
 

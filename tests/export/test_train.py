@@ -394,8 +394,11 @@ def test_a_stale_dataset_is_refused_in_one_line(sample_project, tmp_path):
 
     project = tmp_path / "project"
     shutil.copytree(sample_project, project, symlinks=True)
+    for args in (["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "built"]):
+        run_ok(["git", *args], project)
     fresh = run_tracelake(project, "train", "sft", "--dataset", "1k", "--dry-run")
     assert fresh.returncode == 0 and "fresh:    up to date (dvc status: export_sft@1k, train_config" in fresh.stdout
+    built_id = read_manifest(project / "lake" / "exports" / "sft" / "1k")["dataset_id"]
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["filter"]["min_assistant_turns"] = 7
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
@@ -403,6 +406,16 @@ def test_a_stale_dataset_is_refused_in_one_line(sample_project, tmp_path):
     assert stale.returncode == 2 and len(stale.stderr.strip().splitlines()) == 1, stale.stderr
     assert "is stale: dvc status: " in stale.stderr and "filter (changed deps)" in stale.stderr
     assert "run `dvc repro export_sft@1k train_config` first" in stale.stderr
+    # the dataset the last commit recorded trains as it was: REV:NAME, read from the DVC cache
+    trainer = {"TRACELAKE_TRAIN_ENV": str(train_python().parents[1])}  # LLaMA-Factory reads the rewritten config
+    at_head = run_tracelake(project, "train", "sft", "--dataset", "HEAD:1k", "--dry-run", env=trainer)
+    assert at_head.returncode == 0, at_head.stderr
+    assert f"dataset:  {built_id} (" in at_head.stdout and "revision: HEAD (" in at_head.stdout
+    assert "fresh:    as HEAD (" in at_head.stdout and "check:    ok" in at_head.stdout, at_head.stdout
+    (config_line,) = [ln for ln in at_head.stdout.splitlines() if ln.startswith("config:")]
+    assert "/.tracelake-config/sft-1k.yaml" in config_line and not Path(config_line.split()[1]).exists()  # removed
+    wrong = run_tracelake(project, "train", "sft", "--dataset", "HEAD:5k", "--dry-run")
+    assert wrong.returncode == 2 and "no sft dataset '5k' at HEAD (known: " in wrong.stderr
     run_ok(["dvc", "repro", "export_sft@1k", "train_config"], project)
     again = run_tracelake(project, "train", "sft", "--dataset", "1k", "--dry-run")
     assert again.returncode == 0 and "up to date" in again.stdout

@@ -11,5 +11,8 @@
 - stage.py   the ends of every stage script: errors, Ctrl-C, metrics
 - tokens.py  the project's tokenizer and exact ChatML token counts
 - errors.py  errors by what to do: user error, rejected input, bug
+- revisions.py  a lake (or any path) as a git revision or `dvc exp` recorded it, read through DVC;
+  the revisions that recorded one (`--rev`, `REV:` in diff, view and train)
+- freshness.py  DVC's status of the pipeline: which datasets are stale (status, view, train)
 - assets.py, ui.py  where schemas/ and sql/ are; progress bars and consoles
 """

@@ -1,7 +1,6 @@
 """Explore: read what the pipeline built; nothing here writes to the lake.
 
 - sql.py        `tracelake sql`: read-only DuckDB views over every table and dataset
-- revisions.py  a lake as it was at a git revision, read through DVC (`--rev`, `REV:` in diff)
 - diff.py       `tracelake diff`: two versions row by row, each move explained (diff_terminal.py: terminal,
                 diff_html.py + svg.py: the HTML report)
 - show.py       `tracelake show`: one trajectory

@@ -37,7 +37,7 @@ from tracelake.core import assets
 from tracelake.core.errors import BadInput
 from tracelake.core.lake import Lake, is_built, pick_dataset
 from tracelake.core.outputs import read_manifest
-from tracelake.explore.revisions import split_spec, tree_at
+from tracelake.core.revisions import split_spec, tree_at
 
 DIFF_FORMAT = "tracelake_diff_v1"
 KINDS = ("pool", "selection", "export_sft", "export_rl")

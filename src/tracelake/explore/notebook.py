@@ -46,7 +46,7 @@ class NotebookLake:
         lake = Path(path)
         try:
             if rev is not None:
-                from tracelake.explore.revisions import tree_at
+                from tracelake.core.revisions import tree_at
 
                 if lake.is_absolute():
                     raise BadInput("with rev, path is the lake's path inside the repository (e.g. 'lake')")

@@ -29,12 +29,11 @@ environment at run time. Dry runs print names and whether they are set, never va
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import shutil
 import subprocess
-import sys
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
@@ -44,7 +43,8 @@ import yaml
 
 from tracelake.core.envs import ENVIRONMENTS, env_command, env_program
 from tracelake.core.errors import BadInput, BadParams
-from tracelake.core.lake import Lake, is_built, pick_dataset
+from tracelake.core.freshness import pipeline_freshness
+from tracelake.core.lake import Lake, built_children, is_built, pick_dataset
 from tracelake.core.model_tokenizer import resolve
 from tracelake.core.outputs import read_manifest
 from tracelake.core.tokenizer import tokenizer_fingerprint
@@ -87,6 +87,7 @@ class Dataset:
     export_dir: Path
     config_path: Path
     manifest: dict[str, Any]
+    revision: str | None = None  # `REV (sha)` for a dataset read from another revision's DVC cache
 
 
 @dataclass
@@ -124,17 +125,29 @@ def _exports(params: Params, kind: str) -> dict[str, Path]:
     return {scale: lake.sft_export(scale) for scale in params.scales}
 
 
-def resolve_dataset(params: Params, kind: str, ref: str) -> Dataset:
+def resolve_dataset(params: Params, kind: str, ref: str, stack: ExitStack | None = None) -> Dataset:
     """A scale name (`3k`), a dataset id (`sft-3.16k-9b6b602e9f63`) or a unique prefix of one
-    (at least 6 characters of its hash, like git) -> the built export and its generated config."""
+    (at least 6 characters of its hash, like git) -> the built export and its generated config.
+    `REV:NAME` (a commit, branch, tag or `dvc exp` name, as `tracelake diff` takes) reads the export
+    and its config as that revision recorded them, from the DVC cache, into a temporary tree that
+    lives as long as `stack`."""
     if kind not in KINDS:
         raise BadParams(f"train: kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    if ":" in ref:
+        if stack is None:
+            raise BadInput(f"{ref!r}: a dataset at a revision needs a place to live (resolve it with a stack)")
+        return _dataset_at(params, kind, ref, stack)
     built = {key: (d, read_manifest(d)) for key, d in _exports(params, kind).items() if is_built(d)}
     if not built:
         raise BadInput(f"no {kind} export is built under {params.lake}/exports: run `dvc repro`")
     key = pick_dataset(ref, {k: m["dataset_id"] for k, (_, m) in built.items()}, what=f"{kind} dataset")
     export_dir, manifest = built[key]
     config = Path(params.train.configs) / (RL_FILE if kind == "rl" else sft_config_name(key))
+    return _checked(kind, export_dir, manifest, config)
+
+
+def _checked(kind: str, export_dir: Path, manifest: dict[str, Any], config: Path) -> Dataset:
+    """The dataset, once its generated config is there and names the same dataset id."""
     if not config.is_file():
         raise BadInput(f"{config} is missing: run `dvc repro train_config`")
     config_id = _config_dataset_id(kind, config)
@@ -144,6 +157,46 @@ def resolve_dataset(params: Params, kind: str, ref: str) -> Dataset:
             f"run `dvc repro` to bring them in line"
         )
     return Dataset(kind, manifest["dataset_id"], export_dir, config, manifest)
+
+
+def _dataset_at(params: Params, kind: str, ref: str, stack: ExitStack) -> Dataset:
+    """`REV:NAME`: the export and training config that revision recorded (core/revisions.py's
+    tree_at), the config rewritten to read the export where it now lies (a temporary tree whose
+    DVC-tracked files link into the DVC cache)."""
+    from tracelake.core.revisions import split_spec, tree_at
+
+    rev, name = split_spec(ref)
+    exports = PurePosixPath(params.lake) / "exports" / ("rl" if kind == "rl" else "sft")
+    tree = stack.enter_context(tree_at(rev, [str(exports), params.train.configs]))
+    where = f" at {rev}"
+    base = tree.root / exports
+    found = {"rl": base} if kind == "rl" else {d.name: d for d in built_children(base)}
+    built = {key: (d, read_manifest(d)) for key, d in found.items() if is_built(d)}
+    if not built:
+        raise BadInput(f"no {kind} export was built at {rev} ({tree.revision.sha[:10]}) under {exports}")
+    key = pick_dataset(name, {k: m["dataset_id"] for k, (_, m) in built.items()}, f"{kind} dataset", where)
+    export_dir, manifest = built[key]
+    recorded = tree.root / params.train.configs / (RL_FILE if kind == "rl" else sft_config_name(key))
+    if not recorded.is_file():
+        raise BadInput(
+            f"{params.train.configs}/{recorded.name} was not recorded at {rev}: train at a revision that ran train_config"
+        )
+    config = yaml.safe_load(recorded.read_text())
+    if kind == "sft":
+        config["dataset_dir"] = str(export_dir)
+    else:
+        prefix = str(exports)
+        for key_ in ("data.train_data", "data.val_data"):
+            config["overrides"][key_] = [
+                str(export_dir) + f[len(prefix) :] if f == prefix or f.startswith(prefix + "/") else f
+                for f in config["overrides"].get(key_) or []
+            ]
+    rewritten = tree.root / ".tracelake-config" / recorded.name
+    rewritten.parent.mkdir(parents=True, exist_ok=True)
+    rewritten.write_text(recorded.read_text().split("\n", 1)[0] + "\n" + yaml.safe_dump(config, sort_keys=False))
+    ds = _checked(kind, export_dir, manifest, rewritten)
+    ds.revision = f"{rev} ({tree.revision.sha[:10]})"
+    return ds
 
 
 def _config_dataset_id(kind: str, config: Path) -> str:
@@ -433,19 +486,25 @@ def make_plan(
     sets: list[str],
     gpus: int | None = None,
     allow_tokenizer_mismatch: bool = False,
+    stack: ExitStack | None = None,
 ) -> Plan:
     """`gpus` overrides train.sft.gpus for a local SFT run (processes started by torchrun). Refuses a
-    dataset counted with another tokenizer than the model's (check_tokenizer) unless allowed."""
+    dataset counted with another tokenizer than the model's (check_tokenizer) unless allowed, and a
+    stale one (check_fresh). A `REV:NAME` dataset lives in a temporary tree as long as `stack`."""
     if backend not in BACKENDS:
         raise BadParams(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if gpus is not None and gpus < 1:
         raise BadParams(f"--gpus must be >= 1, got {gpus}")
-    ds = resolve_dataset(params, kind, ref)
+    ds = resolve_dataset(params, kind, ref, stack)
     parsed = parse_sets(sets)
     if kind == "rl":
         check_batch(ds, yaml.safe_load(ds.config_path.read_text()), parsed)
     tokenizer = check_tokenizer(params, ds, parsed, allow_tokenizer_mismatch)
-    fresh = check_fresh(ds)
+    fresh = (
+        check_fresh(ds)
+        if ds.revision is None
+        else f"as {ds.revision} recorded it (read from the DVC cache; not compared with this workspace)"
+    )
     plan = plan_local(params, ds, parsed, gpus) if backend == "local" else plan_modal(params, ds, parsed)
     plan.tokenizer, plan.fresh = tokenizer, fresh
     return plan
@@ -458,34 +517,16 @@ def export_stage(ds: Dataset) -> str:
 
 def check_fresh(ds: Dataset, project: Path = Path(".")) -> str:
     """Whether the dataset and its training config are what `dvc repro` would build now: DVC's own
-    status of the export's stage and `train_config`, with every stage upstream of them. A stale one
-    (params, code or inputs changed since, or a build left half done) raises BadInput in one line
-    naming the stages and the command that rebuilds them. Outside a DVC project, or without dvc, it
-    is not checked (said in the line returned)."""
-    if not (project / "dvc.yaml").is_file():
-        return "not checked: no dvc.yaml here"
-    dvc = shutil.which("dvc") or str(Path(sys.executable).with_name("dvc"))
-    if not Path(dvc).is_file():
-        return "not checked: dvc is not installed"
+    status of the export's stage and `train_config`, with every stage upstream of them
+    (core/freshness.py). A stale one (params, code or inputs changed since, or a build left half
+    done) raises BadInput in one line naming the stages and the command that rebuilds them. Outside
+    a DVC project, or without dvc, it is not checked (said in the line returned)."""
     targets = [export_stage(ds), "train_config"]
-    proc = subprocess.run(
-        [dvc, "status", "--json", "--with-deps", *targets], cwd=project, capture_output=True, text=True, check=False
-    )
-    try:
-        changed = json.loads(proc.stdout) if proc.returncode == 0 else None
-    except ValueError:
-        changed = None
-    if changed is None:
-        first = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return f"not checked: dvc status failed ({first[:200]})"
-    if not changed:
-        return f"up to date (dvc status: {', '.join(targets)} and what they read)"
-    stages = []
-    for stage, changes in sorted(changed.items()):
-        kinds = sorted({k for c in changes for k in (c if isinstance(c, dict) else {c: None})})
-        stages.append(f"{stage} ({', '.join(kinds)})")
+    fresh = pipeline_freshness(project, targets)
+    if not fresh.checked or not fresh.changed:
+        return fresh.why
     raise BadInput(
-        f"train {ds.kind}: {ds.dataset_id} is stale: dvc status: {'; '.join(stages)}; run "
+        f"train {ds.kind}: {ds.dataset_id} is stale: dvc status: {fresh.describe(fresh.changed)}; run "
         f"`dvc repro {' '.join(targets)}` first"
     )
 
@@ -595,6 +636,7 @@ def describe(plan: Plan) -> str:
         what = f"{counts['tasks_out']} task prompts"
     lines = [
         f"dataset:  {ds.dataset_id} ({what}, {ds.export_dir.as_posix()})",
+        *([f"revision: {ds.revision}: the export and config as it recorded them"] if ds.revision else []),
         f"config:   {ds.config_path.as_posix()}",
         f"backend:  {plan.backend}",
     ]

@@ -13,7 +13,7 @@ from typing import Any
 from tracelake.core.errors import BadInput
 from tracelake.core.lake import Lake, is_built
 from tracelake.core.outputs import read_manifest
-from tracelake.explore.revisions import recorded_versions
+from tracelake.core.revisions import recorded_versions
 from tracelake.explore.view.db import LakeView
 from tracelake.explore.view.render import render, trusted, url
 
@@ -100,7 +100,7 @@ def rl_export(db: LakeView) -> dict[str, Any] | None:
 
 
 def versions(db: LakeView) -> list[dict[str, Any]]:
-    """Other recorded versions (explore/revisions.py's recorded_versions, from the working directory's
+    """Other recorded versions (core/revisions.py's recorded_versions, from the working directory's
     repository), each with links that diff its datasets against this lake's."""
     names = [diff_name(d["view"]) for d in db.datasets]
     out = []
