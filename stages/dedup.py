@@ -96,4 +96,6 @@ STAGE = Stage(
     deps=("${lake}/tasks", "${lake}/trajectories", "${decontaminate.root}"),
     outs=("${lake}/dedup",),
     metrics="metrics/dedup.json",
+    # dropped: the near-duplicate tasks the filter drops (the contaminated ones: metrics/dedup.json)
+    headline=lambda m: {"in": m["tasks"], "dropped": m["clusters"]["dropped_tasks"]},
 )

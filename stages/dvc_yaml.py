@@ -23,7 +23,7 @@ import yaml
 
 from stages import NAMES, declared, source_items
 from stages.closure import ROOT, closure
-from tracelake.core.stage import Stage
+from tracelake.core.stage import Stage, headline_path
 from tracelake.params import SECTION_HOMES, load_params, section_root
 
 HEADER = """\
@@ -88,13 +88,18 @@ def stage_lines(stage: Stage, sources: dict[str, dict[str, str]], root: Path = R
     lines += _block("deps", [*code_deps(stage, root), *stage.deps], ind)
     lines += _block("params", list(stage.params), ind)
     outs = list(stage.outs)
-    uncached = [*stage.outs_uncached, *([stage.plots] if stage.plots else [])]
+    # the counts file is an output kept in git; only its headline is a DVC metrics file (core/stage.py)
+    uncached = [
+        *stage.outs_uncached,
+        *([stage.plots] if stage.plots else []),
+        *([stage.metrics] if stage.metrics else []),
+    ]
     if outs or uncached:
         lines.append(f"{ind}outs:")
         lines += [f"{ind}  - {o}" for o in outs]
         lines += [f"{ind}  - {o}:\n{ind}      cache: false" for o in uncached]
-    if stage.metrics:
-        lines += [f"{ind}metrics:", f"{ind}  - {stage.metrics}:", f"{ind}      cache: false"]
+    if stage.headline:
+        lines += [f"{ind}metrics:", f"{ind}  - {headline_path(stage.metrics)}:", f"{ind}      cache: false"]
     return lines
 
 

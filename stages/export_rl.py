@@ -72,4 +72,10 @@ STAGE = Stage(
     deps=("${lake}/tasks", "${lake}/dedup", "${lake}/scores", "${export_rl.tokenizer}"),
     outs=("${lake}/exports/rl",),
     metrics="metrics/export_rl.json",
+    headline=lambda m: {
+        "in": m["tasks_in"],
+        "out": m["tasks_out"],
+        "dropped": m["tasks_in"] - m["tasks_out"],
+        "dataset": m["dataset_id"],
+    },
 )

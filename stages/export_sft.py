@@ -68,4 +68,10 @@ STAGE = Stage(
     deps=("${lake}/selections/${key}", "${lake}/trajectories", "${export_sft.tokenizer}"),
     outs=("${lake}/exports/sft/${key}",),
     metrics="metrics/export_sft/${key}.json",
+    headline=lambda m: {
+        "in": m["rows_in"],
+        "out": m["rows_out"],
+        "dropped": sum(m["rejected"].values()),
+        "dataset": m["dataset_id"],
+    },
 )

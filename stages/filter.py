@@ -78,4 +78,9 @@ STAGE = Stage(
     deps=("${lake}/trajectories", "${lake}/dedup", "${filter.tokenizer}"),
     outs=("${lake}/pool",),
     metrics="metrics/filter.json",
+    headline=lambda m: {
+        "in": m["total"]["in"],
+        "out": m["total"]["kept"],
+        "dropped": sum(m["total"]["dropped"].values()),
+    },
 )

@@ -58,4 +58,10 @@ STAGE = Stage(
     deps=("${item.path}", "${item.tasks}"),  # the source's inputs (dvc.yaml lists them per source)
     outs=("${lake}/trajectories/${key}", "${lake}/tasks/${key}"),
     metrics="metrics/ingest/${key}.json",
+    headline=lambda m: {
+        "in": m["trajectories"]["inputs"],
+        "out": m["trajectories"]["rows"],
+        "dropped": m["trajectories"]["rejects"],
+        "tasks": m["tasks"]["rows"],
+    },
 )

@@ -87,4 +87,9 @@ STAGE = Stage(
     deps=("imports", "scoring/prompts", "${lake}/trajectories", "${lake}/tasks"),
     outs=("${lake}/scores",),
     metrics="metrics/score.json",
+    # out: score rows (one per task and scorer); tasks: the most any scorer scored
+    headline=lambda m: {
+        "out": sum(s["tasks"] for s in m.values()),
+        "tasks": max((s["tasks"] for s in m.values()), default=0),
+    },
 )

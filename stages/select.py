@@ -79,4 +79,5 @@ STAGE = Stage(
     deps=("${lake}/pool", "${lake}/scores", "${lake}/dedup"),
     outs=("${lake}/selections/${key}",),
     metrics="metrics/select/${key}.json",
+    headline=lambda m: {"out": m["rows"], "tasks": m["tasks"], "dataset": m["dataset_id"]},
 )

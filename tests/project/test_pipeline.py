@@ -65,7 +65,7 @@ def test_repro_builds_every_source(repo):
         metrics = yaml.safe_load((repo / "metrics" / "ingest" / f"{name}.json").read_text())
         assert metrics["trajectories"]["rows"] > 0
     out = sh(["dvc", "metrics", "show"], repo)
-    assert "trajectories.rows" in out
+    assert "metrics/headline/ingest/" in out and "dropped" in out
 
 
 def test_second_repro_does_nothing(repo):
@@ -157,9 +157,9 @@ def test_changing_one_scale_reruns_only_that_scale(repo):
         assert "scales.1k" in sh(["dvc", "params", "diff"], repo)
         metrics_diff = sh(["dvc", "metrics", "diff", "--json"], repo)
         changed = yaml.safe_load(metrics_diff)
-        assert changed["metrics/select/1k.json"]["rows"] == {"old": 1000, "new": 1200, "diff": 200}
-        assert "metrics/select/316.json" not in changed
-        assert changed["metrics/export_sft/1k.json"]["rows_out"]["new"] == 1200
+        assert changed["metrics/headline/select/1k.json"]["out"] == {"old": 1000, "new": 1200, "diff": 200}
+        assert "metrics/headline/select/316.json" not in changed
+        assert changed["metrics/headline/export_sft/1k.json"]["out"]["new"] == 1200
         config = yaml.safe_load((repo / "training" / "configs" / "sft-1k.yaml").read_text())
         new_id = read_manifest(repo / "lake" / "exports" / "sft" / "1k")["dataset_id"]
         assert new_id.startswith("sft-1.2k-") and config["dataset"] == f"{new_id}.00000"

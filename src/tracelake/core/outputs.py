@@ -54,8 +54,13 @@ def unfinished_outputs() -> list[Path]:
 def write_json(path: Path, value: Any) -> None:
     """Pretty, sorted, newline-terminated JSON (stable bytes for DVC and git), written to a temporary
     file and renamed into place; a temporary file that a killed run left beside it is removed."""
+    write_bytes(path, orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n")
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """`data` written to a temporary file beside `path` and renamed into place (a temporary file that
+    a killed run left there is removed)."""
     path = Path(path)
-    data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n"
     remove_stale(path, siblings=False)
     tmp = temp_path(path, "tmp")
     tmp.write_bytes(data)

@@ -5,13 +5,15 @@ through one entry point (`python -m stages NAME [KEY]`), which loads the declare
 (checked whole: an unknown key stops the stage), calls `run`, then `publish`es the result.
 
 `publish` is the one place that writes a stage's output directories (atomically: core/swap.py),
-their tables (through the declared schemas), their manifests (last), the stage's metrics file and
-its summary lines. A stage's own code never opens an output directory. Library functions that
-stream large tables while they read (ingest, the exports) write through the same `output_dir` and
-`write_manifest` from core/tables.py, and return their counts in the `Result`.
+their tables (through the declared schemas), their manifests (last), the stage's counts file and
+its headline (the DVC metrics file), and its summary lines. A stage's own code never opens an output
+directory. Library functions that stream large tables while they read (ingest, the exports) write
+through the same `output_dir` and `write_manifest` from core/tables.py, and return their counts in
+the `Result`.
 
     @dataclass  Stage(name, doc, run, params=("filter", ...), deps=("${lake}/trajectories", ...),
-                      outs=("${lake}/pool",), metrics="metrics/filter.json", foreach=None)
+                      outs=("${lake}/pool",), metrics="metrics/filter.json",
+                      headline=lambda counts: {"in": ..., "out": ..., "dropped": ...}, foreach=None)
     run(ctx: Context) -> Result(outputs=[Output(...)], metrics=..., summary=...)
 """
 
@@ -89,6 +91,12 @@ class Stage:
         a content-addressed cache changes no output byte), or the whole file for `check`, which
         tracks params.yaml as a file.
     deps: the data the stage reads; its code, SQL and schemas are found from its imports.
+    metrics: the stage's counts (`Result.metrics`): plain JSON kept in git, which tests, the docs and
+        `jq` read; an uncached output, not a DVC metrics file (see `headline`).
+    headline: counts -> the few HEADLINE keys that are the stage's DVC metrics file, at
+        headline_path(metrics). `dvc metrics show` prints the union of every metrics file's keys as
+        its columns: the detailed counts of all stages made it ~6,000 columns wide; shared keys keep
+        it one narrow table, and `dvc metrics diff` still shows what a change moved.
     """
 
     name: str
@@ -99,14 +107,39 @@ class Stage:
     deps: tuple[str, ...] = ()
     outs: tuple[str, ...] = ()
     metrics: str | None = None
+    headline: Callable[[Any], dict[str, Any]] | None = None
     foreach: Literal["sources", "scales"] | None = None
     outs_uncached: tuple[str, ...] = ()  # outputs kept in git, not in DVC's cache
     plots: str | None = None  # a directory of DVC plot files (uncached)
 
 
+# The keys of every DVC metrics file, in the stage's own unit (trajectories: ingest, filter, select,
+# export_sft; tasks: dedup, export_rl; score rows: score): in (read), out (written or kept), dropped
+# (left out, with the reasons in the counts file), tasks (the tasks the output covers), dataset (the
+# content id of the dataset written). A stage fills those that apply.
+HEADLINE = ("in", "out", "dropped", "tasks", "dataset")
+
+
+def headline_path(metrics: str) -> str:
+    """Where the DVC metrics file of a stage whose counts are at `metrics` lives:
+    metrics/select/${key}.json -> metrics/headline/select/${key}.json."""
+    parts = Path(metrics).parts
+    return Path(parts[0], "headline", *parts[1:]).as_posix()
+
+
+def headline_of(stage: Stage, metrics: Any) -> dict[str, Any]:
+    """The stage's headline of its counts, checked: HEADLINE keys only, ints (a dataset id a string)."""
+    head = stage.headline(metrics)
+    wrong = {k: v for k, v in head.items() if k not in HEADLINE or not isinstance(v, str if k == "dataset" else int)}
+    if wrong:
+        raise Bug(f"stage {stage.name}: headline keys must be {', '.join(HEADLINE)} (ints; dataset a string): {wrong}")
+    return head
+
+
 def publish(stage: Stage, result: Result, key: str | None = None) -> list[dict]:
     """Write the result: each output directory whole (tables, then the manifest, then the swap), the
-    metrics file, the summary lines. Returns the manifests written."""
+    counts file and its headline (the DVC metrics file), the summary lines. Returns the manifests
+    written."""
     from tracelake.core.ids import dataset_id
     from tracelake.core.outputs import output_dir, write_json, write_manifest
     from tracelake.core.tables import TableWriter
@@ -140,6 +173,10 @@ def publish(stage: Stage, result: Result, key: str | None = None) -> list[dict]:
         path = Path(stage.metrics.replace("${key}", key or ""))
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json(path, metrics)
+        if stage.headline:
+            head = Path(headline_path(stage.metrics).replace("${key}", key or ""))
+            head.parent.mkdir(parents=True, exist_ok=True)
+            write_json(head, headline_of(stage, metrics))
     for line in result.summary(manifests) if callable(result.summary) else result.summary:
         print(line)
     return manifests
