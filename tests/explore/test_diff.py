@@ -226,6 +226,18 @@ def test_dvc_experiment_names_are_revisions(ablation, tmp_path):
     assert '<tr class="version" data-kind="experiment"><td>experiment</td><td><code>six-turns</code>' in page
     assert 'href="/diff?a=six-turns%3A1k&amp;b=1k"' in page
     assert "<h2>RL export</h2>" in page
+    # and `tracelake train` takes the experiment's dataset, as diff does (it refused `six-turns:1k`)
+    trained = run_tracelake(work, "train", "sft", "--dataset", "six-turns:1k", "--dry-run")
+    assert trained.returncode == 0, trained.stderr
+    exp_export = report_of(work, "six-turns:sft-1k", "sft-1k")["a"]["dataset_id"]
+    assert f"dataset:  {exp_export} (" in trained.stdout and "revision: six-turns (" in trained.stdout
+    assert exp_export != read_manifest(work / "lake/exports/sft/1k")["dataset_id"]  # not the workspace's
+
+
+def report_of(repo: Path, a: str, b: str) -> dict:
+    proc = run_tracelake(repo, "diff", a, b, "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
 
 
 def cache_digest(repo: Path) -> str:

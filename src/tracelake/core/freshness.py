@@ -12,6 +12,7 @@ while DVC cannot answer (a `dvc repro` holds its lock), nothing is checked and `
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -62,7 +63,8 @@ def pipeline_freshness(project: Path, targets: list[str] | None = None) -> Fresh
     except ImportError:
         return Freshness(False, "not checked: dvc is not installed")
     try:
-        with Repo(str(project)) as repo:
+        with Repo(str(project)) as repo, warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # DVC's own, about its graph library
             status = repo.status(targets=targets, with_deps=bool(targets))
             graph = repo.index.graph  # stage -> the stages whose outputs it reads
             upstream = {s.addressing: frozenset(d.addressing for d in _reachable(graph, s)) for s in graph.nodes}
