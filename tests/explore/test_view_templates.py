@@ -17,6 +17,7 @@ from urllib.parse import unquote_plus
 import pytest
 from jinja2 import FileSystemLoader, nodes
 
+from tracelake.core.revisions import Recorded
 from tracelake.explore.view import datasets, export
 from tracelake.explore.view import html as pages
 from tracelake.explore.view.db import Query
@@ -44,7 +45,7 @@ TAGS = set(
 )
 ATTRS = set(
     "lang charset name content rel href src defer class id method action for type value spellcheck "
-    "placeholder inputmode size selected role list data-id data-scale data-view title".split()
+    "placeholder inputmode size selected role list data-id data-scale data-view data-kind title".split()
 )
 
 
@@ -220,12 +221,24 @@ def _trajectory(h: str, n: int, *, kept: bool = False) -> dict:
 class _Lake:
     """What the pages read of a LakeView, every text value hostile."""
 
-    def __init__(self, h: str) -> None:
-        self.h, self.label, self.tokenizer = h, h, None
+    def __init__(self, h: str, lake: Path) -> None:
+        self.h, self.label, self.tokenizer, self.lake = h, h, None, lake
+        self.freshness, self.freshness_note = None, h
+        rl = lake / "exports" / "rl"  # an RL export whose every text is hostile
+        rl.mkdir(parents=True, exist_ok=True)
+        counts = {"tasks_in": 3, "tasks_out": 2, "sources": {h: {"out": 2}}, "dropped": {h: 1}, "rejected": {h: 1}}
+        manifest = {
+            "dataset_id": h,
+            "counts": counts,
+            "inputs": {"tokenizer": h},
+            "tables": {"tasks": {"file": h, "rows": 2}},
+        }
+        (rl / "manifest.json").write_text(json.dumps(manifest))
         self.datasets = [
             {
                 "view": v,
                 "kind": kind,
+                "scale": h,
                 "dataset_id": h,
                 "rows": 3,
                 "trajectories": 2,
@@ -252,7 +265,7 @@ class _Lake:
 
 
 @pytest.mark.parametrize("h", HOSTILE, ids=range(len(HOSTILE)))
-def test_hostile_values_reach_every_page_only_as_text(h, monkeypatch):
+def test_hostile_values_reach_every_page_only_as_text(h, monkeypatch, tmp_path):
     rendered: set[str] = set()
     get = ENV.get_template
 
@@ -289,8 +302,12 @@ def test_hostile_values_reach_every_page_only_as_text(h, monkeypatch):
     _check(pages.trace_page(_trajectory(h, 2, kept=True), q, label=h), h)
     _check(pages.compare_page(_trajectory(h, 1), _trajectory(h + "b", 2), q, label=h), h)
     _check(pages.not_found(h, label=h), h)
-    lake = _Lake(h)
-    _check(datasets.datasets_page(lake), h)
+    lake = _Lake(h, tmp_path / "lake")
+    recorded = [Recorded(kind, "exp-1", "0" * 40, h, h) for kind in ("experiment", "branch", "commit")]
+    monkeypatch.setattr(datasets, "recorded_versions", lambda root: [*recorded, Recorded("tag", h, h, h, h)])
+    page = datasets.datasets_page(lake)
+    _check(page, h)
+    assert page.count('class="version"') == 3 and "<h2>RL export</h2>" in page  # a hostile rev name is not listed
     _check(datasets.diff_page(lake, h, h, {"report": h}, error=h), h)
     _check(datasets.diff_page(lake, "", "", None), h)
     _check(b"".join(export.html_file(lake, [h, h + "2"], q)).decode(), h, scripts=0)

@@ -392,14 +392,29 @@ def test_a_pipeline_killed_three_times_reruns_to_the_same_bytes(sample_project, 
     run_ok(["dvc", "repro"], repo)
     assert leftovers(repo / "lake") == [] and leftovers(repo / "training") == []
     same_as_uninterrupted(repo, sample_project)
-    # A forced rebuild killed inside ingest: the rerun restores that stage from DVC's run cache
-    # instead of running it, so nothing removes its leftover yet; .dvcignore keeps it out of dvc.lock.
+    # A forced rebuild killed inside ingest: the rerun may restore that stage from DVC's run cache
+    # instead of running it, and then nothing removes its leftover; .dvcignore keeps it out of
+    # dvc.lock. Where the kill lands depends on timing (after the swap, no leftover is left), so a
+    # dead builder's leftover is also planted, before the rerun and after it.
     assert repro_killed_when(repo, "lake/tasks/.superuser.tmp-*/tasks.parquet", 0.0, force=True)
+    plant_leftover(repo / "lake" / "tasks" / "superuser")
     run_ok(["dvc", "repro"], repo)
     same_as_uninterrupted(repo, sample_project)
-    assert leftovers(repo / "lake"), "the run cache restored the stage: its leftover is still there"
+    plant_leftover(repo / "lake" / "trajectories" / "superuser")
+    assert leftovers(repo / "lake")
     run_ok(["tracelake", "status"], repo)  # a reader sweeps what no build will
     assert leftovers(repo / "lake") == []
+
+
+def plant_leftover(output: Path) -> Path:
+    """What a builder killed inside `output`'s stage leaves: `.<name>.tmp-<pid>/` with a half-written
+    file, owned by a process that is gone."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    leftover = output.with_name(f".{output.name}.tmp-{gone.pid}")
+    leftover.mkdir()
+    (leftover / "part.parquet").write_bytes(b"PAR1 half written")
+    return leftover
 
 
 @pytest.mark.long
