@@ -31,9 +31,22 @@ class Freshness:
             return []
         return sorted(s for s in {stage, *self.upstream.get(stage, ())} if s in self.changed)
 
+    def cell(self, stage: str) -> str:
+        """What a table shows for a dataset built by `stage`: yes, STALE, or ? when not checked."""
+        if not self.checked:
+            return "?"
+        return "STALE" if self.stale(stage) else "yes"
+
     def describe(self, stages: Iterable[str]) -> str:
         """`select@1k (changed deps); filter (changed deps)` for the stale ones among `stages`."""
         return "; ".join(f"{s} ({', '.join(self.changed[s])})" for s in sorted(stages))
+
+
+def building_stage(kind: str, scale: str = "") -> str:
+    """The dvc.yaml stage that builds a dataset of `kind` (pool, selection, export_sft, export_rl)."""
+    return {"pool": "filter", "selection": f"select@{scale}", "export_sft": f"export_sft@{scale}"}.get(
+        kind, "export_rl"
+    )
 
 
 def _kinds(changes: list) -> list[str]:

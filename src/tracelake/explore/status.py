@@ -17,7 +17,7 @@ from rich.table import Table
 
 from tracelake.core.assets import sql
 from tracelake.core.errors import BadInput
-from tracelake.core.freshness import Freshness, pipeline_freshness
+from tracelake.core.freshness import Freshness, building_stage, pipeline_freshness
 from tracelake.core.lake import Lake, is_built, table_paths
 from tracelake.core.model_tokenizer import describe_tokenizer
 from tracelake.core.outputs import read_manifest
@@ -121,7 +121,8 @@ def render_status(lake: Path, console: Console, fresh: bool = True) -> None:
     if files:
         console.print(trajectory_overview(files))
     freshness = None
-    if fresh and project and (Lake(lake).built_selections() or Lake(lake).built_sft_exports()):
+    layout = Lake(lake)
+    if fresh and project and (layout.built_selections() or layout.built_sft_exports()):
         with console.status("asking dvc status whether each dataset is up to date ..."):
             freshness = pipeline_freshness(project)
     render_curation(lake, console, freshness)
@@ -129,12 +130,6 @@ def render_status(lake: Path, console: Console, fresh: bool = True) -> None:
         render_freshness(freshness, console)
     if project:
         render_runs(project, console)
-
-
-def _fresh_cell(freshness: Freshness | None, stage: str) -> str:
-    if freshness is None or not freshness.checked:
-        return "?"
-    return "STALE" if freshness.stale(stage) else "yes"
 
 
 def render_freshness(freshness: Freshness, console: Console) -> None:
@@ -216,7 +211,7 @@ def render_curation(lake: Path, console: Console, freshness: Freshness | None = 
 
             table.add_row(
                 literal(m["dataset_id"]),
-                *([_fresh_cell(freshness, f"select@{scale}")] if freshness else []),
+                *([freshness.cell(building_stage("selection", scale))] if freshness else []),
                 f"{c['tasks']:,}",
                 f"{c['distinct_trajectories']:,}",
                 str(c["max_rows_per_task"]),
@@ -231,10 +226,11 @@ def render_exports(lake: Path, console: Console, freshness: Freshness | None = N
     """One line per training dataset (lake/exports): its id, rows out of rows in, rejects, shards."""
     layout = Lake(lake)
     exports = [
-        (f"sft {scale}", f"export_sft@{scale}", read_manifest(d)) for scale, d in layout.built_sft_exports().items()
+        (f"sft {scale}", building_stage("export_sft", scale), read_manifest(d))
+        for scale, d in layout.built_sft_exports().items()
     ]
     if is_built(layout.rl_export):
-        exports.append(("rl", "export_rl", read_manifest(layout.rl_export)))
+        exports.append(("rl", building_stage("export_rl"), read_manifest(layout.rl_export)))
     if not exports:
         return
     table = Table(title="training datasets (lake/exports): tracelake train sft|rl --dataset ID", title_justify="left")
@@ -259,7 +255,7 @@ def render_exports(lake: Path, console: Console, freshness: Freshness | None = N
         row = (
             name,
             m["dataset_id"],
-            *([_fresh_cell(freshness, stage)] if freshness else []),
+            *([freshness.cell(stage)] if freshness else []),
             f"{n_out:,}",
             f"{n_in:,}",
             rejected,

@@ -43,7 +43,7 @@ import yaml
 
 from tracelake.core.envs import ENVIRONMENTS, env_command, env_program
 from tracelake.core.errors import BadInput, BadParams
-from tracelake.core.freshness import pipeline_freshness
+from tracelake.core.freshness import building_stage, pipeline_freshness
 from tracelake.core.lake import Lake, built_children, is_built, pick_dataset
 from tracelake.core.model_tokenizer import resolve
 from tracelake.core.outputs import read_manifest
@@ -512,7 +512,7 @@ def make_plan(
 
 def export_stage(ds: Dataset) -> str:
     """The dvc.yaml stage that builds a dataset's export."""
-    return f"export_sft@{ds.export_dir.name}" if ds.kind == "sft" else "export_rl"
+    return building_stage("export_sft", ds.export_dir.name) if ds.kind == "sft" else building_stage("export_rl")
 
 
 def check_fresh(ds: Dataset, project: Path = Path(".")) -> str:

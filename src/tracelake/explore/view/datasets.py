@@ -11,6 +11,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from tracelake.core.errors import BadInput
+from tracelake.core.freshness import building_stage
 from tracelake.core.lake import Lake, is_built
 from tracelake.core.outputs import read_manifest
 from tracelake.core.revisions import recorded_versions
@@ -64,20 +65,11 @@ def _params(d: dict[str, Any]) -> list[tuple[str, Any]]:
     return [(k, params[k]) for k in keys if k in params]
 
 
-def stage_of(d: dict[str, Any]) -> str:
-    """The DVC stage that builds a dataset view."""
-    return {"pool": "filter", "selection": f"select@{d['scale']}", "export_sft": f"export_sft@{d['scale']}"}.get(
-        d["kind"], "export_rl"
-    )
-
-
 def fresh(db: LakeView, stage: str) -> str:
     """yes / STALE / '...' while DVC is asked / '' when not checked (a lake at a revision)."""
     if db.freshness is None:
         return "..." if db.freshness_note.startswith("checking") else ""
-    if not db.freshness.checked:
-        return "?"
-    return "STALE" if db.freshness.stale(stage) else "yes"
+    return db.freshness.cell(stage)
 
 
 def rl_export(db: LakeView) -> dict[str, Any] | None:
@@ -95,7 +87,7 @@ def rl_export(db: LakeView) -> dict[str, Any] | None:
         "dropped": [(rule, n) for rule, n in sorted(c.get("dropped", {}).items()) if n],
         "rejected": [(why, n) for why, n in sorted(c.get("rejected", {}).items()) if n],
         "tokenizer": (m.get("inputs") or {}).get("tokenizer"),
-        "fresh": fresh(db, "export_rl"),
+        "fresh": fresh(db, building_stage("export_rl")),
     }
 
 
@@ -140,7 +132,7 @@ def datasets_page(db: LakeView) -> str:
                 "params": _params(d),
                 "before": diff_name(before) if before else None,
                 "diff_link": url("/diff", {"a": diff_name(before), "b": diff_name(d["view"])}) if before else None,
-                "fresh": fresh(db, stage_of(d)),
+                "fresh": fresh(db, building_stage(d["kind"], d["scale"])),
             }
         )
     return render(
