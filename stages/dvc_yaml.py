@@ -3,10 +3,11 @@
     python -m stages.dvc_yaml            rewrite dvc.yaml
     python -m stages.dvc_yaml --check    exit 1, saying what differs, when dvc.yaml is out of date
 
-Each stage's deps are its code (the import closure of `python -m stages NAME`, with the params code
-of the sections it reads, and the SQL and schemas that code loads: stages/closure.py) and the data it
-declares; its params are the entries it declares (whole sections, tracked whole). A test checks that
-the committed dvc.yaml is what this writes, so adding a module or a knob touches one place.
+Each stage's deps are its code digest (stages/code.py: the import closure of `python -m stages NAME`,
+with the params code of the sections it reads, and the SQL and schemas that code loads, hashed file by
+file by the `code` stage) and the data it declares; its params are the entries it declares (whole
+sections, tracked whole). A test checks that the committed dvc.yaml is what this writes, so adding a
+knob touches one place.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ import importlib
 import re
 import sys
 import textwrap
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import yaml
 
-from stages import NAMES, declared, source_items
+from stages import NAMES, code, declared, source_items
 from stages.closure import ROOT, closure
 from tracelake.core.stage import Stage, headline_path
 from tracelake.params import SECTION_HOMES, load_params, section_root
@@ -29,10 +30,11 @@ from tracelake.params import SECTION_HOMES, load_params, section_root
 HEADER = """\
 # The pipeline, written by `python -m stages.dvc_yaml` from the stage declarations in stages/ and the
 # sources in params.yaml: edit those and run it again (a test fails when this file is out of date).
-# Each stage runs as `python -m stages NAME [KEY]`; its deps are its code (the modules it imports,
-# the params code of its sections, the SQL and schemas it loads) and its data; it tracks whole params
-# sections, so any edit in a section reruns the stage and its check stops on an unknown key.
-#   synth, tokenizer -> ingest@<source> -> score, dedup -> filter -> select@<scale> -> export_sft@<scale>
+# Each stage runs as `python -m stages NAME [KEY]`; its deps are its code digest (.tracelake/code/
+# <stage>.txt, written by `code`: the modules it imports, the params code of its sections, the SQL and
+# schemas it loads) and its data; it tracks whole params sections, so any edit in a section reruns
+# the stage and its check stops on an unknown key.
+#   code -> every stage;  synth, tokenizer -> ingest@<source> -> score, dedup -> filter -> select@<scale> -> export_sft@<scale>
 #   ingest@<source> -> export_rl;  export_sft@<scale>, export_rl -> train_config;  report;  check
 """
 
@@ -64,6 +66,27 @@ def collapse(files: list[str], root: Path = ROOT) -> list[str]:
     return sorted(deps)
 
 
+def reads_sample(sources: dict[str, dict[str, str]], sample: str) -> bool:
+    """True when a source's traces or tasks lie under the embedded sample's directory (synth.out)."""
+    root = PurePosixPath(sample)
+    return any(
+        PurePosixPath(p) == root or root in PurePosixPath(p).parents for item in sources.values() for p in item.values()
+    )
+
+
+def code_stage_lines() -> list[str]:
+    """The `code` stage (stages/code.py): every stage's code digest, from the directories code lives in."""
+    return [
+        "  code:",
+        "    # each stage's code (its modules, SQL and schemas) -> .tracelake/code/<stage>.txt, the digest",
+        "    # every stage depends on in place of its files: a code change reruns exactly its stages.",
+        "    cmd: python -m stages.code",
+        *_block("deps", list(code.WATCHED), "    "),
+        "    outs:",
+        f"      - {code.OUT}",
+    ]
+
+
 def _block(key: str, items: list[str], indent: str) -> list[str]:
     return [f"{indent}{key}:", *(f"{indent}  - {item}" for item in items)] if items else []
 
@@ -85,7 +108,7 @@ def stage_lines(stage: Stage, sources: dict[str, dict[str, str]], root: Path = R
         lines += [f"    foreach: ${{{stage.foreach}}}", "    do:"]
         ind, key = "      ", " ${key}"
     lines.append(f"{ind}cmd: python -m stages {stage.name}{key}")
-    lines += _block("deps", [*code_deps(stage, root), *stage.deps], ind)
+    lines += _block("deps", [code.digest_path(stage.name), *stage.deps], ind)
     lines += _block("params", list(stage.params), ind)
     outs = list(stage.outs)
     # the counts file is an output kept in git; only its headline is a DVC metrics file (core/stage.py)
@@ -104,10 +127,12 @@ def stage_lines(stage: Stage, sources: dict[str, dict[str, str]], root: Path = R
 
 
 def render(params_file: Path = Path("params.yaml"), root: Path = ROOT) -> str:
-    params = load_params(params_file, ("sources",))
+    params = load_params(params_file, ("sources", "synth"))
     sources = source_items(params.sources)
-    lines = [HEADER.rstrip("\n"), "stages:"]
+    lines = [HEADER.rstrip("\n"), "stages:", *code_stage_lines(), ""]
     for name in NAMES:
+        if name == "synth" and not reads_sample(sources, params.synth.out):
+            continue  # no source reads the embedded sample: DVC need not build it, nor walk its files
         lines += stage_lines(declared(name), sources, root)
         lines.append("")
     report = importlib.import_module("stages.report")

@@ -22,6 +22,8 @@ STAGE = Stage(
     __doc__,
     run,
     params=("train", "scales", "export_rl.max_turns", "export_rl.max_prompt_length", "export_rl.env_class", "lake"),
-    deps=("${lake}/exports",),
+    # the manifests it reads: every SFT export (a directory of a few files a scale) and the RL export's
+    # own manifest, not its task directories (thousands of files DVC would walk on every run)
+    deps=("${lake}/exports/sft", "${lake}/exports/rl/manifest.json"),
     outs_uncached=("${train.configs}",),
 )

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from stages import declared, dvc_yaml
+from stages import NAMES, code, declared, dvc_yaml
 from stages.closure import stage_closure
 from stages.dvc_yaml import code_deps, render
 
@@ -56,11 +56,33 @@ def test_dvc_yaml_is_written_from_the_declarations() -> None:
 def test_check_reports_a_removed_dep(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """`--check` fails, naming the line, when dvc.yaml lacks a dep the declarations give."""
     text = (ROOT / "dvc.yaml").read_text()
-    edited = text.replace("      - src/tracelake/curate/filter.py\n", "", 1)
+    edited = text.replace("      - .tracelake/code/filter.txt\n", "", 1)
     assert edited != text
     (tmp_path / "dvc.yaml").write_text(edited)
     assert dvc_yaml.main(["--check", "--out", str(tmp_path / "dvc.yaml"), "--params", str(ROOT / "params.yaml")]) == 1
-    assert "+      - src/tracelake/curate/filter.py" in capsys.readouterr().out
+    assert "+      - .tracelake/code/filter.txt" in capsys.readouterr().out
+
+
+def test_each_stage_depends_on_its_code_digest(tmp_path: Path) -> None:
+    """`code` writes one digest a stage: a sha256 line per file of its closure, every file under a
+    directory `code` depends on (so editing any of them reruns `code`), the same bytes twice; each
+    stage's first dep in dvc.yaml is its digest."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    code.write(first)
+    code.write(second)
+    dvc = load_yaml(ROOT / "dvc.yaml")["stages"]
+    assert dvc["code"]["deps"] == list(code.WATCHED) and dvc["code"]["outs"] == [code.OUT]
+    for name in NAMES:
+        text = (first / f"{name}.txt").read_text()
+        assert text == (second / f"{name}.txt").read_text()
+        files = [line.split("  ", 1)[1] for line in text.splitlines()]
+        assert files == sorted(files) and set(files) == set(code.code_files(name))
+        assert all(covered(f, list(code.WATCHED)) for f in files), name
+        stage = dvc[name].get("do", dvc[name])
+        assert stage["deps"][0] == code.digest_path(name)
+    assert "src/tracelake/curate/filter.py" in code.code_files("filter")
+    assert "sql/filter_rules/min_assistant_turns.sql" in code.code_files("filter")
+    assert "src/tracelake/curate/filter.py" not in code.code_files("ingest")
 
 
 def test_a_stage_depends_on_its_own_params_code_only() -> None:
@@ -109,6 +131,12 @@ def _copy(src: Path, dst: Path) -> Path:
     return dst
 
 
+def _digest_files(project: Path, dep: str) -> list[str]:
+    if not dep.startswith(code.OUT + "/"):
+        return [dep]
+    return [dep, *(line.split("  ", 1)[1] for line in (project / dep).read_text().splitlines())]
+
+
 @dataclass
 class Traced:
     params: dict[str, Any]
@@ -124,6 +152,8 @@ def traced(sample_project: Path, tmp_path_factory: pytest.TempPathFactory) -> Tr
     project = _copy(sample_project, tmp_path_factory.mktemp("deps") / "project").resolve()
     dvc, params = load_yaml(project / "dvc.yaml"), load_yaml(project / "params.yaml")
     stages = expand_stages(dvc, params, project)
+    for stage in stages.values():  # a code digest dep stands for the files it lists
+        stage["deps"] = [f for d in _paths(stage.get("deps")) for f in _digest_files(project, d)]
     strace_path = strace()
     traces = {}
     for name, stage in stages.items():
