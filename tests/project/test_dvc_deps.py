@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from stages import NAMES, code, declared, dvc_yaml
 from stages.closure import stage_closure
@@ -206,3 +207,16 @@ def test_every_stage_declares_what_native_code_reads(traced: Traced) -> None:
         for m in unexplained_reads(name, stage, traced.traces[name].native or [], traced.params)
     ]
     assert not missing, explain(missing, "files the stage's process opened while it ran (strace)")
+
+
+def test_synth_is_left_out_when_no_source_reads_the_sample(tmp_path: Path) -> None:
+    """A project of its own data does not build the embedded sample (nor has DVC walk its files)."""
+    params = load_yaml(ROOT / "params.yaml")
+    assert "  synth:\n" in render(ROOT / "params.yaml")  # the sample project reads it
+    params["sources"] = {"ot": {"format": "traces", "path": "elsewhere/traces.jsonl"}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    text = render(tmp_path / "params.yaml")
+    assert "  synth:\n" not in text and "  ingest:\n" in text and "  code:\n" in text
+    params["sources"]["sample"] = {"format": "traces", "path": "data/sample/nl2bash/traces.jsonl"}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    assert "  synth:\n" in render(tmp_path / "params.yaml")
