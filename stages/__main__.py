@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
         raise BadParams(f"params.yaml: no {_ITEM[stage.foreach]} {key!r} under {stage.foreach}")
     if "lake" in type(params).model_fields:
         sweep(Path(params.lake))  # what killed builds left, wherever they were (docs/reliability.md)
-    executor = Executor.open(getattr(params, "executor", None), args.executor)
+    executor = Executor.open(getattr(params, "executor", None), args.executor, stage.uses_every_core)
     try:
         publish(stage, stage.run(Context(params, key, executor)), key)
     finally:

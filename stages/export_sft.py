@@ -65,6 +65,7 @@ STAGE = Stage(
         "lake",
     ),
     untracked=("tokenizer.cache", "executor"),
+    uses_every_core=True,  # the encoder's threads: `processes` runs it in this process
     deps=("${lake}/selections/${key}", "${lake}/trajectories", "${export_sft.tokenizer}"),
     outs=("${lake}/exports/sft/${key}",),
     metrics="metrics/export_sft/${key}.json",

@@ -75,6 +75,7 @@ STAGE = Stage(
     # the training template's markup decides which literals are control tokens (special_token_in_text_v1)
     params=("filter", "train.sft.template", "sources", "lake"),
     untracked=("tokenizer.cache", "executor"),
+    uses_every_core=True,  # the encoder's threads: `processes` runs it in this process
     deps=("${lake}/trajectories", "${lake}/dedup", "${filter.tokenizer}"),
     outs=("${lake}/pool",),
     metrics="metrics/filter.json",

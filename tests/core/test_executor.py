@@ -92,6 +92,24 @@ def test_describe_says_where_it_ran():
     assert Executor("processes", 3).describe() == "processes (3 workers)"
 
 
+def test_work_that_uses_every_core_stays_in_the_process_unless_asked(monkeypatch):
+    """A stage whose encoder already uses every core (filter, export_sft) runs locally when params.yaml
+    says processes; --executor, TRACELAKE_EXECUTOR and ray still decide."""
+    from tracelake.core.params import ExecutorParams
+
+    monkeypatch.delenv(ENV_KIND, raising=False)
+    params = ExecutorParams(kind="processes", workers=2)
+    assert Executor.open(params).kind == "processes"
+    counting = Executor.open(params, uses_every_core=True)
+    assert counting.kind == "local" and "uses every core" in counting.describe()
+    assert Executor.open(params, "processes", uses_every_core=True).kind == "processes"
+    monkeypatch.setenv(ENV_KIND, "processes")
+    assert Executor.open(params, uses_every_core=True).kind == "processes"
+    monkeypatch.delenv(ENV_KIND)
+    ray = ExecutorParams(kind="ray")
+    assert Executor.open(ray, uses_every_core=True).kind == "ray"
+
+
 @pytest.fixture(scope="module")
 def cluster():
     with local_cluster(workers=2) as c:

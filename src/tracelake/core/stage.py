@@ -97,6 +97,11 @@ class Stage:
         headline_path(metrics). `dvc metrics show` prints the union of every metrics file's keys as
         its columns: the detailed counts of all stages made it ~6,000 columns wide; shared keys keep
         it one narrow table, and `dvc metrics diff` still shows what a change moved.
+    uses_every_core: the stage's heavy work already keeps every core of one machine busy (token
+        counting: the encoder's own threads), so executor.kind `processes` from params.yaml runs it
+        in the stage's own process: worker processes would only add the copying of conversations
+        (measured: benchmarks/bench_executors.py, BENCHMARKS.md). `ray` still spreads it across
+        machines, and --executor or TRACELAKE_EXECUTOR still chooses for one run.
     """
 
     name: str
@@ -111,6 +116,7 @@ class Stage:
     foreach: Literal["sources", "scales"] | None = None
     outs_uncached: tuple[str, ...] = ()  # outputs kept in git, not in DVC's cache
     plots: str | None = None  # a directory of DVC plot files (uncached)
+    uses_every_core: bool = False
 
 
 # The keys of every DVC metrics file, in the stage's own unit (trajectories: ingest, filter, select,
