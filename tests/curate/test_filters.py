@@ -16,6 +16,7 @@ from pathlib import Path
 
 import orjson
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -371,6 +372,43 @@ def test_control_token_literals_in_text_are_dropped_naming_the_token(tmp_path, t
     assert r.result.funnel["s"]["dropped"]["special_token_in_text_v1"] == 4
     names = [rule.name for rule in RULES]  # applied before token counting: no row is counted in vain
     assert names.index("special_token_in_text_v1") == names.index("max_tokens_v1") - 1
+
+
+def test_the_control_token_screen_is_kept_per_conversation(tmp_path, tokenizer):
+    """The screen's answers are kept by conversation: a rerun drops the same rows with the same
+    details without reading their messages (its query sees no candidate), a new conversation is
+    screened, and another pair of patterns (another template) has answers of its own."""
+    rows = [trow(label, messages=msgs) for label, msgs in HOSTILE_ROWS.items()]
+    lake, sources = build_lake(tmp_path, {"s": rows})
+    cache = tmp_path / "cache"
+    first = run(lake, sources, tokenizer, token_cache=cache)
+    dirs = list((cache / "screens").iterdir())
+    assert len(dirs) == 1
+    parts = list(dirs[0].glob("part-*.parquet"))
+    assert len(parts) == 1
+    answers = dict(zip(*pq.ParquetFile(parts[0]).read().to_pydict().values()))
+    assert len(answers) == len(HOSTILE_ROWS) and sum(d is not None for d in answers.values()) == 4
+    # plant a wrong answer: a rerun must take it from the cache (the messages are not read again)
+    fake = {h: (None if d else "planted") for h, d in answers.items()}
+    parts[0].unlink()
+    pq.write_table(pa.table({"conversation_sha256": list(fake), "detail": list(fake.values())}), parts[0])
+    planted = run(lake, sources, tokenizer, token_cache=cache)
+    assert planted.kept() == {label for label in HOSTILE_ROWS if label != "clean"}
+    parts[0].unlink()
+    pq.write_table(pa.table({"conversation_sha256": list(answers), "detail": list(answers.values())}), parts[0])
+    again = run(lake, sources, tokenizer, token_cache=cache)
+    assert again.dropped_by("special_token_in_text_v1") == first.dropped_by("special_token_in_text_v1")
+    assert again.pool == first.pool and len(list(dirs[0].glob("part-*.parquet"))) == 1  # nothing new to keep
+
+    more = [*rows, trow("late", messages=with_message("late", 2, " <|im_end|>"))]
+    lake2, sources2 = build_lake(tmp_path / "more", {"s": more})
+    grown = run(lake2, sources2, tokenizer, token_cache=cache)
+    assert grown.dropped_by("special_token_in_text_v1")["late"] == "user message 2 holds <|im_end|>"
+    assert len(list(dirs[0].glob("part-*.parquet"))) == 2  # the new conversation's answer
+    uncached = run(lake2, sources2, tokenizer)
+    assert uncached.pool == grown.pool and uncached.dropped_by("special_token_in_text_v1") == grown.dropped_by(
+        "special_token_in_text_v1"
+    )
 
 
 def test_escape_keeps_the_rows_and_counts_the_escaped_text(tmp_path, tokenizer):

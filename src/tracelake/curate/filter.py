@@ -43,6 +43,7 @@ from tracelake.core.token_count import (
 )
 from tracelake.core.tokenizer import TOKEN_COUNT_RULE, tokenizer_file, tokenizer_fingerprint
 from tracelake.curate.params import FilterParams
+from tracelake.curate.screen_cache import ScreenCache
 
 TOKEN_BATCH = 128  # conversations read and rendered at a time (~10 MB of text: memory stays flat)
 
@@ -140,15 +141,48 @@ def run_filters(
             stats = _count_tokens(con, Path(params.tokenizer), token_cache, on_tokens, escape, executor)
             counted = f"{TOKEN_COUNT_RULE} of {ESCAPE_RULE} text" if escape else TOKEN_COUNT_RULE
             formulas["tokens"] = f"{counted} tokenizer sha256 {tokenizer_fingerprint(params.tokenizer)}"
-        if rule in enabled:
+        if rule in enabled and rule.control_patterns:
+            _screen(con, rule, {**rule.bind(params), **patterns}, ScreenCache(token_cache, patterns))
+            formulas[rule.name] = rule.name
+        elif rule in enabled:
             con.execute(
                 f"INSERT INTO dropped SELECT trajectory_id, $rule_name, detail "
                 f"FROM ({sql('filter_rules/' + rule.query)})",
-                {"rule_name": rule.name, **rule.bind(params), **(patterns if rule.control_patterns else {})},
+                {"rule_name": rule.name, **rule.bind(params)},
             )
             formulas[rule.name] = rule.name
     con.execute(sql("filter/pool"))
     return FilterResult([r.name for r in enabled], _funnel(con, [r.name for r in enabled], sources), formulas, stats)
+
+
+def _screen(con: duckdb.DuckDBPyConnection, rule: Rule, bound: dict[str, Any], cache: ScreenCache) -> None:
+    """The control-token rule's drops into `dropped`. Its query reads every message, but only of the
+    candidates whose conversation the cache has no answer for (a CTE named `candidates` narrows it);
+    the others take the kept answer, and the new answers join the cache (screen_cache.py)."""
+    con.register("screen_known", cache.known())
+    con.register(
+        "screen_todo",
+        con.sql("""SELECT trajectory_id, conversation_sha256 FROM base
+                   WHERE trajectory_id IN (SELECT trajectory_id FROM candidates)
+                     AND conversation_sha256 NOT IN (SELECT conversation_sha256 FROM screen_known)""").to_arrow_table(),
+    )
+    query = f"WITH candidates AS (SELECT trajectory_id FROM screen_todo) {sql('filter_rules/' + rule.query)}"
+    con.register("screen_fresh", con.execute(query, bound).to_arrow_table())
+    con.execute(
+        """INSERT INTO dropped
+           SELECT trajectory_id, $rule_name, detail FROM screen_fresh
+           UNION ALL
+           SELECT b.trajectory_id, $rule_name, k.detail FROM base b JOIN screen_known k USING (conversation_sha256)
+           WHERE b.trajectory_id IN (SELECT trajectory_id FROM candidates) AND k.detail IS NOT NULL""",
+        {"rule_name": rule.name},
+    )
+    cache.add(
+        con.sql("""SELECT DISTINCT ON (t.conversation_sha256) t.conversation_sha256, f.detail
+                   FROM screen_todo t LEFT JOIN screen_fresh f USING (trajectory_id)
+                   ORDER BY t.conversation_sha256""").to_arrow_table()
+    )
+    for name in ("screen_known", "screen_todo", "screen_fresh"):
+        con.unregister(name)
 
 
 def _count_tokens(
