@@ -167,7 +167,7 @@ def _screen(con: duckdb.DuckDBPyConnection, rule: Rule, bound: dict[str, Any], c
                      AND conversation_sha256 NOT IN (SELECT conversation_sha256 FROM screen_known)""").to_arrow_table(),
     )
     query = f"WITH candidates AS (SELECT trajectory_id FROM screen_todo) {sql('filter_rules/' + rule.query)}"
-    con.register("screen_fresh", con.execute(query, bound).to_arrow_table())
+    con.register("screen_fresh", con.sql(query, params=bound).to_arrow_table())
     con.execute(
         """INSERT INTO dropped
            SELECT trajectory_id, $rule_name, detail FROM screen_fresh
