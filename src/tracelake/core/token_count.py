@@ -22,7 +22,9 @@ without making it approximate:
 
 Any other tokenizer (an unknown pre-tokenizer, a normalizer other than NFC, added tokens that
 strip spaces) gets rule `whole`: each text is one segment, still cached and still exact.
-The missing segments are encoded in batches with `encode_batch_fast` (all cores, no offsets).
+The missing segments are encoded in batches: with tiktoken where the tokenizer qualifies (fast_bpe.py:
+the same counts, 10 to 20 times faster), else with `tokenizers`' `encode_batch_fast` (all cores, no
+offsets). `CountStats.engine` says which.
 """
 
 from __future__ import annotations
@@ -61,19 +63,22 @@ SPLIT_PATTERNS = frozenset(
 _SAFE_CUT = re.compile(r"(?<=\S\n)(?=\S)")
 
 
-def _pretokenizer_is_splittable(pre: dict[str, Any] | None) -> bool:
+def split_regex(pre: dict[str, Any] | None) -> str | None:
+    """The regex that splits a splittable pre-tokenizer's text into pre-tokens (GPT-2's byte level,
+    or a known Split pattern before a byte level without its own regex); None for any other."""
     if not pre:
-        return False
+        return None
     if pre.get("type") == "ByteLevel":
-        return bool(pre.get("use_regex", True)) and not pre.get("add_prefix_space", True)
+        splits = bool(pre.get("use_regex", True)) and not pre.get("add_prefix_space", True)
+        return _GPT2_REGEX if splits else None
     if pre.get("type") != "Sequence":
-        return False
+        return None
     steps = pre.get("pretokenizers") or []
     if len(steps) != 2:
-        return False
+        return None
     split, byte_level = steps
     pattern = (split.get("pattern") or {}).get("Regex")
-    return (
+    known = (
         split.get("type") == "Split"
         and pattern in SPLIT_PATTERNS
         and split.get("behavior") == "Isolated"
@@ -82,6 +87,7 @@ def _pretokenizer_is_splittable(pre: dict[str, Any] | None) -> bool:
         and not byte_level.get("use_regex", True)
         and not byte_level.get("add_prefix_space", True)
     )
+    return pattern if known else None
 
 
 @dataclass(frozen=True)
@@ -105,7 +111,7 @@ class SegmentRule:
             and model.get("dropout") is None
             and plain
             and normalizer_ok
-            and _pretokenizer_is_splittable(config.get("pre_tokenizer"))
+            and split_regex(config.get("pre_tokenizer")) is not None
         ):
             return cls("whole")
         if normalizer is not None and any(t.get("normalized") for t in added):
@@ -175,15 +181,24 @@ class CountStats:
     cached: int = 0  # segments whose count came from the cache (this run or earlier ones)
     encoded: int = 0  # distinct segments encoded
     encoded_chars: int = 0
+    engine: str = ""  # what encoded them: "tiktoken", or "tokenizers" and why not tiktoken (fast_bpe.py)
 
-    def as_json(self) -> dict[str, int]:
+    def as_json(self) -> dict[str, int | str]:
         return dict(vars(self))
 
+    def add(self, other: "CountStats") -> None:
+        """Another counter's stats (a shard's) into these: the numbers add up, an engine is kept."""
+        for name, value in vars(other).items():
+            if name != "engine":
+                setattr(self, name, getattr(self, name) + value)
+        self.engine = other.engine or self.engine
+
     def summary(self) -> str:
+        by = f", by {self.engine}" if self.engine else ""
         return (
             f"{self.recalled:,} renderings counted before (whole conversations, per counting rule); {self.texts:,} texts, "
             f"{self.segments:,} segments: {self.encoded:,} encoded "
-            f"({self.encoded_chars / 1e6:,.1f} M characters), {self.cached:,} from the token cache"
+            f"({self.encoded_chars / 1e6:,.1f} M characters{by}), {self.cached:,} from the token cache"
         )
 
 
@@ -202,6 +217,7 @@ class TokenCounter:
     stats: CountStats = field(default_factory=CountStats)
     fresh: list[tuple[list[bytes], list[int]]] | None = None  # when a list: each batch encoded, (keys, counts)
     _checkpointed: float = field(default_factory=time.monotonic)  # when `checkpoint` last wrote
+    _engine: tuple[Any, str] | None = None  # fast_bpe.engine's answer, asked at the first encode
 
     @classmethod
     def open(cls, path: Path | str, cache_dir: Path | str | None = None) -> "TokenCounter":
@@ -276,7 +292,7 @@ class TokenCounter:
                 texts.append(text)
                 size += len(text)
             if texts and (k is None or size >= ENCODE_BATCH_CHARS):
-                counts = [len(e) for e in self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
+                counts = self._encode_counts(texts)
                 self.cache.add(keys, counts)
                 if self.fresh is not None:
                     self.fresh.append((keys, counts))
@@ -285,6 +301,18 @@ class TokenCounter:
                 self.stats.encoded_chars += size
                 keys, texts, size = [], [], 0
         return fresh
+
+    def _encode_counts(self, texts: list[str]) -> list[int]:
+        """Each text's count: tiktoken where the tokenizer qualifies (fast_bpe.py), else `tokenizers`."""
+        if self._engine is None:
+            from tracelake.core import fast_bpe  # it imports this module
+
+            self._engine = fast_bpe.engine(self.tokenizer)
+        fast, why = self._engine
+        self.stats.engine = fast.name if fast else f"tokenizers (not tiktoken: {why})"
+        if fast is not None:
+            return fast.counts(texts)
+        return [len(e) for e in self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
 
     def checkpoint(self, every: float = 0.0) -> None:
         """Write what was encoded (and remembered) since the last part as a part on disk, if the
@@ -401,5 +429,4 @@ def absorb(counter: TokenCounter, fresh: list[tuple[list[bytes], list[int]]], st
     (saved at close), its stats into the counter's."""
     for keys, counts in fresh:
         counter.cache.add(keys, counts)
-    for name, value in vars(stats).items():
-        setattr(counter.stats, name, getattr(counter.stats, name) + value)
+    counter.stats.add(stats)

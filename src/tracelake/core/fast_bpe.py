@@ -1,0 +1,124 @@
+"""tiktoken's BPE counting for the tokenizers whose counts it reproduces exactly.
+
+`TokenCounter` (token_count.py) encodes the segments its cache lacks with `engine(tokenizer)`: a
+`TiktokenCounts` where the tokenizer qualifies, else None and the reason (it keeps `tokenizers`'
+`encode_batch_fast`). On segments (no added tokens in them) tiktoken gives the same count as
+`len(tokenizer.encode(segment, add_special_tokens=False))`, 10 to 20 times faster per core
+(benchmarks/bench_encoders.py), when:
+
+- the segment rule is `split` (token_count.SegmentRule): a BPE without dropout, NFC or no normalizer,
+  a byte-level pre-tokenizer whose regex (`split_regex`) tiktoken runs as its own;
+- the BPE has no subword prefix or end-of-word suffix; every byte is a token (so no unknown token
+  or byte fallback ever applies); each merge joins two byte-level tokens and no two merges make the
+  same token; with `ignore_merges` (a word that is a token is that token), every token is a byte, a
+  merge's result or an added token;
+- each merge's token, encoded alone by the tokenizer's own BPE, is that one token;
+- no truncation or padding is set.
+
+tiktoken merges the adjacent pair whose concatenation has the lowest rank; a BPE merges the pair
+that comes first in its merge list. A merge's token gets rank 256 + its index, so every pair the BPE
+may merge tiktoken merges in the same order. The two differ only if tiktoken could join x and y into
+a token t of which (x, y) is not the merge; but then the BPE, run on t alone, would make x and y as it
+made them in the longer word and stop there, not at t, which the check above rules out. A word that is
+a token tiktoken takes whole: by the same check the BPE ends there too.
+
+The text is normalized by the tokenizer's own NFC (where it has one; ASCII text is left as it is),
+then split by tiktoken's regex engine: tests/core/test_fast_bpe.py checks it classes every code point
+as the tokenizers' one does, and compares counts on random and real text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import tiktoken
+from tokenizers import Tokenizer, models
+
+from tracelake.core.executor import cpu_count
+from tracelake.core.token_count import SegmentRule, split_regex
+
+
+def byte_level_alphabet() -> dict[str, int]:
+    """The character that stands for each byte in a byte-level vocabulary, mapped to its byte: the
+    printable Latin-1 bytes stand for themselves, the others for 256, 257, ... in byte order."""
+    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    others = [b for b in range(256) if b not in printable]
+    return {chr(b): b for b in printable} | {chr(256 + i): b for i, b in enumerate(others)}
+
+
+class TiktokenCounts:
+    """Token counts of segments through a tiktoken encoding built from a tokenizer.json BPE."""
+
+    name = "tiktoken"
+
+    def __init__(self, ranks: dict[bytes, int], pattern: str, normalizer: Any = None, threads: int | None = None):
+        self._bpe = tiktoken.Encoding("tracelake", pat_str=pattern, mergeable_ranks=ranks, special_tokens={})._core_bpe
+        self._normalize = normalizer.normalize_str if normalizer is not None else None
+        self.threads = threads or cpu_count()
+
+    def counts(self, texts: Sequence[str]) -> list[int]:
+        """The number of tokens of each text."""
+        n = min(self.threads, len(texts))
+        if n <= 1:
+            return self._counts(texts)
+        out = [0] * len(texts)
+        with ThreadPoolExecutor(n) as pool:  # tiktoken releases the GIL while it encodes
+            for i, part in enumerate(pool.map(self._counts, [texts[i::n] for i in range(n)])):
+                out[i::n] = part
+        return out
+
+    def _counts(self, texts: Sequence[str]) -> list[int]:
+        encode, normalize = self._bpe.encode_ordinary, self._normalize
+        if normalize is None:
+            return [len(encode(t)) for t in texts]
+        return [len(encode(t if t.isascii() else normalize(t))) for t in texts]
+
+
+_BUILT: dict[bytes, tuple[TiktokenCounts | None, str]] = {}  # engine's answers in this process, by tokenizer
+
+
+def engine(tokenizer: Tokenizer) -> tuple[TiktokenCounts | None, str]:
+    """tiktoken counting for `tokenizer` and "", or None and why it does not qualify (asked once per
+    tokenizer content in a process)."""
+    text = tokenizer.to_str()
+    key = hashlib.blake2b(text.encode(), digest_size=16).digest()
+    if key not in _BUILT:
+        _BUILT[key] = _build(json.loads(text), tokenizer.normalizer)
+    return _BUILT[key]
+
+
+def _build(config: dict[str, Any], normalizer: Any) -> tuple[TiktokenCounts | None, str]:
+    if config.get("truncation") or config.get("padding"):
+        return None, "truncation or padding is set"
+    if SegmentRule.of(config).name != "split":
+        return None, "not a byte-level BPE split by a known regex (segment rule whole)"
+    model = config["model"]
+    if model.get("continuing_subword_prefix") or model.get("end_of_word_suffix"):
+        return None, "the BPE has a subword prefix or an end-of-word suffix"
+    alphabet = byte_level_alphabet()
+    vocab: dict[str, int] = model["vocab"]
+    if any(c not in vocab for c in alphabet):
+        return None, "a byte is not a token"
+    pairs = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+    try:
+        merged = [a + b for a, b in pairs]
+        keys = [bytes(map(alphabet.__getitem__, token)) for token in merged]
+    except (ValueError, KeyError):
+        return None, "a merge is not two byte-level tokens"
+    ranks = {bytes([b]): b for b in range(256)} | {key: 256 + i for i, key in enumerate(keys)}
+    if len(ranks) != 256 + len(keys):
+        return None, "two merges make the same token"
+    if model.get("ignore_merges"):
+        added = {t["content"] for t in config.get("added_tokens") or []}
+        if any(t not in added and t not in alphabet for t in set(vocab) - set(merged)):
+            return None, "ignore_merges with a token that no merge makes"
+    own = models.BPE(vocab, pairs, ignore_merges=False)  # the tokenizer's BPE, merges always applied
+    if any(len(own.tokenize(t)) != 1 for t in merged):
+        return None, "a merge's token does not encode to itself"
+    return TiktokenCounts(
+        ranks, split_regex(config["pre_tokenizer"]), normalizer if config.get("normalizer") else None
+    ), ""
