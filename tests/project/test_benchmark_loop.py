@@ -67,6 +67,9 @@ def test_loop_runs_through_dvc_at_a_small_size(tmp_path):
     assert "**targets**" in proc.stdout and "| target | ours | reference | ratio | met/missed |" in proc.stdout
     assert "**per stage**" in proc.stdout
 
+    rendered = run_script("loop.py", "--render", str(out)).stdout  # the same tables from the saved numbers
+    assert rendered.split("**targets**")[1] == proc.stdout.split("**targets**")[1]
+
     # the projects are real repositories: everything committed after each step
     exact = work / "loop-exact-200"
     assert (exact / ".dvc" / "cache").is_dir() and (exact / "dvc.lock").is_file()
