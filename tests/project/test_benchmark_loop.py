@@ -1,0 +1,107 @@
+"""The iteration-loop benchmark (benchmarks/loop.py) runs end to end at a small size through real
+`dvc repro` runs: every step is measured, DVC runs only what each change needs, and every target is
+judged. Timings are not judged here (benchmarks, not timed tests); the HF, LLaMA-Factory and floor
+references are skipped (their venvs cost minutes): their targets must read "not measured"."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from ..helpers import PROJECT_FILES
+from .test_benchmark_harness import run_script
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.e2e
+
+
+def loop_module():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import loop
+
+    return loop
+
+
+def test_loop_runs_through_dvc_at_a_small_size(tmp_path):
+    out = tmp_path / "loop.json"
+    work = tmp_path / "work"
+    args = ["--rows", "200", "--skip", "hf,lf,floors", "--repeats", "1", "--work", str(work), "--json", str(out)]
+    proc = run_script("loop.py", *args, timeout=900)
+    meta, (result,) = json.loads(out.read_text()).values()
+    assert meta["command"].endswith("--skip hf,lf,floors --repeats 1") and str(tmp_path) not in json.dumps(meta)
+    assert result["scale"] == {"name": "100", "rows": 100} and result["new_scale"] == {"name": "50", "rows": 50}
+    steps = result["steps"]
+    assert set(steps) == {"first_off", "first_exact", "ablation", "new_scale", "no_change"}
+
+    every = {"synth", "tokenizer", "ingest@ot", "score", "dedup", "filter", "select@100", "export_sft@100"}
+    every |= {"export_rl", "train_config", "report", "check"}
+    for key in ("first_off", "first_exact"):  # a fresh project: DVC runs every stage once
+        run = steps[key]
+        assert sorted(run["ran"]) == sorted(every) and run["skipped"] == [] and run["restored"] == []
+        assert run["wall_s"] > 0 and run["rss_mb"] > 0 and run["cpu_s"] > 0
+        stage_sum = sum(s["wall_s"] for s in run["stages"])
+        assert stage_sum + run["before_first_stage_s"] == pytest.approx(run["wall_s"], rel=1e-6)
+    # the ablation (a filter param) reruns the filter and what reads the pool, nothing upstream
+    ablation = set(steps["ablation"]["ran"])
+    assert {"filter", "select@100", "export_sft@100", "check"} <= ablation
+    assert not ablation & {"synth", "tokenizer", "ingest@ot", "score", "dedup", "export_rl"}
+    # a new scale builds that scale only
+    new_scale = set(steps["new_scale"]["ran"])
+    assert {"select@50", "export_sft@50"} <= new_scale
+    assert not new_scale & {"ingest@ot", "score", "dedup", "filter", "select@100", "export_sft@100"}
+    no_change = steps["no_change"]
+    assert no_change["ran"] == [] and len(no_change["repro"]) == len(no_change["status"]) == 1
+    assert no_change["repro_median_s"] > 0 and no_change["status_median_s"] > 0
+    assert result["references"] == {}
+
+    targets = result["targets"]
+    assert len(targets) == 8 and {t["verdict"] for t in targets} <= {"met", "missed", "not measured"}
+    measured = [t["target"] for t in targets if t["verdict"] != "not measured"]
+    assert len(measured) == 2 and measured[0].startswith("no-change dvc repro") and measured[1].startswith("peak RSS")
+    assert [t["judged"] for t in targets].count(False) == 1  # the counting work's ratio: information only
+    assert "profiles" not in result  # no --profile: nothing rerun
+    assert "**targets**" in proc.stdout and "| target | ours | reference | ratio | met/missed |" in proc.stdout
+    assert "**per stage**" in proc.stdout
+
+    rendered = run_script("loop.py", "--render", str(out)).stdout  # the same tables from the saved numbers
+    assert rendered.split("**targets**")[1] == proc.stdout.split("**targets**")[1]
+
+    # the projects are real repositories: everything committed after each step
+    exact = work / "loop-exact-200"
+    assert (exact / ".dvc" / "cache").is_dir() and (exact / "dvc.lock").is_file()
+    log = run_git(exact, "log", "--format=%s")
+    assert "ablation: filter.min_assistant_turns 3" in log and "scale 50" in log
+    assert run_git(exact, "status", "--porcelain") == ""
+
+
+def run_git(repo: Path, *args: str) -> str:
+    import subprocess
+
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout
+
+
+def test_the_loop_copies_the_project_as_the_tests_do():
+    assert loop_module().PROJECT_FILES == PROJECT_FILES
+
+
+def test_a_dvc_repro_profile_splits_by_stage(tmp_path):
+    """py-spy --subprocesses stacks start with the processes they run in, DVC's first: a worker's
+    samples go to the stage that started it, DVC's own work to `dvc`."""
+    raw = tmp_path / "raw.txt"
+    dvc = 'process 10:"/v/bin/python /v/bin/dvc repro"'
+    filt = 'process 12:"python -m stages filter"'
+    worker = 'process 14:"python -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5)"'
+    export = 'process 20:"python -m stages export_sft 10k"'
+    raw.write_text(
+        f"{dvc};main (dvc/cli/__init__.py);status (dvc/stage/__init__.py) 7\n"
+        f"{dvc};{filt};<module> (stages/__main__.py);run (tracelake/curate/filter.py) 3\n"
+        f"{dvc};{filt};{worker};count (tracelake/core/token_count.py) 5\n"
+        f"{dvc};{export};<module> (stages/__main__.py) 2\n"
+    )
+    groups = loop_module().split_by_stage(raw)
+    assert {k: len(v) for k, v in groups.items()} == {"dvc": 1, "filter": 2, "export_sft@10k": 1}
+    assert groups["filter"][1].endswith(" 5")
