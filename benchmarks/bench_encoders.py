@@ -16,8 +16,10 @@ one, and each --tokenizer) counts them with:
 - `bpe-qwen`: where installed, and only for Qwen's split pattern (the one it implements), from
   vocab.json and merges.txt written out of the tokenizer.json.
 
-The table gives chars/s, the speed-up over `tokenizers` at the same thread count, and whether every
-segment's count equals the reference. Timings on a shared machine are noisy: compare rows of one run.
+The table gives chars/s (wall), the speed-up over `tokenizers` at the same thread count, chars per
+CPU second (all threads of the process: steadier than wall time where other work shares the cores),
+and whether every segment's count equals the reference. Timings on a shared machine are noisy:
+compare rows of one run.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import copy
 import importlib.util
 import json
 import os
+import resource
 import tempfile
 import time
 from collections.abc import Callable
@@ -98,13 +101,21 @@ def bpe_qwen(config: dict, workdir: Path):
     return ext.QwenTokenizer(str(workdir))
 
 
-def measure(run: Callable[[list[str]], list[int]], texts: list[str], repeat: int) -> tuple[float, list[int]]:
-    best, counts = float("inf"), []
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # every thread of this process
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure(run: Callable[[list[str]], list[int]], texts: list[str], repeat: int) -> tuple[float, float, list[int]]:
+    """(wall seconds, CPU seconds, counts) of the fastest of `repeat` runs."""
+    best, cpu, counts = float("inf"), 0.0, []
     for _ in range(repeat):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), cpu_seconds()
         counts = run(texts)
-        best = min(best, time.perf_counter() - t)
-    return best, counts
+        wall, used = time.perf_counter() - t, cpu_seconds() - c
+        if wall < best:
+            best, cpu = wall, used
+    return best, cpu, counts
 
 
 def main() -> None:
@@ -149,7 +160,7 @@ def main() -> None:
             reference: list[int] | None = None
             base: dict[int, float] = {}
             for engine, n, run in engines:
-                seconds, counts = measure(run, texts, 1 if engine == "tokenizers" else args.repeat)
+                seconds, cpu, counts = measure(run, texts, 1 if engine == "tokenizers" else args.repeat)
                 reference = reference or counts
                 base.setdefault(n, seconds)
                 row = {
@@ -160,6 +171,8 @@ def main() -> None:
                     "chars": chars,
                     "seconds": round(seconds, 3),
                     "chars_per_s": round(chars / seconds),
+                    "cpu_s": round(cpu, 3),
+                    "chars_per_cpu_s": round(chars / cpu) if cpu else None,
                     "vs_tokenizers": round(base[n] / seconds, 2),
                     "equal": counts == reference,
                     "differing_segments": sum(a != b for a, b in zip(counts, reference)),
@@ -168,7 +181,7 @@ def main() -> None:
                 results.append(row)
                 print(
                     f"  {engine:32} {n} thread{'s' if n > 1 else ' '} {chars / seconds / 1e6:8.2f} M chars/s"
-                    f"  {row['vs_tokenizers']:6.2f}x  equal: {row['equal']}"
+                    f"  {row['vs_tokenizers']:6.2f}x  {chars / max(cpu, 1e-9) / 1e6:8.2f} M chars/CPU s  equal: {row['equal']}"
                     + ("" if row["equal"] else f" ({row['differing_segments']} segments differ)"),
                     flush=True,
                 )

@@ -242,6 +242,13 @@ def test_threads_keep_the_order(tokenizers_):
     assert one.counts(texts) == three.counts(texts) == [_encode_len(tok, t) for t in texts]
 
 
+def test_a_lone_surrogate_never_reaches_an_engine(tokenizers_):
+    """Text with a lone surrogate (no UTF-8) fails at the segment's cache key, as before: neither
+    engine is asked (the tokenizer itself refuses such text too)."""
+    with pytest.raises(UnicodeEncodeError):
+        TokenCounter.of(tokenizers_["qwen_style"]).count(["fine", "bad \ud800 text"])
+
+
 def test_summary_says_which_engine_counted(tokenizers_):
     counter = TokenCounter.of(tokenizers_["project"])
     counter.count(["some text\nmore"])

@@ -23,7 +23,7 @@ without making it approximate:
 Any other tokenizer (an unknown pre-tokenizer, a normalizer other than NFC, added tokens that
 strip spaces) gets rule `whole`: each text is one segment, still cached and still exact.
 The missing segments are encoded in batches: with tiktoken where the tokenizer qualifies (fast_bpe.py:
-the same counts, 10 to 20 times faster), else with `tokenizers`' `encode_batch_fast` (all cores, no
+the same counts, about ten times less CPU), else with `tokenizers`' `encode_batch_fast` (all cores, no
 offsets). `CountStats.engine` says which.
 """
 
