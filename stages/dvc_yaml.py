@@ -66,12 +66,11 @@ def collapse(files: list[str], root: Path = ROOT) -> list[str]:
     return sorted(deps)
 
 
-def reads_sample(sources: dict[str, dict[str, str]], sample: str) -> bool:
-    """True when a source's traces or tasks lie under the embedded sample's directory (synth.out)."""
+def reads_sample(inputs: list[str], sample: str) -> bool:
+    """True when an input (a source's traces or tasks, the decontamination root) lies under the
+    embedded sample's directory (synth.out)."""
     root = PurePosixPath(sample)
-    return any(
-        PurePosixPath(p) == root or root in PurePosixPath(p).parents for item in sources.values() for p in item.values()
-    )
+    return any(PurePosixPath(p) == root or root in PurePosixPath(p).parents for p in inputs)
 
 
 def code_stage_lines() -> list[str]:
@@ -127,11 +126,12 @@ def stage_lines(stage: Stage, sources: dict[str, dict[str, str]], root: Path = R
 
 
 def render(params_file: Path = Path("params.yaml"), root: Path = ROOT) -> str:
-    params = load_params(params_file, ("sources", "synth"))
+    params = load_params(params_file, ("sources", "synth", "decontaminate"))
     sources = source_items(params.sources)
+    inputs = [p for item in sources.values() for p in item.values()] + [params.decontaminate.root]
     lines = [HEADER.rstrip("\n"), "stages:", *code_stage_lines(), ""]
     for name in NAMES:
-        if name == "synth" and not reads_sample(sources, params.synth.out):
+        if name == "synth" and not reads_sample(inputs, params.synth.out):
             continue  # no source reads the embedded sample: DVC need not build it, nor walk its files
         lines += stage_lines(declared(name), sources, root)
         lines.append("")

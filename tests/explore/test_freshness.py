@@ -76,6 +76,25 @@ def test_status_and_view_flag_stale_datasets(sample_project, tmp_path, monkeypat
     assert sorted(v for k, v in cells.items() if k.startswith("sel-") and not k.startswith("sel-316-")) == ["STALE"] * 3
 
 
+def test_a_code_edit_makes_stale_only_the_stages_whose_code_it_is(sample_project, tmp_path):
+    """Every stage depends on `code` (its digest), so DVC names `code` changed after any edit under
+    src/; only the stages whose digest changes are stale: an edit of the viewer leaves every dataset
+    fresh, an edit of the select code makes the selections and what is built from them stale."""
+    project = tmp_path / "repo"
+    shutil.copytree(sample_project, project, symlinks=True)
+    viewer = project / "src" / "tracelake" / "explore" / "view" / "datasets.py"
+    viewer.write_text(viewer.read_text() + "\n# an edit no stage runs\n")
+    fresh = pipeline_freshness(project)
+    assert fresh.checked and "code" not in fresh.changed, fresh.changed
+    assert fresh.stale("export_sft@1k") == [] and fresh.stale("export_rl") == []
+    select = project / "src" / "tracelake" / "curate" / "select.py"
+    select.write_text(select.read_text() + "\n# an edit the select stage runs\n")
+    fresh = pipeline_freshness(project)
+    assert fresh.changed.get("select@1k") == ["changed code"], (fresh.why, fresh.changed)
+    assert fresh.stale("export_sft@1k") == ["select@1k"] and fresh.stale("filter") == []
+    assert fresh.stale("export_rl") == []
+
+
 def test_outside_a_dvc_project_nothing_is_checked(tmp_path):
     fresh = pipeline_freshness(tmp_path)
     assert not fresh.checked and fresh.why == "not checked: no dvc.yaml here" and fresh.stale("select@1k") == []

@@ -54,6 +54,13 @@ def _kinds(changes: list) -> list[str]:
     return sorted({k for c in changes for k in (c if isinstance(c, dict) else {str(c): None})})
 
 
+def _name(addressing: str) -> str:
+    """A stage's name as dvc.yaml gives it: DVC prefixes `path/to/dvc.yaml:` when the project is
+    not the working directory."""
+    head, _, name = addressing.rpartition(":")
+    return name if head.endswith("dvc.yaml") else addressing
+
+
 def _reachable(graph, start) -> set:
     """Every node reachable from `start` along the graph's edges (DVC's index graph: a stage points at
     the stages it reads from)."""
@@ -64,6 +71,37 @@ def _reachable(graph, start) -> set:
                 seen.add(nxt)
                 todo.append(nxt)
     return seen
+
+
+CODE_STAGE = "code"  # stages/code.py: every stage's code digest, the first dep of each
+
+
+def _code_changes(project: Path, changed: dict[str, list[str]], upstream: dict) -> dict[str, list[str]]:
+    """DVC says `code` changed (a file under src/, stages/, sql/ or schemas/ was edited), which is
+    upstream of every stage; but only the stages whose digest changes are stale. The digests are
+    computed again, into a scratch directory, and compared with those the stages were built from;
+    if that fails, every stage stays stale (never fresh by mistake)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="tracelake-code-") as scratch:
+        proc = subprocess.run(
+            [sys.executable, "-m", "stages.code", "--out", scratch], cwd=project, capture_output=True, text=True
+        )
+        if proc.returncode != 0:
+            return changed
+        now = {p.stem: p.read_bytes() for p in Path(scratch).glob("*.txt")}
+    built = project / ".tracelake" / "code"
+    out = {stage: kinds for stage, kinds in changed.items() if stage != CODE_STAGE}
+    for stage, above in upstream.items():
+        name = stage.split("@")[0]
+        if CODE_STAGE not in above or name not in now:
+            continue
+        before = built / f"{name}.txt"
+        if not before.is_file() or before.read_bytes() != now[name]:
+            out[stage] = sorted({*out.get(stage, []), "changed code"})
+    return out
 
 
 def pipeline_freshness(project: Path, targets: list[str] | None = None) -> Freshness:
@@ -80,11 +118,15 @@ def pipeline_freshness(project: Path, targets: list[str] | None = None) -> Fresh
             warnings.simplefilter("ignore", DeprecationWarning)  # DVC's own, about its graph library
             status = repo.status(targets=targets, with_deps=bool(targets))
             graph = repo.index.graph  # stage -> the stages whose outputs it reads
-            upstream = {s.addressing: frozenset(d.addressing for d in _reachable(graph, s)) for s in graph.nodes}
+            upstream = {
+                _name(s.addressing): frozenset(_name(d.addressing) for d in _reachable(graph, s)) for s in graph.nodes
+            }
     except Exception as e:  # noqa: BLE001 - DVC's own errors (a lock held, a broken dvc.yaml): reported, not raised
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         return Freshness(False, f"not checked: dvc status failed ({first[:200]})")
-    changed = {stage: _kinds(changes) for stage, changes in status.items()}
+    changed = {_name(stage): _kinds(changes) for stage, changes in status.items()}
+    if CODE_STAGE in changed:
+        changed = _code_changes(Path(project), changed, upstream)
     what = ", ".join(targets) + " and what they read" if targets else "every stage"
     why = f"up to date (dvc status: {what})" if not changed else f"dvc status: {len(changed)} stage(s) changed"
     return Freshness(True, why, changed, upstream)
