@@ -48,7 +48,8 @@ def rows(tmp_path_factory) -> list[list[dict]]:
 @pytest.fixture(scope="module")
 def tokenizers_(rows, tmp_path_factory) -> dict[str, Tokenizer]:
     """The tokenizers the engine takes: the project's own (GPT-2 byte level), a Qwen-style one with a
-    vocabulary of 4,000 learnt on the rows (Qwen2 regex, NFC), and test_token_count's small ones."""
+    vocabulary of 4,000 learnt on the rows (Qwen2 regex, NFC), test_token_count's small ones, and
+    its Llama 3 one with ignore_merges."""
     qwen = train_bpe(
         [m["content"] or "" for conv in rows for m in conv],
         4000,
@@ -63,7 +64,10 @@ def tokenizers_(rows, tmp_path_factory) -> dict[str, Tokenizer]:
         added=["<think>", "</think>"],
     )
     project = build_tokenizer(tmp_path_factory.mktemp("project") / "tok") / "tokenizer.json"
-    return {"project": Tokenizer.from_file(str(project)), "qwen_style": qwen} | {n: FAMILIES[n]() for n in QUALIFY}
+    small = {n: FAMILIES[n]() for n in QUALIFY}
+    # as Llama 3's tokenizer.json has it: a word that is a token is taken whole
+    ignore_merges = _edited(small["llama3"], lambda c: c["model"].update(ignore_merges=True))
+    return {"project": Tokenizer.from_file(str(project)), "qwen_style": qwen, **small, "ignore_merges": ignore_merges}
 
 
 def _fast(tok: Tokenizer) -> TiktokenCounts:
