@@ -40,7 +40,7 @@ import orjson  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 
 from tracelake.core import fast_bpe  # noqa: E402
-from tracelake.core.token_count import SPLIT_PATTERNS, SegmentRule, split_regex  # noqa: E402
+from tracelake.core.token_count import SPLIT_PATTERNS, SegmentRule, split_pattern, split_regex  # noqa: E402
 from tracelake.core.tokenizer import build_tokenizer, render_chatml, tokenizer_file  # noqa: E402
 
 QWEN2 = next(p for p in SPLIT_PATTERNS if r"\p{N}|" in p)
@@ -143,7 +143,7 @@ def main() -> None:
             texts = segments(args.traces, args.rows, SegmentRule.of(config), args.chars)
             chars = sum(map(len, texts))
             t = time.perf_counter()
-            fast, why = fast_bpe.engine(tok)
+            fast, why = fast_bpe.engine(tok, split_pattern)
             setup = time.perf_counter() - t
             print(f"{name}: {len(texts):,} segments, {chars / 1e6:.1f} M characters; tiktoken engine: {why or 'yes'}")
             engines: list[tuple[str, int, Callable]] = [("tokenizers", n, hf_counts(tok, n)) for n in threads]

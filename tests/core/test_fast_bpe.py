@@ -16,7 +16,7 @@ from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, tr
 
 from tracelake.core import fast_bpe, token_count
 from tracelake.core.fast_bpe import TiktokenCounts, byte_level_alphabet
-from tracelake.core.token_count import SPLIT_PATTERNS, SegmentRule, TokenCounter, split_regex
+from tracelake.core.token_count import SPLIT_PATTERNS, SegmentRule, TokenCounter, split_pattern, split_regex
 from tracelake.core.tokenizer import build_tokenizer, render_chatml, train_bpe
 from tracelake.sample.openthoughts import synthesize_openthoughts
 
@@ -71,7 +71,7 @@ def tokenizers_(rows, tmp_path_factory) -> dict[str, Tokenizer]:
 
 
 def _fast(tok: Tokenizer) -> TiktokenCounts:
-    fast, why = fast_bpe.engine(tok)
+    fast, why = fast_bpe.engine(tok, split_pattern)
     assert fast is not None, why
     return fast
 
@@ -92,9 +92,9 @@ def test_alphabet_is_the_byte_levels():
 
 def test_which_tokenizers_qualify(tokenizers_):
     for name, tok in tokenizers_.items():
-        assert fast_bpe.engine(tok)[0] is not None, name
+        assert fast_bpe.engine(tok, split_pattern)[0] is not None, name
     for name in ("prefix_space", "whitespace"):  # rule whole
-        fast, why = fast_bpe.engine(FAMILIES[name]())
+        fast, why = fast_bpe.engine(FAMILIES[name](), split_pattern)
         assert fast is None and "segment rule whole" in why
 
 
@@ -136,7 +136,7 @@ _TRUNCATION = {"direction": "Right", "max_length": 8, "strategy": "LongestFirst"
 )
 def test_unusual_tokenizers_fall_back_to_tokenizers(tokenizers_, edit, why):
     tok = _edited(tokenizers_["qwen2"], edit)
-    fast, reason = fast_bpe.engine(tok)
+    fast, reason = fast_bpe.engine(tok, split_pattern)
     assert fast is None and why in reason
     if tok.truncation or json.loads(tok.to_str())["model"].get("dropout"):
         return
@@ -152,7 +152,7 @@ def test_subword_affixes_fall_back(option):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     tok.train_from_iterator(CORPUS, trainers.BpeTrainer(vocab_size=400, initial_alphabet=alphabet, **option))
-    fast, why = fast_bpe.engine(tok)
+    fast, why = fast_bpe.engine(tok, split_pattern)
     assert fast is None and "subword prefix or an end-of-word suffix" in why
     texts = ["ls -la\ncd /app", "print(f(2))\n"]
     assert TokenCounter.of(tok).count(texts) == [_encode_len(tok, t) for t in texts]
@@ -169,7 +169,7 @@ def test_a_merge_that_cannot_make_its_token_falls_back():
     ranks = {bytes([b]): b for b in range(256)} | {b"bc": 256, b"ab": 257, b"abc": 258}
     naive = TiktokenCounts(ranks, split_regex(json.loads(tok.to_str())["pre_tokenizer"]))
     assert _encode_len(tok, "abc") == 2 and naive.counts(["abc"]) == [1]
-    fast, why = fast_bpe.engine(tok)
+    fast, why = fast_bpe.engine(tok, split_pattern)
     assert fast is None and "does not encode to itself" in why
     assert TokenCounter.of(tok).count(["abc abc"]) == [_encode_len(tok, "abc abc")]
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -40,7 +40,6 @@ import tiktoken
 from tokenizers import Tokenizer, models
 
 from tracelake.core.executor import cpu_count
-from tracelake.core.token_count import SegmentRule, split_regex
 
 
 def byte_level_alphabet() -> dict[str, int]:
@@ -82,20 +81,25 @@ class TiktokenCounts:
 _BUILT: dict[bytes, tuple[TiktokenCounts | None, str]] = {}  # engine's answers in this process, by tokenizer
 
 
-def engine(tokenizer: Tokenizer) -> tuple[TiktokenCounts | None, str]:
+def engine(
+    tokenizer: Tokenizer, split_pattern: Callable[[dict[str, Any]], str | None]
+) -> tuple[TiktokenCounts | None, str]:
     """tiktoken counting for `tokenizer` and "", or None and why it does not qualify (asked once per
     tokenizer content in a process)."""
+    if not hasattr(tokenizer, "to_str"):
+        return None, "not a tokenizers Tokenizer"
     text = tokenizer.to_str()
     key = hashlib.blake2b(text.encode(), digest_size=16).digest()
     if key not in _BUILT:
-        _BUILT[key] = _build(json.loads(text), tokenizer.normalizer)
+        config = json.loads(text)
+        _BUILT[key] = _build(config, tokenizer.normalizer, split_pattern(config))
     return _BUILT[key]
 
 
-def _build(config: dict[str, Any], normalizer: Any) -> tuple[TiktokenCounts | None, str]:
+def _build(config: dict[str, Any], normalizer: Any, pattern: str | None) -> tuple[TiktokenCounts | None, str]:
     if config.get("truncation") or config.get("padding"):
         return None, "truncation or padding is set"
-    if SegmentRule.of(config).name != "split":
+    if pattern is None:
         return None, "not a byte-level BPE split by a known regex (segment rule whole)"
     model = config["model"]
     if model.get("continuing_subword_prefix") or model.get("end_of_word_suffix"):
@@ -120,6 +124,4 @@ def _build(config: dict[str, Any], normalizer: Any) -> tuple[TiktokenCounts | No
     own = models.BPE(vocab, pairs, ignore_merges=False)  # the tokenizer's BPE, merges always applied
     if any(len(own.tokenize(t)) != 1 for t in merged):
         return None, "a merge's token does not encode to itself"
-    return TiktokenCounts(
-        ranks, split_regex(config["pre_tokenizer"]), normalizer if config.get("normalizer") else None
-    ), ""
+    return TiktokenCounts(ranks, pattern, normalizer if config.get("normalizer") else None), ""

@@ -90,6 +90,12 @@ def split_regex(pre: dict[str, Any] | None) -> str | None:
     return pattern if known else None
 
 
+def split_pattern(config: dict[str, Any]) -> str | None:
+    """The regex tiktoken may split a tokenizer.json's text with: its pre-tokenizer's, where the
+    segment rule is `split` (fast_bpe.py); None otherwise."""
+    return split_regex(config.get("pre_tokenizer")) if SegmentRule.of(config).name == "split" else None
+
+
 @dataclass(frozen=True)
 class SegmentRule:
     """How a tokenizer's texts are cut into independently encodable segments."""
@@ -305,9 +311,9 @@ class TokenCounter:
     def _encode_counts(self, texts: list[str]) -> list[int]:
         """Each text's count: tiktoken where the tokenizer qualifies (fast_bpe.py), else `tokenizers`."""
         if self._engine is None:
-            from tracelake.core import fast_bpe  # it imports this module
+            from tracelake.core import fast_bpe
 
-            self._engine = fast_bpe.engine(self.tokenizer)
+            self._engine = fast_bpe.engine(self.tokenizer, split_pattern)
         fast, why = self._engine
         self.stats.engine = fast.name if fast else f"tokenizers (not tiktoken: {why})"
         if fast is not None:
