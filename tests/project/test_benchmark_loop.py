@@ -37,7 +37,8 @@ def test_loop_runs_through_dvc_at_a_small_size(tmp_path):
     steps = result["steps"]
     assert set(steps) == {"first_off", "first_exact", "ablation", "new_scale", "no_change"}
 
-    every = {"synth", "tokenizer", "ingest@ot", "score", "dedup", "filter", "select@100", "export_sft@100"}
+    # no source and no decontamination root reads the sample: synth is not in dvc.yaml
+    every = {"code", "tokenizer", "ingest@ot", "score", "dedup", "filter", "select@100", "export_sft@100"}
     every |= {"export_rl", "train_config", "report", "check"}
     for key in ("first_off", "first_exact"):  # a fresh project: DVC runs every stage once
         run = steps[key]
@@ -48,11 +49,11 @@ def test_loop_runs_through_dvc_at_a_small_size(tmp_path):
     # the ablation (a filter param) reruns the filter and what reads the pool, nothing upstream
     ablation = set(steps["ablation"]["ran"])
     assert {"filter", "select@100", "export_sft@100", "check"} <= ablation
-    assert not ablation & {"synth", "tokenizer", "ingest@ot", "score", "dedup", "export_rl"}
+    assert not ablation & {"code", "tokenizer", "ingest@ot", "score", "dedup", "export_rl"}
     # a new scale builds that scale only
     new_scale = set(steps["new_scale"]["ran"])
     assert {"select@50", "export_sft@50"} <= new_scale
-    assert not new_scale & {"ingest@ot", "score", "dedup", "filter", "select@100", "export_sft@100"}
+    assert not new_scale & {"code", "ingest@ot", "score", "dedup", "filter", "select@100", "export_sft@100"}
     no_change = steps["no_change"]
     assert no_change["ran"] == [] and len(no_change["repro"]) == len(no_change["status"]) == 1
     assert no_change["repro_median_s"] > 0 and no_change["status_median_s"] > 0
@@ -74,7 +75,8 @@ def test_loop_runs_through_dvc_at_a_small_size(tmp_path):
     exact = work / "loop-exact-200"
     assert (exact / ".dvc" / "cache").is_dir() and (exact / "dvc.lock").is_file()
     log = run_git(exact, "log", "--format=%s")
-    assert "ablation: filter.min_assistant_turns 3" in log and "scale 50" in log
+    key, _, after = loop_module().ABLATION
+    assert f"ablation: filter.{key} {after}" in log and "scale 50" in log
     assert run_git(exact, "status", "--porcelain") == ""
 
 
