@@ -118,14 +118,17 @@ def train_rl(job: dict, dataset_id: str) -> None:
     _run(job, dataset_id)
 
 
-def upload_once(dataset_dir: str, dataset_id: str) -> bool:
-    """Put the export on the datasets volume under its content id unless it is there; True if uploaded."""
+def upload_once(dataset_dir: str, dataset_id: str, harbor_dir: str = "") -> bool:
+    """Put the export on the datasets volume under its content id unless it is there, with the task
+    directories `tracelake train rl` extracted from it (route harbor) as <id>/harbor; True if uploaded."""
     present = {PurePosixPath(e.path).name for e in datasets_volume.listdir("/")}
     if dataset_id in present:
         print(f"{dataset_id} is already on volume {DATASETS}: not uploading")
         return False
     with datasets_volume.batch_upload() as batch:
         batch.put_directory(dataset_dir, f"/{dataset_id}")
+        if harbor_dir:
+            batch.put_directory(harbor_dir, f"/{dataset_id}/harbor")
     print(f"uploaded {dataset_dir} -> {DATASETS}:/{dataset_id}")
     return True
 
@@ -137,6 +140,6 @@ def sft(dataset_id: str, dataset_dir: str, job_json: str) -> None:
 
 
 @app.local_entrypoint()
-def rl(dataset_id: str, dataset_dir: str, job_json: str) -> None:
-    upload_once(dataset_dir, dataset_id)
+def rl(dataset_id: str, dataset_dir: str, job_json: str, harbor_dir: str = "") -> None:
+    upload_once(dataset_dir, dataset_id, harbor_dir)
     train_rl.remote(json.loads(job_json), dataset_id)

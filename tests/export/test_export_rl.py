@@ -46,6 +46,7 @@ from tracelake.export.rl import (
     prompt_row,
     prompt_tokens,
 )
+from tracelake.export.task_dirs import materialize
 from tracelake.ingest.archive_read import Entry
 from tracelake.ingest.task_archive import build_archive, extract_archive, extract_table
 
@@ -377,7 +378,7 @@ def check_export(out: Path, lake: Path, sources: list[str]) -> dict:
     assert c["files"]["tasks"] == [f"tasks/train-{i:05d}.parquet" for i in range(n_task_files)]
     assert c["shards"] == n_files
     listed = (p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-    assert sorted(p for p in listed if not p.startswith("harbor/")) == sorted(
+    assert sorted(listed) == sorted(  # no task directories: a table of them (DVC walks no tree)
         [*c["files"]["prompts"], *c["files"]["tasks"], "rl_dropped.parquet", "export_rejects.parquet", "manifest.json"]
     )
     for f in c["files"]["prompts"]:
@@ -417,9 +418,13 @@ def check_export(out: Path, lake: Path, sources: list[str]) -> dict:
     assert not (contaminated | losers) & ({p["task_id"] for p in prompts} | {t["task_id"] for t in tasks})
     # SkyRL's HarborTaskDataset contract (examples/train_integrations/harbor, in SkyRL's repository, not
     # its wheel): data.train_data names a directory whose immediate subdirectories holding an
-    # instruction.md are the tasks; Harbor then needs task.toml, environment/ and tests/ in each
-    harbor = out / "harbor"
-    assert c["task_dirs"] == {"directory": "harbor/", "count": len(tasks)}
+    # instruction.md are the tasks; Harbor then needs task.toml, environment/ and tests/ in each.
+    # `tracelake train rl` extracts them from the task table (export/task_dirs.py), once.
+    assert c["task_dirs"] == {"table": "tasks/", "count": len(tasks)}
+    harbor = out.parent.parent.parent / f".runs-check-{m['dataset_id']}" / "harbor"
+    shutil.rmtree(harbor.parent, ignore_errors=True)
+    assert materialize(out, m, harbor) == (len(tasks), True)
+    assert materialize(out, m, harbor) == (len(tasks), False)  # there: reused
     names = [d.name for d in harbor.iterdir()]
     assert all((harbor / n).is_dir() and not (harbor / n).is_symlink() for n in names)
     assert sorted(names) == [t["path"] for t in tasks] == sorted({t["path"] for t in tasks})  # sorted, unique
@@ -436,6 +441,7 @@ def check_export(out: Path, lake: Path, sources: list[str]) -> dict:
             t["name"],
             t["task_checksum"],
         )
+    shutil.rmtree(harbor.parent)
     return m
 
 
@@ -662,10 +668,9 @@ def test_pick_takes_n_tasks_uniformly_from_what_would_be_exported(scored, export
     assert all(
         re.fullmatch(r"rank \d+ of \d+ \(uniform, seed 0\): not among the 7 picked", d["detail"]) for d in not_picked
     )
-    # the harbor directories are exactly the picked tasks
-    assert sorted(d.name for d in (scored / "lake/exports/rl/harbor").iterdir()) == sorted(
-        p["extra_info"]["path"] for p in prompts
-    )
+    # the task table is exactly the picked tasks
+    table = pq.read_table(scored / "lake/exports/rl/tasks", columns=["path"]).column("path").to_pylist()
+    assert sorted(table) == sorted(p["extra_info"]["path"] for p in prompts)
     # fewer is a prefix of more; another seed is another draw; the same params give the same bytes
     _, fewer, _ = export_with_pick(scored, tasks=3)
     assert {p["task_id"] for p in fewer} < {p["task_id"] for p in prompts}

@@ -108,7 +108,9 @@ def test_rl_config_trains_on_the_harbor_task_directories(sample_project):
     assert config["route"] == "harbor"
     assert config["entrypoint"] == "examples.train_integrations.harbor.entrypoints.main_harbor"
     o = config["overrides"]
-    assert o["data.train_data"] == ["lake/exports/rl/harbor"] and (sample_project / "lake/exports/rl/harbor").is_dir()
+    # extracted from the export's task table when a run starts (export/task_dirs.py): not a DVC output
+    assert o["data.train_data"] == [f"runs/{manifest['dataset_id']}/harbor"]
+    assert not (sample_project / "lake/exports/rl/harbor").exists()
     assert config["dataset_id"] == manifest["dataset_id"]
     assert (o["trainer.algorithm.advantage_estimator"], o["generator.n_samples_per_prompt"]) == ("grpo", 8)
     assert o["trainer.algorithm.max_seq_len"] == o["harbor_trial_config.agent.kwargs.model_info.max_input_tokens"]
@@ -345,7 +347,11 @@ def test_harbor_route_dry_run_is_checked_by_skyrl_and_by_us(sample_project, tmp_
     assert f"{len(mine)} are harbor_trial_config keys for Harbor" in proc.stdout
     assert "route:    harbor (examples.train_integrations.harbor.entrypoints.main_harbor)" in proc.stdout
     assert "blocked:  train.rl.skyrl_checkout is not set" in proc.stdout
-    assert "Harbor task directories in harbor/" in proc.stdout
+    harbor = f"runs/{config['dataset_id']}/harbor"
+    assert (
+        f"tasks:    {n_dirs} Harbor task directories -> {harbor} (extracted from lake/exports/rl/tasks/" in proc.stdout
+    )
+    assert not (project / harbor).exists()  # a dry run extracts nothing
     for sets, words in (
         (["generator.rate_limit.not_a_key=1"], "Invalid fields {'not_a_key'} for RateLimiterConfig"),
         (["harbor_trial_config.agent.kwargs.collect_rollout_details=false"], "collect_rollout_details must be true"),
@@ -419,3 +425,42 @@ def test_a_stale_dataset_is_refused_in_one_line(sample_project, tmp_path):
     run_ok(["dvc", "repro", "export_sft@1k", "train_config"], project)
     again = run_tracelake(project, "train", "sft", "--dataset", "1k", "--dry-run")
     assert again.returncode == 0 and "up to date" in again.stdout
+
+
+def test_a_harbor_run_extracts_the_task_table_first_and_once(sample_project, tmp_path, monkeypatch):
+    """`tracelake train rl` (route harbor) extracts the export's task table into the directory
+    data.train_data names, <train.runs>/<dataset id>/harbor, before the trainer starts; a second run
+    reuses it. The trainer here is a script that lists what it would train on (no GPU)."""
+    import sys
+
+    from tracelake.export.launch import run
+    from tracelake.export.task_dirs import task_paths
+
+    checkout = tmp_path / "SkyRL"
+    (checkout / "examples" / "train_integrations" / "harbor").mkdir(parents=True)
+    project = _rl_project(sample_project, tmp_path, "skyrl", "harbor", skyrl_checkout=str(checkout))
+    monkeypatch.chdir(project)
+    plan = make_plan(load_params("params.yaml"), "rl", "rl", "local", [])
+    data = next(o for o in plan.rl_overrides if o.startswith("data.train_data="))
+    harbor = Path(f"runs/{plan.dataset.dataset_id}/harbor")
+    assert data == f"data.train_data=['{harbor}']" and plan.task_dirs == harbor and not harbor.exists()
+    listing = tmp_path / "seen.txt"
+    lister = "import os, sys; d = sys.argv[1]; open(sys.argv[2], 'w').write('\\n'.join(sorted(os.listdir(d))))"
+    plan.command = [sys.executable, "-c", lister, str(harbor), str(listing)]
+    assert run(plan) == 0
+    expected = task_paths(plan.dataset.export_dir, plan.dataset.manifest)
+    assert (
+        listing.read_text().split("\n") == sorted(expected)
+        and len(expected) == plan.dataset.manifest["counts"]["task_dirs"]["count"]
+    )
+    for name in expected:
+        assert (harbor / name / "instruction.md").is_file() and (harbor / name / "tests").is_dir()
+    stamp = (harbor / expected[0] / "instruction.md").stat().st_mtime_ns
+    assert run(plan) == 0 and (harbor / expected[0] / "instruction.md").stat().st_mtime_ns == stamp  # reused
+    # --set data.train_data elsewhere: nothing is extracted
+    other = make_plan(load_params("params.yaml"), "rl", "rl", "local", ["data.train_data=['elsewhere']"])
+    assert other.task_dirs is None
+    # on Modal: extracted locally, uploaded beside the export, read from the volume
+    modal = make_plan(load_params("params.yaml"), "rl", "rl", "modal", [])
+    assert modal.task_dirs == harbor and modal.command[-2:] == ["--harbor-dir", harbor.as_posix()]
+    assert f"data.train_data=['/datasets/{plan.dataset.dataset_id}/harbor']" in modal.rl_overrides

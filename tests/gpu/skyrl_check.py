@@ -9,8 +9,9 @@ Runs in the project's python (tracelake); the trainer runs in the SkyRL environm
 (TRACELAKE_SKYRL_ENV, default .venv-skyrl), which for a real run must hold skyrl with its fsdp and
 harbor extras, Ray, vLLM and a CUDA torch; Harbor's `docker` environment needs a Docker daemon.
 
-1. The 2 first task directories of lake/exports/rl/harbor/ (`dvc repro` builds it) are copied to
-   WORK/tasks: data.train_data names that directory.
+1. The 2 first tasks of the export's task table, lake/exports/rl/tasks/ (`dvc repro` builds it),
+   are extracted to WORK/tasks (`tracelake tasks extract`'s code): data.train_data names that
+   directory.
 2. A tiny random Qwen3 (tests/train_env/tiny_qwen3.py) beside data/tokenizer, built in the SkyRL
    environment, is the policy.
 3. The plan is export/launch.py's own (`resolve_dataset`, `check_batch`, `plan_local`) for the RL
@@ -91,6 +92,8 @@ def check(args: argparse.Namespace) -> dict:
     from tracelake.core.envs import env_program
     from tracelake.export.launch import check_batch, check_rl, describe, plan_local, resolve_dataset
     from tracelake.export.launch import run as launch
+    from tracelake.export.task_dirs import task_paths, task_tables
+    from tracelake.ingest.task_archive import extract_table
 
     project = Path(args.project).resolve()
     os.chdir(project)  # the params' paths (lake, training/configs) are the project's
@@ -101,14 +104,12 @@ def check(args: argparse.Namespace) -> dict:
     result: dict = {"check": "skyrl_harbor", "plan_only": args.plan_only, "steps": args.steps, "tasks": args.tasks}
     params = project_params(project, args.skyrl_checkout)
     ds = resolve_dataset(params, "rl", "rl")
-    harbor = ds.export_dir / "harbor"
-    chosen = sorted(p for p in harbor.iterdir() if p.is_dir())[: args.tasks]
+    table = task_tables(ds.export_dir, ds.manifest)[0]
+    chosen = task_paths(ds.export_dir, ds.manifest)[: args.tasks]  # the first shard's first rows
     if len(chosen) < args.tasks:
-        raise RuntimeError(f"{harbor} holds {len(chosen)} task directories, {args.tasks} wanted")
-    tasks.mkdir(parents=True)
-    for d in chosen:
-        shutil.copytree(d, tasks / d.name)
-    result["task_dirs"] = [d.name for d in chosen]
+        raise RuntimeError(f"{ds.export_dir} holds {len(chosen)} tasks, {args.tasks} wanted")
+    written = extract_table(table, tasks, names=chosen)
+    result["task_dirs"] = sorted(d.name for d in written)
     sets = overrides(work, model, tasks, args.steps, args.tasks)
     check_batch(ds, yaml.safe_load(ds.config_path.read_text()), sets)
     plan = plan_local(params, ds, sets)

@@ -13,7 +13,7 @@ from tracelake.core.tables import read_table
 
 from ..helpers import GOLDEN, GOLDEN_TRIALS, make_trial, need, result_json, run_tracelake
 
-TASK = "swesmith.swesmith-0001"  # the task's directory name in lake/exports/rl/harbor
+TASK = "swesmith.swesmith-0001"  # the task's directory name once extracted (runs/<dataset id>/harbor)
 
 
 def skyrl_trial_result(trial: str, **result) -> dict:

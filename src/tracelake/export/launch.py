@@ -48,9 +48,13 @@ from tracelake.core.lake import Lake, built_children, is_built, pick_dataset
 from tracelake.core.model_tokenizer import resolve
 from tracelake.core.outputs import read_manifest
 from tracelake.core.tokenizer import tokenizer_fingerprint
+from tracelake.core.ui import out
 from tracelake.curate.params import SelectParams
 from tracelake.export.params import RL_TRAINERS, TrainParams
+from tracelake.export.task_dirs import HARBOR_DIR, materialize
+from tracelake.export.task_dirs import describe as describe_task_dirs
 from tracelake.export.train_config import RL_FILE, hydra_overrides, override_value, run_dir, sft_config_name
+from tracelake.ingest.params import ArchiveParams, IngestParams
 
 KINDS = ("sft", "rl")
 BACKENDS = ("local", "modal")
@@ -78,6 +82,9 @@ class Params(Protocol):
 
     @property
     def train(self) -> TrainParams: ...
+
+    @property
+    def ingest(self) -> IngestParams: ...
 
 
 @dataclass
@@ -113,6 +120,10 @@ class Plan:
     tokenizer: str | None = None  # the tokenizer check (check_tokenizer)
     fresh: str | None = None  # the freshness check (check_fresh)
     blocker: str | None = None  # why the plan cannot start here (a dry run still shows it)
+    # route harbor: where the export's task table becomes task directories before the run starts
+    # (export/task_dirs.py; None when --set data.train_data points elsewhere), with ingest.archive's caps
+    task_dirs: Path | None = None
+    archive_limits: ArchiveParams = field(default_factory=ArchiveParams)
 
 
 # --- datasets ----------------------------------------------------------------------------------
@@ -328,6 +339,9 @@ def plan_local(params: Params, ds: Dataset, sets: dict[str, Any], gpus: int | No
         rl_entrypoint=config["entrypoint"],
     )
     if plan.rl_route == "harbor":
+        if "data.train_data" not in sets:
+            plan.task_dirs = Path(config["overrides"]["data.train_data"][0])
+            plan.archive_limits = params.ingest.archive
         checkout = params.train.rl.skyrl_checkout
         if checkout is None:
             plan.blocker = (
@@ -386,7 +400,7 @@ def plan_modal(params: Params, ds: Dataset, sets: dict[str, Any]) -> Plan:
     remote_dir = f"{DATASETS_MOUNT}/{ds.dataset_id}"
     out_dir = f"{RUNS_MOUNT}/{ds.dataset_id}"
     config = yaml.safe_load(ds.config_path.read_text())
-    sft_args = run_dir_ = None
+    sft_args = run_dir_ = task_dirs = None
     if ds.kind == "sft":
         # the run hash of the same run locally on as many GPUs; paths then point at the volumes
         run = {**sets, **sft_run(params, ds, sets, gpu_count(m.sft_gpu), params.train.runs)}
@@ -411,6 +425,10 @@ def plan_modal(params: Params, ds: Dataset, sets: dict[str, Any]) -> Plan:
                 remote_dir + "/" + f[len(local_prefix) :] if f.startswith(local_prefix) else f for f in o.get(key) or []
             ]
         o["trainer.ckpt_path"], o["trainer.export_path"] = f"{out_dir}/ckpts", f"{out_dir}/exports"
+        if rl_route(config) == "harbor" and "data.train_data" not in sets:
+            # extracted here first (as for a local run), then uploaded beside the export
+            task_dirs = Path(o["data.train_data"][0])
+            o["data.train_data"] = [f"{remote_dir}/{HARBOR_DIR}"]
         o.update(sets)
         rl_overrides = hydra_overrides(o)
         remote_command = ["python", "-m", config["entrypoint"], *rl_overrides]
@@ -441,6 +459,7 @@ def plan_modal(params: Params, ds: Dataset, sets: dict[str, Any]) -> Plan:
         ds.export_dir.as_posix(),
         "--job-json",
         orjson.dumps(job, option=orjson.OPT_SORT_KEYS).decode(),
+        *(["--harbor-dir", task_dirs.as_posix()] if task_dirs else []),
     ]
     env = {
         "TRACELAKE_MODAL_APP": m.app,
@@ -475,6 +494,8 @@ def plan_modal(params: Params, ds: Dataset, sets: dict[str, Any]) -> Plan:
         if ds.kind == "sft"
         else None,
         report_to=_report_line(params, sets) if ds.kind == "sft" else None,
+        task_dirs=task_dirs,
+        archive_limits=params.ingest.archive,
     )
 
 
@@ -631,7 +652,7 @@ def describe(plan: Plan) -> str:
     if ds.kind == "sft":
         what = f"{counts['rows_out']} examples"
     elif plan.rl_route == "harbor":
-        what = f"{counts['task_dirs']['count']} Harbor task directories in {counts['task_dirs']['directory']}"
+        what = f"{counts['task_dirs']['count']} Harbor tasks"
     else:
         what = f"{counts['tasks_out']} task prompts"
     lines = [
@@ -644,6 +665,8 @@ def describe(plan: Plan) -> str:
         lines.append(f"gpu:      {plan.gpu}")
     if plan.rl_route:
         lines.append(f"route:    {plan.rl_route} ({plan.rl_entrypoint})")
+    if plan.task_dirs:
+        lines.append(f"tasks:    {describe_task_dirs(ds.export_dir, ds.manifest, plan.task_dirs)}")
     if plan.tokenizer:
         lines.append(f"tokenizer: {plan.tokenizer}")
     if plan.fresh:
@@ -657,6 +680,8 @@ def describe(plan: Plan) -> str:
     if plan.upload:
         local, volume, remote = plan.upload
         lines.append(f"upload:   {local} -> {volume}:{remote} (skipped when {remote} is already on the volume)")
+        if plan.task_dirs:
+            lines.append(f"upload:   {plan.task_dirs.as_posix()} -> {volume}:{remote}/{HARBOR_DIR} (with it)")
     if plan.backend == "modal":
         lines.append(
             "secrets:  "
@@ -688,4 +713,8 @@ def run(plan: Plan) -> int:
             f"{Path(program).name} not found: install the {environment} environment with "
             f"`{setup}` (or set {variable} to one)"
         )
+    if plan.task_dirs:
+        n, now = materialize(plan.dataset.export_dir, plan.dataset.manifest, plan.task_dirs, plan.archive_limits)
+        done = "extracted from the export's task table" if now else "already extracted"
+        out.print(f"tasks:    {n} Harbor task directories in {plan.task_dirs.as_posix()} ({done})", markup=False)
     return subprocess.run(plan.command, env={**os.environ, **plan.env}).returncode

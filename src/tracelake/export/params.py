@@ -158,7 +158,8 @@ class RlTrainParams(Section):
     checks every key against the installed trainer's own config before it starts."""
 
     trainer: Annotated[str, one_of(RL_TRAINERS)] = "skyrl"
-    # harbor: SkyRL's Harbor integration runs each task's Harbor directory (lake/exports/rl/harbor);
+    # harbor: SkyRL's Harbor integration runs each task's Harbor directory (runs/<dataset id>/harbor,
+    # extracted from lake/exports/rl/tasks when the run starts);
     # main_base: the prompts (lake/exports/rl/prompts) in a SkyRL-Gym environment of your own (env_class)
     route: Annotated[str, one_of(RL_ROUTES)] = "harbor"
     entrypoint: str | None = None  # null: the route's (HARBOR_ENTRYPOINT, or the trainer's main_base)

@@ -1,12 +1,13 @@
-"""Tasks -> SkyRL RL data: the task directories SkyRL's Harbor entrypoint trains on, the same tasks
-as a reproducible Harbor task table and as a PromptDataset (one prompt row per task, rule
+"""Tasks -> SkyRL RL data: the tasks as a reproducible Harbor task table (what SkyRL's Harbor
+entrypoint trains on, once extracted) and as a PromptDataset (one prompt row per task, rule
 skyrl_prompt_v1), the tasks curation dropped and those that could not become either, with reasons.
 
     lake/exports/rl/
-      harbor/<source>.<name>/      each exported task's directory (instruction.md, task.toml, environment/,
-                                   tests/, ...), one level deep, names unique: data.train_data points here
-      tasks/train-00000.parquet    harbor_tasks: (path, task_binary) rows of the same tasks, in the prompts'
-                                   order; archives normalized (normalized_binary): same files, same bytes
+      tasks/train-00000.parquet    harbor_tasks: (path, task_binary) rows of the exported tasks, in the
+                                   prompts' order; archives normalized (normalized_binary): same files,
+                                   same bytes. `tracelake train rl` extracts them into
+                                   <train.runs>/<dataset id>/harbor/<path>/ (export/task_dirs.py), the
+                                   directory data.train_data names; `tracelake tasks extract` does by hand
       prompts/train-00000.parquet  rl_prompts: what SkyRL's PromptDataset reads (main_base with an
                                    environment of your own)
       rl_dropped.parquet           tasks a curation rule (curated_out) or the pick (export_rl.pick, rl_pick.py)
@@ -16,8 +17,8 @@ skyrl_prompt_v1), the tasks curation dropped and those that could not become eit
 
 Why: SkyRL passes every prompt column except `prompt` and `env_class` to the environment as its
 extras, so a row carries everything the Harbor environment needs to find and grade its task:
-reward_spec.ground_truth is the task's `path` (`<source>.<name>`: its directory under harbor/, and
-where `tracelake tasks extract` or SkyRL's prepare_harbor_dataset.py put it). PromptDataset silently
+reward_spec.ground_truth is the task's `path` (`<source>.<name>`: its directory name once the table
+is extracted, by `tracelake train rl`, `tracelake tasks extract` or SkyRL's prepare_harbor_dataset.py). PromptDataset silently
 filters out prompts whose chat template with the generation prompt is longer than max_prompt_length
 tokens: those are rejected here with a reason instead, so every task is accounted for (in = out +
 dropped + rejected). A task without a task_binary (one derived from a trace table published without
@@ -52,7 +53,7 @@ from tracelake.curate.filter import RULES, attach_dedup
 from tracelake.export.rl_pick import PICK_RULES, out_of_bounds, picked_out
 from tracelake.ingest.archive_read import Entry
 from tracelake.ingest.common import Reject
-from tracelake.ingest.task_archive import build_archive, extract_archive, read_archive
+from tracelake.ingest.task_archive import build_archive, read_archive
 
 if TYPE_CHECKING:
     from tracelake.curate.params import FilterParams
@@ -66,7 +67,6 @@ REJECT_REASONS = ("no_task_binary", "incomplete_task", "prompt_too_long")
 HARBOR_LAYOUT = ("instruction.md", "task.toml", "environment/", "tests/")
 TASK_COLUMNS = ("task_id", "source", "name", "instruction", "task_checksum", "task_binary")
 BATCH = 64  # task_binary values can be megabytes each
-HARBOR_DIR = "harbor"  # the task directories, extracted: what SkyRL's Harbor entrypoint's data.train_data names
 
 
 @dataclass(frozen=True)
@@ -141,8 +141,8 @@ def dropped_row(task: dict[str, Any], rule: str, detail: str) -> dict[str, Any]:
 
 
 def task_path(source: str, name: str) -> str:
-    """The task directory's name, one level deep, in harbor/ and when the task table is extracted, and
-    the reward's ground truth: `<source>.<name>`. Unique, since a source name has no dot (core/params.py
+    """The task directory's name, one level deep, when the task table is extracted, and the reward's
+    ground truth: `<source>.<name>`. Unique, since a source name has no dot (core/params.py
     Name); one level, since SkyRL's HarborTaskDataset takes only the immediate subdirectories of each
     `data.train_data` entry that hold an instruction.md."""
     return f"{source}.{name}"
@@ -335,7 +335,6 @@ def export_rl(
         ):
             rejects = TableWriter(tmp, load_schema("export_rejects"))
             dropped = TableWriter(tmp, load_schema("rl_dropped"))
-            (tmp / HARBOR_DIR).mkdir()
             set_total(total)
             for batch in con.sql(rows).to_arrow_reader(BATCH):
                 tasks = batch.to_pylist()
@@ -354,7 +353,6 @@ def export_rl(
                     stats.funnel(prompt["data_source"])["out"] += 1
                 for task in task_rows:
                     harbor.write(task)
-                    extract_archive(task["task_binary"], tmp / HARBOR_DIR / task["path"], label=task["path"])
                 for row in rejected:
                     rejects.write(row)
                     stats.funnel(row["source"])["rejected"][row["reason"]] += 1
@@ -393,7 +391,7 @@ def export_rl(
             "shards": len(prompts.files),
             **stats.as_json(),
             "files": files,
-            "task_dirs": {"directory": f"{HARBOR_DIR}/", "count": task_info.rows},
+            "task_dirs": {"table": "tasks/", "count": task_info.rows},  # extracted by `tracelake train rl`
         }
         if pool_size is not None:
             counts["picked"] = {"tasks": stats.tasks_out, "from": pool_size}

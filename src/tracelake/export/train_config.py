@@ -29,6 +29,7 @@ from tracelake.core.ids import shard_entry_name
 from tracelake.core.lake import Lake
 from tracelake.core.outputs import output_dir, read_manifest
 from tracelake.export.params import ExportRlParams, RlTrainParams, SftTrainParams, TrainParams
+from tracelake.export.task_dirs import harbor_dir
 from tracelake.export.templates import lf_mode
 
 SFT_PREFIX = "sft-"
@@ -159,7 +160,6 @@ def rl_config(
     *,
     dataset_id: str,
     prompt_files: list[str],
-    harbor_dir: str,
     max_turns: int,
     max_prompt_length: int,
     env_class: str,
@@ -167,8 +167,9 @@ def rl_config(
 ) -> dict[str, Any]:
     """The SkyRL package, its entrypoint and its dotted config overrides for the exported RL data.
 
-    Route harbor (SkyRL's Harbor integration, skyrl 0.4+): `data.train_data` is the export's
-    directory of task directories, and `harbor_trial_config.*` sets each Harbor trial: the agent
+    Route harbor (SkyRL's Harbor integration, skyrl 0.4+): `data.train_data` is the directory of task
+    directories `tracelake train rl` extracts from the export's task table, <runs>/<dataset id>/harbor
+    (export/task_dirs.py), and `harbor_trial_config.*` sets each Harbor trial: the agent
     (with what training needs: per-turn token ids and logprobs, every message, no summarization),
     the environment, the timeouts, where trials are written. Route main_base: the prompt shards, run
     in `environment.env_class`. Every other key exists in both skyrl 0.4 and skyrl-train 0.3.1 but
@@ -177,7 +178,7 @@ def rl_config(
     engines, tensor_parallel = ENGINE_KEYS[rl.trainer]
     harbor = rl.route == "harbor"
     overrides: dict[str, Any] = {
-        "data.train_data": [harbor_dir] if harbor else list(prompt_files),
+        "data.train_data": [harbor_dir(out)] if harbor else list(prompt_files),
         "data.val_data": [],  # no eval set is exported; add one through train.rl.extra
         "trainer.eval_interval": -1,
         "trainer.policy.model.path": rl.model,
@@ -283,14 +284,14 @@ def write_train_configs(
             train.rl,
             dataset_id=manifest["dataset_id"],
             prompt_files=files,
-            harbor_dir=(lake.rl_export / manifest["counts"]["task_dirs"]["directory"]).as_posix(),
             max_turns=export_rl.max_turns,
             max_prompt_length=export_rl.max_prompt_length,
             env_class=export_rl.env_class,
             runs=train.runs,
         )
         what = (
-            f"{manifest['counts']['task_dirs']['count']} Harbor task directories, SkyRL's Harbor integration"
+            f"{manifest['counts']['task_dirs']['count']} Harbor task directories, SkyRL's Harbor integration; "
+            f"`tracelake train rl` extracts them from the export's task table into data.train_data first"
             if train.rl.route == "harbor"
             else f"{manifest['counts']['tasks_out']} task prompts"
         )

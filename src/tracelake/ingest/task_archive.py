@@ -32,6 +32,7 @@ import os
 import shutil
 import tarfile
 from pathlib import Path, PurePosixPath
+from typing import Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -275,7 +276,12 @@ def _remove_dirs(dirs: list[Path]) -> None:
 
 
 def extract_table(
-    table_path: Path, out: Path, *, names: list[str] | None = None, limits: ArchiveParams = DEFAULT_LIMITS
+    table_path: Path,
+    out: Path,
+    *,
+    names: list[str] | None = None,
+    limits: ArchiveParams = DEFAULT_LIMITS,
+    advance: Callable[[int], None] | None = None,
 ) -> list[Path]:
     """Extract each (path, task_binary) row of a Parquet task table into out/<path>.
 
@@ -283,6 +289,7 @@ def extract_table(
     path and target is checked before anything is written (a target whose real path, through a
     symlink already under out, leaves out is refused), and a refused archive undoes the rows
     already extracted, so on BadInput nothing is left behind. Returns the task directories written.
+    `advance(1)` is called after each (a progress bar).
     """
     table_path, out = Path(table_path), Path(out)
     table = _open_table(table_path)
@@ -302,6 +309,8 @@ def extract_table(
             _check_inside(targets[i], out, table_path)
             extract_archive(binary, targets[i], label=selected[i], limits=limits)
             written.append(targets[i])
+            if advance is not None:
+                advance(1)
     except BaseException:
         for d in written:
             shutil.rmtree(d, ignore_errors=True)
