@@ -86,6 +86,9 @@ SKIPPED = re.compile(r"Stage '([^']+)' didn't change, skipping")
 RESTORED = re.compile(r"Stage '([^']+)' is cached - skipping run")
 LOCK = re.compile(r"^(Updating|Generating) lock file")
 MAX_TOKENS = 32768
+# Free disk a size needs, in multiples of its input: 100K rows (7.5 GiB of JSONL) filled 48 GiB with
+# both projects kept (HF's warm-up then failed); the counting-off project is now removed once measured.
+DISK_FACTOR = 6
 ABLATION = ("min_assistant_turns", 5, 8)  # filter.<key>: from, to (8 drops rows of this corpus: 3 drops none)
 
 
@@ -337,6 +340,13 @@ def measure_size(work: Path, rows: int, skip: set[str], repeats: int = 5) -> dic
     data = pipeline.synth(work, rows, log)
     tok = pipeline.tokenizer(work, data, log)
     pipeline.warm_bytecode(PY, "tracelake", log)
+    free_gb, input_gb = shutil.disk_usage(work).free / 2**30, pipeline.input_mb(data) * 1e6 / 2**30
+    if free_gb < DISK_FACTOR * input_gb:
+        print(
+            f"  warning: {free_gb:.0f} GiB free under {work} for {input_gb:.1f} GiB of input; a run holds "
+            f"a project (lake, exports, DVC cache) and HF's caches at once: about {DISK_FACTOR}x the input",
+            flush=True,
+        )
     scale = (scale_name(max(1, rows // 2)), max(1, rows // 2))
     extra = (scale_name(max(1, rows // 4)), max(1, rows // 4))
     if extra[0] == scale[0]:
@@ -361,6 +371,7 @@ def measure_size(work: Path, rows: int, skip: set[str], repeats: int = 5) -> dic
         refs["hf_cold"] = asdict(hf_cold(work, data, log))
     if "floors" not in skip:
         refs["duckdb_floor"] = asdict(duckdb_floor(work, data, log))
+    shutil.rmtree(off)  # nothing reads it again: at 100K each project holds several times the input
 
     print("2. first run, exact counts (empty caches)", flush=True)
     exact = make_project(work, f"loop-exact-{rows}", data, tok, exact=True, scale=scale, log=log)
@@ -580,6 +591,7 @@ def profile_misses(work: Path, rows: int, result: dict, projects: dict[str, Path
             )
             pipeline.warm_input(data)
             spy(step, proj)
+            shutil.rmtree(proj)
     exact = projects["exact"]
     if "ablation" in wanted:  # back to the old value (DVC restores its outputs), then the change again
         edit_params(exact, lambda p: p["filter"].update({key: before}))
