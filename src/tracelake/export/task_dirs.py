@@ -11,11 +11,13 @@ and `dvc repro`. 3,333 tasks are about 13K directories and 16K files, which cost
 status of a 20K-row project and most of export_rl's first run; a table of the same bytes costs
 nothing. The directory is named by the dataset's content id, so it never holds another dataset's
 tasks: when every task directory is there it is reused, else it is built whole beside and swapped
-in (core/outputs.py output_dir), so a killed extraction leaves the previous state.
+in (core/outputs.py output_dir), so a killed extraction leaves the previous state. Two runs of one
+dataset starting together take turns (a lock file beside it): the second finds it extracted.
 """
 
 from __future__ import annotations
 
+import fcntl
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -80,10 +82,13 @@ def materialize(
             f"{export_dir}: the task table holds {len(expected)} tasks, its manifest says {count}: "
             f"run `dvc repro export_rl`"
         )
-    if extracted(dest, expected):
-        return count, False
-    with output_dir(dest, clean_siblings=False) as tmp, progress("harbor task directories") as (set_total, advance):
-        set_total(count)
-        for table in task_tables(export_dir, manifest):
-            extract_table(table, tmp, limits=limits or ArchiveParams(), advance=advance)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest.parent / f".{dest.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
+        if extracted(dest, expected):
+            return count, False
+        with output_dir(dest, clean_siblings=False) as tmp, progress("harbor task directories") as (total, advance):
+            total(count)
+            for table in task_tables(export_dir, manifest):
+                extract_table(table, tmp, limits=limits or ArchiveParams(), advance=advance)
     return count, True
