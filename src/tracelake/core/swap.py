@@ -120,10 +120,10 @@ def remove_stale(final: Path, siblings: bool = True) -> list[Path]:
     if not final.parent.is_dir():
         return removed
     own = f".{final.name}."  # every temporary name of `final` starts so: the others need no parsing
-    for entry in os.scandir(final.parent):
-        if not siblings and not entry.name.startswith(own):
+    for name in os.listdir(final.parent):
+        if not siblings and not name.startswith(own):
             continue  # extracting thousands of tasks side by side: one string test each, not a regex
-        sibling = final.parent / entry.name
+        sibling = final.parent / name
         owner = owner_pid(sibling.name)
         if owner and not siblings and owner[0] != final.name:
             continue
