@@ -128,9 +128,11 @@ def test_profile_summary_counts_self_and_inclusive_samples(tmp_path):
 def test_copies_run_the_same_input_as_several_sources(tmp_path):
     """--copies K: K sources over one input (K times the rows), every stage once, both ingests measured."""
     out = tmp_path / "results.json"
-    run_script("pipeline.py", "--rows", "100", "--copies", "2", "--work", str(tmp_path / "work"), "--json", str(out))
+    work = str(tmp_path / "work")
+    run_script("pipeline.py", "--rows", "100", "--copies", "2", "--same-work-only", "--work", work, "--json", str(out))
     meta, (result,) = json.loads(out.read_text()).values()
     assert result["rows"] == 200 and result["copies"] == 2 and "references" not in result
+    assert "exact_first" not in result
     assert [s["name"] for s in result["same_work"]] == [
         "ingest ot",
         "ingest ot2",
@@ -141,7 +143,7 @@ def test_copies_run_the_same_input_as_several_sources(tmp_path):
         "export_sft",
     ]
     kept = json.loads((tmp_path / "work" / "same-work-100" / "metrics" / "filter.json").read_text())["total"]
-    assert kept["in"] == 200 and meta["command"].endswith("--copies 2")
+    assert kept["in"] == 200 and "--copies 2" in meta["command"]
 
     # the filter's memory with an instant stand-in for the tokenizer, on the same project
     project = tmp_path / "work" / "same-work-100"
@@ -173,3 +175,18 @@ def test_view_benchmark_runs_at_a_small_size(tmp_path):
         if r["variant"] not in ("search",) and not r["what"].startswith("walk")
     )
     assert "Every page under 300 ms" in proc.stdout
+
+
+def test_copies_measure_the_exact_first_run_too(tmp_path):
+    """--copies K without --same-work-only: the same work, then the default pipeline's first run with
+    exact counts over the K sources; each project is removed once measured (the disk of one at a time)."""
+    out, work = tmp_path / "results.json", tmp_path / "work"
+    run_script("pipeline.py", "--rows", "100", "--copies", "2", "--work", str(work), "--json", str(out))
+    _, (result,) = json.loads(out.read_text()).values()
+    stages = ["ingest ot", "ingest ot2", "score", "dedup", "filter", "select", "export_sft"]
+    assert [s["name"] for s in result["same_work"]] == stages
+    assert [s["name"] for s in result["exact_first"]] == stages
+    assert all(s["rc"] == 0 for s in result["exact_first"])
+    assert not (work / "same-work-100").exists() and not (work / "exact-100x2").exists()
+    (rss,) = [t for t in result["targets"] if t["target"].startswith("peak RSS")]
+    assert "at 200 rows" in rss["target"] and rss["verdict"] in ("met", "missed")
