@@ -65,7 +65,14 @@ def test_loop_runs_through_dvc_at_a_small_size(tmp_path):
     assert len(measured) == 2 and measured[0].startswith("no-change dvc repro") and measured[1].startswith("peak RSS")
     assert [t["judged"] for t in targets].count(False) == 1  # the counting work's ratio: information only
     assert "profiles" not in result  # no --profile: nothing rerun
-    assert "**targets**" in proc.stdout and "| target | ours | reference | ratio | met/missed |" in proc.stdout
+    # DVC's own part of each step's dvc repro: before its first stage and after each stage's command
+    ablation, run = targets[0], steps["ablation"]
+    assert ablation["target"].startswith("ablation")
+    dvc = run["before_first_stage_s"] + sum(s["dvc_after_s"] for s in run["stages"])
+    assert ablation["dvc_s"] == dvc and 0 < dvc < run["wall_s"]
+    assert ablation["allowed_s"] is None  # no HF reference: no wall is allowed, so no floor is judged
+    header = "| target | ours | reference | ratio | DVC's part / allowed | met/missed |"
+    assert "**targets**" in proc.stdout and header in proc.stdout
     assert "**per stage**" in proc.stdout
 
     rendered = run_script("loop.py", "--render", str(out)).stdout  # the same tables from the saved numbers
