@@ -750,6 +750,17 @@ def run_size(work: Path, rows: int, skip: set[str], profile: bool, repeats: int 
     return result
 
 
+def cpu_model() -> str:
+    """The CPU's model name and clock as /proc/cpuinfo gives them ("" where it does not)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+    fields = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in info.splitlines() if ":" in line)}
+    name, mhz = fields.get("model name", ""), fields.get("cpu MHz", "")
+    return f"{name}, {mhz} MHz" if mhz else name
+
+
 def report(meta: dict, results: list[dict]) -> None:
     for r in results:
         print(
@@ -800,7 +811,7 @@ def main() -> None:
         return
     args.work.mkdir(parents=True, exist_ok=True)
     skip = {s for s in args.skip.split(",") if s}
-    start = time.perf_counter()
+    start, load_before = time.perf_counter(), os.getloadavg()
     results = [run_size(args.work.resolve(), rows, skip, args.profile, args.repeats) for rows in (args.rows or [20000])]
     meta = {
         "date": time.strftime("%Y-%m-%d"),
@@ -811,6 +822,10 @@ def main() -> None:
         + (f" --skip {args.skip}" if skip else "")
         + (" --profile" if args.profile else "")
         + (f" --repeats {args.repeats}" if args.repeats != 5 else ""),
+        "cpu": cpu_model(),
+        # the 1, 5 and 15 minute load averages at the start and the end: other work on the machine
+        "load_before": [round(x, 2) for x in load_before],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
         "dvc": subprocess.run([str(DVC), "--version"], capture_output=True, text=True).stdout.strip(),
         "total_s": time.perf_counter() - start,
     }  # no local paths
