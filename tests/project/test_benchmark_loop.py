@@ -33,6 +33,7 @@ def test_loop_runs_through_dvc_at_a_small_size(tmp_path):
     proc = run_script("loop.py", *args, timeout=900)
     meta, (result,) = json.loads(out.read_text()).values()
     assert meta["command"].endswith("--skip hf,lf,floors --repeats 1") and str(tmp_path) not in json.dumps(meta)
+    assert len(meta["load_before"]) == len(meta["load_after"]) == 3 and isinstance(meta["cpu"], str)
     assert result["scale"] == {"name": "100", "rows": 100} and result["new_scale"] == {"name": "50", "rows": 50}
     steps = result["steps"]
     assert set(steps) == {"first_off", "first_exact", "ablation", "new_scale", "no_change"}
