@@ -539,13 +539,15 @@ def measure_size(work: Path, rows: int, skip: set[str], exact_runs: bool, copies
     result["same_work"] = [asdict(s) for s in pipeline(same, data, log, copies)]
     if copies > 1:  # the references read the input once: not the same work, so none run
         if exact_runs:  # memory of the default pipeline at copies x the rows, one project on disk at a time
-            shutil.rmtree(same, ignore_errors=True)
+            shutil.rmtree(same, ignore_errors=True)  # and its caches: the ingest cache holds each source's rows
+            shutil.rmtree(caches / "same-work", ignore_errors=True)
             print("exact (first run over every source, empty caches)", flush=True)
             exact = project(
                 work, f"exact-{rows}x{copies}", data, tok, count=True, caches=caches / "exact", copies=copies
             )
             result["exact_first"] = [asdict(s) for s in pipeline(exact, data, log, copies)]
             shutil.rmtree(exact, ignore_errors=True)
+            shutil.rmtree(caches / "exact", ignore_errors=True)
         return result
     if not exact_runs:
         result["references"] = [asdict(s) for s in references(work, data, None, tok, skip | {"lf"}, log)]

@@ -857,3 +857,40 @@ def test_filter_stage_end_to_end(tmp_path, tokenizer):
     assert not {p["trajectory_id"] for p in pool} & {d["trajectory_id"] for d in dropped}
     assert all(p["n_tokens"] is not None and p["n_tokens"] <= MAX_TOKENS for p in pool)
     assert "filter:" in proc.stdout and f"{total['kept']} kept" in proc.stdout
+
+
+def _join_of(con, query: str) -> str:
+    """The join type in a query's plan (one join)."""
+    plan = con.sql("EXPLAIN " + query).fetchall()[0][1]
+    (join,) = re.findall(r"Join Type: (\w+)", plan)
+    return join
+
+
+def test_messages_are_read_by_probing_the_ids_not_by_building_on_them(tmp_path):
+    """The control-token screen and the token count read `messages` of the rows an id list names.
+    With more ids than DuckDB estimates the Parquet scan holds, its optimizer builds the join's hash
+    table on the scan, every message of every row (at 1M rows it spilled to disk until the disk was
+    full); under builds_on_the_ids it builds on the ids and streams the scan."""
+    from tracelake.core.assets import sql
+    from tracelake.curate.filter import builds_on_the_ids
+
+    n = 400
+    path = tmp_path / "trajectories.parquet"
+    rows = [{"trajectory_id": f"t{i:04d}", "messages": [{"role": "user", "content": "x" * 50}]} for i in range(n)]
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    con = connect(tmp_path, [], tables=())
+    con.read_parquet(str(path)).create_view("trajectories")
+    ids = pa.table({"trajectory_id": [f"t{i:04d}" for i in range(4 * n)]})  # ids of rows filtered out too
+    con.register("screen_todo", ids)
+    con.register("uncounted", ids)
+    rule = "\n".join(line for line in sql("filter_rules/special_token_in_text").splitlines() if "--" not in line)
+    screen = f"WITH candidates AS (SELECT trajectory_id FROM screen_todo) {rule}".replace("$in_response", "'<x>'")
+    screen = screen.replace("$anywhere", "'<x>'")
+    count = (
+        "SELECT trajectory_id, messages FROM trajectories WHERE trajectory_id IN (SELECT trajectory_id FROM uncounted)"
+    )
+    assert _join_of(con, screen) == _join_of(con, count) == "RIGHT_SEMI"  # DuckDB's own choice: build on the scan
+    with builds_on_the_ids(con):
+        assert _join_of(con, screen) == _join_of(con, count) == "SEMI"
+    assert _join_of(con, count) == "RIGHT_SEMI"  # the setting is the query's only
+    assert len(con.sql(count).fetchall()) == n

@@ -188,5 +188,6 @@ def test_copies_measure_the_exact_first_run_too(tmp_path):
     assert [s["name"] for s in result["exact_first"]] == stages
     assert all(s["rc"] == 0 for s in result["exact_first"])
     assert not (work / "same-work-100").exists() and not (work / "exact-100x2").exists()
+    assert not any((work / "caches-100").iterdir())  # their caches too
     (rss,) = [t for t in result["targets"] if t["target"].startswith("peak RSS")]
     assert "at 200 rows" in rss["target"] and rss["verdict"] in ("met", "missed")

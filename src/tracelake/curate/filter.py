@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -155,6 +156,21 @@ def run_filters(
     return FilterResult([r.name for r in enabled], _funnel(con, [r.name for r in enabled], sources), formulas, stats)
 
 
+@contextmanager
+def builds_on_the_ids(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """Queries that read `messages` of the rows whose ids a list names (`trajectory_id IN (SELECT
+    ...)`) keep the trajectories scan on the probe side of the join and build on the ids. DuckDB's
+    build_side_probe_side optimizer builds on whichever side it estimates smaller, and it can
+    estimate a Parquet scan at half its rows (1M rows as ten sources: 511,200): with as many ids
+    as rows it would build its hash table from every message of every row, and spill them to disk
+    (over 14 GB at 1M rows, until the disk was full). The ids are a few dozen bytes a row."""
+    con.execute("SET disabled_optimizers = 'build_side_probe_side'")
+    try:
+        yield
+    finally:
+        con.execute("RESET disabled_optimizers")
+
+
 def _screen(con: duckdb.DuckDBPyConnection, rule: Rule, bound: dict[str, Any], cache: ScreenCache) -> None:
     """The control-token rule's drops into `dropped`. Its query reads every message, but only of the
     candidates whose conversation the cache has no answer for (a CTE named `candidates` narrows it);
@@ -167,7 +183,8 @@ def _screen(con: duckdb.DuckDBPyConnection, rule: Rule, bound: dict[str, Any], c
                      AND conversation_sha256 NOT IN (SELECT conversation_sha256 FROM screen_known)""").to_arrow_table(),
     )
     query = f"WITH candidates AS (SELECT trajectory_id FROM screen_todo) {sql('filter_rules/' + rule.query)}"
-    con.register("screen_fresh", con.sql(query, params=bound).to_arrow_table())
+    with builds_on_the_ids(con):
+        con.register("screen_fresh", con.sql(query, params=bound).to_arrow_table())
     con.execute(
         """INSERT INTO dropped
            SELECT trajectory_id, $rule_name, detail FROM screen_fresh
@@ -219,33 +236,35 @@ def _count_tokens(
         if on_tokens:
             on_tokens(len(ids))
         con.execute("SET threads = 1")  # one row group of conversations in memory at a time, not one per thread
-        con.register("uncounted", pa.table({"trajectory_id": pa.array(missing, pa.string())}))
-        reader = con.sql("""SELECT trajectory_id, conversation_sha256, messages FROM trajectories
-                            WHERE trajectory_id IN (SELECT trajectory_id FROM uncounted)""").to_arrow_reader(
-            TOKEN_BATCH
-        )
-        order: deque[pa.RecordBatch] = deque()  # the batches in flight, in order: their ids and hashes
+        with builds_on_the_ids(con):  # the plan is made when the reader starts; kept to its end
+            con.register("uncounted", pa.table({"trajectory_id": pa.array(missing, pa.string())}))
+            reader = con.sql("""SELECT trajectory_id, conversation_sha256, messages FROM trajectories
+                                WHERE trajectory_id IN (SELECT trajectory_id FROM uncounted)""").to_arrow_reader(
+                TOKEN_BATCH
+            )
+            order: deque[pa.RecordBatch] = deque()  # the batches in flight, in order: their ids and hashes
 
-        def shards() -> Iterator[ChatmlShard]:
-            for batch in reader:
-                order.append(batch)
-                yield ChatmlShard(*where, batch.column("messages"), escape)
+            def shards() -> Iterator[ChatmlShard]:
+                for batch in reader:
+                    order.append(batch)
+                    yield ChatmlShard(*where, batch.column("messages"), escape)
 
-        share(counter, *where)  # in this process, and in workers forked from it: the loaded cache
-        try:
-            for counted in executor.map(count_chatml_shard, shards()):
-                batch = order.popleft()
-                absorb(counter, counted.fresh, counted.stats)
-                counter.remember(
-                    [rendering_key(rule, h) for h in batch.column("conversation_sha256").to_pylist()], counted.totals
-                )
-                ids.extend(batch.column("trajectory_id").to_pylist())
-                counts.extend(counted.totals)
-                if on_tokens:
-                    on_tokens(batch.num_rows)
-                counter.checkpoint(CHECKPOINT_S)  # a rerun after a crash recalls these shards
-        finally:
-            unshare(*where)
+            share(counter, *where)  # in this process, and in workers forked from it: the loaded cache
+            try:
+                for counted in executor.map(count_chatml_shard, shards()):
+                    batch = order.popleft()
+                    absorb(counter, counted.fresh, counted.stats)
+                    counter.remember(
+                        [rendering_key(rule, h) for h in batch.column("conversation_sha256").to_pylist()],
+                        counted.totals,
+                    )
+                    ids.extend(batch.column("trajectory_id").to_pylist())
+                    counts.extend(counted.totals)
+                    if on_tokens:
+                        on_tokens(batch.num_rows)
+                    counter.checkpoint(CHECKPOINT_S)  # a rerun after a crash recalls these shards
+            finally:
+                unshare(*where)
         con.unregister("uncounted")
         con.execute("RESET threads")
     con.register(
