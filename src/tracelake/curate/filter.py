@@ -163,12 +163,12 @@ def builds_on_the_ids(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
     build_side_probe_side optimizer builds on whichever side it estimates smaller, and it can
     estimate a Parquet scan at half its rows (1M rows as ten sources: 511,200): with as many ids
     as rows it would build its hash table from every message of every row, and spill them to disk
-    (over 14 GB at 1M rows, until the disk was full). The ids are a few dozen bytes a row."""
+    (over 14 GB at 1M rows, until the disk was full). The ids are a few dozen bytes a row.
+    Reset when the body ends; not when it raises: a streaming result may still be open then (DuckDB
+    refuses any other statement), and the failed stage does not use the connection again."""
     con.execute("SET disabled_optimizers = 'build_side_probe_side'")
-    try:
-        yield
-    finally:
-        con.execute("RESET disabled_optimizers")
+    yield
+    con.execute("RESET disabled_optimizers")
 
 
 def _screen(con: duckdb.DuckDBPyConnection, rule: Rule, bound: dict[str, Any], cache: ScreenCache) -> None:
