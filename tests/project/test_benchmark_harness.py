@@ -143,7 +143,7 @@ def test_copies_run_the_same_input_as_several_sources(tmp_path):
         "export_sft",
     ]
     kept = json.loads((tmp_path / "work" / "same-work-100" / "metrics" / "filter.json").read_text())["total"]
-    assert kept["in"] == 200 and "--copies 2" in meta["command"]
+    assert kept["in"] == 200 and meta["command"].endswith("--same-work-only --copies 2")
 
     # the filter's memory with an instant stand-in for the tokenizer, on the same project
     project = tmp_path / "work" / "same-work-100"
