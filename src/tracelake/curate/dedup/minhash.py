@@ -14,7 +14,7 @@ chunk of texts: one pass of NumPy per hash function, `np.minimum.reduceat` per t
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -89,18 +89,18 @@ def candidate_pairs(keys: np.ndarray) -> np.ndarray:
     return np.stack([codes // n, codes % n], axis=1) if n else np.empty((0, 2), dtype=np.int64)
 
 
-def near_duplicate_pairs(
-    sets: Sequence[np.ndarray], bands: int, rows: int, threshold: float, seed: int
+def verified_pairs(
+    sig: np.ndarray, set_of: Callable[[int], np.ndarray], bands: int, rows: int, threshold: float
 ) -> tuple[list[tuple[int, int, float]], int]:
-    """Verified pairs (i, j, jaccard) with jaccard >= threshold among non-empty shingle sets,
-    and how many candidates LSH proposed."""
-    if len(sets) < 2:
+    """Verified pairs (i, j, jaccard) with jaccard >= threshold, and how many candidates LSH
+    proposed, from the texts' signatures (one row each, made a batch at a time by the caller):
+    `set_of(i)` gives text i's shingle set, asked only for the candidates' texts."""
+    if len(sig) < 2:
         return [], 0
-    sig = signatures(sets, bands * rows, seed)
     pairs = candidate_pairs(band_keys(sig, bands, rows))
     verified = []
     for i, j in pairs.tolist():
-        sim = jaccard(sets[i], sets[j])
+        sim = jaccard(set_of(i), set_of(j))
         if sim >= threshold:
             verified.append((i, j, sim))
     return verified, len(pairs)

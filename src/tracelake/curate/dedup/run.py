@@ -2,7 +2,7 @@
 embeddings table. Pure of DVC and of the lake's layout (stages/dedup.py places the outputs).
 
     tasks (task_id, source, task, instruction, n_trajectories), sorted by task_id
-      -> exact:      same normalised text                                   (always)
+      -> exact:      same normalised text (its 128-bit BLAKE2b)             (always)
       -> minhash:    one text per exact group, LSH candidates, true Jaccard  (dedup.minhash)
       -> embedding:  one vector per distinct text, cosine range search       (dedup.embedding)
       -> union-find -> task_clusters
@@ -14,9 +14,10 @@ tasks and params give the same tables at any thread count.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -35,9 +36,9 @@ from tracelake.curate.dedup.decontaminate import (
     read_benchmark,
 )
 from tracelake.curate.dedup.embed import make_embedder
-from tracelake.curate.dedup.minhash import MINHASH_RULE, near_duplicate_pairs
-from tracelake.curate.dedup.shingles import NORM_RULE, WordHasher, jaccard, normalize, shingle_set
-from tracelake.curate.params import DecontaminateParams, DedupParams
+from tracelake.curate.dedup.minhash import MINHASH_RULE, signatures, verified_pairs
+from tracelake.curate.dedup.shingles import NORM_RULE, WordHasher, jaccard, normalize, shingle_set, words
+from tracelake.curate.params import DecontaminateParams, DedupParams, MinHashParams
 
 Progress = Callable[[str, int], None]  # (what, how many more done)
 Warn = Callable[[str], None]  # one line naming a benchmark file that was not read, and why
@@ -55,42 +56,91 @@ class DedupResult:
     formulas: dict[str, str] = field(default_factory=dict)
 
 
+_BATCH = 4096  # instructions made into Python strings at a time
+
+
 @dataclass
 class _Corpus:
+    """The tasks. Each instruction stays in its Arrow column and becomes a Python string only a
+    batch at a time: at 1M rows a Python copy of every instruction and of its normalised text cost
+    gigabytes, for texts each step reads once."""
+
     task_id: list[str]
     source: list[str]
     task: list[str]
-    text: list[str]
     weight: list[int]
-    normal: list[str]  # text_norm_v1 of each instruction (words joined by one space)
+    instructions: pa.ChunkedArray  # null: no instruction (read as "")
+    key: list[bytes]  # 16-byte BLAKE2b of each text_norm_v1 text: the exact duplicates' key
+
+    def __len__(self) -> int:
+        return len(self.task_id)
+
+    def texts(self, indices: Sequence[int] | None = None) -> Iterator[str]:
+        """The instructions of `indices` (every task: None), in that order. Taken chunk by chunk:
+        pyarrow's take on a chunked column first concatenates it, a copy of every instruction."""
+        chunks = self.instructions.chunks
+        if indices is None:
+            for chunk in chunks:
+                for lo in range(0, len(chunk), _BATCH):
+                    yield from (t or "" for t in chunk.slice(lo, _BATCH).to_pylist())
+            return
+        starts = np.cumsum([0] + [len(c) for c in chunks])
+        for lo in range(0, len(indices), _BATCH):
+            part = np.asarray(indices[lo : lo + _BATCH], dtype=np.int64)
+            which = np.searchsorted(starts, part, side="right") - 1
+            out: list[str | None] = [None] * len(part)
+            for c in np.unique(which).tolist():
+                at = np.flatnonzero(which == c)
+                for k, t in zip(at.tolist(), chunks[c].take(pa.array(part[at] - starts[c])).to_pylist()):
+                    out[k] = t
+            yield from (t or "" for t in out)
+
+    def text(self, i: int) -> str:
+        return self.instructions[i].as_py() or ""
 
     def words(self, i: int) -> list[str]:
-        """Task i's normalised words, made when asked: kept as lists for 100K tasks they would cost
-        gigabytes (a Python string per word)."""
-        return self.normal[i].split(" ") if self.normal[i] else []
+        return words(self.text(i))
 
 
 def _corpus(tasks: pa.Table) -> _Corpus:
-    text = [t or "" for t in tasks.column("instruction").to_pylist()]
-    return _Corpus(
+    corpus = _Corpus(
         tasks.column("task_id").to_pylist(),
         tasks.column("source").to_pylist(),
         tasks.column("task").to_pylist(),
-        text,
         [int(n or 0) for n in tasks.column("n_trajectories").to_pylist()],
-        [normalize(t) for t in text],
+        tasks.column("instruction"),  # not combined: that would copy it
+        [],
     )
+    corpus.key = [hashlib.blake2b(normalize(t).encode(), digest_size=16).digest() for t in corpus.texts()]
+    return corpus
 
 
 def _exact_pairs(corpus: _Corpus) -> tuple[list[tuple[int, int]], list[int]]:
     """Pairs (first, i) of tasks with the same normalised text, and one task per distinct text."""
-    first: dict[str, int] = {}
+    first: dict[bytes, int] = {}
     pairs = []
-    for i, key in enumerate(corpus.normal):
+    for i, key in enumerate(corpus.key):
         j = first.setdefault(key, i)
         if j != i:
             pairs.append((j, i))
     return pairs, sorted(first.values())
+
+
+def _signatures(
+    corpus: _Corpus, distinct: list[int], mh: MinHashParams, hasher: WordHasher
+) -> tuple[list[int], np.ndarray]:
+    """The distinct texts with at least one shingle, and their MinHash signatures: made a batch at a
+    time, each batch's shingle sets dropped once signed (kept, 100K texts' sets cost hundreds of MB)."""
+    nonempty: list[int] = []
+    sigs = [np.empty((0, mh.bands * mh.rows), dtype=np.uint32)]
+    texts = corpus.texts(distinct)
+    for lo in range(0, len(distinct), _BATCH):
+        batch = [(i, shingle_set(hasher.hashes(words(t)), mh.ngram)) for i, t in zip(distinct[lo : lo + _BATCH], texts)]
+        batch = [(i, s) for i, s in batch if len(s)]
+        if batch:
+            nonempty += [i for i, _ in batch]
+            sigs.append(signatures([s for _, s in batch], mh.bands * mh.rows, mh.seed))
+    return nonempty, np.concatenate(sigs)
 
 
 @dataclass
@@ -123,13 +173,15 @@ def _embedding_space(
     em = dedup.embedding
     embedder = make_embedder(em)
     cache = vectors.EmbeddingCache(cache_root, embedder)
-    task_shas = [vectors.text_sha(embedder.prepare(t)) for t in corpus.text]
+    task_shas = [vectors.text_sha(embedder.prepare(t)) for t in corpus.texts()]
     first: dict[bytes, int] = {}
     for i, sha in enumerate(task_shas):
         first.setdefault(sha, i)
     shas = sorted(first)
-    vecs = cache.vectors(
-        [embedder.prepare(corpus.text[first[s]]) for s in shas], on_embedded=lambda k: tick("embed", k)
+    vecs = cache.vectors_of(
+        shas,
+        lambda rows: [embedder.prepare(t) for t in corpus.texts([first[shas[k]] for k in rows])],
+        on_embedded=lambda k: tick("embed", k),
     )
     nonzero = np.linalg.norm(vecs, axis=1) > 0  # an empty text has no direction
     shas = [s for s, ok in zip(shas, nonzero) if ok]
@@ -188,23 +240,28 @@ def run_dedup(
     tick = progress or (lambda what, n: None)
     benchmarks = load_benchmarks(decon, warn) if decon.benchmarks else ([], [])
     corpus = _corpus(tasks)
-    counts: dict[str, Any] = {"tasks": len(corpus.task_id)}
+    counts: dict[str, Any] = {"tasks": len(corpus)}
     formulas = {"normalise": NORM_RULE, "clusters": CLUSTER_RULE}
     exact, distinct = _exact_pairs(corpus)
     counts["exact"] = {"pairs": len(exact), "distinct_texts": len(distinct)}
     edges: list[tuple[int, int]] = list(exact)
 
     hasher = WordHasher()
-    sets: dict[int, np.ndarray] = {}
+    sets: dict[int, np.ndarray] = {}  # the shingle sets kept: the LSH candidates' and the representatives'
+
+    def shingles(i: int, keep: bool = True) -> np.ndarray:
+        if i in sets:
+            return sets[i]
+        made = shingle_set(hasher.hashes(corpus.words(i)), dedup.minhash.ngram)
+        if keep:
+            sets[i] = made
+        return made
+
     if dedup.minhash.enabled:
         mh = dedup.minhash
         formulas["minhash"] = f"{MINHASH_RULE} ngram {mh.ngram} bands {mh.bands} rows {mh.rows} seed {mh.seed}"
-        for i in distinct:
-            sets[i] = shingle_set(hasher.hashes(corpus.words(i)), mh.ngram)
-        nonempty = [i for i in distinct if len(sets[i])]
-        verified, candidates = near_duplicate_pairs(
-            [sets[i] for i in nonempty], mh.bands, mh.rows, mh.threshold, mh.seed
-        )
+        nonempty, sig = _signatures(corpus, distinct, mh, hasher)
+        verified, candidates = verified_pairs(sig, lambda k: shingles(nonempty[k]), mh.bands, mh.rows, mh.threshold)
         edges += [(nonempty[a], nonempty[b]) for a, b, _ in verified]
         counts["minhash"] = {"texts": len(nonempty), "candidates": candidates, "verified": len(verified)}
         tick("minhash", len(distinct))
@@ -221,8 +278,8 @@ def run_dedup(
             counts["embedding"]["verified"] = len(semantic)
             edges += semantic
 
-    members = clusters(len(corpus.task_id), edges, corpus.weight, corpus.task_id)
-    task_clusters = _cluster_table(corpus, members, dedup, sets, hasher, space)
+    members = clusters(len(corpus), edges, corpus.weight, corpus.task_id)
+    task_clusters = _cluster_table(corpus, members, dedup, shingles, space)
     dropped = task_clusters.column("dropped").to_pylist()
     counts["clusters"] = {
         "clusters": len({m.cluster for m in members if m.size > 1}),
@@ -249,8 +306,7 @@ def _cluster_table(
     corpus: _Corpus,
     members: list,
     dedup: DedupParams,
-    sets: dict[int, np.ndarray],
-    hasher: WordHasher,
+    shingles: Callable[..., np.ndarray],  # (task, keep=True) -> its shingle set
     space: _Space | None,
 ) -> pa.Table:
     rows: dict[str, list] = {
@@ -269,11 +325,6 @@ def _cluster_table(
         )
     }
 
-    def shingles(i: int) -> np.ndarray:
-        if i not in sets:
-            sets[i] = shingle_set(hasher.hashes(corpus.words(i)), dedup.minhash.ngram)
-        return sets[i]
-
     for m in members:
         i, rep = m.index, m.cluster
         jac = cos = sim = None
@@ -282,11 +333,12 @@ def _cluster_table(
         elif i == rep:
             method = "representative"
         else:
-            if dedup.minhash.enabled:
-                jac = round(jaccard(shingles(i), shingles(rep)), 6)
+            same_text = corpus.key[i] == corpus.key[rep]
+            if dedup.minhash.enabled:  # the same text, the same shingles
+                jac = 1.0 if same_text else round(jaccard(shingles(i, keep=False), shingles(rep)), 6)
             if space is not None and (c := space.cosine(i, rep)) is not None:
                 cos = round(c, 6)
-            if corpus.normal[i] == corpus.normal[rep]:
+            if same_text:
                 method, sim = "exact", 1.0
             elif jac is not None and jac >= dedup.minhash.threshold:
                 method, sim = "minhash", jac
@@ -358,10 +410,8 @@ def _decontaminate(
     if not decon.benchmarks:
         return schema.empty_table(), {"benchmarks": {}, "items": 0, "tasks": 0}
     items, skipped = benchmarks
-    found = ngram_matches(
-        (corpus.words(i) for i in range(len(corpus.normal))), items, decon.ngram, decon.ngram_min_share, hasher
-    )
-    tick("decontaminate", len(corpus.normal))
+    found = ngram_matches((words(t) for t in corpus.texts()), items, decon.ngram, decon.ngram_min_share, hasher)
+    tick("decontaminate", len(corpus))
     by_embedding = 0
     if decon.embedding_threshold is not None and space is not None and len(space.vecs) and items:
         qv = space.cache.vectors([space.embedder.prepare(it.text) for it in items])

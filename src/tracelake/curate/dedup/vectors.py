@@ -89,32 +89,42 @@ class EmbeddingCache:
 
     def vectors(self, texts: Sequence[str], on_embedded: Callable[[int], None] | None = None) -> np.ndarray:
         """(len(texts), dim) vectors of prepared texts, embedding only those the cache lacks."""
-        shas = [text_sha(t) for t in texts]
+        return self.vectors_of([text_sha(t) for t in texts], lambda rows: [texts[k] for k in rows], on_embedded)
+
+    def vectors_of(
+        self,
+        shas: Sequence[bytes],
+        texts_at: Callable[[list[int]], list[str]],
+        on_embedded: Callable[[int], None] | None = None,
+    ) -> np.ndarray:
+        """(len(shas), dim) vectors of the prepared texts whose sha256 are `shas`. Only the texts the
+        cache lacks are asked of `texts_at` (positions in `shas`, a batch at a time), so a caller
+        need not hold every text at once."""
         known = self._known()
         at = pc.index_in(pa.array(shas, pa.binary(32)), value_set=known.column("text_sha256"))
         missing = np.flatnonzero(at.is_null().to_numpy(zero_copy_only=False))
-        found = ~np.isin(np.arange(len(texts)), missing)
-        out = np.zeros((len(texts), self.embedder.dim), dtype=np.float32)
+        found = ~np.isin(np.arange(len(shas)), missing)
+        out = np.zeros((len(shas), self.embedder.dim), dtype=np.float32)
         if found.any():
             rows = known.column("vector").take(at.filter(pa.array(found)))
             out[found] = _as_matrix(rows, self.embedder.dim)
+        del known
         if len(missing):
-            fresh_texts, fresh_shas = {}, []
-            for i in missing:  # a text repeated in `texts` is embedded once
-                if shas[i] not in fresh_texts:
-                    fresh_texts[shas[i]] = texts[i]
-                    fresh_shas.append(shas[i])
+            first: dict[bytes, int] = {}  # a text repeated in `shas` is embedded once
+            for i in missing.tolist():
+                first.setdefault(shas[i], i)
+            fresh_shas = list(first)
             fresh = np.zeros((len(fresh_shas), self.embedder.dim), dtype=np.float32)
             step = 4096
             for lo in range(0, len(fresh_shas), step):
                 batch = fresh_shas[lo : lo + step]
-                fresh[lo : lo + len(batch)] = self.embedder.embed([fresh_texts[s] for s in batch])
+                fresh[lo : lo + len(batch)] = self.embedder.embed(texts_at([first[s] for s in batch]))
                 if on_embedded:
                     on_embedded(len(batch))
             position = {s: k for k, s in enumerate(fresh_shas)}
             out[missing] = fresh[[position[shas[i]] for i in missing]]
             self._save(vectors_table(fresh_shas, fresh))
-        self.stats.cached += len(texts) - len(missing)
+        self.stats.cached += len(shas) - len(missing)
         self.stats.embedded += len(missing)
         return out
 
