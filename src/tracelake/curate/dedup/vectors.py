@@ -182,10 +182,10 @@ def write_table(directory: Path, table: pa.Table, plan: SearchPlan) -> None:
     """The LanceDB database at `directory` with table `texts` (rows sorted by the caller), indexed as
     `plan` says."""
     import lance
-    import lancedb
 
-    db = lancedb.connect(str(directory))
-    db.create_table(TABLE, table)
+    # lance's own writer, where LanceDB opens it (<directory>/<table>.lance): LanceDB's create_table
+    # held about 3x the table's size more at its peak (686 against 452 MB for 94,000 vectors)
+    lance.write_dataset(table, Path(directory) / f"{TABLE}.lance")
     if plan.index == "ivf_flat":
         centroids = kmeans_centroids(
             _as_matrix(table.column("vector"), table.schema.field("vector").type.list_size), plan.partitions
