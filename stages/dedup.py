@@ -30,7 +30,7 @@ def run(ctx: Context) -> Result:
     lake, sources = Lake(p.lake), list(p.sources)
     con = connect(lake.root, sources)
     tasks = con.sql(sql("dedup_tasks")).to_arrow_table()
-    con.close()  # gives back DuckDB's buffers before the work (at 1M rows, about 400 MB)
+    con.close()  # gives back DuckDB's buffers before the work (hundreds of MB at 1M rows)
     cache = Path(p.dedup.cache) if p.dedup.cache else None
     if cache:
         cache.mkdir(parents=True, exist_ok=True)

@@ -184,7 +184,7 @@ def write_table(directory: Path, table: pa.Table, plan: SearchPlan) -> None:
     import lance
 
     # lance's own writer, where LanceDB opens it (<directory>/<table>.lance): LanceDB's create_table
-    # held about 3x the table's size more at its peak (686 against 452 MB for 94,000 vectors)
+    # held several times the table's size more at its peak
     lance.write_dataset(table, Path(directory) / f"{TABLE}.lance")
     if plan.index == "ivf_flat":
         centroids = kmeans_centroids(
