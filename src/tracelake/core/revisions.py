@@ -13,6 +13,7 @@ is removed when the block ends.
 from __future__ import annotations
 
 import os
+import posixpath
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -39,6 +40,20 @@ def split_spec(spec: str) -> tuple[str | None, str]:
     return rev, path
 
 
+def inside_repository(path: str) -> str:
+    """`path` as a normalised path relative to the repository root, or BadInput when it is not one:
+    absolute, empty, the root itself, or climbing out of it with `..`. Every path read at a revision
+    passes here, so a revision's files are only ever placed under the temporary tree that holds them."""
+    text = str(path)
+    norm = posixpath.normpath(text.replace(os.sep, "/")) if text else ""
+    if not text.strip() or "\x00" in text or posixpath.isabs(norm) or norm == "." or norm.split("/")[0] == "..":
+        raise BadInput(
+            f"{text!r} is not a path inside the repository: at a revision, a path names a directory "
+            f"below the repository root (e.g. lake)"
+        )
+    return norm
+
+
 def _open_repo(root: Path):
     from dvc.exceptions import NotDvcRepoError
     from dvc.repo import Repo
@@ -55,6 +70,8 @@ def _open_repo(root: Path):
 def resolve(repo, rev: str) -> Revision:
     from dvc.scm import RevError, resolve_rev
 
+    if not rev.strip():
+        raise BadInput("the revision is empty: name a commit, branch, tag or `dvc exp` name (e.g. HEAD~1)")
     try:
         return Revision(rev, resolve_rev(repo.scm, rev))
     except RevError:
@@ -73,11 +90,13 @@ class Tree:
 @contextmanager
 def tree_at(rev: str, paths: Iterable[str], root: Path | str = ".") -> Iterator[Tree]:
     """A temporary directory holding each of `paths` (relative to the repository root) as it was at
-    `rev`. Paths that did not exist at that revision are absent; at least one must exist."""
+    `rev`. Paths that did not exist at that revision are absent; at least one must exist. Each path
+    must lie below the repository root (`inside_repository`), and nothing is written outside the
+    temporary directory, which is removed when the block ends."""
     from dvc.api import DVCFileSystem
 
     root = Path(root)
-    paths = [str(Path(p)) for p in paths]
+    paths = [inside_repository(p) for p in paths]
     with _open_repo(root) as repo:
         revision = resolve(repo, rev)
         fs = DVCFileSystem(url=str(root), rev=revision.sha)
@@ -96,7 +115,7 @@ def tree_at(rev: str, paths: Iterable[str], root: Path | str = ".") -> Iterator[
                     raise BadInput(_not_cached(path, rev, missing[0].split(": ", 1)[1]))
                 found += 1
                 for name, info in files.items():
-                    _place(fs, cache, name, info, out / name, rev)
+                    _place(fs, cache, name, info, _target(out, path, name), rev)
             if not found:
                 raise BadInput(
                     f"{', '.join(paths)} did not exist at {rev} ({revision.sha[:10]}): "
@@ -131,6 +150,22 @@ def _not_cached(path: str, rev: str, why: object) -> str:
         f"cannot list {path} at {rev}: its DVC data is not in the cache "
         f"(`dvc fetch --rev {rev}` or `dvc pull` first): {reason}"
     )
+
+
+def _target(out: Path, path: str, name: str) -> Path:
+    """Where file `name` of a listing under `path` goes in the temporary tree `out`: below `out`,
+    with no existing link on the way, or BadInput (a listing is never trusted to stay inside)."""
+    rel = posixpath.normpath(name.replace(os.sep, "/").lstrip("/"))
+    if rel.split("/")[0] == ".." or not (rel == path or rel.startswith(path + "/")):
+        raise BadInput(f"{name!r} is listed under {path!r} but lies outside it: refusing to place it")
+    target = out.joinpath(*rel.split("/"))
+    real_out = os.path.realpath(out)
+    ancestor = target.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if os.path.commonpath([real_out, os.path.realpath(ancestor)]) != real_out:
+        raise BadInput(f"{name!r} would be written outside the temporary tree: refusing to place it")
+    return target
 
 
 def _place(fs, cache, name: str, info: dict, target: Path, rev: str) -> None:
