@@ -1,7 +1,9 @@
-"""Tasks derived from trace tables that come without task directories (rule derived_task_v1), on the
+"""Tasks derived from trace tables that come without task directories (rule derived_task_v2), on the
 real OpenThoughts-Agent rows in ../shared/fixtures/otagent: one task per base task name, the
 instruction is the task description inside terminus-2's first prompt, marked derived; the model
-scorer asks about exactly those instructions."""
+scorer asks about exactly those instructions. Other agents' formats: OpenHands (a long system
+prompt, then the task), a generic agent, and traces in which the task cannot be found (a reject
+naming why, never a system prompt taken for the task)."""
 
 from __future__ import annotations
 
@@ -15,9 +17,10 @@ from tracelake.core.lake import Lake
 from tracelake.core.outputs import read_manifest
 from tracelake.core.tables import read_table
 from tracelake.curate.scoring.scorers import LlmResponseLength
-from tracelake.ingest.derived_tasks import DERIVE_RULE, derive_tasks, derived_instruction
+from tracelake.ingest.derived_tasks import DERIVE_RULE, derive_tasks
 from tracelake.ingest.traces import ingest_traces
 
+from ..agent_traces import OPENHANDS_SYSTEM_PROMPT, openhands_conversation, trace_row, write_jsonl
 from ..helpers import FIXTURES, need
 
 
@@ -78,7 +81,152 @@ def test_the_model_scorer_asks_about_derived_instructions(otagent_lake):
         assert scorer.messages_of(r.prompt)[-1]["content"] == instructions[r.task_id]
 
 
-def test_prompts_without_the_markers_are_kept_whole():
-    assert derived_instruction("  Fix the failing test in src/.  \n") == "Fix the failing test in src/."
-    assert derived_instruction("preamble\nTask Description:\n  do X\n") == "do X"
-    assert derived_instruction("Task Description: do Y\n\nCurrent terminal state:\n$ ") == "do Y"
+TERMINUS_PROMPT = (
+    "You are an AI assistant tasked with solving command-line tasks in a Linux environment.\n\n"
+    "Task Description:\n{task}\n\nCurrent terminal state:\nroot@box:/app# "
+)
+
+
+def reply(k: int = 0) -> dict:
+    return {"role": "assistant", "content": f"ok ({k})"}
+
+
+def derive(tmp_path, rows: list[dict]) -> dict[str, dict]:
+    """rows -> a trace table -> trajectories -> derived tasks, by name (every row ingested, no reject)."""
+    lake = Lake(tmp_path / "lake")
+    f = write_jsonl(tmp_path / "in" / "t.jsonl", rows)
+    assert ingest_traces([f], source="s", out_dir=lake.table("trajectories", "s")).rows == len(rows)
+    assert derive_tasks(lake, source="s", out_dir=lake.table("tasks", "s")).rejects == 0
+    return {r["name"]: r for r in read_table(lake.table("tasks", "s"), "tasks").to_pylist()}
+
+
+def test_each_agent_format_gives_its_task_not_its_system_prompt(tmp_path):
+    hello = 'Create a file called hello.txt with "Hello, world!" as the content.'
+    rows = [
+        # OpenHands as Harbor exports it: the 21,633-character system prompt is a user message
+        trace_row("oh-harbor", openhands_conversation(hello), agent="openhands", run_id="r1", trial="t1"),
+        # OpenHands from a table that kept the system role
+        trace_row(
+            "oh-system",
+            openhands_conversation("Fix the bug in parse().", system_role="system"),
+            agent="OpenHands",
+            run_id="r1",
+            trial="t2",
+        ),
+        # OpenHands without a system prompt in the trace: its one user message is the task
+        trace_row(
+            "oh-bare",
+            [{"role": "user", "content": "Sort the lines of a.txt."}, reply()],
+            agent="openhands",
+            run_id="r1",
+            trial="t3",
+        ),
+        # terminus-2: the text between its markers
+        trace_row(
+            "t2",
+            [{"role": "user", "content": TERMINUS_PROMPT.format(task="Count the words in b.txt.")}, reply()],
+            agent="terminus-2",
+            run_id="r1",
+            trial="t4",
+        ),
+        # any other agent: the first user message (a system message is not one)
+        trace_row(
+            "generic",
+            [
+                {"role": "system", "content": "You are a helpful agent."},
+                {"role": "user", "content": "  List every file under /etc.  "},
+                reply(),
+            ],
+            agent="mini-swe-agent",
+            run_id="r1",
+            trial="t5",
+        ),
+    ]
+    tasks = derive(tmp_path, rows)
+    assert {n: t["instruction"] for n, t in tasks.items()} == {
+        "oh-harbor": hello,
+        "oh-system": "Fix the bug in parse().",
+        "oh-bare": "Sort the lines of a.txt.",
+        "t2": "Count the words in b.txt.",
+        "generic": "List every file under /etc.",
+    }
+    assert all(OPENHANDS_SYSTEM_PROMPT[:40] not in t["instruction"] for t in tasks.values())
+    assert len(OPENHANDS_SYSTEM_PROMPT) == 21_633
+
+
+def test_a_task_not_found_is_a_reject_with_its_reason(tmp_path):
+    rows = [
+        # OpenHands whose only user message is its system prompt: no task in it
+        trace_row(
+            "oh-prompt-only",
+            [{"role": "user", "content": OPENHANDS_SYSTEM_PROMPT}, reply()],
+            agent="openhands",
+            run_id="r1",
+            trial="t1",
+        ),
+        # terminus-2 without its Task Description marker
+        trace_row(
+            "t2-no-marker",
+            [{"role": "user", "content": "You are an AI assistant. Solve it."}, reply()],
+            agent="terminus-2",
+            run_id="r1",
+            trial="t2",
+        ),
+        # no user message at all
+        trace_row(
+            "no-user",
+            [{"role": "system", "content": "be brief"}, reply()],
+            agent="mini-swe-agent",
+            run_id="r1",
+            trial="t3",
+        ),
+    ]
+    lake = Lake(tmp_path / "lake")
+    f = write_jsonl(tmp_path / "in" / "t.jsonl", rows)
+    assert ingest_traces([f], source="s", out_dir=lake.table("trajectories", "s")).rows == 3
+    result = derive_tasks(lake, source="s", out_dir=lake.table("tasks", "s"))
+    assert (result.rows, result.rejects) == (0, 3)
+    traj = dict(
+        zip(
+            *read_table(lake.table("trajectories", "s"), "trajectories")
+            .select(["trajectory_id", "task"])
+            .to_pydict()
+            .values()
+        )
+    )
+    got = {}
+    for r in read_table(lake.table("tasks", "s"), "rejects").to_pylist():
+        [name] = [t for tid, t in traj.items() if tid in r["detail"]]
+        got[name] = r["reason"]
+        assert "\n" not in r["detail"]
+    assert got == {
+        "oh-prompt-only": "task_not_found",
+        "t2-no-marker": "task_not_found",
+        "no-user": "missing_instruction",
+    }
+    details = [r["detail"] for r in read_table(lake.table("tasks", "s"), "rejects").to_pylist()]
+    assert any("openhands format" in d and "system prompt is never taken" in d for d in details)
+
+
+def test_the_trajectory_whose_task_is_found_is_chosen(tmp_path):
+    """A task with an OpenHands main trace that holds only the system prompt and a terminus-2 subagent
+    trace holding the task: the task comes from the one where it is found, whatever the ids."""
+    rows = [
+        trace_row(
+            "mixed",
+            [{"role": "user", "content": OPENHANDS_SYSTEM_PROMPT}, reply()],
+            agent="openhands",
+            run_id="r1",
+            trial="t1",
+        ),
+        trace_row(
+            "mixed",
+            [{"role": "user", "content": TERMINUS_PROMPT.format(task="Compress logs/ into a.tgz.")}, reply()],
+            agent="terminus-2",
+            run_id="r2",
+            trial="t2",
+            trace_source="summarization-1-summary",
+        ),
+    ]
+    tasks = derive(tmp_path, rows)
+    assert tasks["mixed"]["instruction"] == "Compress logs/ into a.tgz."

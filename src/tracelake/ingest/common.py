@@ -41,6 +41,7 @@ REASONS: dict[str, str] = {
     "duplicate_trial": "the same trial (or the identical row) was already ingested",
     "duplicate_task": "the same task name appeared twice in one source",
     "missing_instruction": "a task has no instruction.md (or it is empty)",
+    "task_not_found": "a derived task: no trajectory's opening holds the task where its agent's format puts it",
     "unreadable_archive": "task_binary is not a readable gzipped tar",
     "unsafe_archive": "task_binary holds absolute paths, '..', links, devices, or paths it cannot be extracted to",
     "archive_too_large": "a task holds more members or bytes than ingest.archive allows (a zip bomb?)",

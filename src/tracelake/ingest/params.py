@@ -45,7 +45,7 @@ class SourceParams(Section):
     format: Format
     path: str
     # task directories or a (path, task_binary) table; omitted (or `path` itself): a trace table
-    # published without task directories, whose tasks are derived from its traces (derived_task_v1)
+    # published without task directories, whose tasks are derived from its traces (derived_task_v2)
     tasks: str | None = None
 
     @property
