@@ -150,3 +150,46 @@ def test_tree_at_refuses_before_it_creates_anything(committed, tmp_path, monkeyp
         with tree_at("HEAD", ["lake", "../.."], root=committed):
             pass
     assert list(tmp_path.iterdir()) == []
+
+
+SEGMENTS = ["..", ".", "lake", "pool", "", "x", "...", "..x", "\\..", " .."]
+
+
+def _paths():
+    from hypothesis import strategies as st
+
+    segment = st.one_of(st.sampled_from(SEGMENTS), st.text(min_size=1, max_size=4))
+    return st.builds(
+        lambda lead, parts: lead + "/".join(parts),
+        st.sampled_from(["", "/", "./", "//"]),
+        st.lists(segment, max_size=8),
+    )
+
+
+def _fuzz(test):
+    from hypothesis import given
+
+    from ..helpers import fuzz_settings
+
+    return fuzz_settings()(given(path=_paths(), name=_paths())(test))
+
+
+@_fuzz
+def test_fuzz_no_path_or_listed_name_lands_outside_the_tree(tmp_path_factory, path, name):
+    """Whatever the path asked for and whatever name a listing gives back: either a one-line refusal,
+    or a place strictly below the temporary tree (checked by the file system's own resolution)."""
+    out = tmp_path_factory.mktemp("tree")
+    try:
+        norm = inside_repository(path)
+    except BadInput:
+        return
+    real_out = os.path.realpath(out)
+    placed = os.path.realpath(out / norm)
+    assert placed != real_out and placed.startswith(real_out + os.sep)
+    try:
+        target = _target(out, norm, name)
+    except BadInput:
+        return
+    placed = os.path.realpath(target)
+    assert placed.startswith(real_out + os.sep)
+    assert placed == os.path.realpath(out / norm) or placed.startswith(os.path.realpath(out / norm) + os.sep)
