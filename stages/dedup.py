@@ -5,6 +5,8 @@ filter stage drops what they name (rules near_duplicate_v1 and contaminated_v1).
 Benchmark files are read first, through ingest's walker (curate/dedup/decontaminate.py): each file
 not read is named in a warning line on stderr; decontaminate.unreadable: fail (the default) then
 stops the stage, skip goes on and counts them (metrics: contamination.skipped, and a summary line).
+Besides the tasks' instructions, every rollout's opening turns are compared with the benchmarks
+(task_turns_v1: what the model reads as its task, whatever the derived instruction says).
 
 The embedding search runs on a LanceDB table built in a scratch directory and removed after the
 stage: an index over the cached vectors (dedup.cache), not data, so it is no DVC output (its files
@@ -18,11 +20,15 @@ from pathlib import Path
 
 from tracelake.core.assets import sql
 from tracelake.core.duckdb_views import connect, input_versions
+from tracelake.core.ids import COPY_SUFFIX
 from tracelake.core.lake import Lake
 from tracelake.core.schema import load_schema
 from tracelake.core.stage import Context, Output, Result, Stage, Table
 from tracelake.core.ui import progress_status
 from tracelake.curate.dedup.run import run_dedup
+
+
+TURNS_BATCH = 1000  # rollouts' opening turns read at a time
 
 
 def run(ctx: Context) -> Result:
@@ -31,6 +37,18 @@ def run(ctx: Context) -> Result:
     con = connect(lake.root, sources)
     tasks = con.sql(sql("dedup_tasks")).to_arrow_table()
     con.close()  # gives back DuckDB's buffers before the work (hundreds of MB at 1M rows)
+
+    def turns():
+        """Every rollout's opening turns (sql/dedup_turns.sql), a batch at a time, on a connection of
+        its own: what the model reads as its task is compared with the benchmarks too."""
+        turns_con = connect(lake.root, sources, tables=("trajectories",))
+        try:
+            yield from turns_con.sql(sql("dedup_turns"), params={"copy": COPY_SUFFIX.pattern}).to_arrow_reader(
+                TURNS_BATCH
+            )
+        finally:
+            turns_con.close()
+
     cache = Path(p.dedup.cache) if p.dedup.cache else None
     if cache:
         cache.mkdir(parents=True, exist_ok=True)
@@ -46,6 +64,7 @@ def run(ctx: Context) -> Result:
             cache_root=cache,
             progress=lambda what, n: advance(n, what),
             warn=lambda line: print(f"tracelake: warning: {line}", file=sys.stderr),
+            turns=turns,
         )
     dedup_params = {k: v for k, v in p.section("dedup").items() if k != "cache"}
     out = Output(
@@ -64,12 +83,17 @@ def run(ctx: Context) -> Result:
         counts=result.counts,
     )
 
+    def by_turns(contamination: dict) -> str:
+        n = contamination.get("by_turns", 0)
+        return f" ({n} found only in rollouts' opening turns)" if n else ""
+
     def summary(manifests: list[dict]) -> list[str]:
         c = result.counts
         lines = [
             f"dedup: {c['tasks']} tasks, {c['clusters']['clusters']} clusters of "
             f"{c['clusters']['clustered_tasks']} tasks, {c['clusters']['dropped_tasks']} dropped "
-            f"(keep: {p.dedup.keep}); {c['contamination']['tasks']} contaminated -> {lake.dedup} "
+            f"(keep: {p.dedup.keep}); {c['contamination']['tasks']} contaminated"
+            f"{by_turns(c['contamination'])} -> {lake.dedup} "
             f"(version {manifests[0]['version_id']})"
         ]
         skipped = c["contamination"].get("skipped")

@@ -10,11 +10,31 @@ import re
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
+from tracelake.core.duckdb_views import connect
 from tracelake.core.errors import BadInput
-from tracelake.curate.dedup.decontaminate import SKIP_REASONS, load_benchmark, ngram_matches, read_benchmark
+from tracelake.core.lake import Lake
+from tracelake.core.outputs import read_manifest
+from tracelake.core.tables import read_table
+from tracelake.curate.dedup.decontaminate import (
+    SKIP_REASONS,
+    load_benchmark,
+    ngram_matches,
+    read_benchmark,
+    task_turn_texts,
+)
 from tracelake.curate.dedup.shingles import WordHasher, words
-from tracelake.curate.params import DecontaminateParams
+from tracelake.curate.filter import attach_dedup, run_filters
+from tracelake.curate.params import DecontaminateParams, FilterParams
+from tracelake.export.templates import TEMPLATES
+from tracelake.ingest.derived_tasks import derive_tasks
+from tracelake.ingest.traces import ingest_traces
+
+from ..agent_traces import OPENHANDS_SYSTEM_PROMPT, openhands_conversation, terminus_golden_row, trace_row, write_jsonl
+from ..helpers import FIXTURES, need, run_stage
+
+QWEN3 = TEMPLATES["qwen3"].markup()
 
 ITEM = (
     "Write a script that reads every CSV file under /data/raw, drops the rows whose amount is "
@@ -171,3 +191,125 @@ def test_every_skip_reason_is_in_the_data_contract():
     text = (schemas_dir() / "README.md").read_text()
     body = text.split("## Benchmark files not read\n", 1)[1].split("\n## ", 1)[0]
     assert set(re.findall(r"^\| `([a-z0-9_]+)` \|", body, re.MULTILINE)) == set(SKIP_REASONS)
+
+
+# --- what the model trains on: each rollout's opening turns (task_turns_v1), end to end -----------------
+
+
+def test_turn_texts_are_each_opening_turn_and_terminus_task():
+    prompt = "You are an AI assistant.\n\nTask Description:\nDo X now.\n\nCurrent terminal state:\n$ "
+    assert task_turn_texts(["sys", prompt]) == ["sys", prompt, "Do X now."]
+    assert task_turn_texts(["a", "b"]) == ["a", "b"]
+
+
+def test_a_benchmark_task_in_rollouts_opening_turns_is_found_and_its_rollouts_dropped(tmp_path):
+    """The dedup stage (a subprocess) with a real benchmark tree (Harbor's hello-world, csv-filter and
+    word-count tasks in ../shared/fixtures), over trace tables of two agents' shapes:
+
+    - hello-world: an OpenHands trace as Harbor exports it (a 21,633-character system prompt as a
+      user message, then the task) and Harbor's own terminus-2 export (the task inside its first
+      prompt): found, both rollouts dropped by contaminated_v1;
+    - word-count: an OpenHands trace whose only user turn is its system prompt with the task
+      appended: no task is derived from it (task_not_found), so only the rollout's opening turns show
+      the benchmark; it is found there (found_in turns) and its rollout dropped;
+    - csv-filter: an OpenHands trace whose task is in its third opening user turn (the derived
+      instruction, its second, says to read the next message): found in the turns, dropped;
+    - a task of neither benchmark, in the same shapes: kept."""
+    harbor = need(FIXTURES / "harbor")
+    hello = (harbor / "examples/tasks/hello-world/instruction.md").read_text()
+    word_count = (harbor / "harbor_tasks/word-count/instruction.md").read_text()
+    csv_filter = (harbor / "harbor_tasks/csv-filter/instruction.md").read_text()
+    terminus = terminus_golden_row()
+    assert hello.strip() in terminus["conversations"][0]["content"]
+    rows = [
+        trace_row("hello-world", openhands_conversation(hello), agent="openhands", run_id="oh", trial="t1"),
+        {**terminus, "result": "1.0"},
+        trace_row(
+            "word-count-7",
+            [
+                {"role": "user", "content": f"{OPENHANDS_SYSTEM_PROMPT}\n\n{word_count}"},
+                *openhands_conversation("")[2:],
+            ],
+            agent="openhands",
+            run_id="oh",
+            trial="t2",
+        ),
+        trace_row(
+            "csv-filter-3",
+            [
+                *openhands_conversation("Read the task in the next message, then solve it.")[:2],
+                {"role": "user", "content": csv_filter},
+                *openhands_conversation("")[2:],
+            ],
+            agent="openhands",
+            run_id="oh",
+            trial="t4",
+        ),
+        trace_row(
+            "tidy-up",
+            openhands_conversation("Remove the build directory and every *.o file under src/."),
+            agent="openhands",
+            run_id="oh",
+            trial="t3",
+        ),
+    ]
+    lake = Lake(tmp_path / "lake")
+    f = write_jsonl(tmp_path / "in" / "mixed.jsonl", rows)
+    assert ingest_traces([f], source="mixed", out_dir=lake.table("trajectories", "mixed")).rows == 5
+    derived = derive_tasks(lake, source="mixed", out_dir=lake.table("tasks", "mixed"))
+    assert (derived.rows, derived.rejects) == (3, 1)  # word-count-7: task_not_found
+    params = {
+        "lake": "lake",
+        "sources": {"mixed": {"format": "traces", "path": "in/mixed.jsonl"}},
+        "dedup": {"embedding": {"enabled": False}},
+        "decontaminate": {
+            "root": str(harbor),
+            "benchmarks": {"examples": str(harbor / "examples/tasks"), "harbor_tasks": str(harbor / "harbor_tasks")},
+            "embedding_threshold": None,
+        },
+    }
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    proc = run_stage(tmp_path, "dedup", "--params", "params.yaml")
+    assert proc.returncode == 0, proc.stderr
+    assert "3 contaminated (2 found only in rollouts' opening turns)" in proc.stdout, proc.stdout
+
+    ids = {
+        r["task"]: r
+        for r in read_table(lake.table("trajectories", "mixed"), "trajectories")
+        .select(["trajectory_id", "task_id", "task", "agent"])
+        .to_pylist()
+        if r["agent"] == "openhands"
+    }
+    found = {r["task"]: r for r in read_table(lake.dedup, "contamination").to_pylist()}
+    assert set(found) == {"hello-world", "word-count-7", "csv-filter-3"}
+    assert (found["hello-world"]["benchmark"], found["hello-world"]["benchmark_item"]) == ("examples", "hello-world")
+    assert found["hello-world"]["found_in"] == "instruction"
+    wc = found["word-count-7"]
+    assert (wc["benchmark"], wc["benchmark_item"], wc["found_in"]) == ("harbor_tasks", "word-count", "turns")
+    assert wc["trajectory_id"] == ids["word-count-7"]["trajectory_id"] and wc["similarity"] >= 0.8
+    csv = found["csv-filter-3"]
+    assert (csv["benchmark_item"], csv["found_in"], csv["trajectory_id"]) == (
+        "csv-filter",
+        "turns",
+        ids["csv-filter-3"]["trajectory_id"],
+    )
+    metrics = json.loads((tmp_path / "metrics" / "dedup.json").read_text())["contamination"]
+    assert metrics["by_turns"] == 2 and metrics["tasks"] == 3
+    assert read_manifest(lake.dedup)["formulas"]["decontaminate_turns"] == "task_turns_v1"
+
+    con = connect(lake.root, ["mixed"], tables=("trajectories",))
+    attach_dedup(con, lake)
+    run_filters(con, FilterParams(tokenizer=str(need(FIXTURES / "qwen3-tokenizer")), count_tokens=False), markup=QWEN3)
+    dropped = dict(
+        con.execute("""SELECT t.task || ' ' || t.agent, d.detail FROM dropped d JOIN trajectories t USING (trajectory_id)
+                       WHERE d.rule = 'contaminated_v1'""").fetchall()
+    )
+    assert set(dropped) == {
+        "hello-world openhands",
+        "hello-world terminus-2",
+        "word-count-7 openhands",
+        "csv-filter-3 openhands",
+    }
+    assert dropped["word-count-7 openhands"].endswith(f"(in the opening turns of rollout {wc['trajectory_id']})")
+    kept = {t for (t,) in con.execute("SELECT task FROM pool").fetchall()}
+    assert kept == {"tidy-up"}

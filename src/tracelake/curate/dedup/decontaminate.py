@@ -14,6 +14,15 @@ task families share boilerplate sentences with a benchmark of the same family (o
 shared 13-gram flags 212 of 300 tasks for 9 planted copies; a share of 0.8 flags exactly the 9).
 The evidence kept per task: the item with the largest share (ties: benchmark name, then item
 order), the first shared n-gram in the task's text, and the share as `similarity`.
+
+The task's instruction is not all the model trains on: a derived task's instruction can miss the
+text (a trace table of another agent's format), and a rollout's prompt can hold a benchmark's task
+under another name. So the same n-gram rule also reads every rollout's opening turns (rule
+task_turns_v1: its system and user messages before the first assistant turn, each turn a text, plus
+the task between terminus-2's markers); a task whose instruction did not match but one of whose
+rollouts' turns did is contaminated too (`found_in: turns`, the first such rollout by id in
+`trajectory_id`), and the filter drops every rollout of it. Embedding similarity is for
+instructions only (a 20,000-character system prompt has no useful vector for one task).
 """
 
 from __future__ import annotations
@@ -29,9 +38,11 @@ import pyarrow as pa
 from tracelake.core.errors import BadInput
 from tracelake.curate.dedup.shingles import WordHasher, ngram_hashes, normalize
 from tracelake.ingest.common import Reject, parse_json_bytes
+from tracelake.ingest.derived_tasks import terminus_task
 from tracelake.ingest.walk import Root, display, join, walk_dirs
 
 DECONTAMINATION_RULE = "contaminated_v1"
+TURNS_RULE = "task_turns_v1"  # which texts of the rollouts are compared too (task_turn_texts)
 
 
 @dataclass(frozen=True)
@@ -268,50 +279,88 @@ class Contamination:
     evidence: str | None  # the matching n-gram (normalised words)
 
 
-def ngram_matches(
-    task_words: Iterable[list[str]], items: list[BenchmarkItem], n: int, min_share: float, hasher: WordHasher
-) -> dict[int, Contamination]:
-    """task index -> its n-gram match: the item sharing the largest share of n-grams with the task,
-    where the shared n-grams cover at least `min_share` of the task's distinct n-grams or of the
-    item's (one text contains the other). The evidence is the first shared n-gram in the task."""
-    item_hashes, item_of, item_size = [], [], np.zeros(len(items), dtype=np.int64)
-    short_items: dict[str, int] = {}
-    for k, it in enumerate(items):
-        ws = normalize(it.text).split()
+class NgramIndex:
+    """The benchmark items' n-grams, built once; `match` finds the item a text copies (rule
+    contaminated_v1): the item sharing the largest share of n-grams with the text, where the shared
+    n-grams cover at least `min_share` of the text's distinct n-grams or of the item's (one text
+    contains the other); a text shorter than n words matches an item whose whole text it equals."""
+
+    def __init__(self, items: list[BenchmarkItem], n: int, min_share: float, hasher: WordHasher):
+        self.n, self.min_share, self.hasher = n, min_share, hasher
+        item_hashes, item_of, self.item_size = [], [], np.zeros(len(items), dtype=np.int64)
+        self.short_items: dict[str, int] = {}
+        for k, it in enumerate(items):
+            ws = normalize(it.text).split()
+            if len(ws) < n:
+                self.short_items.setdefault(" ".join(ws), k)
+                continue
+            h = np.unique(ngram_hashes(hasher.hashes(ws), n))
+            item_hashes.append(h)
+            item_of.append(np.full(len(h), k, dtype=np.int64))
+            self.item_size[k] = len(h)
+        flat = np.concatenate(item_hashes) if item_hashes else np.empty(0, np.uint64)
+        owners = np.concatenate(item_of) if item_of else np.empty(0, np.int64)
+        order = np.lexsort((owners, flat))
+        self.flat, self.owners, self.n_items = flat[order], owners[order], len(items)
+
+    def match(self, t: int, ws: list[str]) -> Contamination | None:
+        """Text t's match (its words `ws`), or None. The evidence: the first shared n-gram in the text."""
+        n = self.n
         if len(ws) < n:
-            short_items.setdefault(" ".join(ws), k)
-            continue
-        h = np.unique(ngram_hashes(hasher.hashes(ws), n))
-        item_hashes.append(h)
-        item_of.append(np.full(len(h), k, dtype=np.int64))
-        item_size[k] = len(h)
-    flat = np.concatenate(item_hashes) if item_hashes else np.empty(0, np.uint64)
-    owners = np.concatenate(item_of) if item_of else np.empty(0, np.int64)
-    order = np.lexsort((owners, flat))
-    flat, owners = flat[order], owners[order]
-    found: dict[int, Contamination] = {}
-    for t, ws in enumerate(task_words):
-        if len(ws) < n:
-            k = short_items.get(" ".join(ws)) if ws else None
-            if k is not None:
-                found[t] = Contamination(t, k, "ngram", 1.0, " ".join(ws))
-            continue
-        if not len(flat):
-            continue
-        grams = ngram_hashes(hasher.hashes(ws), n)
+            k = self.short_items.get(" ".join(ws)) if ws else None
+            return Contamination(t, k, "ngram", 1.0, " ".join(ws)) if k is not None else None
+        if not len(self.flat):
+            return None
+        flat, owners = self.flat, self.owners
+        grams = ngram_hashes(self.hasher.hashes(ws), n)
         distinct = np.unique(grams)
         lo, hi = np.searchsorted(flat, distinct, "left"), np.searchsorted(flat, distinct, "right")
         if not (hi > lo).any():
-            continue
-        shared = np.bincount(np.concatenate([owners[a:b] for a, b in zip(lo, hi) if b > a]), minlength=len(items))
-        share = np.maximum(shared / len(distinct), shared / np.maximum(item_size, 1))
+            return None
+        shared = np.bincount(np.concatenate([owners[a:b] for a, b in zip(lo, hi) if b > a]), minlength=self.n_items)
+        share = np.maximum(shared / len(distinct), shared / np.maximum(self.item_size, 1))
         best = int(np.argmax(share))  # the first item among equals
-        if share[best] < min_share or shared[best] == 0:
-            continue
+        if share[best] < self.min_share or shared[best] == 0:
+            return None
         mine = flat[owners == best]
         first = int(np.flatnonzero(np.isin(grams, mine))[0])
-        found[t] = Contamination(t, best, "ngram", round(float(share[best]), 6), " ".join(ws[first : first + n]))
+        return Contamination(t, best, "ngram", round(float(share[best]), 6), " ".join(ws[first : first + n]))
+
+
+def ngram_matches(
+    task_words: Iterable[list[str]], items: list[BenchmarkItem], n: int, min_share: float, hasher: WordHasher
+) -> dict[int, Contamination]:
+    """task index -> its n-gram match (NgramIndex.match), for the tasks that have one."""
+    index = NgramIndex(items, n, min_share, hasher)
+    found: dict[int, Contamination] = {}
+    for t, ws in enumerate(task_words):
+        if (c := index.match(t, ws)) is not None:
+            found[t] = c
     return found
+
+
+def task_turn_texts(turns: list[str]) -> list[str]:
+    """What rule task_turns_v1 compares with the benchmarks for one rollout: each of its opening turns
+    (the system and user messages before its first assistant turn: what the model reads as its task)
+    and, where a turn holds terminus-2's markers, the task between them, so that an item shorter than
+    n words, which matches only a whole text, is found inside terminus-2's prompt too."""
+    texts = list(turns)
+    for text in turns:
+        inner = terminus_task(text)
+        if inner:
+            texts.append(inner)
+    return texts
+
+
+@dataclass(frozen=True)
+class TurnMatch:
+    """A task found through one of its rollouts' opening turns (rule task_turns_v1)."""
+
+    task_id: str
+    source: str
+    task: str
+    trajectory_id: str
+    found: Contamination
 
 
 def as_table(
@@ -321,18 +370,26 @@ def as_table(
     task: list[str],
     items: list[BenchmarkItem],
     schema: pa.Schema,
+    by_turns: Iterable[TurnMatch] = (),
 ) -> pa.Table:
-    found = sorted(found, key=lambda c: task_id[c.task])
+    """The contamination table: the tasks whose instruction matched (`found`, indices into the
+    task columns), then those found only through a rollout's opening turns, by task_id."""
+    rows = [(task_id[c.task], source[c.task], task[c.task], c, "instruction", None) for c in found] + [
+        (m.task_id, m.source, m.task, m.found, "turns", m.trajectory_id) for m in by_turns
+    ]
+    rows.sort(key=lambda r: r[0])
     return pa.table(
         {
-            "task_id": [task_id[c.task] for c in found],
-            "source": [source[c.task] for c in found],
-            "task": [task[c.task] for c in found],
-            "benchmark": [items[c.item].benchmark for c in found],
-            "benchmark_item": [items[c.item].item for c in found],
-            "method": [c.method for c in found],
-            "similarity": [round(c.similarity, 6) for c in found],
-            "ngram": [c.evidence for c in found],
+            "task_id": [r[0] for r in rows],
+            "source": [r[1] for r in rows],
+            "task": [r[2] for r in rows],
+            "benchmark": [items[r[3].item].benchmark for r in rows],
+            "benchmark_item": [items[r[3].item].item for r in rows],
+            "method": [r[3].method for r in rows],
+            "similarity": [round(r[3].similarity, 6) for r in rows],
+            "ngram": [r[3].evidence for r in rows],
+            "found_in": [r[4] for r in rows],
+            "trajectory_id": [r[5] for r in rows],
         },
         schema=schema,
     )

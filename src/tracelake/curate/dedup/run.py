@@ -7,6 +7,8 @@ embeddings table. Pure of DVC and of the lake's layout (stages/dedup.py places t
       -> embedding:  one vector per distinct text, cosine range search       (dedup.embedding)
       -> union-find -> task_clusters
       -> benchmarks: n-gram overlap, embedding similarity -> contamination  (decontaminate)
+    rollouts' opening turns (task_id, source, task, trajectory_id, turns), streamed
+      -> benchmarks: the same n-gram rule, for tasks not matched yet        (task_turns_v1)
 
 Every step works on rows in task_id order with fixed seeds and fixed index centroids, so the same
 tasks and params give the same tables at any thread count.
@@ -17,7 +19,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -28,12 +30,15 @@ from tracelake.curate.dedup import vectors
 from tracelake.curate.dedup.clusters import CLUSTER_RULE, clusters
 from tracelake.curate.dedup.decontaminate import (
     DECONTAMINATION_RULE,
+    TURNS_RULE,
     BenchmarkItem,
     Contamination,
+    NgramIndex,
     Skipped,
+    TurnMatch,
     as_table,
-    ngram_matches,
     read_benchmark,
+    task_turn_texts,
 )
 from tracelake.curate.dedup.embed import make_embedder
 from tracelake.curate.dedup.minhash import MINHASH_RULE, signatures, verified_pairs
@@ -41,6 +46,9 @@ from tracelake.curate.dedup.shingles import NORM_RULE, WordHasher, jaccard, norm
 from tracelake.curate.params import DecontaminateParams, DedupParams, MinHashParams
 
 Progress = Callable[[str, int], None]  # (what, how many more done)
+# The rollouts' opening turns, as Arrow batches of (task_id, source, task, trajectory_id, turns:
+# list<string>), any order (sql/dedup_turns.sql); called once, after the tasks' own work.
+Turns = Callable[[], Iterable[pa.RecordBatch]]
 Warn = Callable[[str], None]  # one line naming a benchmark file that was not read, and why
 
 
@@ -233,10 +241,12 @@ def run_dedup(
     cache_root: Path | None,
     progress: Progress | None = None,
     warn: Warn | None = None,
+    turns: Turns | None = None,
 ) -> DedupResult:
     """`tasks` sorted by task_id; writes the LanceDB table into `lance_dir` when an embedding is used.
     The benchmarks are read first: one that cannot be read whole stops the run before any work
-    (load_benchmarks; `warn` gets each file not read)."""
+    (load_benchmarks; `warn` gets each file not read). `turns`: the rollouts' opening turns, compared
+    with the benchmarks too (task_turns_v1); None: the instructions only."""
     tick = progress or (lambda what, n: None)
     benchmarks = load_benchmarks(decon, warn) if decon.benchmarks else ([], [])
     corpus = _corpus(tasks)
@@ -287,9 +297,11 @@ def run_dedup(
         "dropped_tasks": sum(dropped),
     }
 
-    contamination, counts["contamination"] = _decontaminate(corpus, decon, benchmarks, hasher, space, tick)
+    contamination, counts["contamination"] = _decontaminate(corpus, decon, benchmarks, hasher, space, tick, turns)
     if decon.benchmarks:
         formulas["decontaminate"] = f"{DECONTAMINATION_RULE} ngram {decon.ngram}"
+        if turns is not None:
+            formulas["decontaminate_turns"] = TURNS_RULE
     embeddings = vectors.vectors_table(space.shas, space.vecs) if space else None
     return DedupResult(
         task_clusters,
@@ -405,12 +417,17 @@ def _decontaminate(
     hasher: WordHasher,
     space: _Space | None,
     tick: Progress,
+    turns: Turns | None = None,
 ) -> tuple[pa.Table, dict[str, Any]]:
     schema = load_schema("contamination").arrow
     if not decon.benchmarks:
         return schema.empty_table(), {"benchmarks": {}, "items": 0, "tasks": 0}
     items, skipped = benchmarks
-    found = ngram_matches((words(t) for t in corpus.texts()), items, decon.ngram, decon.ngram_min_share, hasher)
+    index = NgramIndex(items, decon.ngram, decon.ngram_min_share, hasher)
+    found: dict[int, Contamination] = {}
+    for t, text in enumerate(corpus.texts()):
+        if (c := index.match(t, words(text))) is not None:
+            found[t] = c
     tick("decontaminate", len(corpus))
     by_embedding = 0
     if decon.embedding_threshold is not None and space is not None and len(space.vecs) and items:
@@ -430,7 +447,9 @@ def _decontaminate(
                 cos, item = best[row]
                 found[t] = Contamination(t, item, "embedding", cos, None)
                 by_embedding += 1
-    table = as_table(list(found.values()), corpus.task_id, corpus.source, corpus.task, items, schema)
+    matched = {corpus.task_id[t] for t in found}
+    by_turns, scanned = _turn_matches(index, matched, turns) if turns is not None else ({}, {})
+    table = as_table(list(found.values()), corpus.task_id, corpus.source, corpus.task, items, schema, by_turns.values())
     per_benchmark: dict[str, int] = {name: 0 for name in sorted(decon.benchmarks)}
     for name in table.column("benchmark").to_pylist():
         per_benchmark[name] += 1
@@ -439,5 +458,33 @@ def _decontaminate(
         "items": len(items),
         "tasks": table.num_rows,
         "by_embedding": by_embedding,
+        "by_turns": len(by_turns),  # tasks found only through a rollout's opening turns (task_turns_v1)
+        "turns": scanned,
         "skipped": skipped_counts(skipped),  # benchmark files (lines, values) not read, by reason
     }
+
+
+def _turn_matches(index: NgramIndex, matched: set[str], turns: Turns) -> tuple[dict[str, TurnMatch], dict[str, int]]:
+    """Rule task_turns_v1: the tasks not matched by their instruction that a rollout's opening turns
+    match (task_turn_texts), each with its smallest such rollout id (any batch order gives the same).
+    Each distinct text is compared once (a system prompt shared by every rollout, upsampled copies)."""
+    seen: dict[bytes, Contamination | None] = {}
+    out: dict[str, TurnMatch] = {}
+    rollouts = 0
+    for batch in turns():
+        cols = [batch.column(name).to_pylist() for name in ("task_id", "source", "task", "trajectory_id", "turns")]
+        for task_id, source, task, trajectory_id, texts in zip(*cols):
+            if task_id in matched:
+                continue
+            rollouts += 1
+            best = None
+            for text in task_turn_texts([t or "" for t in texts or []]):
+                key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+                if key not in seen:
+                    seen[key] = index.match(0, words(text))
+                c = seen[key]
+                if c is not None and (best is None or c.similarity > best.similarity):
+                    best = c
+            if best is not None and (task_id not in out or trajectory_id < out[task_id].trajectory_id):
+                out[task_id] = TurnMatch(task_id, source, task, trajectory_id, best)
+    return out, {"rollouts": rollouts, "texts": len(seen)}
