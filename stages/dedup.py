@@ -27,7 +27,6 @@ from tracelake.core.stage import Context, Output, Result, Stage, Table
 from tracelake.core.ui import progress_status
 from tracelake.curate.dedup.run import run_dedup
 
-
 TURNS_BATCH = 1000  # rollouts' opening turns read at a time
 
 

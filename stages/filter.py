@@ -63,6 +63,13 @@ def run(ctx: Context) -> Result:
         ]
         if result.token_stats is not None:
             lines.append(f"filter: token counts: {result.token_stats.summary()}")
+        if result.shared_trial_names:
+            n = result.shared_trial_names
+            lines.append(
+                f"filter: {n} trial name{'' if n == 1 else 's'} shared by rows of different agents or models "
+                f"(same source, run_id, trace_source): kept apart as different trials (earlier_episode_v2); "
+                f"metrics: shared_trial_names"
+            )
         return lines
 
     return Result([out], metrics=result.metrics(), summary=summary)

@@ -6,6 +6,8 @@ SELECT
     source,
     regexp_replace(task, $copy_suffix, '')                          AS task,
     run_id,
+    agent,
+    model,
     trial_name,
     trace_source,
     episode,

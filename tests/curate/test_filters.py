@@ -2,8 +2,8 @@
 
 Rows go in through the project's own trace-table ingest (one JSONL file per source), the filters
 run on a fresh DuckDB connection over the lake, and each row's outcome is read back from the
-`pool` and `dropped` tables. Rows are labelled through the `agent` column, which no rule reads and
-which is not part of the trajectory id.
+`pool` and `dropped` tables. Rows are labelled through the `model_provider` column, which no rule
+reads and which is not part of the trajectory id.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from tracelake.export.templates import TEMPLATES
 from tracelake.ingest.harbor import ingest_harbor
 from tracelake.ingest.traces import ingest_traces
 
+from ..agent_traces import openhands_conversation
 from ..helpers import FIXTURES, GOLDEN, make_golden_trials, need, run_stage
 
 KEPT = ("kept", None)
@@ -72,10 +73,14 @@ def trow(
     episode: str | None = "episode-0",
     run_id: str | None = "run-1",
     messages: list[dict] | None = None,
+    agent: str | None = "terminus-2",
+    model: str | None = "model-a",
 ) -> dict:
     """One trace-table row; by default it passes every default filter rule."""
     return {
-        "agent": label,
+        "model_provider": label,
+        "agent": agent,
+        "model": model,
         "task": task or f"task-{label}",
         "trial_name": f"trial-{label}" if trial == "" else trial,
         "run_id": run_id,
@@ -119,7 +124,7 @@ class Run:
             con.register(f"{table}_rows", pa.Table.from_pylist(rows, schema=load_schema(table).arrow))
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM {table}_rows")
         self.result = run_filters(con, params, token_cache=token_cache, markup=QWEN3)
-        self.ids = dict(con.execute("SELECT agent, trajectory_id FROM trajectories").fetchall())
+        self.ids = dict(con.execute("SELECT model_provider, trajectory_id FROM trajectories").fetchall())
         self.inputs = con.execute("SELECT trajectory_id, source FROM trajectories ORDER BY 1").fetchall()
         self.pool = con.execute("SELECT * FROM pool ORDER BY trajectory_id").fetchall()
         self.pool_cols = [d[0] for d in con.description]
@@ -267,7 +272,7 @@ def test_earlier_episodes_dropped_last_decided_over_all_rows(tmp_path, tokenizer
         },
     )
     r = run(lake, sources, tokenizer)
-    assert r.dropped_by("earlier_episode_v1") == {
+    assert r.dropped_by("earlier_episode_v2") == {
         "t-ep0": "episode 0 of a trial whose last episode is 2",
         "t-ep1": "episode 1 of a trial whose last episode is 2",
         "u-ep0": "episode 0 of a trial whose last episode is 2",
@@ -278,8 +283,75 @@ def test_earlier_episodes_dropped_last_decided_over_all_rows(tmp_path, tokenizer
     assert r.kept() == {"t-ep2", "v-ep10", "t-run2", "anon-0", "anon-3"}
 
     r = run(lake, sources, tokenizer, episodes="all")
-    assert "earlier_episode_v1" not in r.result.rules
+    assert "earlier_episode_v2" not in r.result.rules
     assert r.kept() == set(r.ids) - {"u-ep2"}
+
+
+def test_a_trial_name_shared_by_two_agents_or_runs_is_two_trials(tmp_path, tokenizer):
+    """Harbor's goldens all carry trial_name NORMALIZED_TRIAL_NAME: rows of different agents, models
+    or runs sharing a trial name are different trials, none an earlier episode of another, and the
+    names shared across agents or models are counted in the metrics and the summary."""
+    shared = "NORMALIZED_TRIAL_NAME"
+    lake, sources = build_lake(
+        tmp_path,
+        {
+            "s": [
+                # one terminus-2 run exported with episodes 0..3: only the last is kept, as before
+                *(trow(f"t2-ep{k}", trial=shared, episode=f"episode-{k}") for k in range(4)),
+                # an OpenHands run under the same run id and trial name, with fewer episodes
+                trow("oh-ep0", trial=shared, episode="episode-0", agent="openhands"),
+                trow("oh-ep1", trial=shared, episode="episode-1", agent="openhands"),
+                # the same agent with another model: another trial
+                trow("t2-model-b", trial=shared, episode="episode-1", model="model-b"),
+                # another run of the same agent and model: another trial
+                trow("t2-run2", trial=shared, episode="episode-0", run_id="run-2"),
+                # no agent (a table without the column) is an agent of its own
+                trow("none-ep0", trial=shared, episode="episode-0", agent=None),
+            ]
+        },
+    )
+    r = run(lake, sources, tokenizer)
+    assert r.dropped_by("earlier_episode_v2") == {
+        "t2-ep0": "episode 0 of a trial whose last episode is 3",
+        "t2-ep1": "episode 1 of a trial whose last episode is 3",
+        "t2-ep2": "episode 2 of a trial whose last episode is 3",
+        "oh-ep0": "episode 0 of a trial whose last episode is 1",
+    }
+    assert r.kept() == {"t2-ep3", "oh-ep1", "t2-model-b", "t2-run2", "none-ep0"}
+    assert r.result.shared_trial_names == 1  # (s, run-1, NORMALIZED_TRIAL_NAME, main): 4 agents/models
+    assert r.result.metrics()["shared_trial_names"] == 1
+
+
+def test_real_harbor_goldens_of_two_agents_sharing_a_trial_name(tmp_path, tokenizer):
+    """Harbor's own terminus-2 export (7 episode rows, trial NORMALIZED_TRIAL_NAME) beside an
+    OpenHands-shaped trace with the same run id and trial name: the OpenHands row is not an earlier
+    episode of the terminus-2 trial, and the terminus-2 trial still keeps only its last episode."""
+    export = need(GOLDEN / "hello-world-context-summarization.traces.json")
+    golden = json.loads(export.read_text())
+    other = {
+        **golden[0],
+        "agent": "openhands",
+        "model": "anthropic/claude",
+        "episode": "episode-0",
+        "conversations": openhands_conversation("Create a file called hello.txt."),
+    }
+    lake = tmp_path / "lake"
+    f = tmp_path / "in" / "t.jsonl"
+    f.parent.mkdir()
+    f.write_text("".join(json.dumps(r) + "\n" for r in [*golden, other]))
+    assert ingest_traces([f], source="harbor", out_dir=Lake(lake).table("trajectories", "harbor")).rows == 8
+    con = connect(lake, ["harbor"], tables=("trajectories",))
+    result = run_filters(con, FilterParams(tokenizer=str(tokenizer)), markup=QWEN3)
+    got = con.execute(
+        """SELECT t.agent, t.episode, d.rule FROM trajectories t LEFT JOIN dropped d USING (trajectory_id)
+           ORDER BY 1, 2"""
+    ).fetchall()
+    assert ("openhands", "episode-0", None) in got
+    assert [(e, rule) for a, e, rule in got if a == "terminus-2"] == [
+        *((f"episode-{k}", "earlier_episode_v2") for k in range(6)),
+        ("episode-6", None),
+    ]
+    assert result.shared_trial_names == 1
 
 
 def test_min_assistant_turns_boundary(tmp_path, tokenizer):
@@ -489,7 +561,7 @@ def test_duplicate_conversations_keep_smallest_id(tmp_path, tokenizer):
     # (the trajectory id does not depend on `result`, so the ids are unchanged)
     for src in rows.values():
         for row in src:
-            if row["agent"] == first:
+            if row["model_provider"] == first:
                 row["result"] = "AgentTimeoutError"
     lake, sources = build_lake(tmp_path / "again", rows)
     r2 = run(lake, sources, tokenizer)
@@ -534,7 +606,7 @@ def test_first_matching_rule_wins(tmp_path, tokenizer):
             "contaminated_v1": 0,
             "timeout_v1": 1,
             "subagent_v1": 1,
-            "earlier_episode_v1": 0,
+            "earlier_episode_v2": 0,
             "min_assistant_turns_v1": 1,
             "success_only_v1": 0,
             "special_token_in_text_v1": 0,
@@ -636,22 +708,22 @@ def oracle(
     last: dict[tuple, int] = {}
     for src, row in rows:
         if row["trial_name"] is not None and episode_no(row) is not None:
-            key = (src, row["run_id"], row["trial_name"], row["trace_source"])
+            key = (src, row["run_id"], row["agent"], row["model"], row["trial_name"], row["trace_source"])
             last[key] = max(last.get(key, -1), episode_no(row))
     out, standing = {}, []
-    for src, row in sorted(rows, key=lambda sr: ids[sr[1]["agent"]]):
-        label, n_turns = row["agent"], sum(m["role"] == "assistant" for m in row["conversations"])
+    for src, row in sorted(rows, key=lambda sr: ids[sr[1]["model_provider"]]):
+        label, n_turns = row["model_provider"], sum(m["role"] == "assistant" for m in row["conversations"])
         first_text = row["conversations"][0]["content"]  # conv's message 0 is the user's: with_literal
         literal = next((t for t in LITERALS if t in first_text), None)
         exc = row["result"] if row["result"] is not None and reward(row) is None else None
-        key = (src, row["run_id"], row["trial_name"], row["trace_source"])
+        key = (src, row["run_id"], row["agent"], row["model"], row["trial_name"], row["trace_source"])
         if exc in params.timeout_exceptions:
             out[label] = ("timeout_v1", f"exception {exc}")
         elif params.drop_subagents and row["trace_source"] != "main":
             out[label] = ("subagent_v1", f"trace_source {row['trace_source']}")
         elif params.episodes == "last" and key in last and episode_no(row) is not None and episode_no(row) < last[key]:
             out[label] = (
-                "earlier_episode_v1",
+                "earlier_episode_v2",
                 f"episode {episode_no(row)} of a trial whose last episode is {last[key]}",
             )
         elif n_turns < params.min_assistant_turns:
@@ -670,10 +742,10 @@ def oracle(
     for row in standing:  # already in trajectory id order
         conversation = json.dumps(row["conversations"])
         if params.dedup_conversations and conversation in first:
-            out[row["agent"]] = ("duplicate_conversation_v1", f"same conversation as {first[conversation]}")
+            out[row["model_provider"]] = ("duplicate_conversation_v1", f"same conversation as {first[conversation]}")
         else:
-            first.setdefault(conversation, ids[row["agent"]])
-            out[row["agent"]] = KEPT
+            first.setdefault(conversation, ids[row["model_provider"]])
+            out[row["model_provider"]] = KEPT
     return out
 
 
@@ -690,6 +762,7 @@ random_row = st.fixed_dictionaries(
     {
         "trial_name": st.sampled_from(["T1", "T2", None]),
         "run_id": st.sampled_from(["r1", "r2", None]),
+        "agent": st.sampled_from(["terminus-2", "terminus-2", "openhands", None]),
         "episode": st.sampled_from(["episode-0", "episode-1", "episode-2", "episode-10", "final", None]),
         "trace_source": st.sampled_from(["main", "main", "summarization-1-summary"]),
         "result": st.sampled_from([None, "AgentTimeoutError", "OtherError", "0", "0.5", "1", "-2"]),
@@ -722,6 +795,7 @@ def test_rules_match_a_plain_python_restatement(tokenizer, alpha, beta, params):
                     f"{src}{i}",
                     trial=sp["trial_name"],
                     run_id=sp["run_id"],
+                    agent=sp["agent"],
                     episode=sp["episode"],
                     trace_source=sp["trace_source"],
                     result=sp["result"],
@@ -735,7 +809,7 @@ def test_rules_match_a_plain_python_restatement(tokenizer, alpha, beta, params):
     with tempfile.TemporaryDirectory() as tmp:
         lake, names = build_lake(Path(tmp), sources)
         r = Run(lake, names, params)
-    labels = [row["agent"] for rows in sources.values() for row in rows]
+    labels = [row["model_provider"] for rows in sources.values() for row in rows]
     conversations = [row["conversations"] for rows in sources.values() for row in rows]
     if params.special_tokens == "escape":  # counted as exported: the literals escaped
         control = ControlTokens.open(tokenizer / "tokenizer.json", QWEN3)
@@ -788,7 +862,7 @@ def test_real_fixtures_subagents_and_timeout_dropped(tmp_path, tokenizer):
             "contaminated_v1": 0,
             "timeout_v1": 1,
             "subagent_v1": 3,
-            "earlier_episode_v1": 0,
+            "earlier_episode_v2": 0,
             "min_assistant_turns_v1": 0,
             "special_token_in_text_v1": 0,  # Harbor's <think> and <tool_call> are assistant markup
             "near_duplicate_v1": 0,
@@ -813,7 +887,7 @@ def test_real_harbor_episode_export_keeps_last_episode(tmp_path, tokenizer):
         "SELECT t.episode, d.rule, d.detail FROM dropped d JOIN trajectories t USING (trajectory_id) ORDER BY 1"
     ).fetchall()
     assert dropped == [
-        (f"episode-{k}", "earlier_episode_v1", f"episode {k} of a trial whose last episode is 6") for k in range(6)
+        (f"episode-{k}", "earlier_episode_v2", f"episode {k} of a trial whose last episode is 6") for k in range(6)
     ]
 
 

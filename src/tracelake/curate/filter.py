@@ -67,7 +67,7 @@ RULES: tuple[Rule, ...] = (
         lambda p: {"exceptions": list(p.timeout_exceptions)},
     ),
     Rule("subagent_v1", "subagent", lambda p: p.drop_subagents, lambda p: {}),
-    Rule("earlier_episode_v1", "earlier_episode", lambda p: p.episodes == "last", lambda p: {}),
+    Rule("earlier_episode_v2", "earlier_episode", lambda p: p.episodes == "last", lambda p: {}),
     Rule(
         "min_assistant_turns_v1",
         "min_assistant_turns",
@@ -95,6 +95,8 @@ class FilterResult:
     funnel: dict[str, dict[str, Any]]  # source -> {"in", "dropped": {rule: n}, "kept"}
     formulas: dict[str, str]
     token_stats: CountStats | None = None  # what counting encoded and what the cache answered
+    # trial names shared by rows of different agents or models (kept apart by earlier_episode_v2)
+    shared_trial_names: int = 0
 
     def totals(self) -> dict[str, Any]:
         """The funnel over every source: in, kept, dropped per rule."""
@@ -107,7 +109,12 @@ class FilterResult:
 
     def metrics(self) -> dict[str, Any]:
         """metrics/filter.json and the pool manifest's counts: rules, per-source funnel, totals."""
-        return {"rules": self.rules, "sources": self.funnel, "total": self.totals()}
+        return {
+            "rules": self.rules,
+            "sources": self.funnel,
+            "total": self.totals(),
+            "shared_trial_names": self.shared_trial_names,
+        }
 
 
 def run_filters(
@@ -153,7 +160,10 @@ def run_filters(
             )
             formulas[rule.name] = rule.name
     con.execute(sql("filter/pool"))
-    return FilterResult([r.name for r in enabled], _funnel(con, [r.name for r in enabled], sources), formulas, stats)
+    [(shared,)] = con.execute(sql("filter/shared_trials")).fetchall()
+    return FilterResult(
+        [r.name for r in enabled], _funnel(con, [r.name for r in enabled], sources), formulas, stats, shared
+    )
 
 
 @contextmanager
