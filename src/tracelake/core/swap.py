@@ -13,6 +13,11 @@ than the building process. DVC may restore a killed stage from its run cache wit
 so readers and every stage also sweep the whole lake (`sweep`): status, sql, the notebook, the
 viewer.
 
+While a build runs, its output may be missing: DVC removes a stage's outputs before it runs the
+stage, and links them back from its cache after. `being_built` tells a reader that finds an output
+missing whether a build of it is under way (a live process's temporary name beside it, or a live
+DVC command holding it in `.dvc/tmp/rwlock`), so that it says "being rebuilt", not "no such table".
+
 The swap (`replace_dir`) is one `renameat2(RENAME_EXCHANGE)` on Linux: the output is the old
 version, then the new one, never missing and never both. Where the call is unavailable (another OS,
 a file system without it) it falls back to two renames, which leave a moment without the output.
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import json
 import os
 import re
 import shutil
@@ -212,3 +218,54 @@ def replace_dir(new: Path, final: Path, old: Path) -> None:
         final.rename(old)
     new.rename(final)
     shutil.rmtree(old, ignore_errors=True)
+
+
+# --- is a build of an output under way? ----------------------------------------------------------
+
+DVC_RWLOCK = Path(".dvc", "tmp", "rwlock")  # DVC's record of the paths each running command reads or writes
+
+
+def being_built(final: Path) -> bool:
+    """Whether a live process is building `final` (an output directory, or a directory of outputs
+    such as lake/trajectories): a temporary name of a live process beside it (or, for a directory
+    of outputs, inside it), or a running DVC command that holds it, or something under it, in its
+    rwlock (DVC holds a stage's outputs there from before it removes them until it has linked them
+    back)."""
+    final = Path(final)
+    for directory, prefix in ((final.parent, f".{final.name}."), (final, ".")):
+        try:
+            names = [n for n in os.listdir(directory) if n.startswith(prefix)]
+        except OSError:
+            continue
+        for name in names:
+            owner = owner_pid(name)
+            if owner and (directory != final.parent or owner[0] == final.name):
+                if not is_stale(directory / name, owner[1]):
+                    return True
+    return _held_by_dvc(final)
+
+
+def _held_by_dvc(final: Path) -> bool:
+    real = os.path.realpath(final)
+    for repo in Path(real).parents:
+        if (repo / ".dvc").is_dir():
+            break
+    else:
+        return False
+    try:
+        lock = json.loads((repo / DVC_RWLOCK).read_text())
+    except (OSError, ValueError):  # no DVC command ran yet, or one is writing it now
+        return False
+    if not isinstance(lock, dict):
+        return False
+    for mode in ("write", "read"):
+        held = lock.get(mode)
+        for path, infos in held.items() if isinstance(held, dict) else ():
+            path = os.path.realpath(path)
+            if not (path == real or path.startswith(real + os.sep) or real.startswith(path + os.sep)):
+                continue
+            for info in infos if isinstance(infos, list) else [infos]:
+                pid = info.get("pid") if isinstance(info, dict) else None
+                if isinstance(pid, int) and pid > 0 and _start_time(pid) is not None:
+                    return True
+    return False

@@ -18,7 +18,8 @@ same way: read the views. `scan` is a Polars LazyFrame over the view's relation,
 its own (the same sealed views over the same Arrow datasets), so that scans join and concatenate:
 one DuckDB connection serves one stream at a time. Filters and projections are pushed down to the
 Arrow scan of the same Parquet files. pandas is optional: `df(query)` says so in one line when it is
-missing. With `rev`, the lake is read
+missing. A lake table missing while it is rebuilt is the one-line "being rebuilt" error of `sql`
+and `scan` alike (explore/sql.py), never DuckDB's catalog error. With `rev`, the lake is read
 from the DVC cache as `tracelake sql --rev` does; `close()` (or a `with` block) removes the temporary
 tree, as does the end of the process.
 """
@@ -33,7 +34,7 @@ from typing import Any
 import duckdb
 
 from tracelake.core.errors import BadInput
-from tracelake.explore.sql import guarded_relation, reopen
+from tracelake.explore.sql import guarded_relation, missing_table, reopen
 from tracelake.explore.sql import open_lake as _open_views
 
 
@@ -67,10 +68,10 @@ class NotebookLake:
 
     def scan(self, view: str) -> Any:
         """A polars LazyFrame over one view (`pool`, `trajectories`, `selection_1k`, a dataset id, ...)."""
-        if view not in self.views:
-            raise BadInput(f"no view {view!r}; views: {', '.join(sorted(self.views))}")
         if self.con is None:
             raise BadInput("this lake is closed: open_lake(...) again")
+        if view not in self.views:
+            raise missing_table(self.con, view) or BadInput(f"no view {view!r}; views: {', '.join(sorted(self.views))}")
         con = reopen(self._steps)  # its own connection: scans compose (module docstring)
         self._scans.append(con)
         return con.sql(f'SELECT * FROM "{view}"').pl(lazy=True)  # a name from self.views, quoted

@@ -31,14 +31,20 @@ Every refusal, and every DuckDB error, is a one-line BadInput (`tracelake: sql: 
 A rebuild may run while the lake is read: `dvc repro` removes a stage's outputs before it runs it,
 and links their files back one by one afterwards. A reader gives the old answer, the new one, or
 one line, `tracelake: the lake is being rebuilt (<what>); run the query again`: when a view's file
-vanished during the query, when a directory's files do not hold the rows its manifest counts, or
-when a source the pool was made from is missing.
+vanished during the query, when a directory's files do not hold the rows its manifest counts, when
+a source the pool was made from is missing, or when a query names a lake table (pool, scores,
+selection_1k, ...) that has no view because its directory was missing when the views were made
+and a build of it is under way or has finished since (`swap.being_built`: a live temporary name,
+or a running DVC command holding it). A lake table that is simply not built is one line too
+(`sql: no table pool: lake/pool is not built; run `dvc repro``), never DuckDB's catalog error.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import weakref
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,15 +54,16 @@ import pyarrow as pa
 
 from tracelake.core import assets
 from tracelake.core.errors import BadInput
-from tracelake.core.lake import Lake, is_built
+from tracelake.core.lake import Lake, built_children, is_built
 from tracelake.core.outputs import read_manifest
-from tracelake.core.swap import sweep
+from tracelake.core.swap import being_built, sweep
 from tracelake.core.ui import json_for_terminal, literal, literals, printable, terminal_console
 
 SELECT_LIKE = "SELECT, WITH, FROM, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN"
 _EXPLAIN = re.compile(r"\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?P<rest>.*)\Z", re.I | re.S)
 _OPTIONS = re.compile(r"\s*\([^()]*\)(?P<rest>.*)\Z", re.S)  # EXPLAIN (ANALYZE, FORMAT json) ...
 _QUOTED = re.compile(r'"([^"]+)"')
+_NO_TABLE = re.compile(r"Catalog Error: Table with name (?P<name>.+?) does not exist!")
 
 
 # --- views ---------------------------------------------------------------------------------------
@@ -234,13 +241,80 @@ def open_lake(
     except FileNotFoundError as e:  # a directory replaced between listing it and reading it
         raise _rebuilding(f"{e.filename} vanished") from None
     if not v.what:
+        layout = Lake(lake)
+        if any(being_built(d) for d in (layout.root / "trajectories", layout.root / "tasks", layout.pool)):
+            raise _rebuilding(f"{lake} holds no finished table yet")
         raise BadInput(f"{lake} holds no tables yet: run `dvc repro`")
+    _OPENED[v.con] = _Opened(Lake(lake), set(v.what))
     sandbox(v.con, None if sealed else lake, v.files)
     if files is not None:
         files.update(v.parts)
     if steps is not None:
         steps.extend(v.steps)
     return v.con, v.what
+
+
+class _Opened:
+    """What `open_lake` saw: the lake's layout, the views it made, and the directories they read
+    (with their parents: a dataset id's home is the directory of every scale's), so that a missing
+    view can be explained. Taken from the views themselves, not from the directories now: one may
+    have been swapped in since."""
+
+    def __init__(self, layout: Lake, views: set[str]):
+        self.layout, self.views = layout, views
+        homes = {home for home in map(partial(_home, layout), views) if home is not None}
+        self.present = homes | {home.parent for home in homes}
+
+
+_OPENED: "weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, _Opened]" = weakref.WeakKeyDictionary()
+
+# view -> the directory (under the lake) that holds it
+_HOME = {
+    **dict.fromkeys(("trajectories", "messages", "rejects"), ("trajectories",)),
+    "tasks": ("tasks",),
+    **dict.fromkeys(("scores", "responses"), ("scores",)),
+    **dict.fromkeys(("task_clusters", "contamination"), ("dedup",)),
+    **dict.fromkeys(("pool", "dropped", "funnel"), ("pool",)),
+    **dict.fromkeys(("rl_prompts", "harbor_tasks", "rl_dropped", "export_rejects"), ("exports", "rl")),
+}
+_HOME_PREFIX = {
+    "selection_": ("selections",),
+    "sft_": ("exports", "sft"),
+    "sel-": ("selections",),
+    "sft-": ("exports", "sft"),
+    "rl-": ("exports", "rl"),
+}
+
+
+def _home(layout: Lake, view: str) -> Path | None:
+    """The directory a lake view reads (a scale's own for selection_<scale> and sft_<scale>, the
+    directory of every scale's for a dataset id); None for a name that is no lake table."""
+    if view in _HOME:
+        return layout.root.joinpath(*_HOME[view])
+    for prefix, parts in _HOME_PREFIX.items():
+        if view.startswith(prefix) and len(view) > len(prefix):
+            return layout.root.joinpath(*parts) / (view[len(prefix) :] if prefix.endswith("_") else "")
+    return None
+
+
+def _built(directory: Path) -> bool:
+    """A view's directory is built: an output with its manifest, or a directory of outputs (a table's
+    sources, every scale's selections) with one of them."""
+    return is_built(directory) or bool(built_children(directory))
+
+
+def missing_table(con: duckdb.DuckDBPyConnection, view: str) -> BadInput | None:
+    """The one-line error for a query on `con` (an `open_lake` connection) that names a lake table
+    with no view: `view`'s directory was missing when the views were made. A build of it under way,
+    or finished since, is "being rebuilt"; else it is not built. None for a name that is no lake
+    table, or whose directory was built (the view is simply not part of that version)."""
+    opened = _OPENED.get(con)
+    home = _home(opened.layout, view) if opened is not None and view not in opened.views else None
+    if home is None or home in opened.present:
+        return None
+    if being_built(home) or _built(home):
+        return _rebuilding(f"{home} is missing while it is rebuilt")
+    return BadInput(f"sql: no table {view}: {home} is not built; run `dvc repro`")
 
 
 def reopen(steps: list) -> duckdb.DuckDBPyConnection:
@@ -357,7 +431,7 @@ def guarded_relation(con: duckdb.DuckDBPyConnection, query: str) -> duckdb.DuckD
             con.execute(statement).fetchall()
         return con.sql(statements[-1])
     except duckdb.Error as e:
-        raise query_error(e, query) from None
+        raise query_error(e, query, con) from None
 
 
 def run_query(con: duckdb.DuckDBPyConnection, query: str) -> pa.Table:
@@ -366,7 +440,7 @@ def run_query(con: duckdb.DuckDBPyConnection, query: str) -> pa.Table:
     try:
         return relation.to_arrow_table()
     except duckdb.Error as e:
-        raise query_error(e, query) from None
+        raise query_error(e, query, con) from None
 
 
 def _first_line(e: Exception) -> str:
@@ -378,10 +452,14 @@ def _rebuilding(what: str) -> BadInput:
     return BadInput(f"the lake is being rebuilt ({what}); run the query again")
 
 
-def query_error(e: duckdb.Error, query: str) -> BadInput:
+def query_error(e: duckdb.Error, query: str, con: duckdb.DuckDBPyConnection | None = None) -> BadInput:
     """One line for a DuckDB error. A missing file that the query did not name itself is a view's:
-    a rebuild removed it after the views were made."""
+    a rebuild removed it after the views were made. With `con` (the `open_lake` connection the
+    query ran on), a lake table without a view is explained (`missing_table`)."""
     line = _first_line(e)
+    no_table = _NO_TABLE.match(line) if isinstance(e, duckdb.CatalogException) and con is not None else None
+    if no_table and (explained := missing_table(con, no_table["name"])):
+        return explained
     if isinstance(e, duckdb.IOException):
         quoted = _QUOTED.search(line)
         if quoted and quoted[1] not in query and not os.path.exists(quoted[1]):
