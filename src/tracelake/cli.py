@@ -105,8 +105,12 @@ def _ingest_command(kind: str, table: str) -> Callable[[Callable], Callable]:
             **given,
         ) -> None:
             from tracelake.core.executor import Executor
-            from tracelake.core.params import ExecutorParams
+            from tracelake.core.params import ExecutorParams, Invalid, check_name
 
+            try:
+                check_name(source, "--source")  # a directory's name, as params.yaml's sources are
+            except Invalid as e:
+                raise BadParams(f"ingest {kind}: {e.message}") from None
             run, inputs, extra = declare(**given)
             runner = Executor.open(ExecutorParams(kind="processes", workers=workers), executor)
             with progress(f"{kind} {source}") as (set_total, advance):

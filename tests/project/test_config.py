@@ -160,6 +160,10 @@ BAD = [
     ("source-format", _set("sources", "tezos", "format", "csv"), "sources.tezos.format"),
     ("source-missing-path", lambda d: d["sources"]["tezos"].pop("path"), "sources.tezos.path"),
     ("source-name", _set("sources", "bad name", {"format": "harbor", "path": "p", "tasks": "t"}), "'bad name'"),
+    # an option to argparse (`python -m stages ingest -rf`) and a file name too long for any file system
+    ("source-name-option", _set("sources", "-rf", {"format": "harbor", "path": "p", "tasks": "t"}), "'-rf' must start"),
+    ("source-name-long", _set("sources", "s" * 300, {"format": "harbor", "path": "p"}), "(300 characters) must"),
+    ("scale-name-option", _set("scales", {"-1k": 1000}), "'-1k' must start"),
     ("vocab-size", _set("tokenizer", "vocab_size", 10), "tokenizer.vocab_size"),
     ("section-not-mapping", _set("filter", [1, 2]), "filter must be a mapping"),
     ("export-sft-unknown-key", _set("export_sft", "cutoff_len", 100), "export_sft.cutoff_len"),
@@ -310,3 +314,23 @@ def test_select_stage_unknown_scale(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.splitlines() == ["tracelake: params.yaml: no scale '2k' under scales"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]
+
+
+# --- source names on the command line ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["-rf", "s" * 300, "_x", "a/b"])
+def test_ingest_refuses_a_source_name_params_would_refuse(tmp_path, name):
+    """`tracelake ingest --source NAME` checks the name by the rule of params.yaml's sources: one line
+    naming it and the rule, exit 2, nothing written (not argparse's error, not `File name too long`)."""
+    (tmp_path / "tasks").mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "tracelake", "ingest", "tasks", "tasks", f"--source={name}", "--out", "lake"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "must start with a letter or digit" in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("tracelake: ingest tasks: --source '"), proc.stderr
+    assert not (tmp_path / "lake").exists()

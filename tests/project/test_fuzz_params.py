@@ -145,3 +145,29 @@ def test_fuzz_params_file(tmp_path_factory, content):
 @given(content=mutated_files())
 def test_fuzz_params_file_long(tmp_path_factory, content):
     _run(tmp_path_factory, content)
+
+
+names = st.one_of(
+    st.text(max_size=80),
+    st.text(alphabet="abz09-_.", min_size=1, max_size=70),
+    st.sampled_from(["-rf", "--help", "_", "a" * 64, "a" * 65, "s" * 300, "ok", "A-1_b"]),
+)
+
+
+@SHORT
+@given(name=names)
+def test_fuzz_source_names(tmp_path_factory, name):
+    """A source named anything: params load exactly when the name is safe as a directory name and a
+    command-line argument (core.params.NAME_RULE); else one line naming the name."""
+    import re
+
+    data = copy.deepcopy(BASE)
+    data["sources"][name] = {"format": "harbor", "path": "p", "tasks": "t"}
+    path = tmp_path_factory.mktemp("params") / "params.yaml"
+    path.write_bytes(_dump(data))
+    safe = re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", name) is not None
+    try:
+        load_params(path, ("sources",))
+        assert safe, f"{name!r} passed"
+    except BadParams as e:
+        assert not safe and "\n" not in str(e) and "must start with a letter or digit" in str(e), str(e)

@@ -35,7 +35,10 @@ from pydantic_core import core_schema
 
 from tracelake.core.errors import BadParams
 
-_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+_KEY = re.compile(r"^[A-Za-z0-9_-]+$")  # a key printed bare in an error's location
+MAX_NAME = 64
+_NAME = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_-]{{0,{MAX_NAME - 1}}}$")
+NAME_RULE = f"start with a letter or digit and hold only letters, digits, '-' and '_' (at most {MAX_NAME})"
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -67,14 +70,31 @@ Number = Union[int, float]
 """An int or a finite float (never a bool), kept as written: 7 stays 7 and 7.0 stays 7.0."""
 
 
-def _name(value: Any) -> Any:
+def check_name(value: Any, what: str = "name") -> str:
+    """`value` when it is a safe name (NAME_RULE), else a one-line Invalid naming it and the rule."""
     if not isinstance(value, str) or not _NAME.match(value):
-        raise Invalid(f"name {value!r} must be letters, digits, '-' or '_'")
+        shown = (
+            repr(value)
+            if not isinstance(value, str) or len(value) <= 80
+            else f"{value[:40]!r}... ({len(value)} characters)"
+        )
+        raise Invalid(f"{what} {shown} must {NAME_RULE}")
     return value
 
 
+def _shown(key: Any) -> str:
+    return f"{key[:40]!r}..." if isinstance(key, str) and len(key) > 80 else repr(key)
+
+
+def _name(value: Any) -> Any:
+    return check_name(value)
+
+
 Name = Annotated[str, BeforeValidator(_name)]
-"""A mapping key that names a file or a DVC param (a source, a scale): letters, digits, '-', '_'."""
+"""A mapping key that names a file, a directory, a command-line argument and a DVC param (a source,
+a scale): a letter or digit first (`-rf` would be an option to `python -m stages ingest`), then
+letters, digits, '-', '_', at most 64 in all (a file name has at most 255 bytes, and the name
+goes into longer ones)."""
 
 Count = Annotated[int, Field(ge=1)]
 """A count: an integer >= 1."""
@@ -229,7 +249,7 @@ def huge_integer(data: Any, at: tuple = ()) -> str | None:
         if isinstance(value, bool):
             continue
         if isinstance(value, int) and not -MAX_INT - 1 <= value <= MAX_INT:
-            return ".".join(p if isinstance(p, str) and _NAME.match(p) else repr(p) for p in loc)
+            return ".".join(p if isinstance(p, str) and _KEY.match(p) and len(p) <= 80 else _shown(p) for p in loc)
         if isinstance(value, dict):
             stack.extend((v, (*loc, k)) for k, v in reversed(value.items()))
         elif isinstance(value, list):
