@@ -182,3 +182,30 @@ def test_a_worker_node_killed_mid_map_loses_no_shard(cluster, tmp_path):
     # one CPU a node: at most the one shard running on the killed node had finished its work (left
     # its file) and not yet returned; its result is small, so no finished result is lost with it
     assert sum(runs.values()) - n <= 1, runs
+
+
+def test_an_unreachable_ray_address_fails_in_one_line_within_seconds(tmp_path):
+    """RAY_ADDRESS at a closed port of this machine: ray.init alone retries it for minutes, silently;
+    the run stops within seconds with one line naming the address and what to do."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:  # a port that nothing listens on once it is closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = (
+        "from tracelake.core.executor import Executor\n"
+        "from tracelake.core.stage import run_stage\n"
+        "run_stage(lambda: list(Executor('ray').map(abs, [1, 2])))\n"
+    )
+    env = dict(os.environ, RAY_ADDRESS=f"127.0.0.1:{port}")
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=30
+    )
+    took = time.monotonic() - start
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"cannot reach the Ray cluster at 127.0.0.1:{port}" in proc.stderr and "RAY_ADDRESS" in proc.stderr
+    assert took < 20, f"{took:.0f} s"

@@ -155,6 +155,8 @@ class Executor:
             if address is None:
                 self._ray_owned = True
                 kwargs |= {"include_dashboard": False, "num_cpus": self.workers or cpu_count()}
+            else:
+                reachable(address)
             try:
                 ray.init(address=address, **kwargs)
             except ConnectionError as e:
@@ -194,6 +196,35 @@ class Executor:
             import ray
 
             ray.shutdown()
+
+
+RAY_CONNECT_TIMEOUT = 10.0  # seconds to reach a named cluster's address before giving up
+_RAY_CLIENT_PORT = 10001
+
+
+def reachable(address: str, timeout: float = RAY_CONNECT_TIMEOUT) -> None:
+    """Stop in one line unless a TCP connection to a Ray address (`host:port`, or `ray://host[:port]`
+    for Ray Client) opens within `timeout` seconds: `ray.init` retries an unreachable address for
+    minutes, silently. `auto` and `local` are Ray's own words, left to it."""
+    import socket
+
+    if address in ("auto", "local"):
+        return
+    rest = address.removeprefix("ray://")
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit():
+        host, port = rest, str(_RAY_CLIENT_PORT) if address.startswith("ray://") else ""
+    if not port:
+        return  # not host:port: ray.init says what is wrong with it
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        why = "timed out" if isinstance(e, TimeoutError) else (e.strerror or type(e).__name__).lower()
+        raise BadParams(
+            f"executor ray: cannot reach the Ray cluster at {address} ({why} within {timeout:g} s); start it "
+            f"(`ray start --head` prints its address) or point executor.ray_address or RAY_ADDRESS at its "
+            f"head node (host:6379), or leave both unset for a Ray of this run's own"
+        ) from None
 
 
 @dataclass(frozen=True)
