@@ -202,10 +202,10 @@ def test_an_unreachable_ray_address_fails_in_one_line_within_seconds(tmp_path):
     env = dict(os.environ, RAY_ADDRESS=f"127.0.0.1:{port}")
     start = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=30
+        [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=90
     )
     took = time.monotonic() - start
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert f"cannot reach the Ray cluster at 127.0.0.1:{port}" in proc.stderr and "RAY_ADDRESS" in proc.stderr
-    assert took < 20, f"{took:.0f} s"
+    assert took < 45, f"{took:.0f} s"  # ray.init alone: minutes (the 10 s probe, plus importing Ray on a busy machine)
