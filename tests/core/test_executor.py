@@ -209,3 +209,57 @@ def test_an_unreachable_ray_address_fails_in_one_line_within_seconds(tmp_path):
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert f"cannot reach the Ray cluster at 127.0.0.1:{port}" in proc.stderr and "RAY_ADDRESS" in proc.stderr
     assert took < 45, f"{took:.0f} s"  # ray.init alone: minutes (the 10 s probe, plus importing Ray on a busy machine)
+
+
+def slow_square(x: int) -> int:
+    time.sleep(0.01)
+    return x * x
+
+
+def slow_items(n: int):
+    """Items as a driver that reads its input gives them: a while apart (the workers mostly wait)."""
+    for i in range(n):
+        time.sleep(0.2)
+        yield i
+
+
+INTERRUPTED = "tracelake: interrupted before any output was started; nothing was written\n"
+
+
+def test_ctrl_c_under_processes_prints_the_one_line_and_exits_130(tmp_path):
+    """Ctrl-C in a terminal is SIGINT to the whole process group: the driver and every worker. The
+    workers ignore it and the driver ends them: stderr is run_stage's one line, no worker's
+    KeyboardInterrupt traceback (each worker waiting for its next shard printed one), exit 130,
+    and no waiting for the shards left."""
+    import signal
+    import subprocess
+    import sys
+
+    log = tmp_path / "shards.log"
+    code = (
+        "from tracelake.core.executor import Executor\n"
+        "from tracelake.core.stage import run_stage\n"
+        "from tests.core.test_executor import slow_square, slow_items\n"
+        "run_stage(lambda: list(Executor('processes', 2).map(slow_square, slow_items(200))))\n"
+    )
+    env = dict(os.environ, **{SHARD_LOG_ENV: str(log)})
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=root, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (log.exists() and log.read_text().count('"done"') >= 3) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.05)
+        assert log.exists(), "no shard started"
+        os.killpg(proc.pid, signal.SIGINT)
+        interrupted = time.monotonic()
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert stderr == INTERRUPTED, stderr
+    assert proc.returncode == 130
+    assert time.monotonic() - interrupted < 10  # 200 shards were left: none was waited for

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import signal
 import sys
 import time
 from collections import deque
@@ -288,7 +289,8 @@ def _process_map(items: Iterable[Shard | Ready], workers: int, window: int) -> I
     """fn over items in forked worker processes, in input order. Fork, not spawn: a caller's script
     needs no `if __name__ == "__main__"` guard, and workers start in milliseconds. They are all forked
     before the first item is taken, so `items` may run on a thread of its own (core.background)."""
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"), initializer=_ignore_ctrl_c)
+    try:
         # Fork every worker now, before `items` runs: it may start threads (read_ahead), and a
         # process forked while another thread holds a lock could inherit the lock held forever.
         pool.submit(int).result()
@@ -304,3 +306,22 @@ def _process_map(items: Iterable[Shard | Ready], workers: int, window: int) -> I
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
+    except BaseException:  # Ctrl-C, an error, a caller that stopped reading: no shard is worth finishing
+        _stop_workers(pool)
+        raise
+    pool.shutdown()
+
+
+def _ignore_ctrl_c() -> None:
+    """A worker's first act: Ctrl-C (SIGINT to the terminal's whole process group) is the driver's
+    to handle. A worker taking it too would print its own KeyboardInterrupt traceback; the driver
+    stops the workers itself (_stop_workers) and prints the one line (core.stage.run_stage)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """End a pool at once: its workers terminated (SIGTERM: no traceback), queued shards cancelled."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        if process.is_alive():
+            process.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)

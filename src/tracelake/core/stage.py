@@ -19,6 +19,7 @@ the `Result`.
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -223,6 +224,7 @@ def run_stage(main: Callable[[], None]) -> None:
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         print(f"tracelake: {interrupted_message()}", file=sys.stderr)
+        _leave_ray(130)
         sys.exit(130)
     except Bug:
         traceback.print_exc()
@@ -232,6 +234,19 @@ def run_stage(main: Callable[[], None]) -> None:
             file=sys.stderr,
         )
         sys.exit(Bug.exit_code)
+
+
+def _leave_ray(code: int) -> None:
+    """Where this process is still joined to a Ray cluster (one it did not start: a Ray of its own
+    is shut down as the run ends), exit now with `code`: Ray's threads, torn down by the
+    interpreter's exit while tasks are in flight, can crash the process (exit 139) after the
+    message. The cluster notices the driver gone and drops its tasks."""
+    ray = sys.modules.get("ray")
+    if ray is None or not getattr(ray, "is_initialized", lambda: False)():
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def interrupted_message() -> str:
