@@ -457,9 +457,9 @@ def test_a_harbor_run_extracts_the_task_table_first_and_once(sample_project, tmp
         assert (harbor / name / "instruction.md").is_file() and (harbor / name / "tests").is_dir()
     stamp = (harbor / expected[0] / "instruction.md").stat().st_mtime_ns
     assert run(plan) == 0 and (harbor / expected[0] / "instruction.md").stat().st_mtime_ns == stamp  # reused
-    # --set data.train_data elsewhere: nothing is extracted
-    other = make_plan(load_params("params.yaml"), "rl", "rl", "local", ["data.train_data=['elsewhere']"])
-    assert other.task_dirs is None
+    # --set data.train_data elsewhere: refused (the dataset is chosen with --dataset: export/set_keys.py)
+    with pytest.raises(BadParams, match="--set 'data.train_data' would change which data trains"):
+        make_plan(load_params("params.yaml"), "rl", "rl", "local", ["data.train_data=['elsewhere']"])
     # on Modal: extracted locally, uploaded beside the export, read from the volume
     modal = make_plan(load_params("params.yaml"), "rl", "rl", "modal", [])
     assert modal.task_dirs == harbor and modal.command[-2:] == ["--harbor-dir", harbor.as_posix()]

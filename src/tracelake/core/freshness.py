@@ -7,15 +7,23 @@ A stage is stale when DVC says it changed (its params, code, inputs or outputs d
 dvc.lock recorded, or it never ran) or when any stage upstream of it did: after a params edit
 without `dvc repro`, DVC names the edited stage, and everything built from it is stale too.
 `tracelake train` refuses a stale dataset; `status` and `view` flag it. Outside a DVC project, or
-while DVC cannot answer (a `dvc repro` holds its lock), nothing is checked and `why` says so.
+while DVC cannot answer (a broken dvc.yaml), nothing is checked and `why` says so.
+
+Reading takes no lock a build would wait for: `dvc status` holds the repository's lock (.dvc/tmp/lock)
+and registers its reads in .dvc/tmp/rwlock, so a `dvc repro` started meanwhile fails ("Unable to
+acquire lock") after 3 seconds. The status is asked of DVC's own Repo with its lock a no-op and its
+rwlock kept in a scratch directory of this process (`_read_only`): it reads dvc.yaml, dvc.lock and the
+workspace as they are; while a build writes them it may see the build half done, and calls the stages
+it touches stale, which they are until it ends.
 """
 
 from __future__ import annotations
 
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 
 @dataclass(frozen=True)
@@ -104,6 +112,20 @@ def _code_changes(project: Path, changed: dict[str, list[str]], upstream: dict) 
     return out
 
 
+@contextmanager
+def _read_only(repo) -> Iterator[None]:
+    """`repo` (a dvc.repo.Repo) reading without its locks: the repository lock a no-op, and the
+    stage read locks (dvc.rwlock, kept under repo.tmp_dir) in a scratch directory nobody else reads."""
+    import tempfile
+
+    from dvc.lock import LockNoop
+
+    with tempfile.TemporaryDirectory(prefix="tracelake-dvc-tmp-") as scratch:
+        repo.lock = LockNoop()
+        repo.tmp_dir = scratch  # a cached property: the instance's value wins
+        yield
+
+
 def pipeline_freshness(project: Path, targets: list[str] | None = None) -> Freshness:
     """DVC's status of the pipeline at `project` (of `targets` and what they are built from, or of
     every stage), in process. Costs what `dvc status` costs (it hashes the workspace's outputs)."""
@@ -114,14 +136,14 @@ def pipeline_freshness(project: Path, targets: list[str] | None = None) -> Fresh
     except ImportError:
         return Freshness(False, "not checked: dvc is not installed")
     try:
-        with Repo(str(project)) as repo, warnings.catch_warnings():
+        with Repo(str(project)) as repo, _read_only(repo), warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # DVC's own, about its graph library
             status = repo.status(targets=targets, with_deps=bool(targets))
             graph = repo.index.graph  # stage -> the stages whose outputs it reads
             upstream = {
                 _name(s.addressing): frozenset(_name(d.addressing) for d in _reachable(graph, s)) for s in graph.nodes
             }
-    except Exception as e:  # noqa: BLE001 - DVC's own errors (a lock held, a broken dvc.yaml): reported, not raised
+    except Exception as e:  # noqa: BLE001 - DVC's own errors (a broken dvc.yaml, a file half written): reported
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         return Freshness(False, f"not checked: dvc status failed ({first[:200]})")
     changed = {_name(stage): _kinds(changes) for stage, changes in status.items()}

@@ -29,6 +29,7 @@ environment at run time. Dry runs print names and whether they are set, never va
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import shutil
@@ -51,6 +52,7 @@ from tracelake.core.tokenizer import tokenizer_fingerprint
 from tracelake.core.ui import out
 from tracelake.curate.params import SelectParams
 from tracelake.export.params import RL_TRAINERS, TrainParams
+from tracelake.export.set_keys import refuse
 from tracelake.export.task_dirs import HARBOR_DIR, materialize
 from tracelake.export.task_dirs import describe as describe_task_dirs
 from tracelake.export.train_config import RL_FILE, hydra_overrides, override_value, run_dir, sft_config_name
@@ -121,7 +123,7 @@ class Plan:
     fresh: str | None = None  # the freshness check (check_fresh)
     blocker: str | None = None  # why the plan cannot start here (a dry run still shows it)
     # route harbor: where the export's task table becomes task directories before the run starts
-    # (export/task_dirs.py; None when --set data.train_data points elsewhere), with ingest.archive's caps
+    # (export/task_dirs.py), with ingest.archive's caps
     task_dirs: Path | None = None
     archive_limits: ArchiveParams = field(default_factory=ArchiveParams)
 
@@ -148,13 +150,29 @@ def resolve_dataset(params: Params, kind: str, ref: str, stack: ExitStack | None
         if stack is None:
             raise BadInput(f"{ref!r}: a dataset at a revision needs a place to live (resolve it with a stack)")
         return _dataset_at(params, kind, ref, stack)
-    built = {key: (d, read_manifest(d)) for key, d in _exports(params, kind).items() if is_built(d)}
+    built = {}
+    for key, d in _exports(params, kind).items():
+        manifest = read_manifest(d) if is_built(d) else None
+        if manifest is not None and isinstance(manifest.get("dataset_id"), str):
+            built[key] = (d, manifest)
+        elif key == ref and d.is_dir():  # there, but its build never finished (or it was damaged since)
+            raise BadInput(_damaged(kind, key, d, "is missing" if manifest is None else "names no dataset_id"))
     if not built:
         raise BadInput(f"no {kind} export is built under {params.lake}/exports: run `dvc repro`")
     key = pick_dataset(ref, {k: m["dataset_id"] for k, (_, m) in built.items()}, what=f"{kind} dataset")
     export_dir, manifest = built[key]
     config = Path(params.train.configs) / (RL_FILE if kind == "rl" else sft_config_name(key))
     return _checked(kind, export_dir, manifest, config)
+
+
+def _damaged(kind: str, key: str, export_dir: Path, what: str = "is missing") -> str:
+    """An export directory that is there without a finished manifest: a build interrupted or damaged
+    since (a manifest is written last: core/tables.py), not a dataset that was never built."""
+    stage = building_stage("export_sft", key) if kind == "sft" else building_stage("export_rl")
+    return (
+        f"{export_dir.as_posix()}: its manifest.json {what}: the export is damaged or its build was "
+        f"interrupted; run `dvc repro {stage}`"
+    )
 
 
 def _checked(kind: str, export_dir: Path, manifest: dict[str, Any], config: Path) -> Dataset:
@@ -237,6 +255,8 @@ def parse_sets(sets: list[str]) -> dict[str, Any]:
         key, eq, value = s.partition("=")
         if not eq or not key:
             raise BadParams(f"--set {s!r}: expected key=value")
+        if "\0" in s:  # no command line can carry it
+            raise BadParams(f"--set {s!r}: a NUL character cannot be passed to a trainer")
         out[key] = _typed(value)
     return out
 
@@ -249,17 +269,28 @@ def _typed(value: str) -> Any:
         return None
     for cast in (int, float):
         try:
-            return cast(value)
+            number = cast(value)
         except ValueError:
-            pass
+            continue
+        if cast is int or math.isfinite(number):  # YAML reads `inf` and `nan` as text (its .inf, .nan)
+            return number
     return value
 
 
 def _cli_value(v: Any) -> str:
-    """A value for `llamafactory-cli train CONFIG key=value` (OmegaConf reads it as YAML 1.1, where
-    a bare `no` is false: such strings are quoted)."""
-    if isinstance(v, str) and yaml.safe_load(v) != v:
-        return f"'{v}'"
+    """A value for `llamafactory-cli train CONFIG key=value`. OmegaConf reads the text after `=` as
+    YAML 1.1, so a string it would read as something else (a bare `no` is false, `a: b` a mapping) or
+    not at all (a backtick, `%x`, `{`, a newline) is written as a quoted YAML scalar, which it reads
+    back as exactly that string."""
+    if isinstance(v, str):
+        try:
+            bare = yaml.safe_load(v) == v and _typed(v) == v  # OmegaConf reads 1e5 as a number too
+        except yaml.YAMLError:
+            bare = False
+        if bare and v.isprintable():
+            return v
+        style = "'" if v.isprintable() else '"'  # a line break or a control character: escaped, in "..."
+        return yaml.safe_dump(v, default_style=style, width=float("inf"), allow_unicode=True).rstrip("\n")
     return override_value(v)
 
 
@@ -279,6 +310,8 @@ def resolve_report_to(params: Params, sets: dict[str, Any]) -> tuple[Any, str]:
 def sft_run(params: Params, ds: Dataset, sets: dict[str, Any], gpus: int, runs: str) -> dict[str, Any]:
     """What tracelake adds to the SFT config for this run: output_dir and run_name when --set changes
     the training (a new run hash), report_to when `auto` decides; a --set of its own wins."""
+    if "output_dir" in sets and (not isinstance(sets["output_dir"], str) or not sets["output_dir"].strip()):
+        raise BadParams(f"train sft: --set output_dir={sets['output_dir']!r}: expected a directory path")
     config = yaml.safe_load(ds.config_path.read_text())
     out = run_dir(runs, ds.dataset_id, {**config, **sets}, gpus)
     added: dict[str, Any] = {"output_dir": out, "run_name": str(PurePosixPath(out).relative_to(runs))}
@@ -290,7 +323,11 @@ def run_state(out: Path, sets: dict[str, Any]) -> tuple[str, str | None]:
     """What a local run directory holds, as the plan says it, and a blocker if the run cannot start:
     LLaMA-Factory resumes from the last checkpoint-N in output_dir when overwrite_output_dir is not
     set; a finished run there (FINISHED) is not trained again."""
-    if not out.is_dir() or not any(out.iterdir()):
+    try:
+        empty = not out.is_dir() or not any(out.iterdir())
+    except OSError as e:  # a name too long, a directory it may not list
+        raise BadParams(f"train sft: output_dir {out.as_posix()[:200]!r}: {e.strerror or e}") from None
+    if empty:
         return "new", None
     if sets.get("overwrite_output_dir") is True:
         return "exists; overwrite_output_dir (--set) trains it again from step 0", None
@@ -306,6 +343,7 @@ def run_state(out: Path, sets: dict[str, Any]) -> tuple[str, str | None]:
 
 
 def plan_local(params: Params, ds: Dataset, sets: dict[str, Any], gpus: int | None = None) -> Plan:
+    refuse(ds.kind, sets)
     if ds.kind == "sft":
         gpus = gpus or params.train.sft.gpus
         run = {**sets, **sft_run(params, ds, sets, gpus, params.train.runs)}
@@ -339,9 +377,8 @@ def plan_local(params: Params, ds: Dataset, sets: dict[str, Any], gpus: int | No
         rl_entrypoint=config["entrypoint"],
     )
     if plan.rl_route == "harbor":
-        if "data.train_data" not in sets:
-            plan.task_dirs = Path(config["overrides"]["data.train_data"][0])
-            plan.archive_limits = params.ingest.archive
+        plan.task_dirs = Path(config["overrides"]["data.train_data"][0])
+        plan.archive_limits = params.ingest.archive
         checkout = params.train.rl.skyrl_checkout
         if checkout is None:
             plan.blocker = (
@@ -368,7 +405,9 @@ def check_batch(ds: Dataset, config: dict[str, Any], sets: dict[str, Any]) -> No
     counts = ds.manifest["counts"]
     harbor = rl_route(config) == "harbor"
     items = counts["task_dirs"]["count"] if harbor else counts["tasks_out"]
-    if batch is not None and int(batch) > items:
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int)):
+        raise BadParams(f"train rl: trainer.train_batch_size {batch!r} is not a whole number")
+    if batch is not None and batch > items:
         raise BadInput(
             f"train rl: trainer.train_batch_size {batch} > the {items} "
             f"{'Harbor task directories' if harbor else 'task prompts'} of {ds.dataset_id}: SkyRL needs at least "
@@ -396,6 +435,7 @@ def gpu_count(gpu: str) -> int:
 
 
 def plan_modal(params: Params, ds: Dataset, sets: dict[str, Any]) -> Plan:
+    refuse(ds.kind, sets)
     m = params.train.modal
     remote_dir = f"{DATASETS_MOUNT}/{ds.dataset_id}"
     out_dir = f"{RUNS_MOUNT}/{ds.dataset_id}"
@@ -425,7 +465,7 @@ def plan_modal(params: Params, ds: Dataset, sets: dict[str, Any]) -> Plan:
                 remote_dir + "/" + f[len(local_prefix) :] if f.startswith(local_prefix) else f for f in o.get(key) or []
             ]
         o["trainer.ckpt_path"], o["trainer.export_path"] = f"{out_dir}/ckpts", f"{out_dir}/exports"
-        if rl_route(config) == "harbor" and "data.train_data" not in sets:
+        if rl_route(config) == "harbor":
             # extracted here first (as for a local run), then uploaded beside the export
             task_dirs = Path(o["data.train_data"][0])
             o["data.train_data"] = [f"{remote_dir}/{HARBOR_DIR}"]
@@ -516,8 +556,9 @@ def make_plan(
         raise BadParams(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if gpus is not None and gpus < 1:
         raise BadParams(f"--gpus must be >= 1, got {gpus}")
-    ds = resolve_dataset(params, kind, ref, stack)
     parsed = parse_sets(sets)
+    refuse(kind, parsed)  # before anything is read: a --set may not change which data trains, or how
+    ds = resolve_dataset(params, kind, ref, stack)
     if kind == "rl":
         check_batch(ds, yaml.safe_load(ds.config_path.read_text()), parsed)
     tokenizer = check_tokenizer(params, ds, parsed, allow_tokenizer_mismatch)
@@ -567,7 +608,7 @@ def check_tokenizer(params: Params, ds: Dataset, sets: dict[str, Any], allow: bo
         return "not checked: the export counted no tokens (count_tokens: false)"
     try:
         found = resolve(model, download=False, what="the model")
-    except BadParams:
+    except (BadParams, OSError):  # not found; or a name no file system here takes (too long)
         return f"not checked: {model}'s tokenizer is not on this machine; the export was counted with sha256 {counted[:12]}"
     theirs = tokenizer_fingerprint(found.directory)
     if theirs == counted:
