@@ -239,6 +239,13 @@ def test_set_values_reach_llamafactory_as_given(in_project):
     out = run_ok([str(train_python()), "-c", code, *args], in_project)
     read = json.loads(out.strip().splitlines()[-1])
     assert [read[f"k{i}"] for i in range(len(values))] == values
+    # and LLaMA-Factory's own parse of the whole command line takes them
+    env = {**NO_TRAINER, "TRACELAKE_TRAIN_ENV": str(train_python().parents[1])}
+    sets = ["run_name=a`b", "logging_dir=%x: {y}", "hub_model_id=two\nlines"]
+    proc = tracelake(
+        in_project, "train", "sft", "--dataset", "316", "--dry-run", *(x for s_ in sets for x in ("--set", s_)), env=env
+    )
+    assert proc.returncode == 0 and "check:    ok: " in proc.stdout, proc.stderr
 
 
 @pytest.mark.parametrize("kind,ref,stage", [("sft", "1k", "export_sft@1k"), ("rl", "rl", "export_rl")])

@@ -9,6 +9,10 @@
   under its content id (skipped when the id is already there, so an unchanged dataset is never
   uploaded twice), and a GPU function runs the same trainer with paths rewritten to the volumes.
 
+A `--set` that would change which data trains or how it becomes tokens is refused first, in one line
+(export/set_keys.py, on every planner); any other goes to the trainer, written so that its command
+line reads back exactly the value given.
+
 Before an SFT run starts (and in --dry-run), training/check_sft_config.py parses the config with the
 `--set` overrides by LLaMA-Factory's own argument parser, in the training environment (`check_sft`):
 an unknown key is refused in one line. An SFT run's directory is runs/<dataset id>/<run hash>
