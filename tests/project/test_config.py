@@ -180,6 +180,13 @@ BAD = [
     ("train-gpus-zero", _set("train", "sft", "gpus", 0), "train.sft.gpus"),
     ("train-rl-samples", _set("train", "rl", "n_samples_per_prompt", 0), "train.rl.n_samples_per_prompt"),
     ("train-modal-unknown", _set("train", "modal", "gpu", "A100"), "train.modal.gpu"),
+    # extra passes keys through, but not one `--set` may not change (export/set_keys.py)
+    ("train-extra-dataset", _set("train", "sft", "extra", {"dataset_dir": "/etc"}), "train.sft.extra"),
+    ("train-extra-template", _set("train", "sft", "extra", {"template": "llama3"}), "train.sft.template"),
+    ("train-extra-cutoff", _set("train", "sft", "extra", {"cutoff_len": 16}), "cutoff_len"),
+    ("train-rl-extra-data", _set("train", "rl", "extra", {"data.train_data": ["/etc"]}), "train.rl.extra"),
+    ("train-rl-extra-data-map", _set("train", "rl", "extra", {"data": {"val_data": []}}), "(it sets data)"),
+    ("train-rl-extra-prompt", _set("train", "rl", "extra", {"++trainer.max_prompt_length": 9}), "max_prompt_length"),
     ("train-not-mapping", _set("train", [1]), "train must be a mapping"),
 ]
 

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, model_validator
 
 from tracelake.core.params import Count, Invalid, Number, Section, one_of
+from tracelake.export.set_keys import classify
 from tracelake.export.sharegpt import SAME_ROLE_POLICIES
 from tracelake.export.templates import TEMPLATES, V0_MODES
 from tracelake.ingest.params import SourceSelection
@@ -114,6 +115,11 @@ class SftTrainParams(Section):
     extra: dict[Any, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
+    def _extra_keeps_the_data(self) -> SftTrainParams:
+        _refuse_extra("sft", self.extra)
+        return self
+
+    @model_validator(mode="after")
     def _run_dir_is_ours(self) -> SftTrainParams:
         for key in RUN_DIR_KEYS:
             if key in self.extra:
@@ -125,6 +131,17 @@ class SftTrainParams(Section):
         if isinstance(self.report_to, list) and "auto" in self.report_to:
             raise Invalid(": auto stands alone (report_to: auto)", at=("report_to",))
         return self
+
+
+def _refuse_extra(kind: str, extra: dict[Any, Any]) -> None:
+    """`extra` passes keys through to the trainer, but not one that decides which data trains or how it
+    becomes tokens (export/set_keys.py, the same table as `--set`): those have their own params."""
+    for key in extra:
+        found = classify(kind, str(key))
+        if found is not None:
+            protected, rule = found
+            what = "" if str(key).strip() == protected else f" (it sets {protected})"
+            raise Invalid(f": {key!s}{what} may not be passed through extra: {rule.why}", at=("extra",))
 
 
 # the run directory's keys: tracelake names each run after its dataset and training params
@@ -176,6 +193,11 @@ class RlTrainParams(Section):
     inference_engines: Count = 4  # vLLM engines sharing the policy's GPUs (SkyRL's colocate_all):
     tensor_parallel_size: Count = 2  # gpus must equal inference_engines x tensor_parallel_size
     extra: dict[Any, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _extra_keeps_the_data(self) -> RlTrainParams:
+        _refuse_extra("rl", self.extra)
+        return self
 
     @model_validator(mode="after")
     def _engines_fill_the_gpus(self) -> RlTrainParams:
