@@ -185,7 +185,11 @@ BAD = [
     ("train-extra-template", _set("train", "sft", "extra", {"template": "llama3"}), "train.sft.template"),
     ("train-extra-cutoff", _set("train", "sft", "extra", {"cutoff_len": 16}), "cutoff_len"),
     ("train-rl-extra-data", _set("train", "rl", "extra", {"data.train_data": ["/etc"]}), "train.rl.extra"),
-    ("train-rl-extra-data-map", _set("train", "rl", "extra", {"data": {"val_data": []}}), "(it sets data)"),
+    (
+        "train-rl-extra-data-map",
+        _set("train", "rl", "extra", {"data": {"val_data": []}}),
+        "data may not be passed through extra",
+    ),
     ("train-rl-extra-prompt", _set("train", "rl", "extra", {"++trainer.max_prompt_length": 9}), "max_prompt_length"),
     ("train-not-mapping", _set("train", [1]), "train must be a mapping"),
 ]
