@@ -208,8 +208,10 @@ def recorded_versions(root: Path | str = ".", commits: int = 10) -> list[Recorde
     import subprocess
 
     def git(*args: str) -> list[list[str]]:
-        proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
-        return [line.split("\x1f") for line in proc.stdout.splitlines() if line] if proc.returncode == 0 else []
+        proc = subprocess.run(["git", *args], cwd=root, capture_output=True, check=False)
+        # lines end at \n only: a subject may hold \r, \x85 or \x1c, which splitlines would split at
+        lines = proc.stdout.decode("utf-8", "replace").split("\n")
+        return [line.split("\x1f") for line in lines if line] if proc.returncode == 0 else []
 
     ref_format = "--format=%(refname)\x1f%(objectname)\x1f%(committerdate:short)\x1f%(subject)"
     found = []
