@@ -224,6 +224,7 @@ class _Lake:
     def __init__(self, h: str, lake: Path) -> None:
         self.h, self.label, self.tokenizer, self.lake = h, h, None, lake
         self.freshness, self.freshness_note = None, h
+        self.files: dict[str, list[str]] = {}  # the views' files (an exported file checks they are there)
         rl = lake / "exports" / "rl"  # an RL export whose every text is hostile
         rl.mkdir(parents=True, exist_ok=True)
         counts = {"tasks_in": 3, "tasks_out": 2, "sources": {h: {"out": 2}}, "dropped": {h: 1}, "rejected": {h: 1}}

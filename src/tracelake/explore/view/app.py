@@ -16,25 +16,38 @@ Host header): the bound address, `localhost` and `127.0.0.1`. A web page can poi
 name, so they get a 400 and nothing of the lake. Bound to the wildcard 0.0.0.0 (a container's
 forwarded port), the server answers to `localhost` and `127.0.0.1` only: 0.0.0.0 is no name a
 browser asks for, and accepting any name would undo the check.
+
+Every request is bounded before and while it works (limits.py, db.py): a URL over limits.MAX_URL
+bytes, too many parameters or search words, or a request another site's page made (a script's fetch,
+an image, a frame) is refused in one line before any work; the queries of one request run at most
+db.REQUEST_SECONDS together, then it is answered 503 in one line. A lake being rebuilt under the
+viewer (`dvc repro` swapping an output directory) is answered 503 too: "the lake is being rebuilt".
+Every response, errors and refusals included, carries the same security headers (HEADERS).
 """
 
 from __future__ import annotations
 
+import functools
 import ipaddress
+import os
 import socket
 from importlib import resources
 from pathlib import Path
+from typing import Callable
 
 from starlette.applications import Starlette
+from starlette.datastructures import MutableHeaders
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tracelake.core.errors import BadInput
-from tracelake.explore.view import datasets, export, html
-from tracelake.explore.view.db import PAGE_ROWS, LakeView, Query
+from tracelake.explore.view import datasets, export, html, limits
+from tracelake.explore.view.db import PAGE_ROWS, REBUILDING, LakeView, Query, Rebuilding, Unavailable, rebuilding
 
 HOST = "127.0.0.1"
 WILDCARD = "0.0.0.0"
@@ -57,6 +70,55 @@ def _html(text: str, status: int = 200) -> HTMLResponse:
     return HTMLResponse(text, status_code=status, headers=HEADERS)
 
 
+def status_of(e: BadInput) -> int:
+    """A request's error as its status: a refusal's own, 503 for a request stopped at its budget or a
+    lake being rebuilt, else 400 (the request asked for something that cannot be)."""
+    if isinstance(e, limits.Refused):
+        return e.status
+    return 503 if isinstance(e, Unavailable) or rebuilding(e) else 400
+
+
+class SecurityHeaders:
+    """Every response gets HEADERS, whoever made it: a page, a static file, a refusal of the Host check
+    or of limits.py, Starlette's own 404 and 405."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in HEADERS.items():
+                    headers[name] = value
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+class RequestLimits:
+    """limits.py's checks on every request that passed the Host check, before any route runs: a
+    refusal is its one-line page."""
+
+    def __init__(self, app: ASGIApp, label: str) -> None:
+        self.app, self.label = app, label
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            try:
+                limits.check_size(scope.get("path", ""), scope.get("query_string", b""))
+                request = Request(scope)
+                limits.check(request.query_params.multi_items(), request.headers)
+            except limits.Refused as e:
+                await _html(html.not_found(str(e), label=self.label), e.status)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def allowed_hosts(address: str) -> list[str]:
     """The Host names a server bound to `address` answers to: `localhost`, `127.0.0.1` and the address
     itself, unless it is the wildcard (no client asks for 0.0.0.0 by name)."""
@@ -72,7 +134,9 @@ def create_app(db: LakeView, address: str = HOST) -> Starlette:
         try:
             q = Query.from_params(request.query_params)
         except BadInput as e:
-            return _html(html.list_page(Query(), [], 0, None, db.facet_values, label=db.label, error=str(e)), 400)
+            return _html(
+                html.list_page(Query(), [], 0, None, db.facet_values, label=db.label, error=str(e)), status_of(e)
+            )
         state, capped = None, False
         try:
             if q.q and q.q.strip():
@@ -83,7 +147,8 @@ def create_app(db: LakeView, address: str = HOST) -> Starlette:
                 rows, total, next_after = db.page(q)
         except BadInput as e:
             return _html(
-                html.list_page(q, [], 0, None, db.facet_values, label=db.label, error=str(e), columns=db.columns), 400
+                html.list_page(q, [], 0, None, db.facet_values, label=db.label, error=str(e), columns=db.columns),
+                status_of(e),
             )
         return _html(
             html.list_page(
@@ -106,7 +171,7 @@ def create_app(db: LakeView, address: str = HOST) -> Starlette:
             q = Query.from_params(request.query_params)
             row = db.trajectory(trajectory_id)
         except BadInput as e:
-            return _html(html.not_found(str(e), label=db.label), 400)
+            return _html(html.not_found(str(e), label=db.label), status_of(e))
         if row is None:
             return _html(html.not_found(f"view: no trajectory {trajectory_id!r}", label=db.label), 404)
         return _html(html.trace_page(row, q, label=db.label, tokenizer=db.tokenizer))
@@ -116,7 +181,7 @@ def create_app(db: LakeView, address: str = HOST) -> Starlette:
             q = Query.from_params(request.query_params)
             a, b = (db.trajectory(request.query_params.get(k, "")) for k in ("a", "b"))
         except BadInput as e:
-            return _html(html.not_found(str(e), label=db.label), 400)
+            return _html(html.not_found(str(e), label=db.label), status_of(e))
         if a is None or b is None:
             return _html(html.not_found("view: compare takes two trajectory ids, ?a=ID&b=ID", label=db.label), 404)
         return _html(html.compare_page(a, b, q, label=db.label))
@@ -131,7 +196,7 @@ def create_app(db: LakeView, address: str = HOST) -> Starlette:
         try:
             report = datasets.diff_report(db, a, b)
         except BadInput as e:
-            return _html(datasets.diff_page(db, a, b, None, error=str(e)), 400)
+            return _html(datasets.diff_page(db, a, b, None, error=str(e)), status_of(e))
         return _html(datasets.diff_page(db, a, b, report))
 
     def export_selection(request: Request) -> Response:
@@ -143,16 +208,22 @@ def create_app(db: LakeView, address: str = HOST) -> Starlette:
         try:
             q = Query.from_params(request.query_params)
             ids = export.selected_ids(db, q)
+            body = {
+                "jsonl": lambda: export.jsonl(db, ids),
+                "parquet": lambda: export.parquet(db, ids),
+                "html": lambda: export.html_file(db, ids, q),
+            }[fmt]()
+            first = next(body, b"")  # what fails at the start (a file the rebuild took) fails before the status
         except BadInput as e:
-            return _html(html.not_found(str(e), label=db.label), 400)
-        body = {
-            "jsonl": lambda: export.jsonl(db, ids),
-            "parquet": lambda: export.parquet(db, ids),
-            "html": lambda: export.html_file(db, ids, q),
-        }[fmt]()
+            return _html(html.not_found(str(e), label=db.label), status_of(e))
         name = f"tracelake-{len(ids)}.{fmt}"
+
+        def chunks():
+            yield first
+            yield from body
+
         return StreamingResponse(
-            body,
+            chunks(),
             media_type=export.FORMATS[fmt],
             headers={**HEADERS, "Content-Disposition": f'attachment; filename="{name}"'},
         )
@@ -167,21 +238,63 @@ def create_app(db: LakeView, address: str = HOST) -> Starlette:
     def missing(request: Request, exc: Exception) -> HTMLResponse:
         return _html(html.not_found(f"view: no page {request.url.path!r}", label=db.label), 404)
 
+    def refused(request: Request, exc: Exception) -> HTMLResponse:
+        status = exc.status_code if isinstance(exc, HTTPException) else 400
+        if status == 405:
+            message = f"view: {request.method} is not allowed here (the viewer answers GET and HEAD only)"
+        else:
+            message = f"view: {exc.detail if isinstance(exc, HTTPException) else 'the request was refused'}"
+        return _html(html.not_found(message, label=db.label), status)
+
+    def failed(request: Request, exc: Exception) -> HTMLResponse:
+        return _html(html.not_found(f"view: this page failed ({type(exc).__name__})", label=db.label), 500)
+
     def favicon(request: Request) -> Response:
         return Response(status_code=204, headers=HEADERS)
 
+    def bounded(endpoint: Callable[[Request], Response]) -> Callable[[Request], Response]:
+        """The endpoint with its queries under the request's budget (db.REQUEST_SECONDS); an error it
+        does not answer itself is one line with its status (503: stopped, or the lake being rebuilt)."""
+
+        @functools.wraps(endpoint)
+        def run(request: Request) -> Response:
+            try:
+                with db.request_budget():
+                    return endpoint(request)
+            except BadInput as e:
+                return _html(html.not_found(str(e), label=db.label), status_of(e))
+            except FileNotFoundError as e:  # a file of the lake gone between listing and reading it
+                if not _inside(e.filename, db.lake):
+                    raise
+                gone = Rebuilding(f"{REBUILDING} ({e.filename} vanished); reload the page")
+                return _html(html.not_found(str(gone), label=db.label), 503)
+
+        return run
+
     routes = [
-        Route("/", listing),
-        Route("/t/{trajectory_id}", trajectory),
-        Route("/compare", compare),
-        Route("/datasets", dataset_list),
-        Route("/diff", diff),
-        Route("/export", export_selection),
+        Route("/", bounded(listing)),
+        Route("/t/{trajectory_id}", bounded(trajectory)),
+        Route("/compare", bounded(compare)),
+        Route("/datasets", bounded(dataset_list)),
+        Route("/diff", bounded(diff)),
+        Route("/export", bounded(export_selection)),
         Route("/static/{name}", static),
         Route("/favicon.ico", favicon),
     ]
-    only_own_names = Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(address), www_redirect=False)
-    return Starlette(routes=routes, exception_handlers={404: missing}, middleware=[only_own_names])
+    middleware = [
+        Middleware(SecurityHeaders),
+        Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(address), www_redirect=False),
+        Middleware(RequestLimits, label=db.label),
+    ]
+    handlers = {404: missing, HTTPException: refused, Exception: failed}
+    return Starlette(routes=routes, exception_handlers=handlers, middleware=middleware)
+
+
+def _inside(path, root: Path) -> bool:
+    """Whether `path` (a str, or None) lies in the directory `root`."""
+    if not isinstance(path, str):
+        return False
+    return os.path.abspath(path).startswith(os.path.abspath(root) + os.sep)
 
 
 def check_address(host: str) -> str:

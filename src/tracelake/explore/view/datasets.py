@@ -19,6 +19,7 @@ from tracelake.explore.view.db import LakeView
 from tracelake.explore.view.render import render, trusted, url
 
 _REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # pool, 1k, sft-1k, an id or a prefix
+SPEC_MAX = 200  # characters of a diff side (a name longer than a file name can be is no version)
 _REV = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/~^@{}-]*$")  # a git revision, never an option
 
 
@@ -166,9 +167,9 @@ def check_spec(spec: str) -> str:
     """A diff side from a request: a version of this lake, optionally at a revision; never a path."""
     spec = spec.strip()
     rev, sep, ref = spec.rpartition(":")
-    if not _REF.match(ref) or (sep and not _REV.match(rev)):
+    if len(spec) > SPEC_MAX or not _REF.match(ref) or (sep and not _REV.match(rev)):
         raise BadInput(
-            f"view: diff side {spec!r}: expected pool, a scale, sft-<scale> or a content id, "
+            f"view: diff side {spec[:SPEC_MAX]!r}: expected pool, a scale, sft-<scale> or a content id, "
             "optionally REV: before it (no paths)"
         )
     return spec

@@ -10,12 +10,21 @@ trajectory whose file changed says so in one line).
 Every query is a file in sql/viewer/ with its values bound as $parameters. The WHERE box's text is the
 only SQL a request brings: `SELECT * FROM view_rows WHERE <text>` must be one statement that
 `guard_query` accepts, and then runs as the CTE `matched` that the facets narrow.
+
+A request's DuckDB work is bounded: inside `db.request_budget()` (every route of app.py), the queries of
+one request run at most REQUEST_SECONDS together (each is interrupted when the request's time is spent)
+and the request ends in one line, `Unavailable`, answered 503. Outside a request (opening the lake, an
+export's body) each query has QUERY_SECONDS. A lake being rebuilt under the viewer (a view's file gone
+or replaced, a view missing from the catalog) is `Rebuilding`, also answered 503.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import threading
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -31,11 +40,32 @@ from tracelake.explore.sql import guard_query, open_lake, query_error
 from tracelake.explore.view.search import BATCH_ROWS, MAX_HITS, SearchIndex
 
 PAGE_ROWS = 50
-QUERY_SECONDS = 30
+QUERY_SECONDS = 30  # one query outside a request (opening the lake, an export's body)
+REQUEST_SECONDS = 2.0  # every query of one request together
+REBUILDING = "the lake is being rebuilt"  # how explore/sql.py and this module begin that error
 _SELECTION = re.compile(r"^selection_[A-Za-z0-9_-]+$")
 _DATASET = re.compile(r"^(pool|selection_[A-Za-z0-9_-]+|sft_[A-Za-z0-9_-]+)$")  # views with a trajectory_id per row
 _ID = re.compile(r"^[0-9a-f]{1,64}$")
+_QUOTED = re.compile(r'"([^"]+)"')
+_MISSING = re.compile(r'(?:Table|View) with name "?([^"\s!]+)"? does not exist')
 NOT_FACETS = ("where", "after", "dataset", "q", "page")  # Query fields that are not facets.sql parameters
+
+
+class Unavailable(BadInput):
+    """A request the viewer stopped (its queries ran past REQUEST_SECONDS) or cannot answer now (the
+    lake is being rebuilt): the status is 503, the message one line."""
+
+
+class Rebuilding(Unavailable):
+    """The lake's files changed under the viewer: a rebuild (`dvc repro`) is swapping them."""
+
+
+def rebuilding(e: BaseException) -> bool:
+    """Whether an error says the lake is being rebuilt (this module's, or explore/sql.py's one line)."""
+    return isinstance(e, Rebuilding) or (isinstance(e, BadInput) and str(e).startswith(REBUILDING))
+
+
+_budget = threading.local()  # the request this thread serves: its deadline for DuckDB work
 
 
 @dataclass(frozen=True)
@@ -105,6 +135,7 @@ class LakeView:
         self.lake, self.label, self.lake_in_repo = Path(lake), label or str(lake), lake_in_repo
         files: dict[str, list[str]] = {}
         self.con, self.views = open_lake(lake, files=files)
+        self.files = files  # view -> the Parquet files it was made over (the trajectories': in the lake's order)
         if "trajectories" not in self.views:
             raise BadInput(f"{lake} has no trajectories: run `dvc repro` (or `tracelake ingest`)")
         self.filtered = "pool" in self.views and "dropped" in self.views
@@ -175,22 +206,62 @@ class LakeView:
         except duckdb.InterruptException:
             raise
         except duckdb.Error as e:
-            raise query_error(e, "") from None
+            raise self._error(e, sql) from None
+
+    def _error(self, e: duckdb.Error, sql: str) -> BadInput:
+        """One line for a DuckDB error; Rebuilding when the lake changed under the viewer: a file of
+        the lake that the query did not name itself is gone or no longer readable (an IO error), or a
+        view of the lake is missing from the catalog. The viewer's own queries name no file (the
+        trajectory's file is a $parameter): only a WHERE box can, and its errors stay its own."""
+        found = query_error(e, sql)
+        if rebuilding(found):
+            return Rebuilding(str(found))
+        line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        root = os.path.realpath(self.lake) + os.sep
+        if isinstance(e, duckdb.IOException):
+            quoted = _QUOTED.search(line)
+            if quoted and quoted[1] not in sql and os.path.realpath(quoted[1]).startswith(root):
+                return Rebuilding(f"{REBUILDING} ({quoted[1]} changed: {line}); reload the page")
+        if isinstance(e, duckdb.CatalogException):
+            named = _MISSING.search(line)
+            if named and (named[1] in self.views or named[1] in ("view_index", "view_rows")):
+                return Rebuilding(f"{REBUILDING} (the view {named[1]} is missing); reload the page")
+        return found
+
+    @contextmanager
+    def request_budget(self, seconds: float = REQUEST_SECONDS):
+        """Within it, this thread's queries (one request's) run at most `seconds` together: the query
+        that reaches the limit is interrupted and the request raises Unavailable."""
+        _budget.left = seconds
+        try:
+            yield
+        finally:
+            del _budget.left
 
     def _rows(self, sql: str, params: dict | None = None) -> list[dict[str, Any]]:
-        """The rows as dicts. A query running past QUERY_SECONDS (a WHERE box can ask for anything) is
-        interrupted: the connection serves one request at a time."""
+        """The rows as dicts. A query is interrupted when it runs past what the request has left of
+        REQUEST_SECONDS (QUERY_SECONDS outside a request): a WHERE box can ask for anything, and the
+        connection serves one request at a time."""
+        left = getattr(_budget, "left", None)
+        if left is not None and left <= 0:
+            raise Unavailable(_over(REQUEST_SECONDS))
+        limit = QUERY_SECONDS if left is None else left
         with self.lock:
-            timer = threading.Timer(QUERY_SECONDS, self.con.interrupt)
+            timer = threading.Timer(limit, self.con.interrupt)
+            started = time.monotonic()
             timer.start()
             try:
                 cur = self._execute(sql, params)
                 names = [d[0] for d in cur.description]
                 return [dict(zip(names, row)) for row in cur.fetchall()]
             except duckdb.InterruptException:
-                raise BadInput(f"sql: the query ran past {QUERY_SECONDS} s and was stopped") from None
+                raise Unavailable(_over(REQUEST_SECONDS if left is not None else QUERY_SECONDS)) from None
+            except duckdb.Error as e:  # raised while fetching
+                raise self._error(e, sql) from None
             finally:
                 timer.cancel()
+                if left is not None:
+                    _budget.left = left - (time.monotonic() - started)
 
     # --- the list --------------------------------------------------------------------------------
 
@@ -312,7 +383,7 @@ class LakeView:
         listed = found[0]
         whole = self._rows(assets.sql("viewer/trajectory"), {"file": listed["file"], "id": trajectory_id})
         if not whole:
-            raise BadInput(f"the lake is being rebuilt ({listed['file']} changed); restart tracelake view")
+            raise Rebuilding(f"{REBUILDING} ({listed['file']} changed); restart tracelake view")
         row = {**whole[0], **{k: listed[k] for k in ("n_tokens", "kept", "rule", "detail")}}
         row["related"] = (
             []
@@ -380,6 +451,13 @@ class LakeView:
 
         encoded = self.tokenizer[1].encode_batch([render_chatml([m]) for m in messages], add_special_tokens=False)
         return [len(e.ids) for e in encoded]
+
+
+def _over(seconds: float) -> str:
+    return (
+        f"view: the request's queries ran past {seconds:g} s and were stopped "
+        "(narrow the WHERE box, the facets or the search)"
+    )
 
 
 def _scale_order(view: str) -> tuple[float, str]:

@@ -11,6 +11,7 @@ the same selection always gives the same bytes.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from importlib import resources
 from typing import Iterator
@@ -21,8 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tracelake.core.errors import BadInput, check
-from tracelake.core.lake import Lake
-from tracelake.explore.view.db import LakeView, Query
+from tracelake.explore.view.db import REBUILDING, LakeView, Query, Rebuilding
 
 BATCH = 256
 HTML_MAX = 200  # trajectories in one HTML file (each can be megabytes)
@@ -44,14 +44,23 @@ def selected_ids(db: LakeView, query: Query) -> list[str]:
     return [r["trajectory_id"] for r in db._rows(sql, params)]
 
 
+def trajectory_files(db: LakeView) -> list[str]:
+    """The trajectories' files the viewer opened the lake with, each checked to be there still: one
+    gone (a rebuild swapping its directory) is Rebuilding, raised before an export's first byte."""
+    files = db.files.get("trajectories", [])
+    gone = next((path for path in files if not os.path.exists(path)), None)
+    if gone is not None:
+        raise Rebuilding(f"{REBUILDING} ({gone} vanished); export again")
+    return files
+
+
 def batches(db: LakeView, ids: list[str]) -> Iterator[pa.RecordBatch]:
     """The trajectories with these ids, every column, in the lake's order (source, part, row): only
-    the row groups holding one of them are read whole."""
+    the row groups holding one of them are read whole. The files are those the viewer opened the lake
+    with; one gone (a rebuild swapping its directory) is Rebuilding, found before the first batch."""
     wanted = pa.array(sorted(set(ids)), pa.string())
-    lake = Lake(db.lake)
-    sources = [source for table, source, _ in lake.ingested() if table == "trajectories"]
     schema = None
-    for path in lake.table_files("trajectories", sources):
+    for path in trajectory_files(db):
         f = pq.ParquetFile(path)
         for group in range(f.num_row_groups):
             mask = pc.is_in(f.read_row_group(group, columns=["trajectory_id"]).column(0), value_set=wanted)
@@ -93,6 +102,7 @@ def html_file(db: LakeView, ids: list[str], query: Query) -> Iterator[bytes]:
         (resources.files("tracelake.explore.view") / "static" / name).read_text() for name in ("view.css", "ansi.css")
     )
     check("</style" not in css.lower(), "view: a stylesheet of the package closes its <style> element")
+    trajectory_files(db)
     shown = ids[:HTML_MAX]
     described = ", ".join(f"{k}={v}" for k, v in query.params().items() if k not in ("after", "page", "format"))
     yield render(

@@ -7,6 +7,13 @@ leaves the already-escaped Markup alone. A value the templates must show as HTML
 code that escapes: `text_html` (the ANSI converter of ansi.py, or plain escaping), the diff report of
 explore/diff_html.py and the package's own stylesheets in an exported file (`trusted`). No template
 uses `|safe` or turns autoescape off; tests/explore/test_view_templates.py holds them to it.
+
+No page holds a control character of the data: `render`, the one way a page or an exported HTML file
+is made, passes what a template wrote through core/ui.py's `printable` (the CLI's escaping), so an
+ESC, a C1 control (\\x9b), a BEL ending an OSC sequence or a bidirectional override shows as a visible
+escape (`\\x1b`, `\\u202e`) wherever it came from: a value escaped by `finalize`, a terminal output
+converted by ansi.py, or Markup built by other escaping code (the diff report). The templates write
+no control character of their own; \\n and \\t stay, an SGR colour sequence outside ansi.py is dropped.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from urllib.parse import quote, urlencode
 from jinja2 import BaseLoader, Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
+from tracelake.core.ui import printable
 from tracelake.explore.view.ansi import ansi_html, has_ansi
 
 
@@ -85,5 +93,5 @@ ENV = make_environment()
 
 
 def render(name: str, **context: Any) -> str:
-    """A template of templates/ rendered with `context`."""
-    return ENV.get_template(name).render(**context)
+    """A template of templates/ rendered with `context`, every control character of it visible."""
+    return printable(ENV.get_template(name).render(**context))

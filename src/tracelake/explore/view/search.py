@@ -35,6 +35,7 @@ SEARCH_FORMAT = "tracelake_search_v1"
 DEFAULT_CACHE = Path(".tracelake/cache/search")
 MAX_HITS = 2000  # messages a search ranks; the list shows the trajectories among them
 BATCH_ROWS = 20_000  # messages written to the index at a time (bounded memory)
+MAX_TOKEN = 64  # the longest word the index holds (a longer one is left out: no search can match it)
 TABLE = "messages"
 COLUMNS = ["trajectory_id", "position", "role", "content"]
 
@@ -204,7 +205,7 @@ class SearchIndex:
                 stem=False,
                 remove_stop_words=False,
                 ascii_folding=True,
-                max_token_length=64,
+                max_token_length=MAX_TOKEN,
             ),
         )
         (tmp / "complete").write_text(orjson.dumps({"format": SEARCH_FORMAT, "messages": self._written}).decode())
