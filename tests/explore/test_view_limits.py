@@ -157,7 +157,11 @@ def test_every_request_finishes_within_the_bound(served):
     app, db = served
     slow, wrong = [], []
     for name, target, statuses in _hostile_requests(db):
-        status, headers, body, wall, cpu = _get(app, target)
+        try:
+            status, headers, body, wall, cpu = _get(app, target)
+        except Exception as e:  # a real server answers 500
+            wrong.append((name, f"500 {type(e).__name__}"))
+            continue
         if wall > BOUND:
             slow.append((name, round(wall, 1), round(cpu, 1)))
         if status not in statuses:
