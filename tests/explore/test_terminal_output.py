@@ -135,14 +135,16 @@ def test_an_error_quoting_data_shows_it_visibly(lake):
     assert proc.stderr.count("\n") == 1, proc.stderr
 
 
-def test_status_prints_source_names_literally(tmp_path):
-    """A source named with markup and an escape: one line per table, the name as it is."""
+def test_a_source_name_with_markup_is_refused_and_printed_literally(tmp_path):
+    """A source named with markup and an escape never becomes a table (names are checked as params
+    are): the refusal is one line showing the name as it is, its escape visible."""
     make_trial(tmp_path / "jobs", "trial-0", task="t")
     source = "[bold]src\x1b]0;t\x07"
-    run_ok(["tracelake", "ingest", "harbor", "jobs", "-s", source, "-o", "lake"], tmp_path)
-    proc = tracelake(tmp_path, "status", "--lake", "lake")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert not unsafe(proc.stdout) and r"[bold]src\x1b]0;t\x07" in SGR.sub("", proc.stdout)
+    proc = tracelake(tmp_path, "ingest", "harbor", "jobs", "-s", source, "-o", "lake")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert len(proc.stderr.splitlines()) == 1 and not unsafe(proc.stderr)
+    assert r"[bold]src\x1b]0;t\x07" in SGR.sub("", proc.stderr)
+    assert not (tmp_path / "lake").exists()
 
 
 # --- every terminal renderer, in process -----------------------------------------------------------------
