@@ -263,3 +263,53 @@ def test_ctrl_c_under_processes_prints_the_one_line_and_exits_130(tmp_path):
     assert stderr == INTERRUPTED, stderr
     assert proc.returncode == 130
     assert time.monotonic() - interrupted < 10  # 200 shards were left: none was waited for
+
+
+def test_ctrl_c_on_a_ray_cluster_prints_the_one_line_and_exits_130(cluster, tmp_path):
+    """A driver joined to a cluster it did not start, interrupted mid-map: run_stage's one line and
+    exit 130, then the process leaves at once (Ray's threads are not torn down at interpreter exit,
+    where the probe once saw a segfault, exit 139); the cluster keeps running for others."""
+    import signal
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from tracelake.core.executor import Executor\n"
+        "from tracelake.core.stage import run_stage\n"
+        "from tests.core.test_executor import slow_square, slow_items\n"
+        "def main():\n"
+        "    for i, _ in enumerate(Executor('ray', ray_address=sys.argv[1]).map(slow_square, slow_items(600))):\n"
+        "        if i == 2:\n"
+        "            print('mapping', flush=True)\n"
+        "run_stage(main)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, cluster.address],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout.readline() == "mapping\n", proc.stderr.read()
+        os.killpg(proc.pid, signal.SIGINT)
+        interrupted = time.monotonic()
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert stderr.splitlines()[-1:] == [INTERRUPTED.rstrip("\n")], stderr
+    assert "Traceback" not in stderr, stderr
+    assert proc.returncode == 130
+    assert time.monotonic() - interrupted < 20
+    import ray
+
+    ray.init(address=cluster.address)  # the cluster still serves
+    try:
+        assert ray.get(ray.remote(slow_square).remote(3)) == 9
+    finally:
+        ray.shutdown()
