@@ -32,6 +32,8 @@ def run(ctx: Context) -> Result:
         p.select.unscored,
         cluster_of,
         max_copies=p.select.max_copies_per_trajectory,
+        copy_cap=p.select.copy_cap,
+        scale=scale,
     )
     for line in selection.warnings:
         print(f"tracelake: warning: select {scale}: {line}", file=sys.stderr)
@@ -51,7 +53,7 @@ def run(ctx: Context) -> Result:
             "unscored": p.select.unscored,
             "max_copies_per_trajectory": p.select.max_copies_per_trajectory,
             "mix": p.section("mix"),
-        },
+        },  # not select.copy_cap: it decides whether this selection is built, never its rows
         formulas={"selection": SELECTION_RULE},
         counts=selection.counts,
         dataset=("sel", n),

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracelake.core.errors import BadInput
+from tracelake.core.errors import BadInput, BadParams
+from tracelake.core.hashing import content_id
 from tracelake.core.ids import dataset_label
 from tracelake.curate.apportion import apportion, split_by_weights
 from tracelake.curate.params import MixParams
@@ -357,11 +358,15 @@ def uses(rows: list[dict]) -> Counter:
     return Counter(r["trajectory_id"] for r in rows)
 
 
-def test_a_weight_on_a_one_trajectory_source_is_a_warning_with_its_distinct_count():
-    """The finding: 5% of 10k on a source with one trajectory made 500 copies of it, silently."""
-    spec = [*SPEC, ("d1", "delta", "lonely", 1, 10.0)]
-    mix = MixParams(sources="all", weights={"alpha": 0.5, "beta": 0.45, "delta": 0.05}, top_k=None)
-    sel = select(make_tasks(spec), scores_of(spec), mix, 10_000, max_copies=64)
+LONELY = [*SPEC, ("d1", "delta", "lonely", 1, 10.0)]
+HEAVY = MixParams(sources="all", weights={"alpha": 0.5, "beta": 0.45, "delta": 0.05}, top_k=None)
+
+
+def test_with_copy_cap_warn_a_weight_on_a_one_trajectory_source_is_a_warning_with_its_distinct_count():
+    """The finding: 5% of 10k on a source with one trajectory made 500 copies of it, silently.
+    select.copy_cap: warn lets it through, and says so."""
+    spec, mix = LONELY, HEAVY
+    sel = select(make_tasks(spec), scores_of(spec), mix, 10_000, max_copies=64, copy_cap="warn")
     assert len(sel.rows) == 10_000 and uses(sel.rows)["d1/r0"] == 500  # the weight still holds
     # the sources in name order; alpha's 5,000 rows over 6 rollouts and beta's 4,500 over 6 need more
     # than 64 copies too
@@ -392,10 +397,10 @@ def test_the_cap_moves_rows_to_other_tasks_and_keeps_n_exact():
     assert select(tasks, scores, ALL, 40, max_copies=1000).rows == plain.rows
 
 
-def test_a_cap_too_small_for_n_uses_the_fewest_copies_that_fill_it_and_warns():
+def test_with_copy_cap_warn_a_cap_too_small_for_n_uses_the_fewest_copies_that_fill_it_and_warns():
     tasks, scores = make_tasks(), scores_of()
     distinct = len(pool_rows())  # 13 rollouts
-    sel = select(tasks, scores, ALL, 100, max_copies=2)
+    sel = select(tasks, scores, ALL, 100, max_copies=2, copy_cap="warn")
     assert len(sel.rows) == 100
     assert max(uses(sel.rows).values()) == math.ceil(100 / distinct)
     assert sel.warnings == [
@@ -413,13 +418,99 @@ def test_a_cap_too_small_for_n_uses_the_fewest_copies_that_fill_it_and_warns():
 def test_property_the_cap_holds_wherever_it_can(pool, n, cap):
     spec = [(f"t{i}", "s", f"task{i}", a, score) for i, (a, score) in enumerate(pool)]
     tasks, scores = make_tasks(spec), scores_of(spec)
-    sel = select(tasks, scores, ALL, n, max_copies=cap)
-    assert len(sel.rows) == n
     distinct = sum(a for a, _ in pool)
     bound = max(cap, math.ceil(n / distinct))
+    if bound > cap:  # copy_cap: strict (the default) refuses what copy_cap: warn lets through
+        with pytest.raises(BadParams, match=f"{n} rows from the {distinct} distinct trajector"):
+            select(tasks, scores, ALL, n, max_copies=cap)
+    else:
+        assert (
+            select(tasks, scores, ALL, n, max_copies=cap).rows
+            == select(tasks, scores, ALL, n, max_copies=cap, copy_cap="warn").rows
+        )
+    sel = select(tasks, scores, ALL, n, max_copies=cap, copy_cap="warn")
+    assert len(sel.rows) == n
     assert max(uses(sel.rows).values(), default=0) <= bound
     assert bool(sel.warnings) == (bound > cap)
     if n >= len(pool):
         assert {r["task_id"] for r in sel.rows} == set(tasks)  # every task keeps >= 1 row
     if bound * distinct >= n and max(uses(select(tasks, scores, ALL, n).rows).values(), default=0) <= cap:
         assert sel.rows == select(tasks, scores, ALL, n).rows  # where the cap does not bind, nothing moves
+
+
+# --- select.copy_cap: strict (the default) holds the cap; warn is the old behaviour ----------------
+
+
+def test_strict_stops_a_weight_that_needs_more_copies_than_the_cap_in_one_line():
+    """The finding, refused: 5% of 10k on a source with one trajectory would be 500 copies of it."""
+    spec = [("b1", "big", "busy", 200, 1.0), ("d1", "delta", "lonely", 1, 10.0)]
+    mix = MixParams(sources="all", weights={"big": 0.95, "delta": 0.05}, top_k=None)
+    tasks, scores = make_tasks(spec), scores_of(spec)
+    with pytest.raises(BadParams) as err:
+        select(tasks, scores, mix, 10_000, max_copies=64, scale="10k")  # strict is the default
+    assert str(err.value) == (
+        "select 10k: mix.weights gives delta 500 of 10000 rows but it has 1 distinct trajectory: 500 copies of "
+        "it, above select.max_copies_per_trajectory 64; lower its weight, add data, raise the cap or set "
+        "select.copy_cap: warn"
+    )
+    assert err.value.exit_code == 2
+    # big's 9,500 rows over its 200 rollouts need 48 copies: under the cap, so that weight alone is built
+    ok = MixParams(sources="all", weights={"big": 1.0}, top_k=None)
+    assert Counter(uses(select(tasks, scores, ok, 9_500, max_copies=64, copy_cap="strict").rows).values()) == {
+        48: 100,
+        47: 100,
+    }
+
+
+def test_strict_names_the_first_source_over_the_cap_and_the_others():
+    with pytest.raises(BadParams) as err:
+        select(make_tasks(LONELY), scores_of(LONELY), HEAVY, 10_000, max_copies=64, copy_cap="strict")
+    assert str(err.value) == (
+        "mix.weights gives alpha 5000 of 10000 rows but it has 6 distinct trajectories: 834 copies of some, above "
+        "select.max_copies_per_trajectory 64 (beta, delta are over it too); lower its weight, add data, raise the "
+        "cap or set select.copy_cap: warn"
+    )
+    assert "\n" not in str(err.value)
+
+
+def test_strict_without_weights_names_n_and_the_mixed_sources():
+    with pytest.raises(BadParams) as err:
+        select(make_tasks(), scores_of(), ALL, 100, max_copies=2, scale="316")
+    assert str(err.value) == (
+        "select 316: 100 rows from the 13 distinct trajectories of alpha, beta, gamma: 8 copies of some, above "
+        "select.max_copies_per_trajectory 2; build a smaller scale, add data, raise the cap or set "
+        "select.copy_cap: warn"
+    )
+
+
+def test_warn_keeps_the_rows_of_before_strict_existed():
+    """copy_cap: warn builds exactly what the selection built before the option (slot ids pinned from
+    that code), warnings included."""
+    sel = select(make_tasks(LONELY), scores_of(LONELY), HEAVY, 10_000, max_copies=64, copy_cap="warn")
+    assert content_id("slots", [r["slot_id"] for r in sel.rows]) == "e521a86193e63b95"
+    assert len(sel.warnings) == 3
+    sel = select(make_tasks(), scores_of(), ALL, 100, max_copies=2, copy_cap="warn")
+    assert content_id("slots", [r["slot_id"] for r in sel.rows]) == "03d4cb86af124ad2"
+    assert len(sel.warnings) == 1
+
+
+def test_strict_builds_what_warn_builds_when_the_cap_can_hold():
+    tasks, scores = make_tasks(), scores_of()
+    strict = select(tasks, scores, ALL, 40, max_copies=4)
+    assert strict.rows == select(tasks, scores, ALL, 40, max_copies=4, copy_cap="warn").rows
+    assert strict.warnings == [] and max(uses(strict.rows).values()) <= 4
+
+
+def test_a_null_cap_is_no_cap_even_when_strict():
+    """max_copies_per_trajectory: null: 500 copies of one trajectory is what the weight asks, and strict
+    has no cap to hold."""
+    tasks, scores = make_tasks(LONELY), scores_of(LONELY)
+    sel = select(tasks, scores, HEAVY, 10_000, max_copies=None, copy_cap="strict")
+    assert sel.warnings == [] and uses(sel.rows)["d1/r0"] == 500
+    assert sel.rows == select(tasks, scores, HEAVY, 10_000, max_copies=None, copy_cap="warn").rows
+    assert sel.counts["max_copies_per_trajectory"]["cap"] is None
+
+
+def test_copy_cap_is_strict_or_warn():
+    with pytest.raises(ValueError, match="copy_cap must be strict or warn, got 'maybe'"):
+        select(make_tasks(), scores_of(), ALL, 10, max_copies=4, copy_cap="maybe")

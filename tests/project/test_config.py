@@ -103,6 +103,8 @@ BAD = [
     ("max-copies-zero", _set("select", "max_copies_per_trajectory", 0), "select.max_copies_per_trajectory"),
     ("max-copies-bool", _set("select", "max_copies_per_trajectory", True), "select.max_copies_per_trajectory"),
     ("max-copies-float", _set("select", "max_copies_per_trajectory", 2.5), "select.max_copies_per_trajectory"),
+    ("copy-cap-maybe", _set("select", "copy_cap", "maybe"), "select.copy_cap must be one of strict, warn"),
+    ("copy-cap-bool", _set("select", "copy_cap", False), "select.copy_cap must be one of strict, warn"),
     ("unknown-source-key", _set("sources", "tezos", "fromat", "harbor"), "sources.tezos.fromat"),
     ("scale-negative", _set("scales", "1k", -5), "scales.1k"),
     ("scale-zero", _set("scales", "1k", 0), "scales.1k"),

@@ -187,6 +187,10 @@ class SelectParams(Section):
     unscored: Literal["zero", "drop", "error"] = "zero"
     # no rollout fills more rows than this (copy_cap_v1, docs/upsampling.md); null: no cap
     max_copies_per_trajectory: Annotated[int | None, Field(ge=1)] = 64
+    # a source's share (or, without weights, N) that needs more copies of its rollouts than the cap:
+    # strict stops the stage in one line; warn fills it with the fewest copies that do, and says so.
+    # Never part of a dataset's params: it decides whether a selection is built, not which rows it has
+    copy_cap: Literal["strict", "warn"] = "strict"
 
 
 def _scale_names(scales: Any) -> Any:

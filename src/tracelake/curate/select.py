@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from tracelake.core.errors import BadInput, check
+from tracelake.core.errors import BadInput, BadParams, check
 from tracelake.core.hashing import content_id
 from tracelake.core.ids import copy_name
 from tracelake.curate.apportion import (
@@ -74,6 +74,8 @@ def select(
     unscored: str = "zero",
     clusters: dict[str, str] | None = None,
     max_copies: int | None = None,
+    copy_cap: str = "strict",
+    scale: str | None = None,
 ) -> Selection:
     """The slots of one dataset of exactly n rows (fewer only when the pool is empty: an error).
 
@@ -86,8 +88,14 @@ def select(
     alone in its cluster (every task, with keep: one) is its own unit, as without clusters.
 
     `max_copies` (select.max_copies_per_trajectory): no rollout fills more than that many rows
-    (copy_cap_v1, apportion_capped); where a source's share (or, without weights, n) needs more
-    copies than that of every rollout it has, each gets the fewest that fill it, and a warning says so."""
+    (copy_cap_v1, apportion_capped). Where a source's share (or, without weights, n) needs more
+    copies than that of every rollout it has, `copy_cap` (select.copy_cap) decides: `strict` raises
+    BadParams, one line naming the scale (`scale`, for the message), the source, its distinct
+    trajectories, the copies it would need and the ways out (the first such source; the others are
+    counted); `warn` gives each the fewest copies that fill it, and a warning says so. Either way the
+    rows of a selection that is built are the same."""
+    if copy_cap not in ("strict", "warn"):
+        raise ValueError(f"copy_cap must be strict or warn, got {copy_cap!r}")
     sources = mixed_sources(tasks, scores, mix)
     candidates = {tid: t for tid, t in tasks.items() if t.source in sources}
     missing = sorted(tid for tid in candidates if tid not in scores)
@@ -118,19 +126,26 @@ def select(
     unit_score = {u: sum(score_of[t] for t in members) / len(members) for u, members in units.items()}
     unit_rollouts = {u: sum(len(candidates[t].rollouts) for t in members) for u, members in units.items()}
     warnings: list[str] = []
+    over_cap: list[tuple[str, str, str]] = []  # copy_cap: strict: (source, what is over the cap, ways out)
 
     def capped(scores_of_units: dict[str, float], rows: int, source: str | None) -> dict[str, int]:
         distinct = sum(unit_rollouts[u] for u in scores_of_units)
         need = copies_needed(rows, distinct)
         if max_copies is not None and need > max_copies:
             had = f"{distinct} distinct trajector{'y' if distinct == 1 else 'ies'}"
-            what = (
-                f"mix.weights gives {source} {rows} of {n} rows but it has {had}" if source else f"{n} rows from {had}"
-            )
-            warnings.append(
-                f"{what}: {need} copies of {'it' if distinct == 1 else 'some'}, above "
-                f"select.max_copies_per_trajectory {max_copies} (lower the weight, add data or raise the cap)"
-            )
+            if source:
+                what = f"mix.weights gives {source} {rows} of {n} rows but it has {had}"
+            else:  # the warning keeps its words; the error names the sources
+                what = (
+                    f"{n} rows from {had}" if copy_cap == "warn" else f"{n} rows from the {had} of {', '.join(sources)}"
+                )
+            copies = f"{need} copies of {'it' if distinct == 1 else 'some'}"
+            what += f": {copies}, above select.max_copies_per_trajectory {max_copies}"
+            if copy_cap == "warn":
+                warnings.append(f"{what} (lower the weight, add data or raise the cap)")
+            else:
+                first = "lower its weight" if source else "build a smaller scale"
+                over_cap.append((source or "", what, f"{first}, add data, raise the cap or set select.copy_cap: warn"))
         return apportion_capped(scores_of_units, unit_rollouts, rows, max_copies)
 
     if mix.weights:
@@ -148,6 +163,10 @@ def select(
             quotas.update(capped(own, share[source], source) if own else {})
     else:
         quotas = capped(unit_score, n, None)
+    if over_cap:
+        (_, what, ways), others = over_cap[0], [source for source, _, _ in over_cap[1:]]
+        also = f" ({', '.join(others)} {'is' if len(others) == 1 else 'are'} over it too)" if others else ""
+        raise BadParams(f"{f'select {scale}: ' if scale else ''}{what}{also}; {ways}")
 
     task_of = {rid: tid for tid, t in candidates.items() for rid in t.rollouts}
     rows = []
