@@ -333,7 +333,7 @@ def train(
     locally with llamafactory-cli / SkyRL, or on Modal. Credentials come only from the environment."""
     from contextlib import ExitStack
 
-    from tracelake.export.launch import check, describe, make_plan, run
+    from tracelake.export.launch import check, contract_lines, describe, make_plan, run
     from tracelake.params import load_params
 
     with ExitStack() as stack:  # a REV:NAME dataset's temporary tree lives until the run ends
@@ -347,6 +347,8 @@ def train(
         out.print(f"check:    {checked.line}", markup=False, highlight=False, soft_wrap=True)
         for note in checked.notes:
             out.print(f"note:     {note}", markup=False, highlight=False, soft_wrap=True)
+        for line in contract_lines(plan, checked):
+            out.print(line, markup=False, highlight=False, soft_wrap=True)
         if dry_run:
             return
         rc = run(plan)

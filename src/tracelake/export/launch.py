@@ -59,7 +59,18 @@ from tracelake.export.params import RL_TRAINERS, TrainParams
 from tracelake.export.set_keys import refuse
 from tracelake.export.task_dirs import HARBOR_DIR, materialize
 from tracelake.export.task_dirs import describe as describe_task_dirs
-from tracelake.export.train_config import RL_FILE, hydra_overrides, override_value, run_dir, sft_config_name
+from tracelake.export import harbor_contract
+from tracelake.export.train_config import (
+    HARBOR_TRIALS_KEY,
+    RL_FILE,
+    RL_RUN_DIR_KEYS,
+    hydra_overrides,
+    override_value,
+    rl_run_dir,
+    rl_run_paths,
+    run_dir,
+    sft_config_name,
+)
 from tracelake.ingest.params import ArchiveParams, IngestParams
 
 KINDS = ("sft", "rl")
@@ -71,6 +82,7 @@ MODELS_MOUNT = "/models"  # HF_HOME on Modal: a model is downloaded once, not on
 REMOTE_DEEPSPEED_DIR = "/opt/tracelake/deepspeed"
 REMOTE_SFT_CONFIG = "/tmp/tracelake-sft.yaml"
 MODAL_APP_FILE = "training/modal_app.py"
+MODAL_SKYRL_CHECKOUT = "/opt/SkyRL"  # the Modal image's SkyRL checkout (training/modal_app.py)
 CHECK_RL_FILE = "training/check_rl_config.py"
 CHECK_SFT_FILE = "training/check_sft_config.py"
 FINISHED = "train_results.json"  # LLaMA-Factory writes it when a run has trained to the end
@@ -123,6 +135,11 @@ class Plan:
     rl_route: str | None = None  # harbor | main_base (rl.yaml `route`)
     rl_entrypoint: str | None = None
     notes: list[str] = field(default_factory=list)  # said with the plan (--dry-run included)
+    # route harbor: the final overrides the contract checked (harbor_contract), the SkyRL commit, and
+    # the sandbox's credential variables -> whether each is set here (never their values)
+    harbor_overrides: dict[str, Any] | None = None
+    skyrl: str | None = None
+    credentials: dict[str, bool] = field(default_factory=dict)
     tokenizer: str | None = None  # the tokenizer check (check_tokenizer)
     fresh: str | None = None  # the freshness check (check_fresh)
     blocker: str | None = None  # why the plan cannot start here (a dry run still shows it)
@@ -369,7 +386,20 @@ def plan_local(params: Params, ds: Dataset, sets: dict[str, Any], gpus: int | No
         )
     config = yaml.safe_load(ds.config_path.read_text())
     environment = rl_environment(config)
-    overrides = hydra_overrides({**config["overrides"], **sets})
+    out_dir, added = rl_run(params, ds, config, sets)
+    final = {**config["overrides"], **added, **sets}
+    harbor = rl_route(config) == "harbor"
+    checkout = params.train.rl.skyrl_checkout
+    blocker = None
+    if harbor:
+        check_harbor(params, final)
+        blocker = checkout_blocker(params, config["entrypoint"])
+        if blocker is None and checkout is not None:
+            final = _checkout_template(final, str(Path(checkout).resolve()))
+            template = final.get(harbor_contract.CHAT_TEMPLATE)
+            if isinstance(template, str) and not Path(template).is_file():
+                blocker = f"train.rl.skyrl_checkout {checkout}: no {harbor_contract.QWEN3_CHAT_TEMPLATE} in it"
+    overrides = hydra_overrides(final)
     command = [env_command(environment, "python"), "-m", config["entrypoint"], *overrides]
     plan = Plan(
         ds,
@@ -379,22 +409,126 @@ def plan_local(params: Params, ds: Dataset, sets: dict[str, Any], gpus: int | No
         rl_overrides=overrides,
         rl_route=rl_route(config),
         rl_entrypoint=config["entrypoint"],
+        run_dir=out_dir,
+        run_state=_rl_run_state(out_dir),
+        blocker=blocker,
     )
-    if plan.rl_route == "harbor":
+    if harbor:
         plan.task_dirs = Path(config["overrides"]["data.train_data"][0])
         plan.archive_limits = params.ingest.archive
-        checkout = params.train.rl.skyrl_checkout
-        if checkout is None:
-            plan.blocker = (
-                f"train.rl.skyrl_checkout is not set: route harbor runs {config['entrypoint']}, which is in a "
-                f"SkyRL checkout, not in the skyrl wheel (git clone https://github.com/NovaSky-AI/SkyRL, then set "
-                f"its path; or train.rl.route: main_base with an environment of your own)"
-            )
-        elif not (Path(checkout) / "examples" / "train_integrations" / "harbor").is_dir():
-            plan.blocker = f"train.rl.skyrl_checkout {checkout}: no examples/train_integrations/harbor in it"
-        else:
+        _harbor_facts(plan, params, final)
+        if blocker is None and checkout is not None:
             plan.env["PYTHONPATH"] = str(Path(checkout).resolve())
     return plan
+
+
+# --- SkyRL's Harbor route: its contract, its pinned commit, its sandbox's credentials -------------
+
+
+def rl_run(params: Params, ds: Dataset, config: dict[str, Any], sets: dict[str, Any]) -> tuple[str | None, dict]:
+    """An RL run's directory (train_config.rl_run_dir over the overrides with --set applied: a --set
+    that changes the training gets its own) and the overrides that move its checkpoints, exports and
+    trials there (none that a --set gives). An rl.yaml from before run hashes: (None, {})."""
+    o = config["overrides"]
+    if "trainer.ckpt_path" not in o:
+        return None, {}
+    gpus = int(o.get("trainer.placement.policy_num_gpus_per_node") or 1)
+    out = rl_run_dir(params.train.runs, ds.dataset_id, {**o, **sets}, gpus)
+    old = str(PurePosixPath(str(o["trainer.ckpt_path"])).parent)
+    trials = o.get(HARBOR_TRIALS_KEY)
+    if trials == f"{old}/trials":  # the run's own, not a train.rl.harbor.trials_dir
+        trials = f"{out}/trials"
+    added = rl_run_paths(out, trials if HARBOR_TRIALS_KEY in o else None)
+    return out, {k: v for k, v in added.items() if k not in sets and o.get(k) != v}
+
+
+def _rl_run_state(out: str | None) -> str | None:
+    if out is None:
+        return None
+    if Path(out).is_dir() and any(Path(out).iterdir()):
+        return "exists: SkyRL resumes from its latest checkpoint there (trainer.resume_mode latest)"
+    return "new"
+
+
+def check_harbor(params: Params, final: dict[str, Any]) -> None:
+    """The final overrides (rl.yaml with train.rl.extra, then --set) against SkyRL's Harbor contract
+    (export/harbor_contract.py): a violated requirement is refused in one line."""
+    broken = harbor_contract.violated(final)
+    if broken is not None:
+        raise BadParams("train rl: " + harbor_contract.refusal(broken, final, harbor_contract.SKYRL_COMMIT))
+
+
+def checkout_blocker(params: Params, entrypoint: str) -> str | None:
+    """Why the SkyRL checkout (train.rl.skyrl_checkout) cannot run the Harbor route, else None: not
+    set, without the Harbor integration, or at another commit than train.rl.skyrl_commit (refused, not
+    warned: the contract holds for the pinned commit only, and a mismatch crashes after Ray and vLLM
+    have started on every GPU)."""
+    rl = params.train.rl
+    checkout, commit = rl.skyrl_checkout, rl.skyrl_commit
+    if checkout is None:
+        return (
+            f"train.rl.skyrl_checkout is not set: route harbor runs {entrypoint}, which is in a SkyRL checkout, "
+            f"not in the skyrl wheel (git clone {harbor_contract.SKYRL_REPO}; git -C SkyRL checkout {commit}; then "
+            f"set its path; or train.rl.route: main_base with an environment of your own)"
+        )
+    if not (Path(checkout) / "examples" / "train_integrations" / "harbor").is_dir():
+        return f"train.rl.skyrl_checkout {checkout}: no examples/train_integrations/harbor in it"
+    head = _git_head(Path(checkout))
+    if head is None:
+        return f"train.rl.skyrl_checkout {checkout}: not a git checkout, so its commit cannot be checked against {commit[:12]}"
+    if head != commit:
+        return (
+            f"train.rl.skyrl_checkout {checkout} is at {head[:12]}, not at train.rl.skyrl_commit {commit[:12]}: "
+            f"git -C {checkout} checkout {commit}"
+        )
+    return None
+
+
+def _git_head(checkout: Path) -> str | None:
+    try:
+        proc = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
+    except OSError:
+        return None
+    head = proc.stdout.strip()
+    return head if proc.returncode == 0 and len(head) == 40 else None
+
+
+def _checkout_template(final: dict[str, Any], root: str) -> dict[str, Any]:
+    """The chat template, a file of the SkyRL checkout, as a path the engine finds from anywhere."""
+    key = harbor_contract.CHAT_TEMPLATE
+    template = final.get(key)
+    if isinstance(template, str) and template and not PurePosixPath(template).is_absolute():
+        return {**final, key: f"{root.rstrip('/')}/{template}"}
+    return final
+
+
+def _harbor_facts(plan: Plan, params: Params, final: dict[str, Any]) -> None:
+    """What the dry run says of the Harbor route: the overrides the contract checked, the commit, the
+    sandbox's credential variables (set or not here; a real run refuses a missing one)."""
+    rl = params.train.rl
+    plan.harbor_overrides = final
+    plan.skyrl = f"{rl.skyrl_commit} (train.rl.skyrl_commit)"
+    if rl.skyrl_commit != harbor_contract.SKYRL_COMMIT:
+        plan.notes.append(
+            f"train.rl.skyrl_commit {rl.skyrl_commit[:12]} is not the commit the Harbor contract was read at "
+            f"({harbor_contract.SKYRL_COMMIT[:12]}): its requirements are checked as declared, unverified there"
+        )
+    names = harbor_contract.credentials(final.get(harbor_contract.SANDBOX))
+    plan.credentials = {n: bool(os.environ.get(n)) for n in names}
+
+
+def contract_lines(plan: Plan, checked: Check) -> list[str]:
+    """Per requirement of the Harbor contract, which check covered it (printed after `check:`)."""
+    if plan.harbor_overrides is None:
+        return []
+    if checked.ok:
+        installed = checked.line.split(":", 1)[1].split("(", 1)[0].split(" of ", 1)[-1].strip() or "ok"
+        installed = f"check ok: {installed}"
+    else:
+        installed = "not run here: " + checked.line.removeprefix("not checked: ")
+    n = len(harbor_contract.REQUIREMENTS)
+    head = f"contract: {n} requirements of SkyRL's Harbor route at {harbor_contract.SKYRL_COMMIT[:12]} hold"
+    return [head, *("  " + line for line in harbor_contract.lines(plan.harbor_overrides, installed))]
 
 
 def rl_route(config: dict[str, Any]) -> str:
@@ -468,12 +602,24 @@ def plan_modal(params: Params, ds: Dataset, sets: dict[str, Any]) -> Plan:
             o[key] = [
                 remote_dir + "/" + f[len(local_prefix) :] if f.startswith(local_prefix) else f for f in o.get(key) or []
             ]
-        o["trainer.ckpt_path"], o["trainer.export_path"] = f"{out_dir}/ckpts", f"{out_dir}/exports"
-        if rl_route(config) == "harbor":
+        local_out, added = rl_run(params, ds, config, sets)
+        o.update(added)
+        if local_out is None:  # an rl.yaml from before run hashes
+            o["trainer.ckpt_path"], o["trainer.export_path"] = f"{out_dir}/ckpts", f"{out_dir}/exports"
+        else:  # runs/<dataset id>/<run hash>/... -> /runs/<dataset id>/<run hash>/...
+            run_dir_ = str(PurePosixPath(RUNS_MOUNT) / PurePosixPath(local_out).relative_to(params.train.runs))
+            for key in (*RL_RUN_DIR_KEYS, HARBOR_TRIALS_KEY):
+                if key in o and key not in sets and str(o[key]).startswith(local_out + "/"):
+                    o[key] = run_dir_ + str(o[key])[len(local_out) :]
+        harbor = rl_route(config) == "harbor"
+        if harbor:
             # extracted here first (as for a local run), then uploaded beside the export
             task_dirs = Path(o["data.train_data"][0])
             o["data.train_data"] = [f"{remote_dir}/{HARBOR_DIR}"]
         o.update(sets)
+        if harbor:
+            check_harbor(params, o)
+            o = config["overrides"] = _checkout_template(o, MODAL_SKYRL_CHECKOUT)
         rl_overrides = hydra_overrides(o)
         remote_command = ["python", "-m", config["entrypoint"], *rl_overrides]
         remote_env = {}
@@ -490,6 +636,11 @@ def plan_modal(params: Params, ds: Dataset, sets: dict[str, Any]) -> Plan:
             "TRACELAKE_MODAL_RL_TRAINER": config.get("trainer", LEGACY_RL_TRAINER),
             "TRACELAKE_MODAL_RL_ROUTE": rl_route(config),
         }
+        if rl_route(config) == "harbor":  # the image's SkyRL checkout, and the sandbox's credentials
+            command_env["TRACELAKE_MODAL_SKYRL_REF"] = params.train.rl.skyrl_commit
+            names = harbor_contract.credentials(config["overrides"].get(harbor_contract.SANDBOX))
+            if names:
+                command_env["TRACELAKE_MODAL_FORWARD"] = " ".join(names)
         environment = rl_environment(config)
     else:
         command_env, rl_overrides, environment = {}, None, "training"
@@ -515,7 +666,7 @@ def plan_modal(params: Params, ds: Dataset, sets: dict[str, Any]) -> Plan:
         "TRACELAKE_MODAL_PYTHON": m.image_python,
         **command_env,
     }
-    return Plan(
+    plan = Plan(
         ds,
         "modal",
         command,
@@ -536,11 +687,14 @@ def plan_modal(params: Params, ds: Dataset, sets: dict[str, Any]) -> Plan:
             f"a finished one is not trained again"
         )
         if ds.kind == "sft"
-        else None,
+        else f"on volume {m.runs_volume}: SkyRL resumes from its latest checkpoint if this run is there",
         report_to=_report_line(params, sets) if ds.kind == "sft" else None,
         task_dirs=task_dirs,
         archive_limits=params.ingest.archive,
     )
+    if ds.kind == "rl" and rl_route(config) == "harbor":
+        _harbor_facts(plan, params, config["overrides"])
+    return plan
 
 
 def make_plan(
@@ -720,6 +874,15 @@ def describe(plan: Plan) -> str:
         lines.append(f"run dir:  {plan.run_dir} ({plan.run_state})")
     if plan.report_to:
         lines.append(f"report:   {plan.report_to}")
+    if plan.skyrl:
+        lines.append(f"skyrl:    {plan.skyrl}; its Harbor contract was read at {harbor_contract.SKYRL_COMMIT[:12]}")
+    if plan.harbor_overrides is not None:
+        sandbox = plan.harbor_overrides.get(harbor_contract.SANDBOX)
+        names = ", ".join(f"{n} ({'set' if ok else 'not set'})" for n, ok in plan.credentials.items())
+        where = " from the local environment, forwarded to Modal" if plan.backend == "modal" else ""
+        lines.append(f"sandbox:  {sandbox}: " + (f"{names}{where}" if names else "no credential variable"))
+    for note in plan.notes:
+        lines.append(f"note:     {note}")
     for mount, volume in plan.volumes.items():
         lines.append(f"volume:   {volume} -> {mount}")
     if plan.upload:
@@ -750,6 +913,13 @@ def run(plan: Plan) -> int:
     """Start the plan; returns the trainer's exit code."""
     if plan.blocker:
         raise BadInput(f"train {plan.dataset.kind}: {plan.blocker}")
+    missing = [n for n, ok in plan.credentials.items() if not ok]
+    if missing:
+        sandbox = (plan.harbor_overrides or {}).get(harbor_contract.SANDBOX)
+        raise BadInput(
+            f"train rl: {', '.join(missing)} not set: Harbor's {sandbox} sandbox needs it for every trial "
+            f"(harbor_trial_config.environment.type, train.rl.harbor.environment)"
+        )
     program = plan.command[0]
     if not (Path(program).exists() or shutil.which(program)):
         environment = "training" if plan.backend == "modal" else plan.environment

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, model_validator
 
 from tracelake.core.params import Count, Invalid, Number, Section, one_of
+from tracelake.export.harbor_contract import SANDBOXES, SKYRL_COMMIT
 from tracelake.export.set_keys import classify
 from tracelake.export.sharegpt import SAME_ROLE_POLICIES
 from tracelake.export.templates import TEMPLATES, V0_MODES
@@ -164,7 +165,7 @@ class HarborTrialParams(Section):
     by the entrypoint over its harbor_trial_config/default.yaml)."""
 
     agent: NonEmpty = "terminus-2"  # the Harbor agent (terminus-2: the agent the OpenThoughts-Agent traces came from)
-    environment: NonEmpty = "daytona"  # where trials run: daytona | docker | modal | e2b | runloop | gke
+    environment: Annotated[str, one_of(SANDBOXES)] = "daytona"  # where trials run (its credential: harbor_contract)
     agent_timeout_sec: Count = 1200  # a trial's agent time; past it Harbor raises AgentTimeoutError
     verifier_timeout_sec: Count | None = None  # null: each task's own (task.toml)
     trials_dir: str | None = None  # where trials are written (null: runs/<dataset id>/trials)
@@ -181,6 +182,9 @@ class RlTrainParams(Section):
     route: Annotated[str, one_of(RL_ROUTES)] = "harbor"
     entrypoint: str | None = None  # null: the route's (HARBOR_ENTRYPOINT, or the trainer's main_base)
     skyrl_checkout: str | None = None  # harbor: a SkyRL checkout holding the Harbor entrypoint (put on PYTHONPATH)
+    # harbor: the SkyRL commit the route is pinned to: the checkout must be at it (git rev-parse HEAD),
+    # the Modal image checks it out, and export/harbor_contract.py was read at SKYRL_COMMIT
+    skyrl_commit: Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")] = SKYRL_COMMIT
     max_seq_len: Count = 32768  # harbor: trainer.algorithm.max_seq_len (required there) and the agent's context
     harbor: HarborTrialParams = Field(default_factory=HarborTrialParams)
     model: str = "Qwen/Qwen3-8B"

@@ -28,6 +28,7 @@ import yaml
 from tracelake.core.ids import shard_entry_name
 from tracelake.core.lake import Lake
 from tracelake.core.outputs import output_dir, read_manifest
+from tracelake.export import harbor_contract
 from tracelake.export.params import ExportRlParams, RlTrainParams, SftTrainParams, TrainParams
 from tracelake.export.task_dirs import harbor_dir
 from tracelake.export.templates import lf_mode
@@ -81,17 +82,53 @@ def _canonical(v: Any) -> Any:
     return str(v)
 
 
-def run_hash(config: dict[str, Any], gpus: int) -> str:
-    """The short hash naming an SFT run: its LLaMA-Factory config (--set applied) without
-    NOT_TRAINING's keys, and its number of GPUs (the total batch)."""
-    trains = {k: _canonical(v) for k, v in config.items() if k not in NOT_TRAINING}
+# SkyRL override keys that do not change what an RL run trains: where its data and outputs are (the
+# dataset id names the data; the run directory is what the hash names), how it logs.
+RL_NOT_TRAINING = frozenset(
+    {
+        "data.train_data",
+        "data.val_data",
+        "trainer.ckpt_path",
+        "trainer.export_path",
+        "trainer.log_path",
+        "harbor_trial_config.trials_dir",
+        "trainer.logger",
+        "trainer.project_name",
+        "trainer.run_name",
+        harbor_contract.CHAT_TEMPLATE,  # a path: in the SkyRL checkout, wherever that is
+    }
+)
+# an RL run's directory keys: set from its run directory unless a --set gives one
+RL_RUN_DIR_KEYS = {"trainer.ckpt_path": "ckpts", "trainer.export_path": "exports"}
+HARBOR_TRIALS_KEY = "harbor_trial_config.trials_dir"
+
+
+def run_hash(config: dict[str, Any], gpus: int, not_training: frozenset[str] = NOT_TRAINING) -> str:
+    """The short hash naming a run: its config (LLaMA-Factory's, or SkyRL's overrides; --set applied)
+    without the keys that do not change the training, and its number of GPUs (the total batch)."""
+    trains = {k: _canonical(v) for k, v in config.items() if k not in not_training}
     text = json.dumps({"config": trains, "gpus": gpus}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:RUN_HASH_CHARS]
 
 
-def run_dir(runs: str, dataset_id: str, config: dict[str, Any], gpus: int) -> str:
+def run_dir(
+    runs: str, dataset_id: str, config: dict[str, Any], gpus: int, not_training: frozenset[str] = NOT_TRAINING
+) -> str:
     """`<runs>/<dataset id>/<run hash>`, a POSIX path."""
-    return str(PurePosixPath(runs) / dataset_id / run_hash(config, gpus))
+    return str(PurePosixPath(runs) / dataset_id / run_hash(config, gpus, not_training))
+
+
+def rl_run_dir(runs: str, dataset_id: str, overrides: dict[str, Any], gpus: int) -> str:
+    """An RL run's directory: `<runs>/<dataset id>/<hash of its training overrides and GPUs>`."""
+    return run_dir(runs, dataset_id, overrides, gpus, RL_NOT_TRAINING)
+
+
+def rl_run_paths(out: str, trials_dir: str | None) -> dict[str, str]:
+    """The overrides that put an RL run's checkpoints, exports (and Harbor trials) in its directory."""
+    paths = {k: f"{out}/{name}" for k, name in RL_RUN_DIR_KEYS.items()}
+    if trials_dir is not None:
+        paths[HARBOR_TRIALS_KEY] = trials_dir
+    return paths
 
 
 def total_batch(sft: SftTrainParams) -> int:
@@ -169,16 +206,19 @@ def rl_config(
 
     Route harbor (SkyRL's Harbor integration, skyrl 0.4+): `data.train_data` is the directory of task
     directories `tracelake train rl` extracts from the export's task table, <runs>/<dataset id>/harbor
-    (export/task_dirs.py), and `harbor_trial_config.*` sets each Harbor trial: the agent
+    (export/task_dirs.py); every requirement of export/harbor_contract.py with a fixed value is set
+    (step-wise trajectories, served_model_name, token_mean, the engine's length, the Qwen3 chat
+    template, TIS); and `harbor_trial_config.*` sets each Harbor trial: the agent
     (with what training needs: per-turn token ids and logprobs, every message, no summarization),
     the environment, the timeouts, where trials are written. Route main_base: the prompt shards, run
     in `environment.env_class`. Every other key exists in both skyrl 0.4 and skyrl-train 0.3.1 but
-    the engines' (ENGINE_KEYS)."""
-    out = str(PurePosixPath(runs) / dataset_id)
+    the engines' (ENGINE_KEYS). Checkpoints, exports and trials go to the run's directory,
+    <runs>/<dataset id>/<run hash> (rl_run_dir), so two RL configs never share one."""
+    data = str(PurePosixPath(runs) / dataset_id)  # the dataset's: its task directories, its runs
     engines, tensor_parallel = ENGINE_KEYS[rl.trainer]
     harbor = rl.route == "harbor"
     overrides: dict[str, Any] = {
-        "data.train_data": [harbor_dir(out)] if harbor else list(prompt_files),
+        "data.train_data": [harbor_dir(data)] if harbor else list(prompt_files),
         "data.val_data": [],  # no eval set is exported; add one through train.rl.extra
         "trainer.eval_interval": -1,
         "trainer.policy.model.path": rl.model,
@@ -193,29 +233,40 @@ def rl_config(
         tensor_parallel: rl.tensor_parallel_size,
         "trainer.max_prompt_length": max_prompt_length,
         "trainer.eval_before_train": False,
-        "trainer.ckpt_path": f"{out}/ckpts",
-        "trainer.export_path": f"{out}/exports",
         "generator.n_samples_per_prompt": rl.n_samples_per_prompt,
     }
     if harbor:
-        h = rl.harbor
+        # what SkyRL's Harbor route needs at the pinned commit (export/harbor_contract.py, where each
+        # requirement names its place in SkyRL): the launcher checks the final overrides against it
+        h, c = rl.harbor, harbor_contract
         overrides |= {
-            "trainer.algorithm.max_seq_len": rl.max_seq_len,  # required by the Harbor entrypoint
-            "harbor_trial_config.trials_dir": h.trials_dir or f"{out}/trials",
+            c.MAX_SEQ_LEN: rl.max_seq_len,
+            c.STEP_WISE: True,
+            c.MERGE: True,
+            c.SERVED_NAME: c.served_model_name(rl.model),
+            "trainer.algorithm.loss_reduction": "token_mean",
+            c.TIS_TYPE: "token",
+            c.TIS_CLIP: 2.0,
+            c.MAX_MODEL_LEN: rl.max_seq_len,
+            **({c.CHAT_TEMPLATE: c.QWEN3_CHAT_TEMPLATE} if c.is_qwen3(rl.model) else {}),
             "harbor_trial_config.agent.name": h.agent,
             "harbor_trial_config.agent.override_timeout_sec": h.agent_timeout_sec,
             "harbor_trial_config.agent.kwargs.max_turns": max_turns,
             "harbor_trial_config.agent.kwargs.collect_rollout_details": True,
             "harbor_trial_config.agent.kwargs.store_all_messages": True,
             "harbor_trial_config.agent.kwargs.enable_summarize": False,
-            "harbor_trial_config.agent.kwargs.model_info.max_input_tokens": rl.max_seq_len,
-            "harbor_trial_config.environment.type": h.environment,
+            c.MAX_INPUT_TOKENS: rl.max_seq_len,
+            c.SANDBOX: h.environment,
         }
         if h.verifier_timeout_sec is not None:
             overrides["harbor_trial_config.verifier.override_timeout_sec"] = h.verifier_timeout_sec
     else:
         overrides |= {"generator.max_turns": max_turns, "environment.env_class": env_class}
     overrides.update(rl.extra)
+    # the run's directory: <runs>/<dataset id>/<hash of the training overrides and GPUs>, as for SFT
+    out = rl_run_dir(runs, dataset_id, overrides, rl.gpus)
+    trials = (rl.harbor.trials_dir or f"{out}/trials") if harbor else None
+    overrides |= {k: v for k, v in rl_run_paths(out, trials).items() if k not in rl.extra}
     return {
         "dataset_id": dataset_id,
         "trainer": rl.trainer,
