@@ -33,7 +33,9 @@ DATASETS = os.environ.get("TRACELAKE_MODAL_DATASETS_VOLUME", "tracelake-datasets
 RUNS = os.environ.get("TRACELAKE_MODAL_RUNS_VOLUME", "tracelake-runs")
 MODELS = os.environ.get("TRACELAKE_MODAL_MODELS_VOLUME", "tracelake-models")
 PYTHON = os.environ.get("TRACELAKE_MODAL_PYTHON", "3.11")
-FORWARDED_ENV = ("HF_TOKEN", "WANDB_API_KEY")
+# HF_TOKEN, WANDB_API_KEY, and for route harbor the sandbox's credential variables, which
+# `tracelake train rl` names in TRACELAKE_MODAL_FORWARD (export/harbor_contract.py)
+FORWARDED_ENV = ("HF_TOKEN", "WANDB_API_KEY", *os.environ.get("TRACELAKE_MODAL_FORWARD", "").split())
 DATASETS_MOUNT, RUNS_MOUNT, MODELS_MOUNT = "/datasets", "/runs", "/models"
 FINISHED = "train_results.json"  # LLaMA-Factory writes it when a run has trained to the end
 
@@ -66,11 +68,17 @@ RL_PACKAGES = {  # both need Python 3.12; their GPU extras pin vLLM, CUDA torch 
 }
 RL_ROUTE = os.environ.get("TRACELAKE_MODAL_RL_ROUTE", "main_base")  # train.rl.route, as rl.yaml records it
 # Route harbor: SkyRL's Harbor entrypoint lives in its repository, not its wheel; the image holds a
-# checkout (TRACELAKE_MODAL_SKYRL_REF: a branch, tag or commit; pin a commit for a reproducible image)
-# installed with its harbor extra, on PYTHONPATH as the local run puts train.rl.skyrl_checkout.
-SKYRL_REF = os.environ.get("TRACELAKE_MODAL_SKYRL_REF", "main")
+# checkout at the pinned commit (TRACELAKE_MODAL_SKYRL_REF: train.rl.skyrl_commit, which `tracelake
+# train rl` passes; no default: an unpinned image could run code the Harbor contract was not read
+# at) installed with its harbor extra, on PYTHONPATH as the local run puts train.rl.skyrl_checkout.
+SKYRL_REF = os.environ.get("TRACELAKE_MODAL_SKYRL_REF", "")
 rl_image = modal.Image.from_registry(CUDA_BASE, add_python="3.12")
 if RL_ROUTE == "harbor":
+    if not SKYRL_REF:
+        raise SystemExit(
+            "TRACELAKE_MODAL_SKYRL_REF is not set: run through `tracelake train rl --backend modal`, which pins "
+            "the SkyRL checkout to train.rl.skyrl_commit"
+        )
     rl_image = (
         rl_image.apt_install("git")
         .run_commands(

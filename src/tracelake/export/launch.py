@@ -55,11 +55,11 @@ from tracelake.core.outputs import read_manifest
 from tracelake.core.tokenizer import tokenizer_fingerprint
 from tracelake.core.ui import out
 from tracelake.curate.params import SelectParams
+from tracelake.export import harbor_contract
 from tracelake.export.params import RL_TRAINERS, TrainParams
 from tracelake.export.set_keys import refuse
 from tracelake.export.task_dirs import HARBOR_DIR, materialize
 from tracelake.export.task_dirs import describe as describe_task_dirs
-from tracelake.export import harbor_contract
 from tracelake.export.train_config import (
     HARBOR_TRIALS_KEY,
     RL_FILE,
