@@ -365,9 +365,12 @@ def test_harbor_route_dry_run_is_checked_by_skyrl_and_by_us(sample_project, tmp_
     assert tracelake(project, *dry, "--set", "generator.rate_limit.enabled=true", env=env).returncode == 0
     run = tracelake(project, "train", "rl", "--dataset", "rl", env=env)  # not a dry run: refused before starting
     assert run.returncode == 2 and "train rl: train.rl.skyrl_checkout is not set" in run.stderr
-    checkout = tmp_path / "SkyRL"
-    (checkout / "examples" / "train_integrations" / "harbor").mkdir(parents=True)
-    project = _rl_project(sample_project, tmp_path / "b", "skyrl", "harbor", skyrl_checkout=str(checkout))
+    from .test_train_harbor import _checkout
+
+    checkout, head = _checkout(tmp_path / "SkyRL")
+    project = _rl_project(
+        sample_project, tmp_path / "b", "skyrl", "harbor", skyrl_checkout=str(checkout), skyrl_commit=head
+    )
     proc = tracelake(project, *dry, env=env)
     assert proc.returncode == 0 and f"env:      PYTHONPATH={checkout}" in proc.stdout and "blocked:" not in proc.stdout
 
@@ -436,10 +439,12 @@ def test_a_harbor_run_extracts_the_task_table_first_and_once(sample_project, tmp
     from tracelake.export.launch import run
     from tracelake.export.task_dirs import task_paths
 
-    checkout = tmp_path / "SkyRL"
-    (checkout / "examples" / "train_integrations" / "harbor").mkdir(parents=True)
-    project = _rl_project(sample_project, tmp_path, "skyrl", "harbor", skyrl_checkout=str(checkout))
+    from .test_train_harbor import _checkout
+
+    checkout, head = _checkout(tmp_path / "SkyRL")
+    project = _rl_project(sample_project, tmp_path, "skyrl", "harbor", skyrl_checkout=str(checkout), skyrl_commit=head)
     monkeypatch.chdir(project)
+    monkeypatch.setenv("DAYTONA_API_KEY", "test-key")  # the sandbox's credential: a real run needs it
     plan = make_plan(load_params("params.yaml"), "rl", "rl", "local", [])
     data = next(o for o in plan.rl_overrides if o.startswith("data.train_data="))
     harbor = Path(f"runs/{plan.dataset.dataset_id}/harbor")
