@@ -313,3 +313,40 @@ def test_ctrl_c_on_a_ray_cluster_prints_the_one_line_and_exits_130(cluster, tmp_
         assert ray.get(ray.remote(slow_square).remote(3)) == 9
     finally:
         ray.shutdown()
+
+
+class _Finalized:
+    """Garbage that says which process freed it (a stand-in for a native handle, such as LanceDB's,
+    that only its own process may free)."""
+
+    def __init__(self, log: Path):
+        self.log, self.me = log, self  # a cycle: only a collection frees it
+
+    def __del__(self):
+        with open(self.log, "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+def collect_here(_: int) -> int:
+    import gc
+
+    gc.collect()
+    return os.getpid()
+
+
+def test_a_worker_never_frees_the_drivers_garbage(tmp_path):
+    """The driver's garbage is collected in the driver before the workers are forked, and what lives
+    on is out of the workers' collector: a worker's collection frees nothing of the driver's (a
+    child collecting a LanceDB handle it inherited crashed the child: BrokenProcessPool)."""
+    import gc
+
+    log = tmp_path / "freed.log"
+    gc.disable()
+    try:
+        _Finalized(log)
+        workers = set(Executor("processes", 2).map(collect_here, range(8)))
+    finally:
+        gc.enable()
+    freed = log.read_text().split() if log.exists() else []
+    assert freed == [str(os.getpid())], (freed, workers)  # freed once, by the driver
+    assert os.getpid() not in workers

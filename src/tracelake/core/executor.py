@@ -17,6 +17,7 @@ the cluster at `executor.ray_address`, else `RAY_ADDRESS`, else starts a Ray of 
 
 from __future__ import annotations
 
+import gc
 import json
 import multiprocessing
 import os
@@ -25,6 +26,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -293,7 +295,8 @@ def _process_map(items: Iterable[Shard | Ready], workers: int, window: int) -> I
     try:
         # Fork every worker now, before `items` runs: it may start threads (read_ahead), and a
         # process forked while another thread holds a lock could inherit the lock held forever.
-        pool.submit(int).result()
+        with _frozen_heap():
+            pool.submit(int).result()
         pending: deque[Future] = deque()
         for item in items:
             if isinstance(item, Ready):
@@ -310,6 +313,22 @@ def _process_map(items: Iterable[Shard | Ready], workers: int, window: int) -> I
         _stop_workers(pool)
         raise
     pool.shutdown()
+
+
+@contextmanager
+def _frozen_heap() -> Iterator[None]:
+    """Fork with the driver's heap out of the children's garbage collector: the driver's garbage is
+    collected here first, and what lives on is frozen (gc.freeze) until the workers are forked, so a
+    child never frees an object of the driver's. Native libraries that are not fork-safe (LanceDB
+    and lance, imported by a process that searched or deduplicated before it maps) keep handles that
+    only their own process may free: a child's collection of them crashed the child (a segfault
+    inside "Garbage-collecting", then BrokenProcessPool)."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _ignore_ctrl_c() -> None:
