@@ -75,6 +75,27 @@ def overrides(work: Path, model: Path, tasks: Path, steps: int, n_tasks: int) ->
     }
 
 
+# What this check sets that no user's `--set` may (export/set_keys.py refuses both): it trains on the
+# first tasks only, with short prompts, to fit one GPU in minutes. The plan is made without them, so
+# tracelake's own rules and the Harbor contract check everything else; they are put in its command
+# afterwards, before SkyRL's own check reads it.
+HARNESS_ONLY = ("data.train_data", "trainer.max_prompt_length")
+
+
+def harness_plan(params, ds, sets: dict):
+    """plan_local's plan for `sets`, with HARNESS_ONLY's keys added after the plan is made."""
+    from tracelake.export.launch import plan_local
+    from tracelake.export.train_config import hydra_overrides
+
+    plan = plan_local(params, ds, {k: v for k, v in sets.items() if k not in HARNESS_ONLY})
+    own = hydra_overrides({k: sets[k] for k in HARNESS_ONLY if k in sets})
+    replaced = tuple(f"{k}=" for k in HARNESS_ONLY)
+    plan.rl_overrides = [o for o in plan.rl_overrides if not o.startswith(replaced)] + own
+    plan.command = [c for c in plan.command if not c.startswith(replaced)] + own
+    plan.task_dirs = None  # this check extracts its own tasks; the export's are not extracted
+    return plan
+
+
 def project_params(project: Path, checkout: str | None):
     """The project's params.yaml with train.rl.skyrl_checkout set (the harbor route's entrypoint lives there)."""
     import yaml
@@ -90,7 +111,7 @@ def check(args: argparse.Namespace) -> dict:
     import yaml
 
     from tracelake.core.envs import env_program
-    from tracelake.export.launch import check_batch, check_rl, describe, plan_local, resolve_dataset
+    from tracelake.export.launch import check_batch, check_rl, describe, resolve_dataset
     from tracelake.export.launch import run as launch
     from tracelake.export.task_dirs import task_paths, task_tables
     from tracelake.ingest.task_archive import extract_table
@@ -112,7 +133,7 @@ def check(args: argparse.Namespace) -> dict:
     result["task_dirs"] = sorted(d.name for d in written)
     sets = overrides(work, model, tasks, args.steps, args.tasks)
     check_batch(ds, yaml.safe_load(ds.config_path.read_text()), sets)
-    plan = plan_local(params, ds, sets)
+    plan = harness_plan(params, ds, sets)
     result["command"] = plan.command
     verdict = check_rl(plan)
     result["config_check"] = verdict.line
