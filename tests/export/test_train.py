@@ -354,7 +354,10 @@ def test_harbor_route_dry_run_is_checked_by_skyrl_and_by_us(sample_project, tmp_
     assert not (project / harbor).exists()  # a dry run extracts nothing
     for sets, words in (
         (["generator.rate_limit.not_a_key=1"], "Invalid fields {'not_a_key'} for RateLimiterConfig"),
-        (["harbor_trial_config.agent.kwargs.collect_rollout_details=false"], "collect_rollout_details must be true"),
+        (  # refused by the Harbor contract before SkyRL's own check runs
+            ["harbor_trial_config.agent.kwargs.collect_rollout_details=false"],
+            "collect_rollout_details=false breaks SkyRL's Harbor route: it must be true",
+        ),
         (
             ["trainer.train_batch_size=100000"],
             f"trainer.train_batch_size 100000 > the {n_dirs} Harbor task directories",

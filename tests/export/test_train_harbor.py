@@ -90,7 +90,7 @@ def test_a_requirement_broken_through_extra_is_refused(sample_project, tmp_path)
     )
     proc = tracelake(project, *DRY, env=NO_TRAINER)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-    assert "generator.step_wise_trajectories=False breaks SkyRL's Harbor route: it must be true" in proc.stderr
+    assert "generator.step_wise_trajectories=false breaks SkyRL's Harbor route: it must be true" in proc.stderr
 
 
 def test_the_dry_run_says_who_checked_each_requirement_and_the_credential(sample_project):

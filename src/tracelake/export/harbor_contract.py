@@ -25,6 +25,7 @@ the machine's kubeconfig and Google credentials: no single variable).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -238,8 +239,9 @@ def violated(overrides: dict[str, Any]) -> Requirement | None:
 def refusal(r: Requirement, overrides: dict[str, Any], commit: str = SKYRL_COMMIT) -> str:
     """One line: the key, what it holds, what it must hold, SkyRL's reason and where."""
     value = overrides.get(r.key, "unset")
+    shown = value if isinstance(value, str) else json.dumps(value, default=str)  # as the command line writes it
     return (
-        f"{r.key}={value!r} breaks SkyRL's Harbor route: it must be {r.want}: {r.why} "
+        f"{r.key}={shown} breaks SkyRL's Harbor route: it must be {r.want}: {r.why} "
         f"({r.source} at SkyRL {commit[:SHORT]})"
     )
 
