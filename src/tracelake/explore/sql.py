@@ -268,32 +268,33 @@ class _Opened:
 
 _OPENED: "weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, _Opened]" = weakref.WeakKeyDictionary()
 
-# view -> the directory (under the lake) that holds it
+# view -> the directory that holds it, by the lake's own layout (core/lake.py)
 _HOME = {
-    **dict.fromkeys(("trajectories", "messages", "rejects"), ("trajectories",)),
-    "tasks": ("tasks",),
-    **dict.fromkeys(("scores", "responses"), ("scores",)),
-    **dict.fromkeys(("task_clusters", "contamination"), ("dedup",)),
-    **dict.fromkeys(("pool", "dropped", "funnel"), ("pool",)),
-    **dict.fromkeys(("rl_prompts", "harbor_tasks", "rl_dropped", "export_rejects"), ("exports", "rl")),
+    **dict.fromkeys(("trajectories", "messages", "rejects"), lambda lake: lake.root / "trajectories"),
+    "tasks": lambda lake: lake.root / "tasks",
+    **dict.fromkeys(("scores", "responses"), lambda lake: lake.scores),
+    **dict.fromkeys(("task_clusters", "contamination"), lambda lake: lake.dedup),
+    **dict.fromkeys(("pool", "dropped", "funnel"), lambda lake: lake.pool),
+    **dict.fromkeys(("rl_prompts", "harbor_tasks", "rl_dropped", "export_rejects"), lambda lake: lake.rl_export),
 }
+# view-name prefix -> its directory: a scale's own (selection_<scale>, sft_<scale>), or the directory
+# of every scale's for a dataset id (sel-…, sft-…, rl-…)
 _HOME_PREFIX = {
-    "selection_": ("selections",),
-    "sft_": ("exports", "sft"),
-    "sel-": ("selections",),
-    "sft-": ("exports", "sft"),
-    "rl-": ("exports", "rl"),
+    "selection_": Lake.selection,
+    "sft_": Lake.sft_export,
+    "sel-": lambda lake, _: lake.selections,
+    "sft-": lambda lake, _: lake.sft_exports,
+    "rl-": lambda lake, _: lake.rl_export,
 }
 
 
 def _home(layout: Lake, view: str) -> Path | None:
-    """The directory a lake view reads (a scale's own for selection_<scale> and sft_<scale>, the
-    directory of every scale's for a dataset id); None for a name that is no lake table."""
+    """The directory a lake view reads; None for a name that is no lake table."""
     if view in _HOME:
-        return layout.root.joinpath(*_HOME[view])
-    for prefix, parts in _HOME_PREFIX.items():
+        return _HOME[view](layout)
+    for prefix, home in _HOME_PREFIX.items():
         if view.startswith(prefix) and len(view) > len(prefix):
-            return layout.root.joinpath(*parts) / (view[len(prefix) :] if prefix.endswith("_") else "")
+            return home(layout, view[len(prefix) :])
     return None
 
 
