@@ -1,4 +1,4 @@
-"""tiktoken's BPE counting for the tokenizers whose counts it reproduces exactly.
+"""tiktoken's BPE counting (and encoding) for the tokenizers whose results it reproduces exactly.
 
 `TokenCounter` (token_count.py) encodes the segments its cache lacks with `engine(tokenizer)`: a
 `TiktokenCounts` where the tokenizer qualifies, else None and the reason (it keeps `tokenizers`'
@@ -23,6 +23,10 @@ and y were built by merges inside t's span alone, in the order the BPE makes the
 there it would reach x, y and stop (no merge joins them) short of t, which the check above rules
 out. A word that is a token tiktoken takes whole: by the same check the BPE ends there too.
 
+The same argument gives the ids, not only their number: tiktoken's tokens are the BPE's, named by
+rank. `TiktokenCounts.ids` maps each rank back to the tokenizer's vocabulary id (a byte's token, or
+the merge's token), so core/token_ids.py encodes segments with it too.
+
 The text is normalized by the tokenizer's own NFC (where it has one; ASCII text is left as it is),
 then split by tiktoken's regex engine: tests/core/test_fast_bpe.py checks it classes every code point
 as the tokenizers' one does, and compares counts on random and real text.
@@ -36,6 +40,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import tiktoken
 from tokenizers import Tokenizer, models
 
@@ -55,21 +60,45 @@ class TiktokenCounts:
 
     name = "tiktoken"
 
-    def __init__(self, ranks: dict[bytes, int], pattern: str, normalizer: Any = None, threads: int | None = None):
+    def __init__(
+        self,
+        ranks: dict[bytes, int],
+        pattern: str,
+        normalizer: Any = None,
+        threads: int | None = None,
+        vocab_ids: np.ndarray | None = None,
+    ):
         self._bpe = tiktoken.Encoding("tracelake", pat_str=pattern, mergeable_ranks=ranks, special_tokens={})._core_bpe
         self._normalize = normalizer.normalize_str if normalizer is not None else None
         self.threads = threads or cpu_count()
+        self._vocab_ids = vocab_ids  # rank -> the tokenizer's id (uint32), where `ids` is wanted
+
+    def ids(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """The tokenizer's ids of each text (uint32), as `tokenizer.encode(t, add_special_tokens=False).ids`
+        gives them for a segment (no added tokens in it)."""
+        if self._vocab_ids is None:
+            raise ValueError("this tiktoken encoding was built without the vocabulary's ids")
+        return self._threaded(self._ids, texts)
+
+    def _ids(self, texts: Sequence[str]) -> list[np.ndarray]:
+        encode, normalize, vocab = self._bpe.encode_ordinary, self._normalize, self._vocab_ids
+        if normalize is not None:
+            texts = [t if t.isascii() else normalize(t) for t in texts]
+        return [vocab[np.array(encode(t), dtype=np.int64)] for t in texts]
+
+    def _threaded(self, work: Callable[[Sequence[str]], list], texts: Sequence[str]) -> list:
+        n = min(self.threads, len(texts))
+        if n <= 1:
+            return work(texts)
+        out: list = [None] * len(texts)
+        with ThreadPoolExecutor(n) as pool:  # tiktoken releases the GIL while it encodes
+            for i, part in enumerate(pool.map(work, [texts[i::n] for i in range(n)])):
+                out[i::n] = part
+        return out
 
     def counts(self, texts: Sequence[str]) -> list[int]:
         """The number of tokens of each text."""
-        n = min(self.threads, len(texts))
-        if n <= 1:
-            return self._counts(texts)
-        out = [0] * len(texts)
-        with ThreadPoolExecutor(n) as pool:  # tiktoken releases the GIL while it encodes
-            for i, part in enumerate(pool.map(self._counts, [texts[i::n] for i in range(n)])):
-                out[i::n] = part
-        return out
+        return self._threaded(self._counts, texts)
 
     def _counts(self, texts: Sequence[str]) -> list[int]:
         encode, normalize = self._bpe.encode_ordinary, self._normalize
@@ -124,4 +153,10 @@ def _build(config: dict[str, Any], normalizer: Any, pattern: str | None) -> tupl
     own = models.BPE(vocab, pairs, ignore_merges=False)  # the tokenizer's BPE, merges always applied
     if any(len(own.tokenize(t)) != 1 for t in merged):
         return None, "a merge's token does not encode to itself"
-    return TiktokenCounts(ranks, pattern, normalizer if config.get("normalizer") else None), ""
+    by_rank = [*sorted(alphabet, key=alphabet.__getitem__), *merged]  # rank b: byte b; 256 + i: merge i
+    if any(t not in vocab for t in by_rank):
+        return None, "a merge's token is not in the vocabulary"
+    vocab_ids = np.array([vocab[t] for t in by_rank], dtype=np.int64)
+    return TiktokenCounts(
+        ranks, pattern, normalizer if config.get("normalizer") else None, vocab_ids=vocab_ids.astype(np.uint32)
+    ), ""

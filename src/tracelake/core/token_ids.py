@@ -1,0 +1,358 @@
+"""Exact token ids of texts, every distinct segment encoded once, ever: the ids counterpart of
+token_count.py's counts (export/pretokenized.py builds LLaMA-Factory's input_ids with it).
+
+`TokenIds.encode(texts)` gives `tokenizer.encode(t, add_special_tokens=False).ids` for each text. A
+text is cut exactly as token_count.SegmentRule cuts it for counting: added tokens (`<|im_start|>`,
+`<think>`, ...) split it first and each is its own id; the text between them is cut at safe newlines
+into segments that encode independently. So a text's ids are, in order, its added tokens' ids and
+its segments' ids (tests/core/test_token_ids.py checks the concatenation against whole encodes).
+A tokenizer the rule does not know (rule `whole`) has each text as one segment: still exact.
+
+Each segment's ids are kept under (tokenizer sha256, segment key: token_count.segment_key) in
+
+    <cache>/<tokenizer sha256[:16]>/ids/part-<content hash>.arrow
+
+beside the count cache's parts (token_cache.py) in the same cache directory. A part is an Arrow IPC
+file, uncompressed, one record batch: k1, k2 (uint64, the key's halves, sorted by k1) and ids
+(large_list<uint32>). Parts are memory-mapped, never read whole: a lookup binary-searches each
+part's k1 column and hands back views of its ids, so the cache costs address space, not memory, and
+a run that finds every segment reads only the pages of the ids it uses. New segments wait in memory
+and become a part every FLUSH_TOKENS tokens and at `close()`; parts are written under a temporary
+name and renamed, named by their content, so concurrent runs never see half a part. Past
+MAX_SMALL_PARTS parts smaller than half a flush, `close()` merges those into one (bounded memory).
+
+Missing segments are encoded in batches with tiktoken where the tokenizer qualifies (fast_bpe.py:
+the same ids, about a tenth of the CPU), else with `tokenizers`' `encode_batch_fast`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from tokenizers import Tokenizer
+
+from tracelake.core.token_count import ENCODE_BATCH_CHARS, SegmentRule, segment_key, split_pattern
+from tracelake.core.tokenizer import load_tokenizer, tokenizer_file
+
+FLUSH_TOKENS = 32 << 20  # pending ids become a part at this many tokens (128 MB of uint32)
+MAX_SMALL_PARTS = 8
+_SCHEMA = pa.schema([("k1", pa.uint64()), ("k2", pa.uint64()), ("ids", pa.large_list(pa.uint32()))])
+_EMPTY = np.zeros(0, dtype=np.uint32)
+
+
+def _halves(keys: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """16-byte keys -> their two little-endian uint64 halves."""
+    words = np.frombuffer(b"".join(keys), dtype="<u8")
+    return words[0::2], words[1::2]
+
+
+@dataclass
+class _Run:
+    """One part, memory-mapped: keys sorted by k1, each key's ids values[offsets[i]:offsets[i + 1]]."""
+
+    path: Path | None
+    k1: np.ndarray
+    k2: np.ndarray
+    offsets: np.ndarray
+    values: np.ndarray
+
+    @property
+    def tokens(self) -> int:
+        return len(self.values)
+
+    @classmethod
+    def open(cls, path: Path) -> "_Run | None":
+        try:
+            reader = pa.ipc.open_file(pa.memory_map(str(path)))
+            if reader.num_record_batches != 1 or not reader.schema.equals(_SCHEMA):
+                return None
+            batch = reader.get_batch(0)
+            ids = batch.column(2)
+            run = cls(
+                path,
+                batch.column(0).to_numpy(),
+                batch.column(1).to_numpy(),
+                ids.offsets.to_numpy(),
+                ids.values.to_numpy(),
+            )
+        except (OSError, pa.ArrowException):
+            return None  # removed by a concurrent compaction, or damaged: encode again instead
+        if len(run.k1) > 1 and not bool(np.all(run.k1[1:] >= run.k1[:-1])):
+            return None  # not written by this module
+        return run
+
+
+class SegmentIdsCache:
+    """Token ids by segment key for one tokenizer; `root=None` keeps them in memory only."""
+
+    def __init__(self, root: Path | str | None, tokenizer_sha256: str):
+        self.dir = Path(root) / tokenizer_sha256[:16] / "ids" if root else None
+        self._runs: list[_Run] | None = None  # largest first
+        self._pending: dict[bytes, np.ndarray] = {}
+        self._pending_tokens = 0
+
+    def _loaded(self) -> list[_Run]:
+        if self._runs is None:
+            self._runs = []
+            if self.dir is not None and self.dir.is_dir():
+                for part in sorted(self.dir.glob("part-*.arrow")):
+                    run = _Run.open(part)
+                    if run is not None and len(run.k1):
+                        self._runs.append(run)
+            self._runs.sort(key=lambda r: -len(r.k1))
+        return self._runs
+
+    def __len__(self) -> int:
+        """Entries known (a key kept by two parts counts twice)."""
+        return sum(len(run.k1) for run in self._loaded()) + len(self._pending)
+
+    def lookup(self, keys: Sequence[bytes]) -> list[np.ndarray | None]:
+        """Each key's ids (a read-only uint32 array, a view into a part), or None where unknown."""
+        found: list[np.ndarray | None] = [None] * len(keys)
+        if not keys:
+            return found
+        runs = self._loaded()
+        if runs:
+            k1, k2 = _halves(keys)
+            todo = np.arange(len(keys))
+            for run in runs:
+                q1 = k1[todo]
+                idx = np.minimum(np.searchsorted(run.k1, q1, side="left"), len(run.k1) - 1)
+                hit = (run.k1[idx] == q1) & (run.k2[idx] == k2[todo])
+                offsets, values = run.offsets, run.values
+                for j, i in zip(todo[hit].tolist(), idx[hit].tolist()):
+                    found[j] = values[offsets[i] : offsets[i + 1]]
+                todo = todo[~hit]
+                if not len(todo):
+                    break
+        if self._pending:
+            get = self._pending.get
+            found = [get(k) if f is None else f for k, f in zip(keys, found)]
+        return found
+
+    def add(self, keys: Sequence[bytes], ids: Sequence[np.ndarray]) -> None:
+        for k, a in zip(keys, ids):
+            if k not in self._pending:
+                self._pending[k] = a
+                self._pending_tokens += len(a)
+        if self._pending_tokens >= FLUSH_TOKENS:
+            self.flush()
+
+    def flush(self) -> None:
+        """The pending entries -> a part on disk (memory-mapped from then on), or a run in memory."""
+        if not self._pending:
+            return
+        runs = self._loaded()  # the parts on disk before this one
+        keys = list(self._pending)
+        arrays = list(self._pending.values())
+        self._pending, self._pending_tokens = {}, 0
+        run = _sorted_run(keys, arrays)
+        if self.dir is not None:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            run = _Run.open(_write_part(self.dir, run)) or run
+        runs.append(run)
+
+    def save(self) -> None:
+        """Write the pending entries; past MAX_SMALL_PARTS small parts, merge those into one."""
+        self.flush()
+        if self.dir is None:
+            return
+        small = [r for r in self._loaded() if r.path is not None and r.tokens < FLUSH_TOKENS // 2]
+        if len(small) <= MAX_SMALL_PARTS:
+            return
+        keys: list[bytes] = []
+        arrays: list[np.ndarray] = []
+        for run in small:
+            raw = np.empty(2 * len(run.k1), dtype="<u8")
+            raw[0::2], raw[1::2] = run.k1, run.k2
+            data = raw.tobytes()
+            keys += [data[16 * i : 16 * i + 16] for i in range(len(run.k1))]
+            arrays += [run.values[run.offsets[i] : run.offsets[i + 1]] for i in range(len(run.k1))]
+        unique = dict(zip(keys, arrays))
+        merged = _Run.open(_write_part(self.dir, _sorted_run(list(unique), list(unique.values()))))
+        for run in small:
+            if merged is None or run.path != merged.path:
+                run.path.unlink(missing_ok=True)
+        self._runs = None  # reopened (and re-sorted) at the next lookup
+
+
+def _sorted_run(keys: list[bytes], arrays: list[np.ndarray]) -> _Run:
+    k1, k2 = _halves(keys)
+    order = np.lexsort((k2, k1))
+    lengths = np.fromiter((len(arrays[i]) for i in order), dtype=np.int64, count=len(order))
+    offsets = np.zeros(len(order) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    values = np.concatenate([arrays[i] for i in order]).astype(np.uint32, copy=False) if len(order) else _EMPTY
+    return _Run(None, k1[order], k2[order], offsets, values)
+
+
+def _write_part(directory: Path, run: _Run) -> Path:
+    ids = pa.LargeListArray.from_arrays(pa.array(run.offsets, pa.int64()), pa.array(run.values, pa.uint32()))
+    batch = pa.record_batch([pa.array(run.k1, pa.uint64()), pa.array(run.k2, pa.uint64()), ids], schema=_SCHEMA)
+    tmp = directory / f".part.tmp-{os.getpid()}"
+    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, _SCHEMA) as writer:
+        writer.write_batch(batch)
+    h = hashlib.sha256()
+    with open(tmp, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    final = directory / f"part-{h.hexdigest()[:16]}.arrow"
+    tmp.replace(final)
+    return final
+
+
+@dataclass
+class IdStats:
+    texts: int = 0
+    segments: int = 0
+    cached: int = 0  # segments whose ids came from the cache (this run or earlier ones)
+    encoded: int = 0  # distinct segments encoded
+    encoded_chars: int = 0
+    encoded_tokens: int = 0
+    engine: str = ""  # "tiktoken", or "tokenizers" and why not tiktoken (fast_bpe.py)
+
+    def as_json(self) -> dict[str, int | str]:
+        return dict(vars(self))
+
+    def summary(self) -> str:
+        by = f", by {self.engine}" if self.engine else ""
+        return (
+            f"{self.texts:,} texts, {self.segments:,} segments: {self.encoded:,} encoded "
+            f"({self.encoded_chars / 1e6:,.1f} M characters, {self.encoded_tokens:,} tokens{by}), "
+            f"{self.cached:,} from the token-id cache"
+        )
+
+
+@dataclass
+class TokenIds:
+    """Exact token ids of texts for one tokenizer, backed by a segment ids cache.
+
+    `encode(texts)` gives `tokenizer.encode(t, add_special_tokens=False).ids` of each text (uint32).
+    Build it with `TokenIds.open(path, cache_dir)`; `close()` (or the with-block) saves the segments
+    it encoded, so later runs encode none of them.
+    """
+
+    tokenizer: Tokenizer
+    rule: SegmentRule
+    added: dict[str, np.ndarray]  # each added token's content -> its id, as a one-id array
+    cache: SegmentIdsCache = field(default_factory=lambda: SegmentIdsCache(None, ""))
+    stats: IdStats = field(default_factory=IdStats)
+    sha256: str = ""  # of the tokenizer.json bytes, where opened from a file
+    fast: bool = True  # encode with tiktoken where the tokenizer qualifies (False: always `tokenizers`)
+    _engine: tuple[Any, str] | None = None
+
+    @classmethod
+    def open(cls, path: Path | str, cache_dir: Path | str | None = None, fast: bool = True) -> "TokenIds":
+        file = tokenizer_file(path)
+        data = file.read_bytes()
+        sha = hashlib.sha256(data).hexdigest()
+        config = json.loads(data)
+        cache = SegmentIdsCache(cache_dir, sha)
+        return cls(load_tokenizer(file), SegmentRule.of(config), _added(config), cache, sha256=sha, fast=fast)
+
+    @classmethod
+    def of(cls, tokenizer: Tokenizer, fast: bool = True) -> "TokenIds":
+        """Ids for an already loaded tokenizer, with no disk cache."""
+        config = json.loads(tokenizer.to_str())
+        return cls(tokenizer, SegmentRule.of(config), _added(config), fast=fast)
+
+    def items(self, text: str) -> list[str | np.ndarray]:
+        """The text, in order, as segments (str) and added tokens (their one-id arrays)."""
+        rule = self.rule
+        if rule.name == "whole":
+            return [text] if text else []
+        out: list[str | np.ndarray] = []
+        parts = rule.added.split(text) if rule.added is not None else [text]
+        for i, part in enumerate(parts):
+            if i % 2:
+                out.append(self.added[part])
+            elif part:
+                subs = rule.added_normalized.split(part) if rule.added_normalized is not None else [part]
+                for j, sub in enumerate(subs):
+                    if j % 2:
+                        out.append(self.added[sub])
+                    elif sub:
+                        rule.segments(sub, out)  # no added token left in it: only the safe-newline cuts
+        return out
+
+    def encode(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """`tokenizer.encode(t, add_special_tokens=False).ids` of each text, in order (uint32 arrays)."""
+        items = [self.items(t) for t in texts]
+        position: dict[str, int] = {}  # a segment that repeats in the batch is looked up once
+        for row in items:
+            for item in row:
+                if isinstance(item, str):
+                    position.setdefault(item, len(position))
+        distinct = list(position)
+        keys = [segment_key(s) for s in distinct]
+        known = self.cache.lookup(keys)
+        missing = [i for i, ids in enumerate(known) if ids is None]
+        n_segments = sum(isinstance(item, str) for row in items for item in row)
+        self.stats.texts += len(texts)
+        self.stats.segments += n_segments
+        if missing:
+            fresh = self._encode([distinct[i] for i in missing], [keys[i] for i in missing])
+            missing_set = set(missing)
+            self.stats.cached += sum(
+                1 for row in items for item in row if isinstance(item, str) and position[item] not in missing_set
+            )
+            for i, ids in zip(missing, fresh):
+                known[i] = ids
+        else:
+            self.stats.cached += n_segments
+        out = []
+        for row in items:
+            parts = [known[position[item]] if isinstance(item, str) else item for item in row]
+            out.append(np.concatenate(parts) if len(parts) > 1 else (parts[0].copy() if parts else _EMPTY.copy()))
+        return out
+
+    def _encode(self, texts: list[str], keys: list[bytes]) -> list[np.ndarray]:
+        """Encode the missing segments in batches, add them to the cache, return their ids."""
+        fresh: list[np.ndarray] = []
+        start, size = 0, 0
+        for end, text in enumerate(texts, 1):
+            size += len(text)
+            if size >= ENCODE_BATCH_CHARS or end == len(texts):
+                batch = self._encode_ids(texts[start:end])
+                self.cache.add(keys[start:end], batch)
+                fresh += batch
+                self.stats.encoded += end - start
+                self.stats.encoded_chars += size
+                self.stats.encoded_tokens += sum(len(a) for a in batch)
+                start, size = end, 0
+        return fresh
+
+    def _encode_ids(self, texts: list[str]) -> list[np.ndarray]:
+        if self._engine is None:
+            from tracelake.core import fast_bpe
+
+            self._engine = fast_bpe.engine(self.tokenizer, split_pattern) if self.fast else (None, "fast=False")
+        fast, why = self._engine
+        self.stats.engine = fast.name if fast else f"tokenizers (not tiktoken: {why})"
+        if fast is not None:
+            return fast.ids(texts)
+        return [
+            np.array(e.ids, dtype=np.uint32) for e in self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+        ]
+
+    def close(self) -> None:
+        self.cache.save()
+
+    def __enter__(self) -> "TokenIds":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            self.close()
+
+
+def _added(config: dict[str, Any]) -> dict[str, np.ndarray]:
+    return {t["content"]: np.array([t["id"]], dtype=np.uint32) for t in config.get("added_tokens") or []}
