@@ -133,6 +133,43 @@ def need(path: Path) -> Path:
     return path
 
 
+QWEN3_TOKENIZER = FIXTURES / "qwen3-tokenizer"
+"""Qwen3's real tokenizer (tokenizer.json + tokenizer_config.json, 151,669 tokens): the trained
+model's tokenizer wherever a test stands for it. Read in place, never copied into the project."""
+
+
+def qwen3_tokenizer() -> Path:
+    """The Qwen3 tokenizer's directory (skips with the reason where ../shared/fixtures lacks it)."""
+    return need(QWEN3_TOKENIZER)
+
+
+def real_trace_texts() -> list[str]:
+    """Real agent-trace text, about 0.6 M characters (skips where ../shared/fixtures lacks it): the
+    ChatML rendering of each OpenThoughts-Agent row (otagent/sample_raw.json) and of each row of
+    Harbor's own golden exports (*.traces.json), every string of Harbor's golden ATIF trajectories,
+    and each golden file's raw JSON text. In file order, the same every run."""
+    from tracelake.core.tokenizer import render_chatml
+
+    def strings(value) -> list[str]:
+        if isinstance(value, str):
+            return [value] if value else []
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        return [s for item in items for s in strings(item)]
+
+    rows = json.loads(need(FIXTURES / "otagent" / "sample_raw.json").read_text())
+    rows = rows["rows"] if isinstance(rows, dict) else rows
+    texts = [render_chatml(r.get("row", r)["conversations"]) for r in rows]
+    for path in sorted(need(GOLDEN).glob("*.json")):
+        raw = path.read_text()
+        doc = json.loads(raw)
+        if path.name.endswith(".traces.json"):
+            texts += [render_chatml(r["conversations"]) for r in doc]
+        else:
+            texts += strings(doc)
+        texts.append(raw)
+    return texts
+
+
 def result_json(
     task: str, trial: str, *, exception: str | None = None, reward: float | None = 1.0, job: str = "job-1"
 ) -> dict:

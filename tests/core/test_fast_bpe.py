@@ -1,11 +1,14 @@
 """The tiktoken engine (core/fast_bpe.py) counts exactly what the tokenizer encodes: the byte-level
 alphabet, every code point's class in each split regex, random tricky text, real conversations row by
-row; and every tokenizer it does not reproduce falls back to `tokenizers` with its reason."""
+row, on small trained tokenizers and on Qwen3's real one (../shared/fixtures/qwen3-tokenizer); and
+every tokenizer it does not reproduce falls back to `tokenizers` with its reason."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
+import random
 
 import orjson
 import pytest
@@ -16,11 +19,12 @@ from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, tr
 
 from tracelake.core import fast_bpe, token_count
 from tracelake.core.fast_bpe import TiktokenCounts, byte_level_alphabet
+from tracelake.core.token_cache import SegmentCache
 from tracelake.core.token_count import SPLIT_PATTERNS, SegmentRule, TokenCounter, split_pattern, split_regex
 from tracelake.core.tokenizer import build_tokenizer, render_chatml, train_bpe
 from tracelake.sample.openthoughts import synthesize_openthoughts
 
-from ..helpers import FIXTURES, fuzz_settings
+from ..helpers import FIXTURES, fuzz_settings, qwen3_tokenizer, real_trace_texts
 from .test_token_count import CORPUS, FAMILIES, SPECIAL
 
 QWEN, LLAMA3 = sorted(SPLIT_PATTERNS, key=lambda p: "{1,3}" in p)
@@ -236,6 +240,111 @@ def test_conversations_count_the_same_row_by_row(tokenizers_, rules, rows):
             counter = TokenCounter.of(tok)
             assert counter.count(texts) == [_encode_len(tok, t) for t in texts], name
             assert counter.stats.engine == "tiktoken" and counter.stats.encoded > 0
+
+
+# --- Qwen3's real tokenizer: 151,387 merges, NFC, Qwen's split regex, 26 added tokens --------------
+
+
+@pytest.fixture(scope="module")
+def qwen3() -> Tokenizer:
+    return Tokenizer.from_file(str(qwen3_tokenizer() / "tokenizer.json"))
+
+
+@pytest.fixture(scope="module")
+def qwen3_counter(qwen3) -> TokenCounter:
+    counter = TokenCounter.of(qwen3)
+    counter.count(["engine"])  # the engine chosen once: a test copies the counter with an empty cache
+    return counter
+
+
+def _fresh(counter: TokenCounter) -> TokenCounter:
+    return dataclasses.replace(counter, cache=SegmentCache(None, ""), stats=token_count.CountStats())
+
+
+def test_qwen3_qualifies(qwen3):
+    config = json.loads(qwen3.to_str())
+    assert len(config["model"]["merges"]) == 151_387 and qwen3.get_vocab_size() == 151_669
+    assert split_pattern(config) == QWEN and SegmentRule.of(config).name == "split"
+    assert _fast(qwen3).name == "tiktoken"
+
+
+QWEN3_ADDED = [
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_pad|>", "<tool_call>", "</tool_call>",
+    "<|fim_middle|>", "<tool_response>", "</tool_response>", "<think>", "</think>",
+    "<|im_start|>assistant\n<think>\n", "</think>\n\n", "<|im_end|>\n<|im_start|>user\n",
+    "<think", "im_end|>", "<|im_start", "</think >",  # near misses: plain text
+]  # fmt: skip
+with_added = st.lists(
+    st.sampled_from(_ATOMS + QWEN3_ADDED) | st.text(min_size=1, max_size=3) | long_word, max_size=60
+).map("".join)
+
+
+def _check_qwen3(qwen3, counter: TokenCounter, texts: list[str]) -> None:
+    """Each segment's tiktoken count is tokenizers' encode length, and each text's total through the
+    counter (added tokens cut out, long pieces cut at CHUNK_CHARS) is one encode of the text."""
+    _check_counts({"qwen3": qwen3}, {"qwen3": counter.rule}, texts)
+    fresh = _fresh(counter)
+    assert fresh.count(texts) == [_encode_len(qwen3, t) for t in texts]
+    assert fresh.stats.engine == "tiktoken" or fresh.stats.encoded == 0
+
+
+@fuzz_settings()
+@given(st.lists(with_added | tricky | any_text, min_size=1, max_size=8))
+def test_fuzz_qwen3_counts_equal_encode(qwen3, qwen3_counter, texts):
+    _check_qwen3(qwen3, qwen3_counter, texts)
+
+
+@pytest.mark.long
+@fuzz_settings(long_examples=3000)
+@given(st.lists(with_added | tricky | any_text, min_size=1, max_size=8))
+def test_fuzz_qwen3_counts_equal_encode_long(qwen3, qwen3_counter, texts):
+    _check_qwen3(qwen3, qwen3_counter, texts)
+
+
+def test_qwen3_seeded_random_text(qwen3, qwen3_counter, monkeypatch):
+    """Seeded random text, ~250 K characters: atoms, added tokens, runs of one character and random
+    code points (Latin to Arabic, CJK, emoji, CJK extension B), in texts the counter cuts at
+    CHUNK_CHARS and at 64."""
+    rng = random.Random(20261128)
+    pool = _ATOMS + QWEN3_ADDED
+
+    def piece() -> str:
+        r = rng.random()
+        if r < 0.6:
+            return rng.choice(pool)
+        if r < 0.9:
+            return chr(
+                rng.choice(
+                    [
+                        rng.randrange(0x20, 0x800),
+                        rng.randrange(0x3000, 0xA000),
+                        rng.randrange(0x1F300, 0x1FAFF),
+                        rng.randrange(0x20000, 0x2A6E0),
+                    ]
+                )
+            )
+        return rng.choice(["a", "日", " ", "\n", "9", "=", "é"]) * rng.randrange(1, 200)
+
+    texts = ["".join(piece() for _ in range(rng.randrange(1, 1500))) for _ in range(30)]
+    assert 100_000 < sum(map(len, texts)) < 500_000
+    _check_qwen3(qwen3, qwen3_counter, texts)
+    monkeypatch.setattr(token_count, "CHUNK_CHARS", 64)
+    _check_qwen3(qwen3, qwen3_counter, texts)
+
+
+def test_qwen3_real_text_counts_equal_encode(qwen3, qwen3_counter, rows):
+    """Real trace text (tests/helpers.py real_trace_texts, ~0.6 M characters) and the conversations of
+    `rows` rendered as ChatML: every segment, cut as the counter cuts it and uncut, counts the same."""
+    texts = real_trace_texts() + [render_chatml(conv) for conv in rows]
+    _check_qwen3(qwen3, qwen3_counter, texts)
+    whole: list[str] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(token_count, "CHUNK_CHARS", 10**9)
+        for text in texts:
+            qwen3_counter.rule.segments(text, whole)
+    long = [w for w in whole if len(w) > token_count.CHUNK_CHARS]  # segments the counter cuts
+    assert len(long) >= 5
+    assert _fast(qwen3).counts(long) == [len(e) for e in qwen3.encode_batch_fast(long, add_special_tokens=False)]
 
 
 def test_threads_keep_the_order(tokenizers_):

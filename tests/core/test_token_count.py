@@ -1,9 +1,11 @@
-"""Segment-cached token counts are exact: for every tokenizer family, any text, any cut size, the
-count equals len(tokenizer.encode(text, add_special_tokens=False)); the cache makes a second run
-encode nothing and never changes a count."""
+"""Segment-cached token counts are exact: for every tokenizer family (small trained ones of each
+pre-tokenizer, and Qwen3's real tokenizer from ../shared/fixtures), any text, any cut size, the count
+equals len(tokenizer.encode(text, add_special_tokens=False)); the cache makes a second run encode
+nothing and never changes a count."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -13,8 +15,11 @@ from hypothesis import strategies as st
 from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers
 
 from tracelake.core import token_cache, token_count
-from tracelake.core.token_count import SPLIT_PATTERNS, SegmentRule, TokenCounter
+from tracelake.core.token_cache import SegmentCache
+from tracelake.core.token_count import SPLIT_PATTERNS, CountStats, SegmentRule, TokenCounter
 from tracelake.core.tokenizer import build_tokenizer, train_bpe
+
+from ..helpers import qwen3_tokenizer, real_trace_texts
 
 QWEN, LLAMA3 = sorted(SPLIT_PATTERNS, key=lambda p: "{1,3}" in p)
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -55,14 +60,27 @@ EXPECTED_RULE = {
     "llama3": "split",
     "prefix_space": "whole",
     "whitespace": "whole",
+    "qwen3": "split",
 }
 
 
-@pytest.fixture(scope="module", params=sorted(FAMILIES))
+@pytest.fixture(scope="module", params=[*sorted(FAMILIES), "qwen3"])
 def family(request, tmp_path_factory) -> tuple[str, Path]:
+    """(name, tokenizer.json): a small one trained here, or Qwen3's real one read in place."""
+    if request.param == "qwen3":
+        return "qwen3", qwen3_tokenizer() / "tokenizer.json"
     path = tmp_path_factory.mktemp(request.param) / "tokenizer.json"
     FAMILIES[request.param]().save(str(path))
     return request.param, path
+
+
+@pytest.fixture(scope="module")
+def family_counter(family) -> TokenCounter:
+    """The family's counter, opened once and its engine chosen (Qwen3's takes about a second to load
+    and qualify): a test copies it with an empty cache."""
+    counter = TokenCounter.open(family[1])
+    counter.count(["engine"])
+    return counter
 
 
 def _encode_len(tok: Tokenizer, text: str) -> int:
@@ -112,34 +130,54 @@ _ATOMS = [
     "<",
     *SPECIAL,
     *PLAIN_ADDED,
+    # whitespace runs, unicode spaces, CJK, emoji, digits, and the rest of Qwen3's added tokens
+    "   \n\n  ",
+    "\n\n\n",
+    " \t \n",
+    "\r\n\r\n",
+    "\u3000",
+    "\u2028",
+    "中文字符",
+    "ｆｕｌｌ",
+    "👍🏽",
+    "👨\u200d👩\u200d👧",
+    "2026",
+    "٣",
+    "'S",
+    "<|fim_middle|>",
+    "<tool_response>",
+    "</tool_response>",
+    "<|vision_pad|>",
+    "<|im_start|>assistant\n<think>\n",
 ]
-texts = st.lists(st.sampled_from(_ATOMS), max_size=80).map("".join)
+texts = st.lists(st.sampled_from(_ATOMS) | st.text(max_size=3), max_size=80).map("".join)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batch=st.lists(texts, min_size=1, max_size=6), chunk=st.sampled_from([1, 3, 16, 10_000]))
-def test_counts_equal_encode(family, batch, chunk, monkeypatch):
+def test_counts_equal_encode(family_counter, batch, chunk, monkeypatch):
     monkeypatch.setattr(token_count, "CHUNK_CHARS", chunk)  # cut at every safe newline, or never
-    _, path = family
-    counter = TokenCounter.open(path)
+    counter = dataclasses.replace(family_counter, cache=SegmentCache(None, ""), stats=CountStats())  # nothing known
     assert counter.count(batch) == [_encode_len(counter.tokenizer, t) for t in batch]
 
 
-def test_real_trace_text_counts_exactly(family, monkeypatch):
-    """Real OpenThoughts-Agent conversations (ChatML-rendered), cut into small chunks."""
-    fixture = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "otagent" / "sample_raw.json"
-    if not fixture.is_file():
-        pytest.skip(f"{fixture} is absent (real rows live in ../shared/fixtures)")
-    from tracelake.core.tokenizer import render_chatml
-
-    doc = json.loads(fixture.read_text())
-    rows = [r.get("row", r) for r in (doc["rows"] if isinstance(doc, dict) else doc)]
-    texts = [render_chatml(r["conversations"]) for r in rows]
-    monkeypatch.setattr(token_count, "CHUNK_CHARS", 200)
-    counter = TokenCounter.open(family[1])
+@pytest.mark.parametrize("chunk", [200, token_count.CHUNK_CHARS])
+def test_real_trace_text_counts_exactly(family, family_counter, chunk, monkeypatch):
+    """Real trace text (tests/helpers.py real_trace_texts: OpenThoughts-Agent rows and Harbor's golden
+    trajectories and exports, ~0.6 M characters), cut at small chunks and at the counter's own size:
+    each text's count is one encode of it. Qwen3's tokenizer is counted by tiktoken, rule split."""
+    texts = real_trace_texts()
+    monkeypatch.setattr(token_count, "CHUNK_CHARS", 10**9)
+    uncut: list[str] = []
+    for text in texts:
+        family_counter.rule.segments(text, uncut)
+    monkeypatch.setattr(token_count, "CHUNK_CHARS", chunk)
+    counter = dataclasses.replace(family_counter, cache=SegmentCache(None, ""), stats=CountStats())
     assert counter.count(texts) == [_encode_len(counter.tokenizer, t) for t in texts]
     if counter.rule.name == "split":
-        assert counter.stats.segments > 20 * len(texts)  # really cut, not counted whole
+        assert counter.stats.segments > len(uncut)  # really cut, not counted whole
+    if family[0] == "qwen3":
+        assert counter.rule.name == "split" and counter.stats.engine == "tiktoken"
 
 
 def test_cache_survives_runs_and_encodes_each_segment_once(tmp_path, family):
