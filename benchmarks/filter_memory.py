@@ -23,7 +23,7 @@ from pathlib import Path
 from tracelake.core import token_count
 from tracelake.core.duckdb_views import connect
 from tracelake.curate.filter import run_filters
-from tracelake.export.templates import template_slots
+from tracelake.export.rendering import Rendering
 from tracelake.params import load_params
 
 
@@ -63,8 +63,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as cache:
         con = connect(params.lake, sources, tables=("trajectories",))
         start = time.perf_counter()
-        markup = template_slots(params.train.sft.template).markup()  # as the filter stage passes it
-        result = run_filters(con, params.filter, sources=sources, token_cache=Path(cache), markup=markup)
+        rendering = Rendering.of(params.train.sft, params.export_sft.same_role)  # as the filter stage passes it
+        result = run_filters(con, params.filter, sources=sources, token_cache=Path(cache), rendering=rendering)
         wall = time.perf_counter() - start
     print(f"filter rules with instant encoding: {wall:.1f} s wall, high-water mark {high_water_mb():,.0f} MB")
     print(f"counting: {result.token_stats.summary()}")

@@ -5,10 +5,25 @@ counts (in, out, rejected by reason, merged, trimmed) to metrics/export_sft/<sca
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from tracelake.core.lake import Lake
 from tracelake.core.stage import Context, Result, Stage
 from tracelake.export.sft import export_sft
+
+
+def manifest_params(p: Any, scale: str) -> dict[str, Any]:
+    """What the export's manifest records of params.yaml (the keys the stage tracks)."""
+    sft = p.train.sft
+    return {
+        "scale": scale,
+        "export_sft": p.section("export_sft"),
+        "template": sft.template,
+        "mode": sft.mode,
+        "thinking": sft.thinking,
+        "cutoff_len": sft.cutoff_len,
+        "special_tokens": p.filter.special_tokens,
+    }
 
 
 def run(ctx: Context) -> Result:
@@ -20,13 +35,7 @@ def run(ctx: Context) -> Result:
         list(p.sources),
         p.export_sft,
         sft,
-        params={
-            "scale": scale,
-            "export_sft": p.section("export_sft"),
-            "template": sft.template,
-            "cutoff_len": sft.cutoff_len,
-            "special_tokens": p.filter.special_tokens,
-        },
+        params=manifest_params(p, scale),
         token_cache=Path(p.tokenizer.cache),
         special_tokens=p.filter.special_tokens,
         executor=ctx.executor,
@@ -40,6 +49,7 @@ def run(ctx: Context) -> Result:
     ]
     if token_counts:
         lines.append(f"export_sft {scale}: token counts: {token_counts}")
+    lines.extend(thinking_lines(scale, counts["thinking"], sft.thinking, sft.template))
     if not counts["length_checked"]:
         lines.append(
             f"export_sft {scale}: rows were not length-checked (export_sft.count_tokens: false): "
@@ -48,17 +58,38 @@ def run(ctx: Context) -> Result:
     return Result(metrics=counts, summary=lines)
 
 
+def thinking_lines(scale: str, t: dict, thinking: str, template: str) -> list[str]:
+    """The reasoning of the exported assistant turns, and a warning when most trained turns are trained
+    with an empty think block (export/rendering.py ThoughtCounts)."""
+    turns = t["assistant_turns"]
+    lines = [
+        f"export_sft {scale}: thinking {thinking} (template {template}): {turns:,} assistant turns, "
+        f"{t['with_reasoning']:,} with reasoning, {t['without_reasoning']:,} without; "
+        f"{t['trained_empty_thoughts']:,} of {t['trained_turns']:,} trained turns get an empty <think> block"
+    ]
+    if t["trained_empty_thoughts"] * 2 > t["trained_turns"] > 0:
+        lines.append(
+            f"export_sft {scale}: warning: {t['trained_empty_thoughts']:,} of {t['trained_turns']:,} trained assistant "
+            f"turns are trained with an empty <think> block (their traces hold no reasoning): the model learns to "
+            f"answer without thinking; train.sft.thinking: drop trains no think blocks at all (params.yaml)"
+        )
+    return lines
+
+
 STAGE = Stage(
     "export_sft",
     __doc__,
     run,
     foreach="scales",
-    # the training template and cutoff decide how rows render and which are too long; filter.special_tokens
+    # the training template, mode and thinking decide how rows render (and the dataset id), the cutoff which
+    # are too long; filter.special_tokens
     # whether a control-token literal rejects a row or is escaped
     params=(
         "scales.${key}",
         "export_sft",
         "train.sft.template",
+        "train.sft.mode",
+        "train.sft.thinking",
         "train.sft.cutoff_len",
         "filter.special_tokens",
         "sources",

@@ -13,7 +13,7 @@ from tracelake.core.schema import load_schema
 from tracelake.core.stage import Context, Output, Result, Stage, Table
 from tracelake.core.ui import progress
 from tracelake.curate.filter import attach_dedup, run_filters
-from tracelake.export.templates import template_slots
+from tracelake.export.rendering import Rendering
 
 BATCH = 1000
 
@@ -35,7 +35,8 @@ def run(ctx: Context) -> Result:
             on_tokens=advance,
             sources=sources,
             token_cache=Path(p.tokenizer.cache),
-            markup=template_slots(p.train.sft.template).markup(),  # which literals are control tokens
+            # what LLaMA-Factory encodes for a row: n_tokens counts it, its markup says which literals are control tokens
+            rendering=Rendering.of(p.train.sft, p.export_sft.same_role),
             executor=ctx.executor,
         )
     out = Output(
@@ -79,8 +80,17 @@ STAGE = Stage(
     "filter",
     __doc__,
     run,
-    # the training template's markup decides which literals are control tokens (special_token_in_text_v1)
-    params=("filter", "train.sft.template", "sources", "lake"),
+    # the trained rendering (template, mode, thinking, the sharegpt conversion) is what n_tokens counts;
+    # its markup decides which literals are control tokens (special_token_in_text_v1)
+    params=(
+        "filter",
+        "train.sft.template",
+        "train.sft.mode",
+        "train.sft.thinking",
+        "export_sft.same_role",
+        "sources",
+        "lake",
+    ),
     untracked=("tokenizer.cache", "executor"),
     uses_every_core=True,  # the encoder's threads: `processes` runs it in this process
     deps=("${lake}/trajectories", "${lake}/dedup", "${filter.tokenizer}"),

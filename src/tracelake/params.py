@@ -108,7 +108,21 @@ def _export_rl_pick_names_what_exists(p: Any) -> None:
             )
 
 
+def _filter_keeps_what_fits(p: Any) -> None:
+    """The filter's length limit is the trainer's: a row the pool keeps is a row export_sft exports
+    (both count LLaMA-Factory's rendering, export/rendering.py), so a dataset of N rows has N rows."""
+    limit, cutoff = p.filter.max_tokens, p.train.sft.cutoff_len
+    if p.filter.count_tokens and (limit is None or limit > cutoff):
+        raise Invalid(
+            f"{limit if limit is not None else 'null'} lets rows longer than train.sft.cutoff_len ({cutoff}) into "
+            f"the pool: export_sft would reject them and a dataset would have fewer rows than its scale; "
+            f"set it to at most {cutoff}",
+            at=("filter", "max_tokens"),
+        )
+
+
 CHECKS: list[tuple[tuple[str, ...], Callable[[Any], None]]] = [
+    (("filter", "train"), _filter_keeps_what_fits),
     (("mix", "sources"), _mix_draws_on_sources),
     (("select", "score"), _select_uses_a_configured_scorer),
     (("dedup", "sources"), _dedup_names_sources),

@@ -27,6 +27,7 @@ from tracelake.curate.dedup.decontaminate import (
 from tracelake.curate.dedup.shingles import WordHasher, words
 from tracelake.curate.filter import attach_dedup, run_filters
 from tracelake.curate.params import DecontaminateParams, FilterParams
+from tracelake.export.rendering import Rendering
 from tracelake.export.templates import TEMPLATES
 from tracelake.ingest.derived_tasks import derive_tasks
 from tracelake.ingest.traces import ingest_traces
@@ -35,6 +36,7 @@ from ..agent_traces import OPENHANDS_SYSTEM_PROMPT, openhands_conversation, term
 from ..helpers import FIXTURES, need, run_stage
 
 QWEN3 = TEMPLATES["qwen3"].markup()
+RENDERING = Rendering()  # what LLaMA-Factory encodes: train.sft's defaults (qwen3, mode default, thinking keep)
 
 ITEM = (
     "Write a script that reads every CSV file under /data/raw, drops the rows whose amount is "
@@ -299,7 +301,9 @@ def test_a_benchmark_task_in_rollouts_opening_turns_is_found_and_its_rollouts_dr
 
     con = connect(lake.root, ["mixed"], tables=("trajectories",))
     attach_dedup(con, lake)
-    run_filters(con, FilterParams(tokenizer=str(need(FIXTURES / "qwen3-tokenizer")), count_tokens=False), markup=QWEN3)
+    run_filters(
+        con, FilterParams(tokenizer=str(need(FIXTURES / "qwen3-tokenizer")), count_tokens=False), rendering=RENDERING
+    )
     dropped = dict(
         con.execute("""SELECT t.task || ' ' || t.agent, d.detail FROM dropped d JOIN trajectories t USING (trajectory_id)
                        WHERE d.rule = 'contaminated_v1'""").fetchall()

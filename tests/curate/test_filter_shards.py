@@ -1,5 +1,5 @@
-"""The filter's token counting as shards (curate/filter.py `_count_tokens`, core/token_count.py
-`count_chatml_shard`): the same counts on every executor, and a run killed mid-way is resumed by a
+"""The filter's token counting as shards (curate/filter.py `_count_tokens`, export/rendering.py
+`count_rendering_shard`): the same counts on every executor, and a run killed mid-way is resumed by a
 rerun that counts only the shards not yet written to the token cache."""
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from tracelake.core.tokenizer import build_tokenizer
 from tracelake.curate import filter as filter_module
 from tracelake.curate.filter import run_filters
 from tracelake.curate.params import FilterParams
+from tracelake.export.rendering import RenderCounting
 
 from ..helpers import killed_after
-from .test_filters import QWEN3, build_lake, trow
+from .test_filters import RENDERING, build_lake, trow
 
 ROWS, BATCH = 300, 40  # rows, all counted (the default rules keep them); conversations a shard
 
@@ -33,7 +34,7 @@ def run(lake, executor: Executor, cache, stats: list | None = None) -> dict[str,
     lake_dir, sources, tokenizer = lake
     con = connect(lake_dir, sources, tables=("trajectories",))
     params = FilterParams(tokenizer=str(tokenizer), count_tokens=True, max_tokens=10**6)
-    result = run_filters(con, params, token_cache=cache, markup=QWEN3, executor=executor)
+    result = run_filters(con, params, token_cache=cache, rendering=RENDERING, executor=executor)
     if stats is not None:
         stats.append(result.token_stats)
     return dict(con.execute("SELECT trajectory_id, n_tokens FROM tokens").fetchall())
@@ -64,19 +65,20 @@ def test_a_killed_run_is_resumed_shard_by_shard(lake, tmp_path, monkeypatch):
     expected = run(lake, Executor("local"), tmp_path / "clean")
     cache = tmp_path / "cache"
     monkeypatch.setattr(filter_module, "CHECKPOINT_S", 0.0)  # every finished shard is written at once
-    real, executed = filter_module.count_chatml_shard, []
+    real, executed = RenderCounting.count, []
     monkeypatch.setattr(
-        filter_module, "count_chatml_shard", killed_after(real, 3, executed)
-    )  # killed in the fourth shard
+        RenderCounting, "count", staticmethod(killed_after(real, 3, executed))
+    )  # killed in the 4th shard
     with pytest.raises(KeyboardInterrupt):
         run(lake, Executor("local"), cache)
-    monkeypatch.setattr(filter_module, "count_chatml_shard", real)
-    finished = sum(len(shard.conversations) for shard in executed)
-    stats = []
+    monkeypatch.setattr(RenderCounting, "count", staticmethod(real))
+    finished = sum(len(shard.messages) for shard in executed)
+    stats, full = [], []
     rerun = Executor("local")
     assert run(lake, rerun, cache, stats) == expected
-    # only the conversations of the shards never finished are counted again
-    assert (stats[0].recalled, stats[0].texts) == (finished, ROWS - finished)
+    run(lake, Executor("local"), tmp_path / "fresh-full", full)
+    # only the conversations of the shards never finished are rendered and counted again
+    assert stats[0].recalled == finished and 0 < stats[0].texts < full[0].texts
     assert 0 < rerun.shards < local_shards(lake, tmp_path)
     again = Executor("local")
     assert run(lake, again, cache) == expected

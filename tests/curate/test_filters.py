@@ -28,16 +28,16 @@ from tracelake.core.lake import Lake
 from tracelake.core.outputs import read_manifest
 from tracelake.core.schema import load_schema
 from tracelake.core.tables import read_table
-from tracelake.core.token_count import count_chatml_tokens
 from tracelake.core.tokenizer import (
     build_tokenizer,
     load_tokenizer,
-    render_chatml,
     tokenizer_fingerprint,
 )
 from tracelake.curate.filter import RULES, run_filters
 from tracelake.curate.params import FilterParams
-from tracelake.export.templates import TEMPLATES
+from tracelake.export.rendering import Rendering, count_template_tokens
+from tracelake.export.sharegpt import to_sharegpt
+from tracelake.export.templates import LOSS_MODES, TEMPLATES, THINKING, chosen_mode
 from tracelake.ingest.harbor import ingest_harbor
 from tracelake.ingest.traces import ingest_traces
 
@@ -46,6 +46,7 @@ from ..helpers import FIXTURES, GOLDEN, make_golden_trials, need, run_stage
 
 KEPT = ("kept", None)
 QWEN3 = TEMPLATES["qwen3"].markup()  # the default training template's markup (train.sft.template)
+RENDERING = Rendering()  # what LLaMA-Factory encodes: train.sft's defaults (qwen3, mode default, thinking keep)
 
 
 # --- building a lake -------------------------------------------------------------------------
@@ -118,12 +119,13 @@ class Run:
         params: FilterParams,
         token_cache: Path | None = None,
         dedup: dict[str, list[dict]] | None = None,
+        rendering: Rendering = RENDERING,
     ):
         con = connect(lake, sources, tables=("trajectories",))
         for table, rows in (dedup or {}).items():  # what the dedup stage would have written
             con.register(f"{table}_rows", pa.Table.from_pylist(rows, schema=load_schema(table).arrow))
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM {table}_rows")
-        self.result = run_filters(con, params, token_cache=token_cache, markup=QWEN3)
+        self.result = run_filters(con, params, token_cache=token_cache, rendering=rendering)
         self.ids = dict(con.execute("SELECT model_provider, trajectory_id FROM trajectories").fetchall())
         self.inputs = con.execute("SELECT trajectory_id, source FROM trajectories ORDER BY 1").fetchall()
         self.pool = con.execute("SELECT * FROM pool ORDER BY trajectory_id").fetchall()
@@ -153,9 +155,10 @@ def run(
     tokenizer: Path,
     token_cache: Path | None = None,
     dedup: dict[str, list[dict]] | None = None,
+    rendering: Rendering = RENDERING,
     **params,
 ) -> Run:
-    return Run(lake, sources, FilterParams(tokenizer=str(tokenizer), **params), token_cache, dedup)
+    return Run(lake, sources, FilterParams(tokenizer=str(tokenizer), **params), token_cache, dedup, rendering)
 
 
 def dedup_rows(lake: Path, sources: list[str], contaminated: str, duplicate: str, of: str) -> dict[str, list[dict]]:
@@ -341,7 +344,7 @@ def test_real_harbor_goldens_of_two_agents_sharing_a_trial_name(tmp_path, tokeni
     f.write_text("".join(json.dumps(r) + "\n" for r in [*golden, other]))
     assert ingest_traces([f], source="harbor", out_dir=Lake(lake).table("trajectories", "harbor")).rows == 8
     con = connect(lake, ["harbor"], tables=("trajectories",))
-    result = run_filters(con, FilterParams(tokenizer=str(tokenizer)), markup=QWEN3)
+    result = run_filters(con, FilterParams(tokenizer=str(tokenizer)), rendering=RENDERING)
     got = con.execute(
         """SELECT t.agent, t.episode, d.rule FROM trajectories t LEFT JOIN dropped d USING (trajectory_id)
            ORDER BY 1, 2"""
@@ -392,24 +395,67 @@ def test_success_only(tmp_path, tokenizer):
     assert r.pool_rows["half"]["reward"] == 0.5
 
 
-def test_max_tokens_boundary(tmp_path, tokenizer):
-    long_msgs, short_msgs = conv(12, "long"), conv(5, "short")
-    lake, sources = build_lake(tmp_path, {"s": [trow("long", messages=long_msgs), trow("short", messages=short_msgs)]})
-    tok = load_tokenizer(tokenizer)
-    n_long, n_short = count_chatml_tokens(tok, [long_msgs, short_msgs])
-    assert n_long > n_short > 0
+def thinking_conv(turns: int, tag: str) -> list[dict]:
+    """conv(turns, tag) whose even assistant turns hold a thought, as Qwen3 writes one."""
+    msgs = conv(turns, tag)
+    for i in range(1, len(msgs), 4):
+        msgs[i] = {**msgs[i], "content": f"<think>\nwhich command now? ({tag} {i})\n</think>\n\n" + msgs[i]["content"]}
+    return msgs
 
-    r = run(lake, sources, tokenizer, max_tokens=n_long)
+
+PAIRS = [(m, t) for m in LOSS_MODES for t in THINKING if t != "last_turn" or m == "mask_history"]
+
+
+@pytest.mark.parametrize("mode, thinking", PAIRS, ids=[f"{m}-{t}" for m, t in PAIRS])
+def test_max_tokens_boundary_counts_the_trained_rendering(tmp_path, mode, thinking):
+    """n_tokens is the length of what LLaMA-Factory encodes in the chosen mode (Qwen3's real tokenizer):
+    a row of exactly max_tokens is kept, one token more is dropped, in every mode and thinking choice."""
+    qwen3 = need(FIXTURES / "qwen3-tokenizer")
+    long_msgs, short_msgs = thinking_conv(12, "long"), thinking_conv(5, "short")
+    lake, sources = build_lake(tmp_path, {"s": [trow("long", messages=long_msgs), trow("short", messages=short_msgs)]})
+    rendering = Rendering("qwen3", chosen_mode(mode, thinking))
+    rows = [to_sharegpt(m) for m in (long_msgs, short_msgs)]
+    n_long, n_short = count_template_tokens(load_tokenizer(qwen3), rows, TEMPLATES["qwen3"], rendering.mode)
+    assert n_long > n_short > 0
+    if thinking == "drop":  # the thoughts are not encoded: shorter than the rendering that keeps them
+        assert n_long < count_template_tokens(load_tokenizer(qwen3), rows[:1], TEMPLATES["qwen3"])[0]
+
+    r = run(lake, sources, qwen3, max_tokens=n_long, rendering=rendering)
     assert r.kept() == {"long", "short"}
     assert (r.pool_rows["long"]["n_tokens"], r.pool_rows["short"]["n_tokens"]) == (n_long, n_short)
-    assert r.result.formulas["tokens"] == f"chatml_tokens_v1 tokenizer sha256 {tokenizer_fingerprint(tokenizer)}"
+    assert r.result.formulas["tokens"] == f"{rendering.describe()}, tokenizer sha256 {tokenizer_fingerprint(qwen3)}"
 
-    r = run(lake, sources, tokenizer, max_tokens=n_long - 1)
+    r = run(lake, sources, qwen3, max_tokens=n_long - 1, rendering=rendering)
     assert r.dropped_by("max_tokens_v1") == {"long": f"{n_long} tokens > {n_long - 1}"}
     assert r.kept() == {"short"}
 
-    r = run(lake, sources, tokenizer)  # max_tokens null: no limit, n_tokens still counted
+    r = run(lake, sources, qwen3, rendering=rendering)  # max_tokens null: no limit, n_tokens still counted
     assert "max_tokens_v1" not in r.result.rules and r.pool_rows["long"]["n_tokens"] == n_long
+
+
+def test_rows_the_export_cannot_convert_are_dropped_with_its_reason(tmp_path, tokenizer):
+    """A trajectory export_sft could not make an example of never reaches the pool (not_exportable_v1),
+    so a selection never picks a row its export rejects; with counting off the export rejects it."""
+    starts_with_assistant = [{"role": "assistant", "content": "hi"}, *conv(5, "sa")]
+    late_system = [*conv(5, "late"), {"role": "system", "content": "late"}, *conv(1, "late2")]
+    lake, sources = build_lake(
+        tmp_path,
+        {
+            "s": [
+                trow("ok"),
+                trow("starts_with_assistant", messages=starts_with_assistant),
+                trow("late_system", messages=late_system),
+            ]
+        },
+    )
+    r = run(lake, sources, tokenizer, min_assistant_turns=0, max_tokens=32768)
+    assert r.dropped_by("not_exportable_v1") == {
+        "starts_with_assistant": "starts_with_assistant: the first non-system message is an assistant message",
+        "late_system": "system_not_leading: message 10 is a system message after the conversation began",
+    }
+    assert r.kept() == {"ok"}
+    r = run(lake, sources, tokenizer, min_assistant_turns=0, max_tokens=None, count_tokens=False)
+    assert "not_exportable_v1" not in r.result.rules and r.kept() == {"ok", "starts_with_assistant", "late_system"}
 
 
 def with_message(label: str, index: int, text: str) -> list[dict]:
@@ -443,7 +489,8 @@ def test_control_token_literals_in_text_are_dropped_naming_the_token(tmp_path, t
     assert r.kept() == {"clean"}
     assert r.result.funnel["s"]["dropped"]["special_token_in_text_v1"] == 4
     names = [rule.name for rule in RULES]  # applied before token counting: no row is counted in vain
-    assert names.index("special_token_in_text_v1") == names.index("max_tokens_v1") - 1
+    assert names.index("special_token_in_text_v1") == names.index("not_exportable_v1") - 1
+    assert names.index("not_exportable_v1") == names.index("max_tokens_v1") - 1
 
 
 def test_the_control_token_screen_is_kept_per_conversation(tmp_path, tokenizer):
@@ -465,7 +512,11 @@ def test_the_control_token_screen_is_kept_per_conversation(tmp_path, tokenizer):
     parts[0].unlink()
     pq.write_table(pa.table({"conversation_sha256": list(fake), "detail": list(fake.values())}), parts[0])
     planted = run(lake, sources, tokenizer, token_cache=cache)
-    assert planted.kept() == {label for label in HOSTILE_ROWS if label != "clean"}
+    assert planted.dropped_by("special_token_in_text_v1") == {"clean": "planted"}  # the cache's answers
+    # the rows the planted answers let through still never reach the pool: the export's own screen,
+    # run where their rendering is counted, finds the literals (not_exportable_v1)
+    hostile = {label for label in HOSTILE_ROWS if label != "clean"}
+    assert set(planted.dropped_by("not_exportable_v1")) == hostile and planted.kept() == set()
     parts[0].unlink()
     pq.write_table(pa.table({"conversation_sha256": list(answers), "detail": list(answers.values())}), parts[0])
     again = run(lake, sources, tokenizer, token_cache=cache)
@@ -490,10 +541,11 @@ def test_escape_keeps_the_rows_and_counts_the_escaped_text(tmp_path, tokenizer):
     r = run(lake, sources, tokenizer, special_tokens="escape", token_cache=tmp_path / "cache")
     assert r.kept() == set(HOSTILE_ROWS)
     control, tok = ControlTokens.open(tokenizer / "tokenizer.json", QWEN3), load_tokenizer(tokenizer)
+    qwen3 = TEMPLATES["qwen3"]
     for label, msgs in HOSTILE_ROWS.items():
-        escaped = render_chatml(control.escape_messages(msgs))
-        assert r.pool_rows[label]["n_tokens"] == len(tok.encode(escaped, add_special_tokens=False).ids)
-    raw = len(tok.encode(render_chatml(HOSTILE_ROWS["user_im_end"]), add_special_tokens=False).ids)
+        [escaped] = count_template_tokens(tok, [to_sharegpt(control.escape_messages(msgs))], qwen3)
+        assert r.pool_rows[label]["n_tokens"] == escaped
+    [raw] = count_template_tokens(tok, [to_sharegpt(HOSTILE_ROWS["user_im_end"])], qwen3)
     assert r.pool_rows["user_im_end"]["n_tokens"] > raw  # the literals were 1 token each
     assert "zwsp_escape_v1" in r.result.formulas["tokens"]
     again = run(lake, sources, tokenizer, special_tokens="escape", token_cache=tmp_path / "cache")
@@ -530,7 +582,8 @@ def test_token_counts_come_from_the_cache_on_a_rerun(tmp_path, tokenizer):
         },
     )
     appended = run(lake2, sources2, tokenizer, token_cache=cache, max_tokens=10_000)
-    assert (appended.result.token_stats.recalled, appended.result.token_stats.texts) == (2, 1)
+    # only c is rendered: its 5 user and 5 assistant pieces, and the empty thought (one text, counted once)
+    assert (appended.result.token_stats.recalled, appended.result.token_stats.texts) == (2, 5 + 5 + 1)
     uncached = run(lake2, sources2, tokenizer, max_tokens=10_000)
     assert uncached.result.token_stats.recalled == 0 and appended.pool == uncached.pool
 
@@ -610,6 +663,7 @@ def test_first_matching_rule_wins(tmp_path, tokenizer):
             "min_assistant_turns_v1": 1,
             "success_only_v1": 0,
             "special_token_in_text_v1": 0,
+            "not_exportable_v1": 0,
             "near_duplicate_v1": 0,
             "duplicate_conversation_v1": 0,
         },
@@ -644,6 +698,8 @@ def mixed_sources(seed: int = 0) -> dict[str, list[dict]]:
                 )
         out[s] = rows
     out["alpha"].append(trow("alpha-literal", result="1", messages=HOSTILE_ROWS["user_im_end"]))
+    starts_with_assistant = [{"role": "assistant", "content": "hi"}, *conv(5, "alpha-answers-first")]
+    out["alpha"].append(trow("alpha-unexportable", result="1", messages=starts_with_assistant))
     return out
 
 
@@ -814,7 +870,8 @@ def test_rules_match_a_plain_python_restatement(tokenizer, alpha, beta, params):
     if params.special_tokens == "escape":  # counted as exported: the literals escaped
         control = ControlTokens.open(tokenizer / "tokenizer.json", QWEN3)
         conversations = [control.escape_messages(c) for c in conversations]
-    counts = dict(zip(labels, count_chatml_tokens(load_tokenizer(tokenizer), conversations)))
+    rows = [to_sharegpt(c) for c in conversations]  # every generated row converts (none not_exportable_v1)
+    counts = dict(zip(labels, count_template_tokens(load_tokenizer(tokenizer), rows, TEMPLATES["qwen3"])))
     assert r.outcome == oracle(sources, r.ids, params, counts)
     for src, f in r.result.funnel.items():
         assert f["in"] == len(sources[src]) == f["kept"] + sum(f["dropped"].values())
@@ -832,7 +889,7 @@ def test_real_fixtures_subagents_and_timeout_dropped(tmp_path, tokenizer):
     assert ingest_traces([sample], source="otagent", out_dir=Lake(lake).table("trajectories", "otagent")).rows == 4
 
     con = connect(lake, ["golden", "otagent"], tables=("trajectories",))
-    result = run_filters(con, FilterParams(tokenizer=str(tokenizer)), markup=QWEN3)
+    result = run_filters(con, FilterParams(tokenizer=str(tokenizer)), rendering=RENDERING)
     outcome = {
         (src, trial, ts): (rule, detail)
         for src, trial, ts, rule, detail in con.execute(
@@ -865,6 +922,7 @@ def test_real_fixtures_subagents_and_timeout_dropped(tmp_path, tokenizer):
             "earlier_episode_v2": 0,
             "min_assistant_turns_v1": 0,
             "special_token_in_text_v1": 0,  # Harbor's <think> and <tool_call> are assistant markup
+            "not_exportable_v1": 0,
             "near_duplicate_v1": 0,
             "duplicate_conversation_v1": 0,
         },
@@ -881,7 +939,7 @@ def test_real_harbor_episode_export_keeps_last_episode(tmp_path, tokenizer):
     lake = tmp_path / "lake"
     assert ingest_traces([export], source="harbor", out_dir=Lake(lake).table("trajectories", "harbor")).rows == 7
     con = connect(lake, ["harbor"], tables=("trajectories",))
-    run_filters(con, FilterParams(tokenizer=str(tokenizer)), markup=QWEN3)
+    run_filters(con, FilterParams(tokenizer=str(tokenizer)), rendering=RENDERING)
     assert con.execute("SELECT episode, n_assistant_turns FROM pool").fetchall() == [("episode-6", 5)]
     dropped = con.execute(
         "SELECT t.episode, d.rule, d.detail FROM dropped d JOIN trajectories t USING (trajectory_id) ORDER BY 1"

@@ -10,6 +10,7 @@ import shutil
 
 import pytest
 
+from stages.export_sft import manifest_params
 from tracelake.core.executor import Executor
 from tracelake.core.lake import Lake
 from tracelake.export import sft as sft_module
@@ -49,13 +50,7 @@ def export(built, executor: Executor, cache) -> tuple[str, dict[str, int]]:
             list(p.sources),
             p.export_sft.model_copy(update={"tokenizer": str(project / p.export_sft.tokenizer)}),
             sft,
-            params={
-                "scale": SCALE,
-                "export_sft": p.section("export_sft"),
-                "template": sft.template,
-                "cutoff_len": sft.cutoff_len,
-                "special_tokens": p.filter.special_tokens,
-            },
+            params=manifest_params(p, SCALE),
             token_cache=cache,
             special_tokens=p.filter.special_tokens,
             executor=executor,

@@ -10,18 +10,22 @@ import pytest
 
 from tracelake.core.errors import BadParams
 from tracelake.core.tokenizer import build_tokenizer, load_tokenizer
-from tracelake.export.sft import count_template_tokens
+from tracelake.export.rendering import count_template_tokens
 from tracelake.export.sharegpt import SharegptRow
 from tracelake.export.templates import (
     DEFAULT,
+    LOSS_MODES,
     MODES,
+    THINKING,
     V0_MODES,
     LfMode,
     Segment,
+    chosen_mode,
     lf_mode,
     render_pieces,
     render_segments,
     template_slots,
+    thinking_of,
     trained_tokens,
     truncated_trained,
 )
@@ -122,13 +126,32 @@ HUMAN_B = Segment("<|im_start|>user\nb<|im_end|>\n<|im_start|>assistant\n", "hum
 EMPTY = "<think>\n\n</think>\n\n"
 
 
+def test_every_mode_and_thinking_choice_is_one_lf_mode():
+    """train.sft.mode x train.sft.thinking: each allowed pair is one MODES entry, and back."""
+    pairs = [(m, t) for m in LOSS_MODES for t in THINKING if t != "last_turn" or m == "mask_history"]
+    chosen = [chosen_mode(m, t) for m, t in pairs]
+    assert len({c.name for c in chosen}) == len(pairs) == len(V0_MODES)
+    assert {c.name for c in chosen} == set(V0_MODES)
+    for (_, t), c in zip(pairs, chosen):
+        assert thinking_of(c) == t
+    assert chosen_mode("default", "keep") is DEFAULT
+    assert chosen_mode("mask_history", "last_turn").lf_args()["preserve_thinking"] is False
+    assert chosen_mode("mask_history", "keep").lf_args()["preserve_thinking"] is True
+    assert chosen_mode("train_on_prompt", "drop").lf_args()["enable_thinking"] is False
+    for bad in [("default", "last_turn"), ("train_on_prompt", "last_turn"), ("default", "maybe")]:
+        with pytest.raises(BadParams):
+            chosen_mode(*bad)
+
+
 def test_modes_and_their_lf_args():
     assert set(MODES) == {
         "default",
         "mask_history",
         "mask_history_preserve_thinking",
+        "mask_history_no_thinking",
         "no_thinking",
         "train_on_prompt",
+        "train_on_prompt_no_thinking",
         "v1",
     }
     assert lf_mode("v1").lf_args() == {} and lf_mode("v1").v1

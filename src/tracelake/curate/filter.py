@@ -25,7 +25,7 @@ import duckdb
 import pyarrow as pa
 
 from tracelake.core.assets import sql
-from tracelake.core.control_tokens import ESCAPE_RULE, ChatMarkup, ControlTokens
+from tracelake.core.control_tokens import ControlTokens
 from tracelake.core.errors import BadInput, check
 from tracelake.core.executor import Executor
 from tracelake.core.ids import COPY_SUFFIX
@@ -33,16 +33,14 @@ from tracelake.core.lake import Lake, is_built
 from tracelake.core.schema import load_schema
 from tracelake.core.token_count import (
     CHECKPOINT_S,
-    ChatmlShard,
     CountStats,
     TokenCounter,
     absorb,
-    count_chatml_shard,
     rendering_key,
     share,
     unshare,
 )
-from tracelake.core.tokenizer import TOKEN_COUNT_RULE, tokenizer_file, tokenizer_fingerprint
+from tracelake.core.tokenizer import tokenizer_file, tokenizer_fingerprint
 from tracelake.curate.params import FilterParams
 from tracelake.curate.screen_cache import ScreenCache
 
@@ -82,11 +80,12 @@ RULES: tuple[Rule, ...] = (
         lambda p: {},
         control_patterns=True,
     ),
+    Rule("not_exportable_v1", "not_exportable", lambda p: p.count_tokens, lambda p: {}),
     Rule("max_tokens_v1", "max_tokens", lambda p: p.max_tokens is not None, lambda p: {"max_tokens": p.max_tokens}),
     Rule("near_duplicate_v1", "near_duplicate", lambda p: p.near_duplicates, lambda p: {}),
     Rule("duplicate_conversation_v1", "duplicate_conversation", lambda p: p.dedup_conversations, lambda p: {}),
 )
-_COUNT_TOKENS_BEFORE = "max_tokens_v1"
+_COUNT_TOKENS_BEFORE = "not_exportable_v1"  # counting renders each row as the export does
 
 
 @dataclass
@@ -124,31 +123,34 @@ def run_filters(
     sources: list[str] = (),
     token_cache: Path | None = None,
     *,
-    markup: ChatMarkup,
+    rendering: Any,
     executor: Executor | None = None,
 ) -> FilterResult:
     """Apply the enabled rules to the `trajectories` view; leaves tables `pool` and `dropped`.
     `sources` are listed in the funnel even when they have no rows (an empty source shows as 0).
     `token_cache`: the segment token count cache (params tokenizer.cache); None counts without one.
-    `markup`: what the training chat template writes (export/templates.py `TemplateSlots.markup`):
-    with filter.tokenizer it decides which literals are control tokens (core/control_tokens.py)."""
-    control = ControlTokens.open(tokenizer_file(params.tokenizer), markup)
+    `rendering`: what LLaMA-Factory encodes for a row (export/rendering.py `Rendering`, given by the
+    stage: curation does not import the export). Its markup, with filter.tokenizer, decides which
+    literals are control tokens (core/control_tokens.py); n_tokens counts it, and a row it cannot
+    render is dropped (not_exportable_v1)."""
+    control = ControlTokens.open(tokenizer_file(params.tokenizer), rendering.markup())
     _default_dedup_views(con)
     con.execute(f"CREATE TEMP TABLE base AS {sql('filter/base')}", {"copy_suffix": COPY_SUFFIX.pattern})
     con.execute("CREATE TEMP TABLE dropped (trajectory_id VARCHAR, rule VARCHAR, detail VARCHAR)")
     con.execute("CREATE TEMP TABLE tokens (trajectory_id VARCHAR, n_tokens BIGINT)")
+    con.execute("CREATE TEMP TABLE unexportable (trajectory_id VARCHAR, reason VARCHAR, detail VARCHAR)")
     con.execute(sql("filter/candidates"))
     formulas: dict[str, str] = {}
     enabled = [r for r in RULES if r.enabled(params)]
     stats = None
-    escape = control if params.special_tokens == "escape" else None
     formulas["special_tokens"] = f"{params.special_tokens}: {control.describe()}"
     patterns = {"anywhere": control.pattern(response=False), "in_response": control.pattern(response=True)}
     for rule in RULES:
         if rule.name == _COUNT_TOKENS_BEFORE and params.count_tokens:
-            stats = _count_tokens(con, Path(params.tokenizer), token_cache, on_tokens, escape, executor)
-            counted = f"{TOKEN_COUNT_RULE} of {ESCAPE_RULE} text" if escape else TOKEN_COUNT_RULE
-            formulas["tokens"] = f"{counted} tokenizer sha256 {tokenizer_fingerprint(params.tokenizer)}"
+            cache = str(token_cache) if token_cache else None
+            counting = rendering.counting(str(params.tokenizer), cache, control, params.special_tokens)
+            stats = _count_tokens(con, counting, on_tokens, executor)
+            formulas["tokens"] = f"{counting.describe()}, tokenizer sha256 {tokenizer_fingerprint(params.tokenizer)}"
         if rule in enabled and rule.control_patterns:
             _screen(con, rule, {**rule.bind(params), **patterns}, ScreenCache(token_cache, patterns))
             formulas[rule.name] = rule.name
@@ -214,27 +216,26 @@ def _screen(con: duckdb.DuckDBPyConnection, rule: Rule, bound: dict[str, Any], c
 
 def _count_tokens(
     con: duckdb.DuckDBPyConnection,
-    tokenizer_dir: Path,
-    cache: Path | None,
+    counting: Any,
     on_tokens: Callable[[int], None] | None,
-    escape: ControlTokens | None = None,
     executor: Executor | None = None,
 ) -> CountStats:
-    """n_tokens for every row still standing (the tokens table). A conversation counted by an
-    earlier run (same tokenizer, same content hash) is recalled without reading its messages; the
-    rest are read batch by batch in storage order (sorting would hold every conversation in memory),
-    each distinct segment encoded once. `escape`: count the text as the export writes it with
-    `filter.special_tokens: escape` (control-token literals escaped), under its own rendering key.
-    Each batch is a shard (token_count.count_chatml_shard) mapped on `executor` (default: this
-    process); the counts come back in order, and what workers encoded joins this run's cache."""
-    rule = f"{TOKEN_COUNT_RULE}\0{ESCAPE_RULE}\0{escape.fingerprint()}" if escape else TOKEN_COUNT_RULE
+    """n_tokens for every row still standing (the tokens table): the length of what LLaMA-Factory
+    encodes for it (`counting`: export/rendering.py RenderCounting), and the rows it cannot render
+    with their reasons (the unexportable table). A conversation counted by an earlier run or stage
+    under the same rule and content hash is recalled without reading its messages; the rest are read
+    batch by batch in storage order (sorting would hold every conversation in memory), each distinct
+    segment encoded once. Each batch is a shard (`counting.count`) mapped on `executor` (default:
+    this process); the counts come back in order, and what workers encoded joins this run's cache."""
+    rule = counting.rule()
     standing = con.sql("""SELECT trajectory_id, conversation_sha256 FROM trajectories
                           WHERE trajectory_id IN (SELECT trajectory_id FROM candidates)""").to_arrow_table()
     ids: list[str] = []
     counts: list[int] = []
+    refused: dict[str, list] = {"trajectory_id": [], "reason": [], "detail": []}
     executor = executor or Executor()
-    where = (str(tokenizer_dir), str(cache) if cache else None)
-    with TokenCounter.open(tokenizer_dir, cache) as counter:
+    where = (counting.tokenizer, counting.cache)
+    with TokenCounter.open(*where) as counter:
         keys = [rendering_key(rule, h) for h in standing.column("conversation_sha256").to_pylist()]
         missing: list[str] = []
         for trajectory_id, n in zip(standing.column("trajectory_id").to_pylist(), counter.recall(keys)):
@@ -252,24 +253,27 @@ def _count_tokens(
                                 WHERE trajectory_id IN (SELECT trajectory_id FROM uncounted)""").to_arrow_reader(
                 TOKEN_BATCH
             )
-            order: deque[pa.RecordBatch] = deque()  # the batches in flight, in order: their ids and hashes
+            order: deque[pa.RecordBatch] = deque()  # the batches in flight, in order: their ids
 
-            def shards() -> Iterator[ChatmlShard]:
+            def shards() -> Iterator[Any]:
                 for batch in reader:
                     order.append(batch)
-                    yield ChatmlShard(*where, batch.column("messages"), escape)
+                    yield counting.shard(batch.column("messages"), batch.column("conversation_sha256").to_pylist())
 
             share(counter, *where)  # in this process, and in workers forked from it: the loaded cache
             try:
-                for counted in executor.map(count_chatml_shard, shards()):
+                for counted in executor.map(counting.count, shards()):
                     batch = order.popleft()
                     absorb(counter, counted.fresh, counted.stats)
-                    counter.remember(
-                        [rendering_key(rule, h) for h in batch.column("conversation_sha256").to_pylist()],
-                        counted.totals,
-                    )
-                    ids.extend(batch.column("trajectory_id").to_pylist())
-                    counts.extend(counted.totals)
+                    for trajectory_id, n in zip(batch.column("trajectory_id").to_pylist(), counted.totals):
+                        if n is not None:
+                            ids.append(trajectory_id)
+                            counts.append(n)
+                    batch_ids = batch.column("trajectory_id")
+                    for i, (reason, detail) in sorted(counted.refused.items()):
+                        refused["trajectory_id"].append(batch_ids[i].as_py())
+                        refused["reason"].append(reason)
+                        refused["detail"].append(detail)
                     if on_tokens:
                         on_tokens(batch.num_rows)
                     counter.checkpoint(CHECKPOINT_S)  # a rerun after a crash recalls these shards
@@ -283,6 +287,9 @@ def _count_tokens(
     )
     con.execute("INSERT INTO tokens SELECT * FROM token_counts")
     con.unregister("token_counts")
+    con.register("refused_rows", pa.table({k: pa.array(v, pa.string()) for k, v in refused.items()}))
+    con.execute("INSERT INTO unexportable SELECT * FROM refused_rows")
+    con.unregister("refused_rows")
     return counter.stats
 
 

@@ -11,7 +11,7 @@ from tracelake.core.params import Count, Invalid, Number, Section, one_of
 from tracelake.export.harbor_contract import SANDBOXES, SKYRL_COMMIT
 from tracelake.export.set_keys import classify
 from tracelake.export.sharegpt import SAME_ROLE_POLICIES
-from tracelake.export.templates import TEMPLATES, V0_MODES
+from tracelake.export.templates import LOSS_MODES, TEMPLATES, THINKING, LfMode, chosen_mode
 from tracelake.ingest.params import SourceSelection
 
 NonEmpty = Annotated[str, Field(min_length=1)]
@@ -77,6 +77,21 @@ class ExportRlParams(Section):
     pick: RlPickParams = Field(default_factory=RlPickParams)
 
 
+# train.sft.mode values before thinking was its own choice -> what to write now
+_OLD_MODES = {
+    "no_thinking": "mode: default with thinking: drop",
+    "mask_history_preserve_thinking": "mode: mask_history with thinking: keep",
+}
+
+
+def _loss_mode(value: Any) -> Any:
+    if isinstance(value, str) and value in _OLD_MODES:
+        raise Invalid(f"{value!r} is now train.sft.{_OLD_MODES[value]}")
+    if not isinstance(value, str) or value not in LOSS_MODES:
+        raise Invalid(f"must be one of {', '.join(LOSS_MODES)}, got {value!r}")
+    return value
+
+
 def _template(name: Any) -> Any:
     if not isinstance(name, str) or name not in TEMPLATES:
         raise Invalid(f"{name!r}: export_sft counts tokens exactly for {', '.join(TEMPLATES)} only")
@@ -89,8 +104,10 @@ class SftTrainParams(Section):
     model: str = "Qwen/Qwen3-8B"
     template: Annotated[str, BeforeValidator(_template)] = "qwen3"
     cutoff_len: Count = 32768  # export_sft rejects longer examples (LLaMA-Factory would cut them)
-    # the LLaMA-Factory (v0) training mode the config selects, written out key by key (templates.MODES)
-    mode: Annotated[str, one_of(V0_MODES)] = "default"
+    # what LLaMA-Factory trains on (templates.LOSS_MODES) and what becomes of the reasoning (THINKING):
+    # together the v0 mode the config writes out key by key, the rendering every count is of
+    mode: Annotated[str, BeforeValidator(_loss_mode)] = "default"
+    thinking: Annotated[str, one_of(THINKING)] = "keep"
     finetuning_type: str = "full"
     learning_rate: LearningRate = 4.0e-5
     lr_scheduler_type: str = "cosine"
@@ -114,6 +131,22 @@ class SftTrainParams(Section):
     # launch, not in the generated config); or any LLaMA-Factory report_to (none, wandb, tensorboard, ...)
     report_to: Annotated[str, Field(min_length=1)] | list[NonEmpty] = "auto"
     extra: dict[Any, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _thinking_fits(self) -> SftTrainParams:
+        if self.thinking == "last_turn" and self.mode != "mask_history":
+            raise Invalid(f": last_turn needs train.sft.mode mask_history (mode is {self.mode})", at=("thinking",))
+        if self.thinking != "keep" and TEMPLATES[self.template].thought_words is None:
+            raise Invalid(
+                f": {self.thinking} needs a reasoning template (qwen3): {self.template} is a plain template, "
+                "LLaMA-Factory ignores the thinking arguments there and trains reasoning as written",
+                at=("thinking",),
+            )
+        return self
+
+    def lf_mode(self) -> LfMode:
+        """The LLaMA-Factory mode of `mode` and `thinking` (templates.chosen_mode)."""
+        return chosen_mode(self.mode, self.thinking)
 
     @model_validator(mode="after")
     def _extra_keeps_the_data(self) -> SftTrainParams:

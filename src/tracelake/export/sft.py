@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -29,9 +29,10 @@ import yaml
 from tokenizers import Tokenizer
 
 from tracelake.core.background import read_ahead
-from tracelake.core.control_tokens import ESCAPE_RULE, ControlTokens
+from tracelake.core.control_tokens import ControlTokens
 from tracelake.core.errors import BadInput, BadParams, check
 from tracelake.core.executor import Executor
+from tracelake.core.hashing import content_id
 from tracelake.core.ids import dataset_id, shard_entry_name
 from tracelake.core.lake import Lake
 from tracelake.core.outputs import output_dir, read_manifest, write_json, write_manifest
@@ -42,7 +43,6 @@ from tracelake.core.token_count import (
     CountStats,
     TokenCounter,
     absorb,
-    rendering_key,
     shard_counter,
     share,
     unshare,
@@ -50,85 +50,12 @@ from tracelake.core.token_count import (
 from tracelake.core.tokenizer import tokenizer_file, tokenizer_fingerprint
 from tracelake.core.ui import progress
 from tracelake.export.params import ExportSftParams, SftTrainParams
+from tracelake.export.rendering import RenderedCounts, Rendering, ThoughtCounts, thought_counts
 from tracelake.export.sharegpt import (
     SHAREGPT_RULE,
-    ExportReject,
-    SharegptBatch,
-    SharegptRow,
     dataset_info_entry,
-    sharegpt_batch,
-    to_sharegpt,
 )
-from tracelake.export.special_tokens import REASON as SPECIAL_TOKEN_REASON
-from tracelake.export.special_tokens import screen_batch
-from tracelake.export.templates import (
-    MODES,
-    LfMode,
-    TemplateSlots,
-    render_pieces,
-    template_slots,
-    truncated_trained,
-)
-
-TOKEN_RULE = "lf_template_tokens_v1"
-TRAINED_RULE = "lf_trained_tokens_v1"  # tokens each LLaMA-Factory mode trains on (templates.MODES)
-
-
-def count_template_tokens(
-    tokenizer: Tokenizer | TokenCounter, rows: list[SharegptRow], template: TemplateSlots
-) -> list[int]:
-    """Tokens LLaMA-Factory 0.9.5's supervised processor gives each row (rule lf_template_tokens_v1).
-
-    It encodes every message's formatted text on its own (the system block separately from the first
-    turn) and prepends an empty thought to each gpt turn without one (qwen3): the pieces of
-    templates.render_pieces (render_segments). Summing encodings of the same pieces gives its exact
-    length, so `n_tokens <= cutoff_len` means nothing is cut. A TokenCounter encodes each distinct segment once
-    (and remembers it across runs in its cache); the empty thought, one text, is counted once.
-    """
-    counter = TokenCounter.of(tokenizer)
-    pieces: list[str] = []
-    owner: list[int] = []
-    extra = [0] * len(rows)
-    thought = counter.count([template.empty_thought])[0] if template.empty_thought else 0
-    for k, row in enumerate(rows):
-        for text, role, _ in render_pieces(row, template):
-            if role == "empty_thought":  # one text: counted once above
-                extra[k] += thought
-            else:
-                pieces.append(text)
-                owner.append(k)
-    counts = list(extra)
-    for k, n in zip(owner, counter.count(pieces)):
-        counts[k] += n
-    return counts
-
-
-def count_trained_tokens(
-    tokenizer: Tokenizer | TokenCounter,
-    rows: list[SharegptRow],
-    template: TemplateSlots,
-    mode: LfMode,
-    cutoff_len: int | None = None,
-) -> list[int]:
-    """Tokens LLaMA-Factory 0.9.5 trains on (labels != -100) in each row in `mode` (rule
-    lf_trained_tokens_v1): the trained pieces of templates.render_pieces, each encoded on its own.
-    In v1, which cuts a sample at cutoff_len, every piece is counted and only the trained tokens
-    within the first cutoff_len are (templates.truncated_trained)."""
-    counter = TokenCounter.of(tokenizer)
-    truncates = mode.v1 and cutoff_len is not None
-    pieces: list[str] = []
-    owner: list[tuple[int, bool]] = []
-    for k, row in enumerate(rows):
-        for text, _, trained in render_pieces(row, template, mode):
-            if trained or truncates:
-                pieces.append(text)
-                owner.append((k, trained))
-    per_row: list[list[tuple[int, bool]]] = [[] for _ in rows]
-    for (k, trained), n in zip(owner, counter.count(pieces)):
-        per_row[k].append((n, trained))
-    if truncates:
-        return [truncated_trained(p, cutoff_len) for p in per_row]
-    return [sum(n for n, _ in p) for p in per_row]
+from tracelake.export.templates import DEFAULT, MODES, TEMPLATES, LfMode, TemplateSlots, template_slots
 
 
 @dataclass
@@ -144,6 +71,7 @@ class SftStats:
     rows_with_system: int = 0  # examples with a system prompt (LLaMA-Factory v1's converter drops it)
     length_checked: bool = True  # False: tokens not counted, rows over cutoff_len not rejected
     trained_tokens: Counter = field(default_factory=Counter)  # LF mode -> tokens trained over every row
+    thoughts: ThoughtCounts = field(default_factory=ThoughtCounts)  # assistant turns by reasoning, in the mode
     token_counts: str = ""  # what counting encoded (printed, not in metrics: it depends on the cache)
 
     def add(self, other: "SftStats") -> None:
@@ -153,6 +81,7 @@ class SftStats:
         self.rows_with_system += other.rows_with_system
         self.rejected.update(other.rejected)
         self.trained_tokens.update(other.trained_tokens)
+        self.thoughts.add(other.thoughts)
         self.max_tokens = max(self.max_tokens, other.max_tokens)
         self.length_checked = self.length_checked and other.length_checked
 
@@ -169,6 +98,7 @@ class SftStats:
             "max_tokens": self.max_tokens,
             "rows_with_system": self.rows_with_system,
             **({"trained_tokens": {m: self.trained_tokens[m] for m in MODES}} if self.length_checked else {}),
+            "thinking": self.thoughts.as_json(),
         }
 
 
@@ -207,7 +137,8 @@ def trajectories_with_slots(
 class SftSettings:
     """What shapes every row of one SFT export (convert_batch): export_sft.same_role, train.sft's
     cutoff_len and template, the counting tokenizer (None: no counts), the control tokens (None: the
-    tokenizer's own) and filter.special_tokens (reject or escape)."""
+    tokenizer's own), filter.special_tokens (reject or escape) and the trained mode (train.sft.mode
+    with train.sft.thinking), whose rendering n_tokens counts (export/rendering.py)."""
 
     same_role: str
     cutoff_len: int | None
@@ -215,6 +146,12 @@ class SftSettings:
     template: TemplateSlots
     control: ControlTokens | None = None
     special_tokens: str = "reject"
+    mode: LfMode = DEFAULT
+
+    @property
+    def rendering(self) -> Rendering:
+        name = next(n for n, t in TEMPLATES.items() if t == self.template)
+        return Rendering(name, self.mode, self.same_role)
 
 
 def convert_batch(
@@ -231,42 +168,37 @@ def convert_batch(
     per trajectory, however many upsampled copies it has; with tokenizer None they are not counted at
     all (n_tokens null, nothing rejected for length).
     """
-    same_role, cutoff_len, tokenizer = settings.same_role, settings.cutoff_len, settings.tokenizer
+    cutoff_len, tokenizer = settings.cutoff_len, settings.tokenizer
     control = settings.control or _control_of(tokenizer, settings.template)
     ids = trajectories.column("trajectory_id").to_pylist()
     messages = trajectories.column("messages").combine_chunks()
-    batch, hostile = screen_batch(sharegpt_batch(messages, same_role), control, settings.special_tokens)
+    rendering = settings.rendering
+    batch, refused = rendering.convert(messages, control, settings.special_tokens)
     rejects: list[dict] = []
     kept: list[int] = []  # index of each ok trajectory
     for i, good in enumerate(batch.ok):
         if good:
             kept.append(i)
-            continue
-        if i in hostile:
-            rejects.extend(_reject(slot, SPECIAL_TOKEN_REASON, hostile[i]) for slot in slots[ids[i]])
-            continue
-        try:
-            to_sharegpt(messages[i].as_py(), same_role)
-        except ExportReject as e:
-            rejects.extend(_reject(slot, e.reason, e.detail) for slot in slots[ids[i]])
         else:
-            check(False, f"trajectory {ids[i]}: sharegpt_batch refused a row that to_sharegpt converts")
+            rejects.extend(_reject(slot, *refused[i]) for slot in slots[ids[i]])
     trained: dict[str, list[int]] = {}
     if tokenizer is None:
         stats.length_checked = False
         tokens: list[int | None] = [None] * len(kept)
     else:
-        recall = _Recall(
+        hashes = trajectories.column("conversation_sha256").to_pylist()
+        recall = RenderedCounts(
             TokenCounter.of(tokenizer),
             batch,
-            trajectories.column("conversation_sha256"),
-            kept,
-            settings.template,
-            same_role + _text_rule(control, settings.special_tokens),
+            [hashes[i] for i in kept],
+            rendering,
+            control,
+            settings.special_tokens,
         )
-        tokens = recall.template_tokens()
+        tokens = recall.input_tokens()
         trained = {name: recall.trained_tokens(mode, cutoff_len) for name, mode in MODES.items()}
     has_system = pc.greater(pc.utf8_length(batch.system), 0).to_pylist()
+    thoughts = thought_counts(batch.conversations, settings.template, settings.mode)
     take: list[int] = []
     columns: dict[str, list] = {
         name: [] for name in ("id", "slot_id", "trajectory_id", "task_id", "source", "task", "copy", "n_tokens")
@@ -290,6 +222,7 @@ def convert_batch(
             stats.messages_trimmed += batch.trimmed[k]
             stats.max_tokens = max(stats.max_tokens, n_tokens or 0)
             stats.rows_with_system += has_system[k]
+            stats.thoughts.add(thoughts[k])
             for name, counts in trained.items():  # each upsampled copy is trained on again
                 stats.trained_tokens[name] += counts[k]
             take.append(k)
@@ -351,58 +284,6 @@ def _control_of(tokenizer: Tokenizer | TokenCounter | None, template: TemplateSl
         raise BadParams("convert_batch without a tokenizer needs `control`: the control tokens of export_sft.tokenizer")
     plain = tokenizer.tokenizer if isinstance(tokenizer, TokenCounter) else tokenizer
     return ControlTokens.of_tokenizer(plain, template.markup())
-
-
-def _text_rule(control: ControlTokens, special_tokens: str) -> str:
-    """What the counted text is, for the recall keys: as converted (reject: rows with literals never
-    get here), or escaped with this set of control tokens."""
-    return f"\0{ESCAPE_RULE}\0{control.fingerprint()}" if special_tokens == "escape" else ""
-
-
-@dataclass
-class _Recall:
-    """Token counts of a batch's kept rows: a conversation counted by an earlier run under the same
-    rule (which names the tokenizer's use: counting rule, mode, conversion, template) and content
-    hash is recalled, not rendered again."""
-
-    counter: TokenCounter
-    batch: SharegptBatch
-    hashes: pa.ChunkedArray  # conversation_sha256 of every row of the batch
-    kept: list[int]
-    template: TemplateSlots
-    conversion: str  # how the rows were made from the messages (same_role, and _text_rule)
-
-    def template_tokens(self) -> list[int]:
-        """count_template_tokens of each kept row."""
-        return self._recalled(TOKEN_RULE, lambda rows: count_template_tokens(self.counter, rows, self.template))
-
-    def trained_tokens(self, mode: LfMode, cutoff_len: int | None) -> list[int]:
-        """count_trained_tokens of each kept row in `mode`."""
-        cutoff = cutoff_len if mode.v1 else None  # only v1's count depends on it
-        return self._recalled(
-            f"{TRAINED_RULE}\0{mode!r}\0{cutoff}",
-            lambda rows: count_trained_tokens(self.counter, rows, self.template, mode, cutoff),
-        )
-
-    def _recalled(self, rule: str, count: Callable[[list[SharegptRow]], list[int]]) -> list[int]:
-        """`count` of each kept row, recalled under `rule` with the conversion and template."""
-        rule = f"{rule}\0{SHAREGPT_RULE}\0{self.conversion}\0{self.template!r}"
-        keys = [rendering_key(rule, h) for h in self.hashes.take(pa.array(self.kept, pa.int64())).to_pylist()]
-        tokens = self.counter.recall(keys)
-        todo = [k for k, n in enumerate(tokens) if n is None]
-        if todo:
-            at = pa.array(todo, pa.int64())
-            rows = [
-                SharegptRow(system, conv, 0, 0)
-                for system, conv in zip(
-                    self.batch.system.take(at).to_pylist(), self.batch.conversations.take(at).to_pylist()
-                )
-            ]
-            fresh = count(rows)
-            self.counter.remember([keys[k] for k in todo], fresh)
-            for k, n in zip(todo, fresh):
-                tokens[k] = n
-        return tokens
 
 
 def _reject(r: dict[str, Any], reason: str, detail: str) -> dict[str, Any]:
@@ -481,7 +362,8 @@ def export_sft(
     counting = (str(cfg.tokenizer), str(token_cache) if token_cache else None) if tokenizer else None
     template = template_slots(sft.template)
     control = ControlTokens.open(tokenizer_file(cfg.tokenizer), template.markup())
-    settings = SftSettings(cfg.same_role, sft.cutoff_len, None, template, control, special_tokens)
+    settings = SftSettings(cfg.same_role, sft.cutoff_len, None, template, control, special_tokens, sft.lf_mode())
+    rendering = settings.rendering
     stats = SftStats()
     total = selection["tables"]["selection"]["rows"]
     executor = executor or Executor()
@@ -520,13 +402,23 @@ def export_sft(
                     f"export_sft {scale}: every one of {total} rows was rejected "
                     f"({', '.join(f'{k} {v}' for k, v in sorted(stats.rejected.items()))})"
                 )
-            name = dataset_id("sft", selection["params"]["rows"], info.version_id)
+            # the rows, and how they are trained: the same rows under another template or mode are another dataset
+            name = dataset_id(
+                "sft",
+                selection["params"]["rows"],
+                content_id("sft_dataset", {"rows": info.version_id, "rendering": rendering.as_json()}),
+            )
             (tmp / "shards").rename(tmp / name)
             write_json(tmp / "dataset_info.json", dataset_info(name, shards.files))
             (tmp / "dataset_info.yaml").write_text(
                 dataset_info_v1(name, lake.sft_export(scale), shards.files, stats.rows_with_system)
             )
-            counts = {"dataset_id": name, "shards": len(shards.files), **stats.as_json()}
+            counts = {
+                "dataset_id": name,
+                "shards": len(shards.files),
+                "rendering": rendering.as_json(),
+                **stats.as_json(),
+            }
             write_manifest(
                 tmp,
                 kind="export_sft",
@@ -540,7 +432,7 @@ def export_sft(
                 params=params,
                 formulas={
                     "rows": SHAREGPT_RULE,
-                    "tokens": TOKEN_RULE if cfg.count_tokens else "not counted",
+                    "tokens": rendering.describe() if cfg.count_tokens else "not counted",
                     "special_tokens": f"{special_tokens}: {control.describe()}",
                 },
                 counts={**counts, "files": [f"{name}/{f}" for f in shards.files]},

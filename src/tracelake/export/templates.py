@@ -78,7 +78,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
 
 from tracelake.core.control_tokens import ChatMarkup
 from tracelake.core.errors import BadParams, check
@@ -194,20 +194,65 @@ MODES = {
     m.name: m
     for m in [
         DEFAULT,
+        LfMode("no_thinking", enable_thinking=False),
         LfMode("mask_history", mask_history=True),
         LfMode("mask_history_preserve_thinking", mask_history=True, preserve_thinking=True),
-        LfMode("no_thinking", enable_thinking=False),
+        LfMode("mask_history_no_thinking", mask_history=True, enable_thinking=False),
         LfMode("train_on_prompt", train_on_prompt=True),
+        LfMode("train_on_prompt_no_thinking", train_on_prompt=True, enable_thinking=False),
         LfMode("v1", v1=True),
     ]
 }
 V0_MODES = [name for name, m in MODES.items() if not m.v1]  # what a v0 LLaMA-Factory config can select
+
+# train.sft.mode: which tokens LLaMA-Factory trains on (its loss mask), in plain words.
+LOSS_MODES = {
+    "default": "every assistant turn (prompts and tool results are context, never trained)",
+    "mask_history": "only the last assistant turn of each conversation (LLaMA-Factory's mask_history)",
+    "train_on_prompt": "every token, prompts and tool results included (LLaMA-Factory's train_on_prompt)",
+}
+# train.sft.thinking: what happens to the assistant turns' reasoning (<think>...</think>) with a reasoning
+# template (qwen3), in plain words; LLaMA-Factory's enable_thinking / preserve_thinking underneath.
+THINKING = {
+    "keep": "reasoning is trained as written; an assistant turn without reasoning gets an empty "
+    "<think> block before its answer, trained too: the model learns to skip thinking on such turns "
+    "(enable_thinking: true; under mask_history, preserve_thinking: true)",
+    "drop": "reasoning is removed from every assistant turn and the empty <think> block is part of the "
+    "prompt, never trained: the model learns to answer without thinking (enable_thinking: false)",
+    "last_turn": "mask_history only: reasoning is kept on the trained last turn and removed from the "
+    "history turns (enable_thinking: true, preserve_thinking: false)",
+}
+# (train.sft.mode, train.sft.thinking) -> the MODES entry that is LLaMA-Factory's combination of arguments
+_CHOICES = {
+    ("default", "keep"): "default",
+    ("default", "drop"): "no_thinking",
+    ("mask_history", "last_turn"): "mask_history",
+    ("mask_history", "keep"): "mask_history_preserve_thinking",
+    ("mask_history", "drop"): "mask_history_no_thinking",
+    ("train_on_prompt", "keep"): "train_on_prompt",
+    ("train_on_prompt", "drop"): "train_on_prompt_no_thinking",
+}
 
 
 def lf_mode(name: str) -> LfMode:
     if name not in MODES:
         raise BadParams(f"LF mode {name!r}: one of {', '.join(MODES)}")
     return MODES[name]
+
+
+def chosen_mode(mode: str, thinking: str) -> LfMode:
+    """The LLaMA-Factory mode of train.sft.mode and train.sft.thinking (LOSS_MODES, THINKING)."""
+    if (mode, thinking) not in _CHOICES:
+        raise BadParams(
+            f"train.sft.thinking {thinking!r} with train.sft.mode {mode!r}: "
+            + ("last_turn needs mode mask_history" if thinking == "last_turn" else f"one of {', '.join(THINKING)}")
+        )
+    return MODES[_CHOICES[(mode, thinking)]]
+
+
+def thinking_of(mode: LfMode) -> str:
+    """The train.sft.thinking choice a v0 mode makes (the inverse of chosen_mode)."""
+    return next(t for (_, t), name in _CHOICES.items() if name == mode.name)
 
 
 def render_segments(row: SharegptRow, template: TemplateSlots, mode: LfMode = DEFAULT) -> list[Segment]:
@@ -227,11 +272,7 @@ def render_pieces(row: SharegptRow, template: TemplateSlots, mode: LfMode = DEFA
     if mode.v1:
         yield from _v1_pieces(row, template)
         return
-    reasoning = template.thought_words is not None  # ReasoningTemplate: only it reads the thinking args
-    no_thinking = reasoning and not mode.enable_thinking
-    discard_history_cot = reasoning and mode.mask_history and not mode.preserve_thinking
     prompt_trained = mode.train_on_prompt
-    thought = template.empty_thought
     last = max((k for k, t in enumerate(row.conversations) if t["from"] == "gpt"), default=-1)
     if row.system:
         yield template.system.format(row.system), "system", prompt_trained
@@ -240,12 +281,40 @@ def render_pieces(row: SharegptRow, template: TemplateSlots, mode: LfMode = DEFA
         if role != "gpt":
             yield getattr(template, role).format(value), role, prompt_trained
             continue
-        response_trained = not mode.mask_history or k == last
-        if no_thinking or (discard_history_cot and k != last):
+        plan = gpt_turn(template, mode, last=k == last)
+        if plan.removes_thoughts:
             value = template.remove_thought(value)
-        if thought and (k == last or not discard_history_cot) and "<think>" not in value and "</think>" not in value:
-            yield thought, "empty_thought", response_trained if mode.enable_thinking else prompt_trained
-        yield template.gpt.format(value), "gpt", response_trained
+        if plan.empty_thought and not has_thought_tags(value):
+            yield template.empty_thought, "empty_thought", plan.empty_thought_trained
+        yield template.gpt.format(value), "gpt", plan.trained
+
+
+class TurnPlan(NamedTuple):
+    """What LLaMA-Factory does with one gpt turn (render_pieces): remove its thoughts first; give it
+    the empty thought when it has no thought tags; train its response; train that empty thought."""
+
+    removes_thoughts: bool
+    empty_thought: bool
+    trained: bool
+    empty_thought_trained: bool
+
+
+def has_thought_tags(value: str) -> bool:
+    """LF's test for a turn that already has a thought (template.py:460): either tag anywhere."""
+    return "<think>" in value or "</think>" in value
+
+
+def gpt_turn(template: TemplateSlots, mode: LfMode, *, last: bool) -> TurnPlan:
+    """The plan of a gpt turn in a v0 mode (the last gpt turn of its row, or one before it)."""
+    reasoning = template.thought_words is not None  # ReasoningTemplate: only it reads the thinking args
+    discard_history_cot = reasoning and mode.mask_history and not mode.preserve_thinking
+    trained = not mode.mask_history or last
+    return TurnPlan(
+        removes_thoughts=(reasoning and not mode.enable_thinking) or (discard_history_cot and not last),
+        empty_thought=bool(template.empty_thought) and (last or not discard_history_cot),
+        trained=trained,
+        empty_thought_trained=trained if mode.enable_thinking else mode.train_on_prompt,
+    )
 
 
 _TOOL_OPEN, _TOOL_CLOSE = "<tool_response>", "</tool_response>"

@@ -31,7 +31,6 @@ from tracelake.core.outputs import output_dir, read_manifest
 from tracelake.export import harbor_contract
 from tracelake.export.params import ExportRlParams, RlTrainParams, SftTrainParams, TrainParams
 from tracelake.export.task_dirs import harbor_dir
-from tracelake.export.templates import lf_mode
 
 SFT_PREFIX = "sft-"
 RL_FILE = "rl.yaml"
@@ -147,7 +146,7 @@ def sft_config(sft: SftTrainParams, *, dataset_id: str, n_shards: int, dataset_d
         "dataset": ",".join(shard_entry_name(dataset_id, i) for i in range(n_shards)),
         "dataset_dir": dataset_dir,
         "template": sft.template,
-        **lf_mode(sft.mode).lf_args(),  # stated, never left to LLaMA-Factory's defaults
+        **sft.lf_mode().lf_args(),  # stated, never left to LLaMA-Factory's defaults
         "cutoff_len": sft.cutoff_len,
         "overwrite_cache": True,
         "preprocessing_num_workers": 16,
