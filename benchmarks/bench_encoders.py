@@ -1,12 +1,13 @@
 """Segment encoders compared: characters per second counting the segments the token counter encodes.
 
-    uv run python benchmarks/qwen_style_tokenizer.py TRACES_DIR QWEN_DIR   # once, if not built yet
-    uv run python benchmarks/bench_encoders.py TRACES_DIR --tokenizer QWEN_DIR [--rows 2000] [--json OUT]
+    uv run python benchmarks/bench_encoders.py TRACES_DIR [--tokenizer DIR ...] [--rows 2000] [--json OUT]
 
 TRACES_DIR holds JSONL traces with a `conversations` list (sample.openthoughts writes them). Their
 ChatML renderings are cut into segments as TokenCounter cuts them (SegmentRule.segments), each
 distinct segment once, sampled down to --chars characters. Each tokenizer (the project's builtin
-one, and each --tokenizer) counts them with:
+one, and each --tokenizer; by default Qwen3's real tokenizer, read from
+../shared/fixtures/qwen3-tokenizer beside the project: the model's tokenizer, whose 151K vocabulary
+is what the speed is about) counts them with:
 
 - `tokenizers`: `encode_batch_fast`, the reference every count must equal (1 thread:
   TOKENIZERS_PARALLELISM=false; N threads: a Rayon pool of N, RAYON_NUM_THREADS);
@@ -30,6 +31,7 @@ import importlib.util
 import json
 import os
 import resource
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -42,6 +44,9 @@ from tokenizers import Tokenizer  # noqa: E402
 from tracelake.core import fast_bpe  # noqa: E402
 from tracelake.core.token_count import SPLIT_PATTERNS, SegmentRule, split_pattern, split_regex  # noqa: E402
 from tracelake.core.tokenizer import build_tokenizer, render_chatml, tokenizer_file  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from model_tokenizer import qwen3_tokenizer  # noqa: E402
 
 QWEN2 = next(p for p in SPLIT_PATTERNS if r"\p{N}|" in p)
 
@@ -121,7 +126,12 @@ def measure(run: Callable[[list[str]], list[int]], texts: list[str], repeat: int
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("traces", type=Path)
-    ap.add_argument("--tokenizer", action="append", default=[], help="a tokenizer.json or its directory (repeatable)")
+    ap.add_argument(
+        "--tokenizer",
+        action="append",
+        default=[],
+        help="a tokenizer.json or its directory (repeatable); default: Qwen3's, ../shared/fixtures/qwen3-tokenizer",
+    )
     ap.add_argument("--no-builtin", action="store_true", help="leave out the project's builtin tokenizer")
     ap.add_argument("--rows", type=int, default=2000)
     ap.add_argument("--chars", type=int, default=16_000_000, help="sample the distinct segments down to this")
@@ -130,13 +140,12 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     threads = [int(n) for n in args.threads.split(",")]
+    tokenizers = args.tokenizer or [str(qwen3_tokenizer())]
     os.environ["RAYON_NUM_THREADS"] = str(max(threads))
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         paths = [] if args.no_builtin else [("builtin", build_tokenizer(Path(tmp) / "builtin") / "tokenizer.json")]
-        paths += [
-            (Path(p).parent.name if Path(p).is_file() else Path(p).name, tokenizer_file(p)) for p in args.tokenizer
-        ]
+        paths += [(Path(p).parent.name if Path(p).is_file() else Path(p).name, tokenizer_file(p)) for p in tokenizers]
         for name, path in paths:
             config = json.loads(path.read_text())
             tok = Tokenizer.from_file(str(path))
@@ -187,7 +196,7 @@ def main() -> None:
                 )
     print(f"load average at the end: {os.getloadavg()[0]:.2f} (2 cores: above 2 the numbers are shared)")
     if args.json:
-        args.json.write_text(json.dumps({"rows": args.rows, "results": results}, indent=2) + "\n")
+        args.json.write_text(json.dumps({"rows": args.rows, "chars": args.chars, "results": results}, indent=2) + "\n")
 
 
 def with_threads(fast: fast_bpe.TiktokenCounts, threads: int) -> fast_bpe.TiktokenCounts:

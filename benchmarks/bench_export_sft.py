@@ -1,18 +1,22 @@
 """SFT export throughput and memory: selection slots -> sharegpt_v1 rows with exact template token
 counts -> zstd shards.
 
-    uv run dvc repro && uv run python benchmarks/bench_export_sft.py --rows 100000
+    uv run dvc repro && uv run python benchmarks/bench_export_sft.py --rows 100000 [--tokenizer DIR|params]
 
-Uses the built lake (trajectories, pool) and tokenizer: N slots cycle through the pool's rollouts (as
-upsampling does), then the export_sft stage's own functions stream, convert, count and write shards
-into a temporary directory. Reference measured in the same run: streaming the selected rollouts'
-messages out of the trajectories Parquet into Python, which any exporter has to pay.
+Uses the built lake (trajectories, pool): N slots cycle through the pool's rollouts (as upsampling
+does), then the export_sft stage's own functions stream, convert, count and write shards into a
+temporary directory. The tokens are counted with the model's tokenizer: by default Qwen3's real one
+(../shared/fixtures/qwen3-tokenizer beside the project, benchmarks/model_tokenizer.py), `params` for
+the project's own (export_sft.tokenizer), or any tokenizer directory. Reference measured in the
+same run: streaming the selected rollouts' messages out of the trajectories Parquet into Python,
+which any exporter has to pay.
 """
 
 from __future__ import annotations
 
 import argparse
 import resource
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,10 +27,14 @@ from tracelake.core.control_tokens import ControlTokens
 from tracelake.core.lake import Lake
 from tracelake.core.schema import load_schema
 from tracelake.core.tables import ShardWriter
-from tracelake.core.tokenizer import load_tokenizer, tokenizer_file
+from tracelake.core.token_count import TokenCounter
+from tracelake.core.tokenizer import tokenizer_file
 from tracelake.export.sft import SftSettings, SftStats, convert_batch, trajectories_with_slots
 from tracelake.export.templates import template_slots
 from tracelake.params import load_params
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from model_tokenizer import qwen3_tokenizer  # noqa: E402
 
 
 def fake_slots(pool: Path, rows: int) -> list[dict]:
@@ -46,8 +54,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=100000)
     ap.add_argument("--params", default="params.yaml")
+    ap.add_argument(
+        "--tokenizer",
+        help="the model's tokenizer directory; default: Qwen3's (../shared/fixtures/qwen3-tokenizer); "
+        "'params': the project's export_sft.tokenizer",
+    )
     args = ap.parse_args()
     params = load_params(args.params)
+    if args.tokenizer == "params":
+        model_tokenizer = params.export_sft.tokenizer
+    else:
+        model_tokenizer = args.tokenizer or qwen3_tokenizer()
     lake = Path(params.lake)
     slots = fake_slots(lake / "pool" / "pool.parquet", args.rows)
     files = Lake(lake).table_files("trajectories", list(params.sources))
@@ -60,9 +77,11 @@ def main() -> None:
         trajectories.column("messages").to_pylist()
     floor = time.perf_counter() - t
 
-    tokenizer, stats = load_tokenizer(params.export_sft.tokenizer), SftStats()
+    # one counter for the run, as the stage opens it (no disk cache here: every segment is encoded; a
+    # plain Tokenizer would be parsed into a new counter at every batch, ~0.5 s each for Qwen3's)
+    tokenizer, stats = TokenCounter.open(model_tokenizer), SftStats()
     template = template_slots(params.train.sft.template)
-    control = ControlTokens.open(tokenizer_file(params.export_sft.tokenizer), template.markup())  # as export_sft does
+    control = ControlTokens.open(tokenizer_file(model_tokenizer), template.markup())  # as export_sft does
     cutoff_len, special_tokens = params.train.sft.cutoff_len, params.filter.special_tokens
     settings = SftSettings(params.export_sft.same_role, cutoff_len, tokenizer, template, control, special_tokens)
     with tempfile.TemporaryDirectory() as tmp:
@@ -75,6 +94,7 @@ def main() -> None:
         export = time.perf_counter() - t
         size = sum(f.stat().st_size for f in (Path(tmp) / "shards").iterdir())
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"tokenizer: {Path(model_tokenizer).name}")
     print(f"rows: {n:,} ({info.rows:,} exported, {len(writer.files)} shards, {size / 1e6:.0f} MB zstd)")
     print(f"reference (stream the selected rollouts' messages into Python): {floor:.1f} s ({n / floor:,.0f} rows/s)")
     print(
