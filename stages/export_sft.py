@@ -9,6 +9,7 @@ from typing import Any
 
 from tracelake.core.lake import Lake
 from tracelake.core.stage import Context, Result, Stage
+from tracelake.export.rendering import mostly_empty_thoughts
 from tracelake.export.sft import export_sft
 
 
@@ -67,11 +68,17 @@ def thinking_lines(scale: str, t: dict, thinking: str, template: str) -> list[st
         f"{t['with_reasoning']:,} with reasoning, {t['without_reasoning']:,} without; "
         f"{t['trained_empty_thoughts']:,} of {t['trained_turns']:,} trained turns get an empty <think> block"
     ]
-    if t["trained_empty_thoughts"] * 2 > t["trained_turns"] > 0:
+    if mostly_empty_thoughts(t):
         lines.append(
             f"export_sft {scale}: warning: {t['trained_empty_thoughts']:,} of {t['trained_turns']:,} trained assistant "
             f"turns are trained with an empty <think> block (their traces hold no reasoning): the model learns to "
             f"answer without thinking; train.sft.thinking: drop trains no think blocks at all (params.yaml)"
+        )
+    if t.get("reasoning_not_removed"):
+        lines.append(
+            f"export_sft {scale}: warning: {t['reasoning_not_removed']:,} assistant turns keep their reasoning although "
+            f"thinking {thinking} removes it: LLaMA-Factory removes only a `<think>\\n...\\n</think>\\n\\n` block, "
+            f"and these write `<think>...</think>` without those newlines (as Harbor does): it stays in the text and is trained"
         )
     return lines
 

@@ -48,7 +48,7 @@ STAGE = Stage(
     __doc__,
     run,
     params=("scales", "lake"),
-    deps=("${lake}/selections", "${lake}/pool"),
+    deps=("${lake}/selections", "${lake}/pool", "${lake}/exports/sft"),  # the exports: their thinking counts
     outs_uncached=(PAGE,),
     plots=PLOTS,
     metrics="metrics/report.json",

@@ -429,7 +429,7 @@ def test_max_tokens_boundary_counts_the_trained_rendering(tmp_path, mode, thinki
     assert r.dropped_by("max_tokens_v1") == {"long": f"{n_long} tokens > {n_long - 1}"}
     assert r.kept() == {"short"}
 
-    r = run(lake, sources, qwen3, rendering=rendering)  # max_tokens null: no limit, n_tokens still counted
+    r = run(lake, sources, qwen3, max_tokens=None, rendering=rendering)  # null: no limit, n_tokens still counted
     assert "max_tokens_v1" not in r.result.rules and r.pool_rows["long"]["n_tokens"] == n_long
 
 
@@ -587,7 +587,7 @@ def test_token_counts_come_from_the_cache_on_a_rerun(tmp_path, tokenizer):
     uncached = run(lake2, sources2, tokenizer, max_tokens=10_000)
     assert uncached.result.token_stats.recalled == 0 and appended.pool == uncached.pool
 
-    off = run(lake, sources, tokenizer, count_tokens=False)  # counting off: n_tokens null, no stats
+    off = run(lake, sources, tokenizer, count_tokens=False, max_tokens=None)  # counting off: n_tokens null, no stats
     assert off.result.token_stats is None and {r["n_tokens"] for r in off.pool_rows.values()} == {None}
     with pytest.raises(ValueError, match="max_tokens 5 needs count_tokens: true"):
         FilterParams(tokenizer=str(tokenizer), count_tokens=False, max_tokens=5)
@@ -646,7 +646,7 @@ def test_first_matching_rule_wins(tmp_path, tokenizer):
             ]
         },
     )
-    r = run(lake, sources, tokenizer, success_only=True)
+    r = run(lake, sources, tokenizer, success_only=True, max_tokens=None)
     assert r.outcome["timeout-subagent-short"] == ("timeout_v1", "exception AgentTimeoutError")
     assert r.outcome["subagent-short"][0] == "subagent_v1"
     assert r.outcome["short-failed"][0] == "min_assistant_turns_v1"
@@ -889,7 +889,7 @@ def test_real_fixtures_subagents_and_timeout_dropped(tmp_path, tokenizer):
     assert ingest_traces([sample], source="otagent", out_dir=Lake(lake).table("trajectories", "otagent")).rows == 4
 
     con = connect(lake, ["golden", "otagent"], tables=("trajectories",))
-    result = run_filters(con, FilterParams(tokenizer=str(tokenizer)), rendering=RENDERING)
+    result = run_filters(con, FilterParams(tokenizer=str(tokenizer), max_tokens=None), rendering=RENDERING)
     outcome = {
         (src, trial, ts): (rule, detail)
         for src, trial, ts, rule, detail in con.execute(

@@ -144,7 +144,7 @@ class FilterParams(Section):
     episodes: Literal["last", "all"] = "last"
     min_assistant_turns: Annotated[int, Field(ge=0)] = 5
     success_only: bool = False
-    max_tokens: Annotated[int | None, Field(ge=1)] = None
+    max_tokens: Annotated[int | None, Field(ge=1)] = 32768  # at most train.sft.cutoff_len (its default); null: no limit
     tokenizer: str = "data/tokenizer"  # an HF tokenizer directory: n_tokens for max_tokens and reports
     count_tokens: bool = True  # false: n_tokens stays null (max_tokens must then be null)
     # a control-token literal in message text (<|im_end|> in a tool result): reject drops the row

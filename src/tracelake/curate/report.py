@@ -14,7 +14,7 @@ import duckdb
 
 from tracelake.core.assets import sql
 from tracelake.core.ids import dataset_label
-from tracelake.core.lake import Lake
+from tracelake.core.lake import Lake, is_built
 from tracelake.core.outputs import read_manifest
 
 PLOTS = {  # plot -> (x column, y column); `group` is the source or the scale, as noted
@@ -43,6 +43,7 @@ def build_report(lake: Path, scales: dict[str, int]) -> tuple[dict[str, Any], di
             "dataset_id": manifest["dataset_id"],
             **row,
             "rows_by_source": manifest["counts"]["rows_by_source"],
+            "sft": sft_thinking(lake.sft_export(scale), manifest["dataset_id"]),
         }
         label = dataset_label(n)
         for plot, x, value in con.execute(sql("report_distributions"), binds).fetchall():
@@ -59,6 +60,21 @@ def build_report(lake: Path, scales: dict[str, int]) -> tuple[dict[str, Any], di
             plots["funnel"].append([rule, f["dropped"][rule], source])
         plots["funnel"].append(["kept", f["kept"], source])
     return metrics, plots
+
+
+def sft_thinking(export: Path, selection_id: str) -> dict[str, Any] | None:
+    """The scale's SFT export, when it is built from this selection: its id, its thinking choice and
+    its assistant turns by reasoning (export/rendering.py ThoughtCounts); None otherwise."""
+    if not is_built(export):
+        return None
+    m = read_manifest(export)
+    if m.get("inputs", {}).get("selection_dataset") != selection_id or "thinking" not in m["counts"]:
+        return None
+    return {
+        "dataset_id": m["dataset_id"],
+        "choice": m["counts"]["rendering"]["thinking"],
+        **m["counts"]["thinking"],
+    }
 
 
 def write_plots(plots: dict[str, list[list]], out_dir: Path) -> None:

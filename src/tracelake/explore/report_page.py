@@ -56,6 +56,20 @@ def _funnel(rows: list[list]) -> str:
     return f'{table}<div class="charts">{charts}</div>'
 
 
+def _thinking(sft: dict[str, Any] | None) -> str:
+    """The scale's SFT export: its thinking choice, its assistant turns with reasoning, and the turns
+    trained with an empty think block (flagged when that is most of them); – when not exported."""
+    if not sft:
+        return "–"
+    from tracelake.export.rendering import mostly_empty_thoughts
+
+    flag = " <strong>(most trained turns)</strong>" if mostly_empty_thoughts(sft) else ""
+    return (
+        f"<code>{escape(str(sft['choice']))}</code>: {sft['with_reasoning']:,} of {sft['assistant_turns']:,} reason; "
+        f"empty on {sft['trained_empty_thoughts']:,} of {sft['trained_turns']:,}{flag}"
+    )
+
+
 def _composition(metrics: dict[str, Any], plots: dict[str, list[list]], names: dict[str, str]) -> str:
     rows = []
     for scale, m in metrics.items():
@@ -70,6 +84,7 @@ def _composition(metrics: dict[str, Any], plots: dict[str, list[list]], names: d
                 f"{m['rollouts_per_task_min']}–{m['rollouts_per_task_p50']}–{m['rollouts_per_task_max']}",
                 " / ".join(str(t) for t in turns),
                 " / ".join("–" if t is None else f"{t:,}" for t in tokens),
+                _thinking(m.get("sft")),
             ]
         )
     table = _table(
@@ -82,6 +97,7 @@ def _composition(metrics: dict[str, Any], plots: dict[str, list[list]], names: d
             "rollouts per task (min–p50–max)",
             "assistant turns p10 / p50 / p90",
             "tokens p10 / p50 / p90",
+            "SFT export: thinking, assistant turns with reasoning, empty &lt;think&gt; trained",
         ],
         rows,
         numeric={2, 3, 4, 5, 6, 7},

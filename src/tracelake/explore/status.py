@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import duckdb
 from rich.console import Console
@@ -243,6 +244,7 @@ def render_exports(lake: Path, console: Console, freshness: Freshness | None = N
         "rejected",
         "shards",
         "tokenizer",
+        "thinking",
     ):
         table.add_column(col, no_wrap=True, justify="right" if col in ("out", "in", "shards") else "left")
     counted = set()
@@ -261,11 +263,27 @@ def render_exports(lake: Path, console: Console, freshness: Freshness | None = N
             rejected,
             c["shards"],
             (tokenizer or "not counted")[:12],
+            thinking_cell(c),
         )
         table.add_row(*literals(row))
     console.print(table)
     for line in tokenizer_lines(lake, counted - {None}):
         console.print(literal(line))
+
+
+def thinking_cell(counts: dict[str, Any]) -> str:
+    """An SFT export's thinking choice and its assistant turns by reasoning (export/rendering.py
+    ThoughtCounts), flagged when most trained turns are trained with an empty think block."""
+    from tracelake.export.rendering import mostly_empty_thoughts
+
+    t = counts.get("thinking")
+    if not t:
+        return ""
+    choice = (counts.get("rendering") or {}).get("thinking", "?")
+    cell = f"{choice}: {t['with_reasoning']:,}/{t['assistant_turns']:,} turns reason"
+    if mostly_empty_thoughts(t):
+        cell += f"; empty <think> trained on {t['trained_empty_thoughts']:,}/{t['trained_turns']:,} (!)"
+    return cell
 
 
 def tokenizer_lines(lake: Path, fingerprints: set[str]) -> list[str]:

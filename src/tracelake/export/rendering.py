@@ -21,6 +21,7 @@ from typing import Any, Callable
 import pyarrow as pa
 
 from tracelake.core.control_tokens import ESCAPE_RULE, ControlTokens
+from tracelake.core.errors import check
 from tracelake.core.token_count import CountStats, TokenCounter, rendering_key, shard_counter
 from tracelake.export.sharegpt import (
     SHAREGPT_RULE,
@@ -123,7 +124,7 @@ class Rendering:
             except ExportReject as e:
                 refused[i] = (e.reason, e.detail)
             else:
-                raise AssertionError(f"row {i}: sharegpt_batch refused a row that to_sharegpt converts")
+                check(False, f"row {i}: sharegpt_batch refused a row that to_sharegpt converts")
         return batch, refused
 
 
@@ -310,6 +311,9 @@ class ThoughtCounts:
     with_reasoning: int = 0  # turns whose text holds a thought tag, as written
     trained_turns: int = 0  # assistant responses the mode trains on
     trained_empty_thoughts: int = 0  # of those, how many are trained with an empty <think> block first
+    # turns whose reasoning the mode removes, but LF cannot: it removes only `<think>\n...\n</think>\n\n`
+    # (template.py:104-106), and Harbor writes `<think>...</think>` (no newlines): it stays, trained
+    reasoning_not_removed: int = 0
 
     def add(self, other: "ThoughtCounts", times: int = 1) -> None:
         for name, value in vars(other).items():
@@ -317,6 +321,12 @@ class ThoughtCounts:
 
     def as_json(self) -> dict[str, int]:
         return {**vars(self), "without_reasoning": self.assistant_turns - self.with_reasoning}
+
+
+def mostly_empty_thoughts(counts: dict[str, int]) -> bool:
+    """Whether most trained assistant turns are trained with an empty think block (ThoughtCounts.as_json):
+    the condition of export_sft's warning and of the flag in `status` and the viewer."""
+    return counts["trained_empty_thoughts"] * 2 > counts["trained_turns"] > 0
 
 
 def thought_counts(conversations: Any, template: TemplateSlots, mode: LfMode) -> list[ThoughtCounts]:
@@ -347,6 +357,7 @@ def thought_counts(conversations: Any, template: TemplateSlots, mode: LfMode) ->
             plan = gpt_turn(template, mode, last=j == gpt[-1])
             c.trained_turns += plan.trained
             has = after_removal[j] if plan.removes_thoughts else written[j]
+            c.reasoning_not_removed += plan.removes_thoughts and has
             c.trained_empty_thoughts += plan.empty_thought and not has and plan.empty_thought_trained
         out.append(c)
     return out

@@ -35,7 +35,7 @@ from tracelake.core.executor import Executor
 from tracelake.core.hashing import content_id
 from tracelake.core.ids import dataset_id, shard_entry_name
 from tracelake.core.lake import Lake
-from tracelake.core.outputs import output_dir, read_manifest, write_json, write_manifest
+from tracelake.core.outputs import VERSION_HEX, output_dir, read_manifest, write_json, write_manifest
 from tracelake.core.schema import load_schema
 from tracelake.core.tables import ShardWriter, TableWriter, read_table
 from tracelake.core.token_count import (
@@ -406,7 +406,7 @@ def export_sft(
             name = dataset_id(
                 "sft",
                 selection["params"]["rows"],
-                content_id("sft_dataset", {"rows": info.version_id, "rendering": rendering.as_json()}),
+                content_id("sft_dataset", {"rows": info.version_id, "rendering": rendering.as_json()}, VERSION_HEX),
             )
             (tmp / "shards").rename(tmp / name)
             write_json(tmp / "dataset_info.json", dataset_info(name, shards.files))

@@ -218,7 +218,9 @@ THINKING = {
     "<think> block before its answer, trained too: the model learns to skip thinking on such turns "
     "(enable_thinking: true; under mask_history, preserve_thinking: true)",
     "drop": "reasoning is removed from every assistant turn and the empty <think> block is part of the "
-    "prompt, never trained: the model learns to answer without thinking (enable_thinking: false)",
+    "prompt, never trained: the model learns to answer without thinking (enable_thinking: false). LF "
+    "removes only a <think>\\n...\\n</think>\\n\\n block: a <think>...</think> without those newlines "
+    "(Harbor's) stays and is trained (export_sft counts and warns: rendering.ThoughtCounts)",
     "last_turn": "mask_history only: reasoning is kept on the trained last turn and removed from the "
     "history turns (enable_thinking: true, preserve_thinking: false)",
 }

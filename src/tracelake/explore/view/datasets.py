@@ -61,9 +61,17 @@ def _params(d: dict[str, Any]) -> list[tuple[str, Any]]:
     keys = {
         "pool": ("min_assistant_turns", "max_tokens", "episodes", "success_only"),
         "selection": ("score", "total", "min_per_task", "max_per_task", "mix"),
-        "export_sft": ("template", "cutoff_len"),
+        "export_sft": ("template", "mode", "thinking", "cutoff_len"),
     }.get(d["kind"], ())
-    return [(k, params[k]) for k in keys if k in params]
+    shown = [(k, params[k]) for k in keys if k in params]
+    thoughts = d["manifest"].get("counts", {}).get("thinking") if d["kind"] == "export_sft" else None
+    if thoughts:  # the assistant turns by reasoning, and the empty think blocks trained (export/rendering.py)
+        from tracelake.export.rendering import mostly_empty_thoughts
+
+        shown.append(("turns_with_reasoning", f"{thoughts['with_reasoning']:,}/{thoughts['assistant_turns']:,}"))
+        empty = f"{thoughts['trained_empty_thoughts']:,}/{thoughts['trained_turns']:,}"
+        shown.append(("empty_think_trained", empty + (" (most turns!)" if mostly_empty_thoughts(thoughts) else "")))
+    return shown
 
 
 def fresh(db: LakeView, stage: str) -> str:
