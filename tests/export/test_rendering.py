@@ -201,3 +201,13 @@ def test_reasoning_lf_cannot_remove_is_counted_and_warned():
     assert keep.reasoning_not_removed == 0  # keep removes nothing
     lines = thinking_lines("1k", kept.as_json(), "drop", "qwen3")
     assert any("2 assistant turns keep their reasoning although thinking drop removes it" in line for line in lines)
+
+
+def test_status_shows_the_thinking_choice_and_flags_mostly_empty_blocks():
+    from tracelake.explore.status import thinking_cell
+
+    t = {"assistant_turns": 10, "with_reasoning": 4, "trained_turns": 10, "trained_empty_thoughts": 6}
+    assert thinking_cell({"rendering": {"thinking": "keep"}, "thinking": t}) == "keep: 40% reason, 60% empty (!)"
+    t = {**t, "trained_empty_thoughts": 0}
+    assert thinking_cell({"rendering": {"thinking": "drop"}, "thinking": t}) == "drop: 40% reason, 0% empty"
+    assert thinking_cell({"tasks_out": 3}) == ""  # the RL export has no assistant turns

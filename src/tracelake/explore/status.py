@@ -272,17 +272,20 @@ def render_exports(lake: Path, console: Console, freshness: Freshness | None = N
 
 
 def thinking_cell(counts: dict[str, Any]) -> str:
-    """An SFT export's thinking choice and its assistant turns by reasoning (export/rendering.py
-    ThoughtCounts), flagged when most trained turns are trained with an empty think block."""
+    """An SFT export's thinking choice, the share of its assistant turns with reasoning and the share
+    of its trained turns trained with an empty think block (export/rendering.py ThoughtCounts),
+    flagged (!) when that is most of them."""
     from tracelake.export.rendering import mostly_empty_thoughts
 
     t = counts.get("thinking")
     if not t:
         return ""
     choice = (counts.get("rendering") or {}).get("thinking", "?")
-    cell = f"{choice}: {t['with_reasoning']:,}/{t['assistant_turns']:,} turns reason"
+    reason = t["with_reasoning"] / max(1, t["assistant_turns"])
+    empty = t["trained_empty_thoughts"] / max(1, t["trained_turns"])
+    cell = f"{choice}: {reason:.0%} reason, {empty:.0%} empty"
     if mostly_empty_thoughts(t):
-        cell += f"; empty <think> trained on {t['trained_empty_thoughts']:,}/{t['trained_turns']:,} (!)"
+        cell += " (!)"
     return cell
 
 
