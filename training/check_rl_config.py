@@ -26,6 +26,12 @@ parallel size. One line out: `ok: ...` (exit 0) or `error: ...` (exit 1). With -
 trainer's own main_base entrypoint), an environment.env_class that the installed SkyRL-Gym does not
 register is an error: main_base could not make its environments (an entrypoint of your own may
 register it first: then the flag is not given). Imports nothing from tracelake.
+
+For the Harbor route this is the second check: `tracelake train rl` first checks the overrides against
+src/tracelake/export/harbor_contract.py, the requirements of main_harbor, HarborGenerator and
+HarborTaskDataset at the SkyRL commit train.rl.skyrl_commit pins (step-wise trajectories,
+served_model_name, summarization, loss_reduction, the engine's max length, ...), which SkyRL's config
+classes do not check at parse time (HarborGenerator raises or asserts on them after Ray and vLLM start).
 """
 
 from __future__ import annotations
