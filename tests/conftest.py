@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import ROOT, copy_project, run_ok, train_python
+from .helpers import ROOT, copy_project, qwen3_tokenizer, run_ok, train_python
 
 # Cache compiled modules (in the git-ignored __pycache__ directories) even where PYTHONDONTWRITEBYTECODE
 # is set: without it every test run, and every stage or CLI process a test starts, compiles tracelake
@@ -41,6 +41,17 @@ def tiny_model(sample_project, tmp_path_factory) -> Path:
         ],
         sample_project,
     )
+    return out
+
+
+@pytest.fixture(scope="session")
+def qwen3_tiny_model(tmp_path_factory) -> Path:
+    """A tiny random Qwen3 over Qwen3's real tokenizer (read from ../shared/fixtures/qwen3-tokenizer;
+    skips where it is absent), built in the training environment (tests/train_env/tiny_qwen3.py): the
+    model LLaMA-Factory loads where a test stands for the trained model and its tokenizer."""
+    tokenizer = qwen3_tokenizer()
+    out = tmp_path_factory.mktemp("tiny-qwen3-real-tokenizer")
+    run_ok([str(train_python()), str(ROOT / "tests" / "train_env" / "tiny_qwen3.py"), str(tokenizer), str(out)], out)
     return out
 
 

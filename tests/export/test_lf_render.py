@@ -5,10 +5,15 @@ For every row of the sample project's SFT export (scale 316, in order), and for 
 what the sample lacks (a system prompt, tool observations, thoughts of every shape, braces, an empty
 answer) under both templates, LLaMA-Factory's own data pipeline (get_dataset: converter +
 supervised processor, with the mode's mask_history / enable_thinking / train_on_prompt /
-preserve_thinking) gives input_ids and labels; the project's tokenizer encoding each of
+preserve_thinking) gives input_ids and labels; the model's tokenizer encoding each of
 render_segments' pieces on its own, concatenated, gives the same input_ids, and the trained pieces'
 tokens are exactly the positions whose label is not -100 (and there the label is the input id);
 trained_tokens is their number.
+
+The model is a tiny random Qwen3 over Qwen3's real tokenizer (../shared/fixtures/qwen3-tokenizer,
+the conftest's qwen3_tiny_model): LLaMA-Factory and the pieces are tokenized by it. The sample
+export's own counts (its manifest) were made with the sample's builtin tokenizer: they are checked
+against the same rendering recounted with that tokenizer.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from tokenizers import Tokenizer
 
 from tracelake.core.outputs import read_manifest
 from tracelake.core.tokenizer import load_tokenizer
-from tracelake.export.sft import count_trained_tokens, dataset_info_v1
+from tracelake.export.rendering import count_trained_tokens
+from tracelake.export.sft import dataset_info_v1
 from tracelake.export.sharegpt import SharegptRow
 from tracelake.export.templates import (
     MODES,
@@ -183,15 +189,17 @@ def assert_same_rendering(
     return roles, total
 
 
-def test_render_segments_is_llamafactorys_rendering(sample_project, tiny_model, tmp_path):
+def test_render_segments_is_llamafactorys_rendering(sample_project, qwen3_tiny_model, tmp_path):
     scale = "316"
     config = sample_project / "training" / "configs" / f"sft-{scale}.yaml"
     template_name = yaml.safe_load(config.read_text())["template"]
     template = template_slots(template_name)
     rows = exported_rows(sample_project / "lake" / "exports" / "sft" / scale)
     assert len(rows) >= 50
+    tiny_model = qwen3_tiny_model
     got = lf_examples(config, sample_project, tmp_path, model_name_or_path=str(tiny_model))
-    tokenizer = load_tokenizer(sample_project / "data" / "tokenizer")
+    tokenizer = load_tokenizer(tiny_model)  # Qwen3's
+    assert tokenizer.get_vocab_size() == 151_669
     totals = {}
     for mode in CHECKED:
         roles, totals[mode.name] = assert_same_rendering(rows, got[mode.name], tokenizer, template, mode)
@@ -217,9 +225,13 @@ def test_render_segments_is_llamafactorys_rendering(sample_project, tiny_model, 
         <= totals["default"]
         < totals["train_on_prompt"]
     )
-    # the export's manifest sums each mode's trained tokens over its rows: LF's own labels, summed
+    # the export's manifest sums each mode's trained tokens over its rows, counted with the sample's
+    # own (builtin) tokenizer: the same rendering's trained pieces, recounted with it
+    builtin = load_tokenizer(sample_project / "data" / "tokenizer")
     manifest = json.loads((sample_project / "lake" / "exports" / "sft" / scale / "manifest.json").read_text())
-    assert manifest["counts"]["trained_tokens"] == {name: totals[name] for name in MODES}
+    assert manifest["counts"]["trained_tokens"] == {
+        name: sum(count_trained_tokens(builtin, rows, template, mode, cutoff_len)) for name, mode in MODES.items()
+    }
 
 
 def m(role: str, content: str) -> dict[str, str]:
@@ -262,7 +274,8 @@ SLOTS = [  # the paths the sample does not exercise
 
 
 @pytest.mark.parametrize("name", ["qwen3", "qwen3_nothink"])
-def test_render_segments_for_system_tool_and_think_turns(tiny_model, tmp_path, name):
+def test_render_segments_for_system_tool_and_think_turns(qwen3_tiny_model, tmp_path, name):
+    tiny_model = qwen3_tiny_model
     template = template_slots(name)
     slots = [sft_slot(i, messages) for i, messages in enumerate(SLOTS)]
     table, rejects = convert_slots(slots, tokenizer=load_tokenizer(tiny_model), template=name)
@@ -276,8 +289,8 @@ def test_render_segments_for_system_tool_and_think_turns(tiny_model, tmp_path, n
         assert any(role == "empty_thought" for role, _ in roles) == (name == "qwen3")
         assert (("gpt", False) in roles) == mode.mask_history
         assert (("human", True) in roles) == mode.train_on_prompt
-        if name == "qwen3":
-            assert ("empty_thought", False) in roles or mode.enable_thinking
+        if name == "qwen3":  # with thinking off LF puts the empty thought in the prompt: trained only with it
+            assert ("empty_thought", False) in roles or mode.enable_thinking or mode.train_on_prompt
     # LLaMA-Factory v1 on the same rows (its sharegpt converter drops the system column: no system piece)
     info = tmp_path / "v1.yaml"
     info.write_text(dataset_info_v1("d", tmp_path / "data", [f"train-{i:05d}.parquet" for i in range(1)], 3))

@@ -5,18 +5,18 @@
 - a literal `<|im_end|>` left in the text is a real turn end to LF's loader (14 in a 12-message row),
   and the escaped export gives one per turn, with LF's input length equal to the exported n_tokens.
 
-A tiny random Qwen3 is built over the project's tokenizer here (no sample pipeline needed).
+The model is a tiny random Qwen3 over Qwen3's real tokenizer (../shared/fixtures/qwen3-tokenizer,
+the conftest's qwen3_tiny_model; no sample pipeline needed).
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from tracelake.core.control_tokens import ControlTokens
-from tracelake.core.tokenizer import build_tokenizer, load_tokenizer
+from tracelake.core.tokenizer import load_tokenizer
 from tracelake.export.sft import SftSettings, SftStats, convert_batch
 from tracelake.export.templates import TEMPLATES
 
@@ -25,23 +25,6 @@ from .test_llamafactory import lf_load
 from .test_special_tokens import slots, twelve_messages
 
 pytestmark = pytest.mark.train_env
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    """A tiny random Qwen3 over the project's tokenizer (tests/train_env/tiny_qwen3.py)."""
-    root = tmp_path_factory.mktemp("special-lf")
-    out = root / "model"
-    run_ok(
-        [
-            str(train_python()),
-            str(ROOT / "tests" / "train_env" / "tiny_qwen3.py"),
-            str(build_tokenizer(root / "tok")),
-            str(out),
-        ],
-        root,
-    )
-    return out
 
 
 def test_lf_templates_write_the_response_words_we_allow():
@@ -54,7 +37,8 @@ def test_lf_templates_write_the_response_words_we_allow():
 
 
 @pytest.mark.parametrize("policy", ["unscreened", "escape"])
-def test_lf_reads_one_turn_end_per_turn_once_escaped(tiny, tmp_path, policy):
+def test_lf_reads_one_turn_end_per_turn_once_escaped(qwen3_tiny_model, tmp_path, policy):
+    tiny = qwen3_tiny_model
     tok = load_tokenizer(tiny)
     template = TEMPLATES["qwen3"]
     control = ControlTokens.open(tiny / "tokenizer.json", template.markup())
