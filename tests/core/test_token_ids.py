@@ -89,7 +89,7 @@ def test_cache_merges_small_parts(tmp_path, monkeypatch):
         cache.add(keys[start : start + 40], [entries[k] for k in keys[start : start + 40]])
         cache.add(keys[:3], [entries[k] for k in keys[:3]])  # known already: kept once
         cache.save()
-    parts = sorted((tmp_path / "abababababababab" / "ids").glob("part-*.arrow"))
+    parts = sorted((tmp_path / "abababababababab" / "ids").glob("part-*.ids"))
     assert len(parts) == 2  # the fourth save merged four small parts into one; the fifth added one
     cache = SegmentIdsCache(tmp_path, "ab" * 32)
     assert len(cache) == 203  # the fifth part holds the three repeated keys again (`len` counts both)

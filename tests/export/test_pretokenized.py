@@ -230,7 +230,7 @@ def test_an_ablation_encodes_only_new_segments(tmp_path, rows):
     assert again.ids.encoded == 0 and again.ids.cached == again.ids.segments == first.ids.segments
     # the parts are on disk, keyed by the tokenizer's sha256
     sha = read_pretokenized(tmp_path / "a")["tokenizer_sha256"]
-    assert list((cache / sha[:16] / "ids").glob("part-*.arrow"))
+    assert list((cache / sha[:16] / "ids").glob("part-*.ids"))
     # qwen3_nothink renders the same pieces without the empty thought: nothing new to encode
     assert run("qwen3_nothink", "default", "c").ids.encoded == 0
     # no_thinking removes the thoughts: only the turns that change are new segments

@@ -10,16 +10,20 @@ A tokenizer the rule does not know (rule `whole`) has each text as one segment: 
 
 Each segment's ids are kept under (tokenizer sha256, segment key: token_count.segment_key) in
 
-    <cache>/<tokenizer sha256[:16]>/ids/part-<content hash>.arrow
+    <cache>/<tokenizer sha256[:16]>/ids/part-<content hash>.ids
 
-beside the count cache's parts (token_cache.py) in the same cache directory. A part is an Arrow IPC
-file, uncompressed, one record batch: k1, k2 (uint64, the key's halves, sorted by k1) and ids
-(large_list<uint32>). Parts are memory-mapped, never read whole: a lookup binary-searches each
-part's k1 column and hands back views of its ids, so the cache costs address space, not memory, and
-a run that finds every segment reads only the pages of the ids it uses. New segments wait in memory
-and become a part every FLUSH_TOKENS tokens and at `close()`; parts are written under a temporary
-name and renamed, named by their content, so concurrent runs never see half a part. Past
-MAX_SMALL_PARTS parts smaller than half a flush, `close()` merges those into one (bounded memory).
+beside the count cache's parts (token_cache.py) in the same cache directory. A part is a flat,
+little-endian file: a 24-byte header (magic, n keys, m ids), then k1, k2 (uint64, the key's halves,
+sorted by k1), start (uint64), count (uint32, padded to 8 bytes) and the ids (uint32), the ids in the
+order they were encoded, not in key order: a later run reading rows in the same order reads the ids
+file nearly front to back. Parts are memory-mapped, never read whole: a lookup binary-searches each
+part's k1 (the keys are memory-mapped) and reads the ids it found with pread, neighbours in one call:
+the ids live in the page cache, not in the process's memory (mapped, the pages a lookup faults in
+would count in its RSS, the kernel mapping far more around each one than asked). New segments wait in memory and become a part every FLUSH_TOKENS tokens and at `close()`; parts
+are written under a temporary name and renamed, named by their content, so concurrent runs never see
+half a part. Past MAX_SMALL_PARTS parts smaller than half a flush, `close()` merges those into one
+(bounded memory). A lookup compares both halves of a key; two keys agreeing on k1 (1 in 2^64) may
+make one of them a miss, encoded again.
 
 Missing segments are encoded in batches with tiktoken where the tokenizer qualifies (fast_bpe.py:
 the same ids, about a tenth of the CPU), else with `tokenizers`' `encode_batch_fast`.
@@ -36,15 +40,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 from tokenizers import Tokenizer
 
 from tracelake.core.token_count import ENCODE_BATCH_CHARS, SegmentRule, segment_key, split_pattern
 from tracelake.core.tokenizer import load_tokenizer, tokenizer_file
 
 FLUSH_TOKENS = 32 << 20  # pending ids become a part at this many tokens (128 MB of uint32)
+READ_GAP = 4096  # ids between two wanted ranges read rather than skipped (a second pread costs more)
 MAX_SMALL_PARTS = 8
-_SCHEMA = pa.schema([("k1", pa.uint64()), ("k2", pa.uint64()), ("ids", pa.large_list(pa.uint32()))])
+_MAGIC = b"TLIDS\x00\x00\x01"  # format 1
 _EMPTY = np.zeros(0, dtype=np.uint32)
 
 
@@ -56,38 +60,96 @@ def _halves(keys: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass
 class _Run:
-    """One part, memory-mapped: keys sorted by k1, each key's ids values[offsets[i]:offsets[i + 1]]."""
+    """One part: keys sorted by k1, each key's ids values[start[i]:start[i] + count[i]]. On disk the keys
+    are memory-mapped and the ids read with pread (`ids`); a run not yet written holds its ids in memory."""
 
     path: Path | None
     k1: np.ndarray
     k2: np.ndarray
-    offsets: np.ndarray
-    values: np.ndarray
-
-    @property
-    def tokens(self) -> int:
-        return len(self.values)
+    start: np.ndarray
+    count: np.ndarray
+    values: np.ndarray | None  # in memory; None: read from `file` at `values_at`
+    tokens: int
+    file: Any = None  # the part, open for reading
+    values_at: int = 0
 
     @classmethod
     def open(cls, path: Path) -> "_Run | None":
         try:
-            reader = pa.ipc.open_file(pa.memory_map(str(path)))
-            if reader.num_record_batches != 1 or not reader.schema.equals(_SCHEMA):
+            raw = np.memmap(path, dtype=np.uint8, mode="r")
+            if len(raw) < 24 or bytes(raw[:8]) != _MAGIC:
                 return None
-            batch = reader.get_batch(0)
-            ids = batch.column(2)
+            n, m = (int(x) for x in raw[8:24].view("<u8"))
+            counts_end = 24 + 28 * n
+            values_at = counts_end + (-counts_end % 8)
+            if len(raw) != values_at + 4 * m:
+                return None  # cut short: written by something else, or damaged
             run = cls(
                 path,
-                batch.column(0).to_numpy(),
-                batch.column(1).to_numpy(),
-                ids.offsets.to_numpy(),
-                ids.values.to_numpy(),
+                raw[24 : 24 + 8 * n].view("<u8"),
+                raw[24 + 8 * n : 24 + 16 * n].view("<u8"),
+                raw[24 + 16 * n : 24 + 24 * n].view("<u8"),
+                raw[24 + 24 * n : counts_end].view("<u4"),
+                None,
+                m,
+                open(path, "rb"),
+                values_at,
             )
-        except (OSError, pa.ArrowException):
+        except (OSError, ValueError):
             return None  # removed by a concurrent compaction, or damaged: encode again instead
-        if len(run.k1) > 1 and not bool(np.all(run.k1[1:] >= run.k1[:-1])):
-            return None  # not written by this module
+        if n > 1 and not bool(np.all(run.k1[1:] >= run.k1[:-1])):
+            return None
         return run
+
+    def ids(self, rows: list[int]) -> list[np.ndarray]:
+        """The ids of the keys at `rows`. From disk: sorted by where they lie, neighbours (a row's
+        segments were written together) read with one pread, so a lookup costs few system calls and
+        the pages read stay in the page cache, not in this process's memory."""
+        starts = self.start[rows].astype(np.int64)
+        counts = self.count[rows].astype(np.int64)
+        if self.values is not None:
+            return [self.values[s : s + c] for s, c in zip(starts.tolist(), counts.tolist())]
+        out: list[np.ndarray] = [_EMPTY] * len(rows)
+        order = np.argsort(starts, kind="stable").tolist()
+        starts_l, counts_l = starts.tolist(), counts.tolist()
+        fd = self.file.fileno()
+        i = 0
+        while i < len(order):
+            lo = starts_l[order[i]]
+            hi = lo + counts_l[order[i]]
+            j = i + 1
+            while j < len(order) and starts_l[order[j]] <= hi + READ_GAP:
+                hi = max(hi, starts_l[order[j]] + counts_l[order[j]])
+                j += 1
+            data = os.pread(fd, 4 * (hi - lo), self.values_at + 4 * lo)
+            if len(data) != 4 * (hi - lo):
+                raise OSError(f"token-id part {self.path} is shorter than its header says")
+            block = np.frombuffer(data, dtype="<u4")
+            for k in order[i:j]:
+                at = starts_l[k] - lo
+                out[k] = block[at : at + counts_l[k]]
+            i = j
+        return out
+
+    def write(self, directory: Path) -> Path:
+        """Write this run as a part (under a temporary name, then its content's): its path."""
+        assert self.values is not None
+        counts_end = 24 + 28 * len(self.k1)
+        header = _MAGIC + np.array([len(self.k1), len(self.values)], dtype="<u8").tobytes()
+        blocks = [header, *(a.astype(d).tobytes() for a, d in zip(self._keys(), ("<u8", "<u8", "<u8", "<u4")))]
+        blocks += [b"\0" * (-counts_end % 8), self.values.astype("<u4").tobytes()]
+        h = hashlib.sha256()
+        tmp = directory / f".part.tmp-{os.getpid()}"
+        with open(tmp, "wb") as f:
+            for block in blocks:
+                h.update(block)
+                f.write(block)
+        final = directory / f"part-{h.hexdigest()[:16]}.ids"
+        tmp.replace(final)
+        return final
+
+    def _keys(self) -> tuple[np.ndarray, ...]:
+        return self.k1, self.k2, self.start, self.count
 
 
 class SegmentIdsCache:
@@ -103,7 +165,7 @@ class SegmentIdsCache:
         if self._runs is None:
             self._runs = []
             if self.dir is not None and self.dir.is_dir():
-                for part in sorted(self.dir.glob("part-*.arrow")):
+                for part in sorted(self.dir.glob("part-*.ids")):
                     run = _Run.open(part)
                     if run is not None and len(run.k1):
                         self._runs.append(run)
@@ -115,7 +177,7 @@ class SegmentIdsCache:
         return sum(len(run.k1) for run in self._loaded()) + len(self._pending)
 
     def lookup(self, keys: Sequence[bytes]) -> list[np.ndarray | None]:
-        """Each key's ids (a read-only uint32 array, a view into a part), or None where unknown."""
+        """Each key's ids (a read-only uint32 array), or None where unknown."""
         found: list[np.ndarray | None] = [None] * len(keys)
         if not keys:
             return found
@@ -127,9 +189,8 @@ class SegmentIdsCache:
                 q1 = k1[todo]
                 idx = np.minimum(np.searchsorted(run.k1, q1, side="left"), len(run.k1) - 1)
                 hit = (run.k1[idx] == q1) & (run.k2[idx] == k2[todo])
-                offsets, values = run.offsets, run.values
-                for j, i in zip(todo[hit].tolist(), idx[hit].tolist()):
-                    found[j] = values[offsets[i] : offsets[i + 1]]
+                for j, ids in zip(todo[hit].tolist(), run.ids(idx[hit].tolist())):
+                    found[j] = ids
                 todo = todo[~hit]
                 if not len(todo):
                     break
@@ -157,7 +218,7 @@ class SegmentIdsCache:
         run = _sorted_run(keys, arrays)
         if self.dir is not None:
             self.dir.mkdir(parents=True, exist_ok=True)
-            run = _Run.open(_write_part(self.dir, run)) or run
+            run = _Run.open(run.write(self.dir)) or run
         runs.append(run)
 
     def save(self) -> None:
@@ -170,14 +231,15 @@ class SegmentIdsCache:
             return
         keys: list[bytes] = []
         arrays: list[np.ndarray] = []
-        for run in small:
-            raw = np.empty(2 * len(run.k1), dtype="<u8")
-            raw[0::2], raw[1::2] = run.k1, run.k2
+        for run in sorted(small, key=lambda r: r.path.stat().st_mtime_ns):  # oldest first: their ids in order
+            order = np.argsort(run.start, kind="stable")  # each part's ids as they were written
+            raw = np.empty(2 * len(order), dtype="<u8")
+            raw[0::2], raw[1::2] = run.k1[order], run.k2[order]
             data = raw.tobytes()
-            keys += [data[16 * i : 16 * i + 16] for i in range(len(run.k1))]
-            arrays += [run.values[run.offsets[i] : run.offsets[i + 1]] for i in range(len(run.k1))]
+            keys += [data[16 * i : 16 * i + 16] for i in range(len(order))]
+            arrays += run.ids(order.tolist())
         unique = dict(zip(keys, arrays))
-        merged = _Run.open(_write_part(self.dir, _sorted_run(list(unique), list(unique.values()))))
+        merged = _Run.open(_sorted_run(list(unique), list(unique.values())).write(self.dir))
         for run in small:
             if merged is None or run.path != merged.path:
                 run.path.unlink(missing_ok=True)
@@ -185,28 +247,14 @@ class SegmentIdsCache:
 
 
 def _sorted_run(keys: list[bytes], arrays: list[np.ndarray]) -> _Run:
+    """Keys sorted by k1 (then k2) over ids kept in the order given."""
     k1, k2 = _halves(keys)
     order = np.lexsort((k2, k1))
-    lengths = np.fromiter((len(arrays[i]) for i in order), dtype=np.int64, count=len(order))
-    offsets = np.zeros(len(order) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    values = np.concatenate([arrays[i] for i in order]).astype(np.uint32, copy=False) if len(order) else _EMPTY
-    return _Run(None, k1[order], k2[order], offsets, values)
-
-
-def _write_part(directory: Path, run: _Run) -> Path:
-    ids = pa.LargeListArray.from_arrays(pa.array(run.offsets, pa.int64()), pa.array(run.values, pa.uint32()))
-    batch = pa.record_batch([pa.array(run.k1, pa.uint64()), pa.array(run.k2, pa.uint64()), ids], schema=_SCHEMA)
-    tmp = directory / f".part.tmp-{os.getpid()}"
-    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, _SCHEMA) as writer:
-        writer.write_batch(batch)
-    h = hashlib.sha256()
-    with open(tmp, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    final = directory / f"part-{h.hexdigest()[:16]}.arrow"
-    tmp.replace(final)
-    return final
+    counts = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
+    starts = np.zeros(len(arrays), dtype=np.int64)
+    np.cumsum(counts[:-1], out=starts[1:])
+    values = np.concatenate(arrays).astype(np.uint32, copy=False) if arrays else _EMPTY
+    return _Run(None, k1[order], k2[order], starts[order], counts[order], values, len(values))
 
 
 @dataclass
@@ -240,13 +288,14 @@ class TokenIds:
     it encoded, so later runs encode none of them.
     """
 
-    tokenizer: Tokenizer
+    loaded: Tokenizer | None  # None: loaded from `file` at the first encode (a warm run needs none)
     rule: SegmentRule
     added: dict[str, np.ndarray]  # each added token's content -> its id, as a one-id array
     cache: SegmentIdsCache = field(default_factory=lambda: SegmentIdsCache(None, ""))
     stats: IdStats = field(default_factory=IdStats)
     sha256: str = ""  # of the tokenizer.json bytes, where opened from a file
     fast: bool = True  # encode with tiktoken where the tokenizer qualifies (False: always `tokenizers`)
+    file: Path | None = None
     _engine: tuple[Any, str] | None = None
 
     @classmethod
@@ -256,13 +305,25 @@ class TokenIds:
         sha = hashlib.sha256(data).hexdigest()
         config = json.loads(data)
         cache = SegmentIdsCache(cache_dir, sha)
-        return cls(load_tokenizer(file), SegmentRule.of(config), _added(config), cache, sha256=sha, fast=fast)
+        return cls(None, SegmentRule.of(config), _added(config), cache, sha256=sha, fast=fast, file=file)
 
     @classmethod
     def of(cls, tokenizer: Tokenizer, fast: bool = True) -> "TokenIds":
         """Ids for an already loaded tokenizer, with no disk cache."""
         config = json.loads(tokenizer.to_str())
         return cls(tokenizer, SegmentRule.of(config), _added(config), fast=fast)
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        if self.loaded is None:
+            self.loaded = load_tokenizer(self.file)
+        return self.loaded
+
+    def token_id(self, token: str) -> int | None:
+        """The id of a token (an added token's without loading the tokenizer), None if it has none."""
+        if token in self.added:
+            return int(self.added[token][0])
+        return self.tokenizer.token_to_id(token)
 
     def items(self, text: str) -> list[str | np.ndarray]:
         """The text, in order, as segments (str) and added tokens (their one-id arrays)."""
