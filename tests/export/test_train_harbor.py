@@ -62,6 +62,9 @@ def test_the_generated_config_meets_every_requirement(sample_project):
     assert o["generator.inference_engine.engine_init_kwargs.max_model_len"] == o["trainer.algorithm.max_seq_len"]
     assert o["generator.inference_engine.engine_init_kwargs.chat_template"] == contract.QWEN3_CHAT_TEMPLATE
     assert o["trainer.algorithm.off_policy_correction.tis_ratio_type"] == "token"
+    # the recipe's algorithm, not SkyRL's defaults (std normalisation and a KL loss on, overlong filtering off)
+    assert o["trainer.algorithm.grpo_norm_by_std"] is False and o["trainer.algorithm.use_kl_loss"] is False
+    assert o["generator.apply_overlong_filtering"] is True
     run_dir = str(Path(o["trainer.ckpt_path"]).parent)
     assert (
         o["trainer.export_path"] == f"{run_dir}/exports" and o["harbor_trial_config.trials_dir"] == f"{run_dir}/trials"

@@ -223,6 +223,11 @@ class RlTrainParams(Section):
     model: str = "Qwen/Qwen3-8B"
     advantage_estimator: str = "grpo"
     n_samples_per_prompt: Count = 8
+    # harbor: the algorithm of SkyRL's Harbor recipe (run_codecontest.sh:40-42 at skyrl_commit), which
+    # SkyRL's own defaults differ from (config.py: grpo_norm_by_std and use_kl_loss true, overlong off)
+    grpo_norm_by_std: bool = False
+    use_kl_loss: bool = False
+    apply_overlong_filtering: bool = True
     epochs: Count = 1
     train_batch_size: Count = 32
     learning_rate: LearningRate = 1.0e-6
