@@ -89,7 +89,7 @@ def main() -> None:
     from tracelake.export.sharegpt import ExportReject, dataset_info_entry, to_sharegpt
     from tracelake.sample.openthoughts import openthoughts_rows
 
-    result: dict = {"rows_asked": args.rows, "tokenizer": str(tokenizer), "cpus": os.cpu_count()}
+    result: dict = {"rows_asked": args.rows, "tokenizer": Path(tokenizer).name, "cpus": os.cpu_count()}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         t = time.perf_counter()

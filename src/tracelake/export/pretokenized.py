@@ -8,12 +8,14 @@ numbers of LF 0.9.5 and datasets 4.0.0):
   (extras/misc.py:236-238: a non-empty directory) it calls `datasets.load_from_disk(tokenized_path)`
   and `get_dataset_module` (data/data_utils.py:134-155): a DatasetDict's `train` split is the
   train_dataset (a `validation` or `validation_*` split would be the eval set). It logs "Loading dataset
-  from disk will ignore other data arguments" (:289): dataset, dataset_dir, template rendering,
-  cutoff_len, mask_history, train_on_prompt, enable_thinking, preserve_thinking, max_samples,
-  val_size and the preprocessing keys no longer change the examples. An empty or missing directory
-  makes LF tokenize the datasets itself and save them there (:330-334).
-- datasets' `DatasetDict.save_to_disk` layout (dataset_dict.py:1284, arrow_dataset.py:1492-1660),
-  which `load_from_disk` reads (arrow_dataset.py:1700-1790): `dataset_dict.json` {"splits": ["train"]},
+  from disk will ignore other data arguments" (:289): dataset, dataset_dir, eval_dataset, val_size,
+  max_samples, mask_history, train_on_prompt, enable_thinking, preserve_thinking, the template's
+  rendering, overwrite_cache and the preprocessing keys no longer change the examples (the template
+  still fixes the tokenizer's eos and pad; cutoff_len still sets model_max_length, hparams/parser.py:518;
+  `streaming: true` makes the loaded split iterable, :292-293). An empty or missing directory makes
+  LF tokenize the datasets itself and save them there (:330-334).
+- datasets' `DatasetDict.save_to_disk` layout (dataset_dict.py:1284, arrow_dataset.py:1492-1671),
+  which `load_from_disk` reads (arrow_dataset.py:1690-1810): `dataset_dict.json` {"splits": ["train"]},
   `train/data-NNNNN-of-NNNNN.arrow` (Arrow IPC streams; the features in the schema metadata under
   "huggingface"), `train/dataset_info.json` (the features) and `train/state.json` (the data files, a
   fingerprint, no format). Here the fingerprint is a hash of the settings and the data, nothing
