@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from tracelake.core.errors import check
 from tracelake.core.token_count import ENCODE_BATCH_CHARS, SegmentRule, segment_key, split_pattern
 from tracelake.core.tokenizer import load_tokenizer, tokenizer_file
 
@@ -133,7 +134,7 @@ class _Run:
 
     def write(self, directory: Path) -> Path:
         """Write this run as a part (under a temporary name, then its content's): its path."""
-        assert self.values is not None
+        check(self.values is not None, "only a run held in memory is written")
         counts_end = 24 + 28 * len(self.k1)
         header = _MAGIC + np.array([len(self.k1), len(self.values)], dtype="<u8").tobytes()
         blocks = [header, *(a.astype(d).tobytes() for a, d in zip(self._keys(), ("<u8", "<u8", "<u8", "<u4")))]
