@@ -42,7 +42,7 @@ from tracelake.export.pretokenized import (
 from tracelake.export.sharegpt import ExportReject, SharegptRow, dataset_info_entry, to_sharegpt
 from tracelake.export.templates import MODES, render_pieces, template_slots
 
-from ..helpers import FIXTURES, GOLDEN, ROOT, need, run_ok, train_python, tree_bytes
+from ..helpers import FIXTURES, GOLDEN, need, run_ok, train_python, tree_bytes
 
 QWEN3 = FIXTURES / "qwen3-tokenizer"
 V0 = [m for m in MODES.values() if not m.v1]
@@ -358,14 +358,6 @@ def lf_env(tmp: Path) -> dict[str, str]:
     }
 
 
-@pytest.fixture(scope="module")
-def tiny_qwen3(tmp_path_factory) -> Path:
-    """A tiny random Qwen3 with Qwen3's real tokenizer (tests/train_env/tiny_qwen3.py)."""
-    out = tmp_path_factory.mktemp("tiny-qwen3-real")
-    run_ok([str(train_python()), str(ROOT / "tests" / "train_env" / "tiny_qwen3.py"), str(need(QWEN3)), str(out)], out)
-    return out
-
-
 def sharegpt_dataset(rows: list[SharegptRow], directory: Path) -> Path:
     """The rows as export_sft writes them (a sharegpt Parquet shard and dataset_info.json)."""
     (directory / "d").mkdir(parents=True)
@@ -388,10 +380,10 @@ JOBS = {  # name -> (LfData, LLaMA-Factory keys); neat_packing last (it changes 
 
 @pytest.mark.train_env
 @pytest.mark.parametrize("template", TEMPLATES)
-def test_llamafactory_loads_what_it_builds_itself(tmp_path, rows, tiny_qwen3, template):
+def test_llamafactory_loads_what_it_builds_itself(tmp_path, rows, qwen3_tiny_model, template):
     data_dir = sharegpt_dataset(rows, tmp_path / "data")
     base = {
-        "model_name_or_path": str(tiny_qwen3),
+        "model_name_or_path": str(qwen3_tiny_model),
         "stage": "sft",
         "do_train": True,
         "finetuning_type": "full",
@@ -410,7 +402,13 @@ def test_llamafactory_loads_what_it_builds_itself(tmp_path, rows, tiny_qwen3, te
             name = f"{kind}/{mode.name}"
             out = tmp_path / "tokenized" / kind / mode.name
             written[name] = write_pretokenized(
-                rows, out, template=template, mode=mode, data=data, tokenizer=tiny_qwen3, cache_dir=tmp_path / "cache"
+                rows,
+                out,
+                template=template,
+                mode=mode,
+                data=data,
+                tokenizer=qwen3_tiny_model,
+                cache_dir=tmp_path / "cache",
             )
             jobs[name] = {"tokenized_path": str(out), "args": {**keys, **mode.lf_args()}}
     script, result = tmp_path / "lf_compare.py", tmp_path / "result.json"
@@ -481,14 +479,14 @@ def lf_train(tiny: Path, tokenized: Path, tmp: Path, data_dir: Path, keys: dict)
 
 @pytest.mark.train_env
 @pytest.mark.parametrize("packing", ["none", "neat_packing"])
-def test_training_from_tokenized_path(tmp_path, rows, tiny_qwen3, packing):
+def test_training_from_tokenized_path(tmp_path, rows, qwen3_tiny_model, packing):
     """3 steps of full SFT on CPU. cutoff_len 1024 (the real rows are cut): the logits of a 151K
     vocabulary take 0.6 GB a 1024-token example in fp32 (a 30K-token row would take 18 GB)."""
     keys = {"cutoff_len": 1024, **({"neat_packing": True} if packing == "neat_packing" else {})}
     data = LfData(1024, neat_packing=packing == "neat_packing")
     tokenized = tmp_path / "tokenized"
-    write_pretokenized(rows, tokenized, template="qwen3", data=data, tokenizer=tiny_qwen3)
-    output, log = lf_train(tiny_qwen3, tokenized, tmp_path, sharegpt_dataset(rows, tmp_path / "data"), keys)
+    write_pretokenized(rows, tokenized, template="qwen3", data=data, tokenizer=qwen3_tiny_model)
+    output, log = lf_train(qwen3_tiny_model, tokenized, tmp_path, sharegpt_dataset(rows, tmp_path / "data"), keys)
     assert f"Loaded tokenized dataset from {tokenized}" in output
     assert "Running tokenizer on dataset" not in output
     losses = [e["loss"] for e in log if "loss" in e]
