@@ -16,11 +16,12 @@ beside the count cache's parts (token_cache.py) in the same cache directory. A p
 little-endian file: a 24-byte header (magic, n keys, m ids), then k1, k2 (uint64, the key's halves,
 sorted by k1), start (uint64), count (uint32, padded to 8 bytes) and the ids (uint32), the ids in the
 order they were encoded, not in key order: a later run reading rows in the same order reads the ids
-file nearly front to back. Parts are memory-mapped, never read whole: a lookup binary-searches each
-part's k1 (the keys are memory-mapped) and reads the ids it found with pread, neighbours in one call:
-the ids live in the page cache, not in the process's memory (mapped, the pages a lookup faults in
-would count in its RSS, the kernel mapping far more around each one than asked). New segments wait in memory and become a part every FLUSH_TOKENS tokens and at `close()`; parts
-are written under a temporary name and renamed, named by their content, so concurrent runs never see
+file nearly front to back. A part is never read whole: its keys are memory-mapped and a lookup
+binary-searches k1, then reads the ids it found with pread, neighbours in one call. The ids stay in
+the page cache, not in the process's memory (mapped, the pages a lookup touches would count in its
+RSS, the kernel mapping far more around each one than asked: 1.1 GB at 5,000 rows, against a flat
+0.6 GB read this way). New segments wait in memory and become a part every FLUSH_TOKENS tokens and
+at `close()`; parts are written under a temporary name and renamed, named by their content, so concurrent runs never see
 half a part. Past MAX_SMALL_PARTS parts smaller than half a flush, `close()` merges those into one
 (bounded memory). A lookup compares both halves of a key; two keys agreeing on k1 (1 in 2^64) may
 make one of them a miss, encoded again.
@@ -209,7 +210,7 @@ class SegmentIdsCache:
             self.flush()
 
     def flush(self) -> None:
-        """The pending entries -> a part on disk (memory-mapped from then on), or a run in memory."""
+        """The pending entries -> a part on disk (read from there on), or a run in memory."""
         if not self._pending:
             return
         runs = self._loaded()  # the parts on disk before this one
