@@ -23,8 +23,8 @@ RSS, the kernel mapping far more around each one than asked: 1.1 GB at 5,000 row
 0.6 GB read this way). New segments wait in memory and become a part every FLUSH_TOKENS tokens and
 at `close()`; parts are written under a temporary name and renamed, named by their content, so
 concurrent runs never see half a part. Past MAX_SMALL_PARTS parts smaller than half a flush,
-`close()` merges those into one (bounded memory). A lookup compares both halves of a key; two keys agreeing on k1 (1 in 2^64) may
-make one of them a miss, encoded again.
+`close()` merges those into one (bounded memory). A lookup compares both halves of a key; two
+keys agreeing on k1 (1 in 2^64) may make one of them a miss, encoded again.
 
 Missing segments are encoded in batches with tiktoken where the tokenizer qualifies (fast_bpe.py:
 the same ids, about a tenth of the CPU), else with `tokenizers`' `encode_batch_fast`.
