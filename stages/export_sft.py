@@ -23,6 +23,8 @@ def manifest_params(p: Any, scale: str) -> dict[str, Any]:
         "mode": sft.mode,
         "thinking": sft.thinking,
         "cutoff_len": sft.cutoff_len,
+        "packing": sft.packing,
+        "neat_packing": sft.neat_packing,
         "special_tokens": p.filter.special_tokens,
     }
 
@@ -41,7 +43,7 @@ def run(ctx: Context) -> Result:
         special_tokens=p.filter.special_tokens,
         executor=ctx.executor,
     )
-    token_counts = counts.pop("token_counts")
+    token_counts, pretokenized = counts.pop("token_counts"), counts.pop("pretokenized_line")
     rej = ", ".join(f"{k} {v}" for k, v in sorted(counts["rejected"].items())) or "none"
     lines = [
         f"export_sft {scale}: {counts['dataset_id']}: {counts['rows_out']} of {counts['rows_in']} rows in "
@@ -50,6 +52,8 @@ def run(ctx: Context) -> Result:
     ]
     if token_counts:
         lines.append(f"export_sft {scale}: token counts: {token_counts}")
+    if pretokenized:
+        lines.append(f"export_sft {scale}: {pretokenized}")
     lines.extend(thinking_lines(scale, counts["thinking"], sft.thinking, sft.template))
     if not counts["length_checked"]:
         lines.append(
@@ -88,8 +92,8 @@ STAGE = Stage(
     __doc__,
     run,
     foreach="scales",
-    # the training template, mode and thinking decide how rows render (and the dataset id), the cutoff which
-    # are too long; filter.special_tokens
+    # the training template, mode and thinking decide how rows render (and the dataset id), the cutoff and
+    # packing which are too long (and how the pre-tokenized data packs); filter.special_tokens
     # whether a control-token literal rejects a row or is escaped
     params=(
         "scales.${key}",
@@ -98,6 +102,8 @@ STAGE = Stage(
         "train.sft.mode",
         "train.sft.thinking",
         "train.sft.cutoff_len",
+        "train.sft.packing",
+        "train.sft.neat_packing",
         "filter.special_tokens",
         "sources",
         "lake",

@@ -111,10 +111,15 @@ def _export_rl_pick_names_what_exists(p: Any) -> None:
 def _filter_keeps_what_fits(p: Any) -> None:
     """The filter's length limit is the trainer's: a row the pool keeps is a row export_sft exports
     (both count LLaMA-Factory's rendering, export/rendering.py), so a dataset of N rows has N rows."""
-    limit, cutoff = p.filter.max_tokens, p.train.sft.cutoff_len
+    limit, cutoff = p.filter.max_tokens, p.train.sft.example_limit
     if p.filter.count_tokens and (limit is None or limit > cutoff):
+        what = (
+            f"train.sft.cutoff_len - 1 ({cutoff}, packing)"
+            if p.train.sft.packing
+            else f"train.sft.cutoff_len ({cutoff})"
+        )
         raise Invalid(
-            f"{limit if limit is not None else 'null'} lets rows longer than train.sft.cutoff_len ({cutoff}) into "
+            f"{limit if limit is not None else 'null'} lets rows longer than {what} into "
             f"the pool: export_sft would reject them and a dataset would have fewer rows than its scale; "
             f"set it to at most {cutoff}",
             at=("filter", "max_tokens"),

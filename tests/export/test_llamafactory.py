@@ -182,19 +182,22 @@ def test_cpu_smoke_training_through_the_launcher(sample_project, tiny_model, tmp
     assert log[-1]["current_steps"] == 3
 
 
-def test_tokenizer_follows_the_model(sample_project, tiny_model, tmp_path):
-    """tokenizer.source: model with a tiny local Qwen3 whose tokenizer is not the sample's: the
+def test_tokenizer_follows_the_model(sample_project, tiny_model, qwen3_tiny_model, tmp_path):
+    """tokenizer.source: model with a tiny local Qwen3 on Qwen3's real tokenizer (not the sample's): the
     tokenizer stage copies the model's, the filter's pool counts, the export's counts and
-    LLaMA-Factory's own loader agree on every row; status names the tokenizer; `train` accepts this
-    model and refuses the sample's tiny model (another tokenizer) unless told to allow it."""
+    LLaMA-Factory's own loader agree on every row; the export is pre-tokenized (pretokenize: auto)
+    and the generated config loads it through tokenized_path, to exactly the tensors LLaMA-Factory
+    builds itself from the shards; status names the tokenizer; `train` accepts this model and
+    refuses the sample's tiny model (another tokenizer) unless told to allow it."""
     from tracelake.core.lake import table_paths
-    from tracelake.core.tokenizer import build_tokenizer, render_chatml, tokenizer_fingerprint
+    from tracelake.core.tokenizer import tokenizer_fingerprint
+    from tracelake.export.rendering import count_template_tokens
+    from tracelake.export.sharegpt import to_sharegpt
+    from tracelake.export.templates import TEMPLATES
 
     project = tmp_path / "project"
     shutil.copytree(sample_project, project, symlinks=True)
-    model = tmp_path / "model"
-    other = build_tokenizer(tmp_path / "tok400", vocab_size=400)
-    run_ok([str(train_python()), str(ROOT / "tests" / "train_env" / "tiny_qwen3.py"), str(other), str(model)], project)
+    model = qwen3_tiny_model
     assert tokenizer_fingerprint(model) != tokenizer_fingerprint(project / "data" / "tokenizer")
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["tokenizer"]["source"] = "model"
@@ -213,14 +216,22 @@ def test_tokenizer_follows_the_model(sample_project, tiny_model, tmp_path):
             for r in pq.read_table(path, columns=["trajectory_id", "messages"]).to_pylist():
                 if r["trajectory_id"] in counts:
                     messages[r["trajectory_id"]] = r["messages"]
-    texts = [render_chatml(messages[t]) for t in counts]
-    direct = [len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=False)]
-    assert list(counts.values()) == direct  # the filter counted with the model's tokenizer
+    rows = [to_sharegpt(messages[t]) for t in counts]
+    direct = count_template_tokens(tok, rows, TEMPLATES["qwen3"])  # what LF encodes (test_lf_render.py)
+    assert list(counts.values()) == direct  # the filter counted with the model's tokenizer, the trained rendering
 
     export = project / "lake" / "exports" / "sft" / "316"
     assert read_manifest(export)["inputs"]["tokenizer"] == tokenizer_fingerprint(model)
-    got = lf_load(project / "training/configs/sft-316.yaml", project, tmp_path, model_name_or_path=str(model))
+    config_path = project / "training/configs/sft-316.yaml"
+    config = yaml.safe_load(config_path.read_text())
+    assert config["tokenized_path"] == "lake/exports/sft/316/tokenized" and (export / "tokenized").is_dir()
+    assert read_manifest(export)["counts"]["pretokenized"]["rows"] == len(exported_tokens(export))
+    got = lf_load(config_path, project, tmp_path, model_name_or_path=str(model), ids=True)
     assert got["lengths"] == exported_tokens(export)  # LLaMA-Factory's own count of every row
+    # the same config without tokenized_path: LLaMA-Factory tokenizes the shards itself, to the same tensors
+    own = lf_load(config_path, project, tmp_path / "own", model_name_or_path=str(model), ids=True, tokenized_path=None)
+    assert own["input_ids"] == got["input_ids"] and own["labels"] == got["labels"]
+    assert got["loaded_from_tokenized_path"] and not own["loaded_from_tokenized_path"]
 
     status = subprocess.run([sys.executable, "-m", "tracelake", "status"], cwd=project, capture_output=True, text=True)
     assert f"tokens counted by data/tokenizer: {model}'s tokenizer (tokenizer.source: model" in status.stdout

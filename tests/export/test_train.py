@@ -81,9 +81,23 @@ def test_sft_config_states_the_training_mode(sample_project):
         "train_on_prompt": False,
         "preserve_thinking": False,
     }
-    sft = SftTrainParams(mode="mask_history_preserve_thinking")
+    sft = SftTrainParams(mode="mask_history", thinking="keep")
     config = sft_config(sft, dataset_id="sft-1-x", n_shards=1, dataset_dir="d", runs="r")
     assert (config["mask_history"], config["preserve_thinking"], config["train_on_prompt"]) == (True, True, False)
+    sft = SftTrainParams(mode="mask_history", thinking="last_turn")
+    config = sft_config(sft, dataset_id="sft-1-x", n_shards=1, dataset_dir="d", runs="r")
+    assert (config["mask_history"], config["preserve_thinking"], config["enable_thinking"]) == (True, False, True)
+    config = sft_config(SftTrainParams(thinking="drop"), dataset_id="sft-1-x", n_shards=1, dataset_dir="d", runs="r")
+    assert (config["mask_history"], config["enable_thinking"]) == (False, False)
+    assert (config["packing"], config["neat_packing"]) == (False, False) and "tokenized_path" not in config
+    packed = SftTrainParams(packing=True, neat_packing=True)
+    config = sft_config(
+        packed, dataset_id="sft-1-x", n_shards=1, dataset_dir="d", runs="r", tokenized_path="d/tokenized"
+    )
+    assert (config["packing"], config["neat_packing"], config["tokenized_path"]) == (True, True, "d/tokenized")
+    assert packed.example_limit == packed.cutoff_len - 1
+    with pytest.raises(Exception, match="needs train.sft.packing: true"):
+        SftTrainParams(neat_packing=True)
     with pytest.raises(Exception, match="must be one of default"):
         SftTrainParams(mode="v1")
 

@@ -67,6 +67,9 @@ class _Under:
         return lake.root.joinpath(*self.parts) if lake is not None else Path(*self.parts)
 
 
+TOKENIZED_DIR = "tokenized"  # an SFT export's pre-tokenized dataset: lake/exports/sft/<scale>/tokenized
+
+
 @dataclass(frozen=True)
 class Lake:
     """The paths of one lake (`params.lake`, default `lake`)."""
@@ -93,6 +96,11 @@ class Lake:
 
     def sft_export(self, scale: str) -> Path:
         return self.sft_exports / scale
+
+    @staticmethod
+    def tokenized(export: Path) -> Path:
+        """An SFT export's pre-tokenized dataset (LLaMA-Factory's tokenized_path), inside the export."""
+        return export / TOKENIZED_DIR
 
     # --- what is built ----------------------------------------------------------------------
     def table_files(self, table: str, sources: Iterable[str]) -> list[str]:

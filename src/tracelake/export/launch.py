@@ -234,6 +234,8 @@ def _dataset_at(params: Params, kind: str, ref: str, stack: ExitStack) -> Datase
     config = yaml.safe_load(recorded.read_text())
     if kind == "sft":
         config["dataset_dir"] = str(export_dir)
+        if config.get("tokenized_path"):  # the export's own, at that revision
+            config["tokenized_path"] = str(Lake.tokenized(export_dir))
     else:
         prefix = str(exports)
         for key_ in ("data.train_data", "data.val_data"):
@@ -590,6 +592,8 @@ def plan_modal(params: Params, ds: Dataset, sets: dict[str, Any]) -> Plan:
             relative = PurePosixPath(config["output_dir"]).relative_to(params.train.runs)
             run_dir_ = config["output_dir"] = str(PurePosixPath(RUNS_MOUNT) / relative)
         config["dataset_dir"] = remote_dir
+        if config.get("tokenized_path"):  # uploaded with the export, inside it
+            config["tokenized_path"] = str(Lake.tokenized(PurePosixPath(remote_dir)))
         if config.get("deepspeed"):
             config["deepspeed"] = f"{REMOTE_DEEPSPEED_DIR}/{PurePosixPath(config['deepspeed']).name}"
         remote_command = ["llamafactory-cli", "train", REMOTE_SFT_CONFIG]

@@ -23,6 +23,10 @@ class ExportSftParams(Section):
     same_role: Annotated[str, one_of(SAME_ROLE_POLICIES)] = "merge"  # consecutive same-side messages
     tokenizer: str = "data/tokenizer"
     count_tokens: bool = True  # false: n_tokens null, rows over cutoff_len not rejected (not length-checked)
+    # LLaMA-Factory's tokenized dataset beside the shards (export/pretokenized.py), which the generated
+    # config loads through tokenized_path instead of tokenizing: auto (when export_sft.tokenizer is the
+    # model's: the tokenizer stage's tokenizer_source.json says so) | always | never
+    pretokenize: Literal["auto", "always", "never"] = "auto"
 
 
 PICK_ORDERS = ("uniform", "highest", "lowest")
@@ -108,6 +112,10 @@ class SftTrainParams(Section):
     # together the v0 mode the config writes out key by key, the rendering every count is of
     mode: Annotated[str, BeforeValidator(_loss_mode)] = "default"
     thinking: Annotated[str, one_of(THINKING)] = "keep"
+    # LLaMA-Factory's packing: examples concatenated into cutoff_len-token sequences (each example then
+    # holds at most cutoff_len - 1 tokens); neat_packing keeps them from attending to each other
+    packing: bool = False
+    neat_packing: bool = False
     finetuning_type: str = "full"
     learning_rate: LearningRate = 4.0e-5
     lr_scheduler_type: str = "cosine"
@@ -143,6 +151,18 @@ class SftTrainParams(Section):
                 at=("thinking",),
             )
         return self
+
+    @model_validator(mode="after")
+    def _neat_packing_packs(self) -> SftTrainParams:
+        if self.neat_packing and not self.packing:  # LF turns packing on itself (data_args.py:185-186): say it
+            raise Invalid(": true needs train.sft.packing: true (it is a way of packing)", at=("neat_packing",))
+        return self
+
+    @property
+    def example_limit(self) -> int:
+        """The most tokens an example may have and not be cut: cutoff_len, one less when packing
+        (LLaMA-Factory's data_args.py:188-189)."""
+        return self.cutoff_len - 1 if self.packing else self.cutoff_len
 
     def lf_mode(self) -> LfMode:
         """The LLaMA-Factory mode of `mode` and `thinking` (templates.chosen_mode)."""

@@ -12,7 +12,7 @@ planners).
   them would train on data its counts do not describe. Each names where the setting lives in
   params.yaml, and `dvc repro` rebuilds what depends on it.
 - Anything else (learning rate, batch size, GPUs, DeepSpeed, output_dir, logging, checkpoints,
-  report_to, packing, the model: its tokenizer must still be the one that counted the export, which
+  report_to, the model: its tokenizer must still be the one that counted the export, which
   launch.check_tokenizer checks) is the run's own: allowed, and an SFT run's directory hash covers it
   unless train_config.NOT_TRAINING says it does not change the training. A key the trainer does not
   have is refused by the trainer's own parser (training/check_sft_config.py, check_rl_config.py).
@@ -34,10 +34,14 @@ DATA = "data"
 RENDERING = "rendering"
 
 WHICH_DATA = "the dataset is chosen with --dataset (a scale, a dataset id or REV:NAME), and the plan names it"
-MODE = "choose train.sft.mode in params.yaml and run `dvc repro train_config` (the export counts each mode's tokens)"
+MODE = (
+    "choose train.sft.mode and train.sft.thinking in params.yaml and run `dvc repro` (the export's counts, "
+    "id and pre-tokenized data are of that mode)"
+)
 NOT_COUNTED = "the export rendered and counted its tokens without it"
 MAX_PROMPT = "change export_rl.max_prompt_length in params.yaml and run `dvc repro`: the export rejected longer prompts"
 CHAT_TEMPLATE = "the export counted its prompt tokens with the model's own chat template"
+PACKED = "the export checked its lengths (cutoff_len - 1 when packing) and packed its pre-tokenized data with it"
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,8 @@ SFT: dict[str, Rule] = {
     "cutoff_len": Rule(
         RENDERING, "change train.sft.cutoff_len in params.yaml and run `dvc repro`: the export rejected longer rows"
     ),
+    "packing": Rule(RENDERING, "change train.sft.packing in params.yaml and run `dvc repro`: " + PACKED),
+    "neat_packing": Rule(RENDERING, "change train.sft.neat_packing in params.yaml and run `dvc repro`: " + PACKED),
     "mask_history": Rule(RENDERING, MODE),
     "train_on_prompt": Rule(RENDERING, MODE),
     "enable_thinking": Rule(RENDERING, MODE),

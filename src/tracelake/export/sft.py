@@ -35,6 +35,7 @@ from tracelake.core.executor import Executor
 from tracelake.core.hashing import content_id
 from tracelake.core.ids import dataset_id, shard_entry_name
 from tracelake.core.lake import Lake
+from tracelake.core.model_tokenizer import SOURCE_FILE
 from tracelake.core.outputs import VERSION_HEX, output_dir, read_manifest, write_json, write_manifest
 from tracelake.core.schema import load_schema
 from tracelake.core.tables import ShardWriter, TableWriter, read_table
@@ -50,6 +51,7 @@ from tracelake.core.token_count import (
 from tracelake.core.tokenizer import tokenizer_file, tokenizer_fingerprint
 from tracelake.core.ui import progress
 from tracelake.export.params import ExportSftParams, SftTrainParams
+from tracelake.export.pretokenized import LfData, sharegpt_rows, write_pretokenized
 from tracelake.export.rendering import RenderedCounts, Rendering, ThoughtCounts, thought_counts
 from tracelake.export.sharegpt import (
     SHAREGPT_RULE,
@@ -73,6 +75,8 @@ class SftStats:
     trained_tokens: Counter = field(default_factory=Counter)  # LF mode -> tokens trained over every row
     thoughts: ThoughtCounts = field(default_factory=ThoughtCounts)  # assistant turns by reasoning, in the mode
     token_counts: str = ""  # what counting encoded (printed, not in metrics: it depends on the cache)
+    pretokenized: dict[str, Any] | None = None  # the tokenized dataset's counts (export/pretokenized.py)
+    pretokenized_line: str = ""  # and what writing it took (printed: it depends on the cache)
 
     def add(self, other: "SftStats") -> None:
         """Another batch's stats (a shard's, core/executor.py) into these."""
@@ -99,6 +103,7 @@ class SftStats:
             "rows_with_system": self.rows_with_system,
             **({"trained_tokens": {m: self.trained_tokens[m] for m in MODES}} if self.length_checked else {}),
             "thinking": self.thoughts.as_json(),
+            "pretokenized": self.pretokenized,
         }
 
 
@@ -147,6 +152,7 @@ class SftSettings:
     control: ControlTokens | None = None
     special_tokens: str = "reject"
     mode: LfMode = DEFAULT
+    packing: bool = False  # train.sft.packing: an example may then hold cutoff_len - 1 tokens
 
     @property
     def rendering(self) -> Rendering:
@@ -169,6 +175,8 @@ def convert_batch(
     all (n_tokens null, nothing rejected for length).
     """
     cutoff_len, tokenizer = settings.cutoff_len, settings.tokenizer
+    limit = cutoff_len - 1 if cutoff_len is not None and settings.packing else cutoff_len
+    limit_text = f"cutoff_len - 1 = {limit} (packing)" if settings.packing else f"cutoff_len {cutoff_len}"
     control = settings.control or _control_of(tokenizer, settings.template)
     ids = trajectories.column("trajectory_id").to_pylist()
     messages = trajectories.column("messages").combine_chunks()
@@ -207,12 +215,12 @@ def convert_batch(
         n_tokens = tokens[k]
         for slot in slots[ids[i]]:
             stats.rows_in += 1
-            if n_tokens is not None and cutoff_len is not None and n_tokens > cutoff_len:
+            if n_tokens is not None and limit is not None and n_tokens > limit:
                 rejects.append(
                     _reject(
                         slot,
                         "over_cutoff_len",
-                        f"{n_tokens} tokens > cutoff_len {cutoff_len} (LLaMA-Factory would cut it silently)",
+                        f"{n_tokens} tokens > {limit_text} (LLaMA-Factory would cut it silently)",
                     )
                 )
                 continue
@@ -297,6 +305,15 @@ def _reject(r: dict[str, Any], reason: str, detail: str) -> dict[str, Any]:
     }
 
 
+def pretokenizes(cfg: ExportSftParams) -> bool:
+    """Whether the export writes LLaMA-Factory's tokenized dataset (export_sft.pretokenize): always, or
+    auto when its tokenizer is the training model's (the tokenizer stage wrote it from train.sft.model:
+    ids of the project's own small BPE would be another model's)."""
+    if cfg.pretokenize == "auto":
+        return cfg.count_tokens and (Path(cfg.tokenizer) / SOURCE_FILE).is_file()
+    return cfg.pretokenize == "always"
+
+
 def dataset_info(dataset_id: str, shard_files: list[str]) -> dict[str, Any]:
     """dataset_info.json: the whole dataset under its content id, and one entry per shard in order."""
     info = {dataset_id: dataset_info_entry(dataset_id)}
@@ -362,7 +379,10 @@ def export_sft(
     counting = (str(cfg.tokenizer), str(token_cache) if token_cache else None) if tokenizer else None
     template = template_slots(sft.template)
     control = ControlTokens.open(tokenizer_file(cfg.tokenizer), template.markup())
-    settings = SftSettings(cfg.same_role, sft.cutoff_len, None, template, control, special_tokens, sft.lf_mode())
+    settings = SftSettings(
+        cfg.same_role, sft.cutoff_len, None, template, control, special_tokens, sft.lf_mode(), sft.packing
+    )
+    lf_data = LfData(sft.cutoff_len, sft.packing, sft.neat_packing) if pretokenizes(cfg) else None
     rendering = settings.rendering
     stats = SftStats()
     total = selection["tables"]["selection"]["rows"]
@@ -402,13 +422,28 @@ def export_sft(
                     f"export_sft {scale}: every one of {total} rows was rejected "
                     f"({', '.join(f'{k} {v}' for k, v in sorted(stats.rejected.items()))})"
                 )
-            # the rows, and how they are trained: the same rows under another template or mode are another dataset
+            # the rows, how they are trained and how they are packed: another template, mode or packing of the
+            # same rows is another dataset
+            trained_as = {"rendering": rendering.as_json(), "pretokenized": lf_data and lf_data.config_keys()}
             name = dataset_id(
                 "sft",
                 selection["params"]["rows"],
-                content_id("sft_dataset", {"rows": info.version_id, "rendering": rendering.as_json()}, VERSION_HEX),
+                content_id("sft_dataset", {"rows": info.version_id, **trained_as}, VERSION_HEX),
             )
             (tmp / "shards").rename(tmp / name)
+            if lf_data is not None:
+                tokenized = write_pretokenized(
+                    sharegpt_rows([tmp / name / f for f in shards.files]),
+                    Lake.tokenized(tmp),
+                    template=sft.template,
+                    mode=sft.lf_mode(),
+                    data=lf_data,
+                    tokenizer=cfg.tokenizer,
+                    cache_dir=token_cache,
+                    n_rows=info.rows,
+                )
+                stats.pretokenized = {k: v for k, v in tokenized.as_json().items() if k not in ("seconds", "ids")}
+                stats.pretokenized_line = f"{Lake.tokenized(Path())}/: {tokenized.summary()}"
             write_json(tmp / "dataset_info.json", dataset_info(name, shards.files))
             (tmp / "dataset_info.yaml").write_text(
                 dataset_info_v1(name, lake.sft_export(scale), shards.files, stats.rows_with_system)
@@ -440,4 +475,5 @@ def export_sft(
     finally:
         if tokenizer is not None:
             unshare(*counting)
-    return {**counts, "token_counts": stats.token_counts}  # the stage prints it; metrics leave it out
+    # the stage prints these; metrics leave them out (they depend on the cache)
+    return {**counts, "token_counts": stats.token_counts, "pretokenized_line": stats.pretokenized_line}

@@ -134,8 +134,18 @@ def total_batch(sft: SftTrainParams) -> int:
     return sft.per_device_train_batch_size * sft.gpus * sft.gradient_accumulation_steps
 
 
-def sft_config(sft: SftTrainParams, *, dataset_id: str, n_shards: int, dataset_dir: str, runs: str) -> dict[str, Any]:
-    """The LLaMA-Factory YAML (as a dict, key order kept) for one exported dataset."""
+def sft_config(
+    sft: SftTrainParams,
+    *,
+    dataset_id: str,
+    n_shards: int,
+    dataset_dir: str,
+    runs: str,
+    tokenized_path: str | None = None,
+) -> dict[str, Any]:
+    """The LLaMA-Factory YAML (as a dict, key order kept) for one exported dataset. `tokenized_path`: the
+    export's pre-tokenized dataset (export/pretokenized.py), which LLaMA-Factory then loads instead of
+    tokenizing the shards; the shards stay named (a launch without it tokenizes them, to the same tensors)."""
     config: dict[str, Any] = {
         "model_name_or_path": sft.model,
         "trust_remote_code": True,
@@ -148,6 +158,9 @@ def sft_config(sft: SftTrainParams, *, dataset_id: str, n_shards: int, dataset_d
         "template": sft.template,
         **sft.lf_mode().lf_args(),  # stated, never left to LLaMA-Factory's defaults
         "cutoff_len": sft.cutoff_len,
+        "packing": sft.packing,
+        "neat_packing": sft.neat_packing,
+        **({"tokenized_path": tokenized_path} if tokenized_path else {}),
         "overwrite_cache": True,
         "preprocessing_num_workers": 16,
         "dataloader_num_workers": 4,
@@ -316,6 +329,7 @@ def write_train_configs(
                 n_shards=manifest["counts"]["shards"],
                 dataset_dir=export.as_posix(),
                 runs=train.runs,
+                tokenized_path=Lake.tokenized(export).as_posix() if Lake.tokenized(export).is_dir() else None,
             )
             header = [
                 f"LLaMA-Factory full SFT on {dataset_id} ({manifest['counts']['rows_out']} examples, scale {scale}).",
