@@ -302,7 +302,9 @@ def test_a_benchmark_task_in_rollouts_opening_turns_is_found_and_its_rollouts_dr
     con = connect(lake.root, ["mixed"], tables=("trajectories",))
     attach_dedup(con, lake)
     run_filters(
-        con, FilterParams(tokenizer=str(need(FIXTURES / "qwen3-tokenizer")), count_tokens=False, max_tokens=None), rendering=RENDERING
+        con,
+        FilterParams(tokenizer=str(need(FIXTURES / "qwen3-tokenizer")), count_tokens=False, max_tokens=None),
+        rendering=RENDERING,
     )
     dropped = dict(
         con.execute("""SELECT t.task || ' ' || t.agent, d.detail FROM dropped d JOIN trajectories t USING (trajectory_id)
