@@ -100,6 +100,8 @@ def main() -> int:
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     steps = [stage(project, log, f"select {name}", "select", name)]
     steps.append(stage(project, log, f"export_sft {name} (with tokenized/)", "export_sft", name))
+    if not (project / "lake" / "exports" / "rl" / "manifest.json").is_file():  # train_config reads it too
+        steps.append(stage(project, log, "export_rl", "export_rl"))
     steps.append(stage(project, log, "train_config", "train_config"))
     export = project / "lake" / "exports" / "sft" / name
     manifest = json.loads((export / "manifest.json").read_text())

@@ -14,7 +14,11 @@ LLaMA-Factory 0.9.5:
    export directory, no DeepSpeed, `--steps` steps, a loss line every step, no checkpoint, and a
    learning rate of 1e-3 without warm-up (the recipe's 4e-5 barely moves a random model in 30 steps);
    the dataset names are the export's own per-shard entries (its dataset_info.json);
-3. tests/gpu/lf_train.py runs `llamafactory-cli train` (LLaMA-Factory's own entry) on it.
+3. tests/gpu/lf_train.py runs `llamafactory-cli train` (LLaMA-Factory's own entry) on it. When the
+   export holds a pre-tokenized dataset made with that tokenizer (<export>/tokenized: build the
+   project with `export_sft.pretokenize: always`), the config names it as tokenized_path and
+   LLaMA-Factory trains from it without tokenizing (OUT/lf_check.json: tokenized_path,
+   loaded_tokenized_dataset).
 
 PASS when the run finishes on CUDA with `--steps` steps, every loss is finite and the mean of the last
 five losses is below the mean of the first five. Writes OUT/lf_check.json (steps, losses, samples/s,
@@ -57,6 +61,18 @@ def dataset_names(export: Path, wanted: str | None) -> str:
             return ",".join(names)
     shards = sorted(k for k in info if k.rsplit(".", 1)[-1].isdigit())
     return ",".join(shards or list(info)[:1])
+
+
+def pretokenized_for(export: Path, tokenizer: Path) -> Path | None:
+    """The export's pre-tokenized dataset (<export>/tokenized, with its pretokenized.json) when it was
+    tokenized with this tokenizer (the tiny model's): LLaMA-Factory then trains from it (tokenized_path)."""
+    import hashlib
+
+    meta = export / "tokenized" / "pretokenized.json"
+    if not meta.is_file():
+        return None
+    sha = hashlib.sha256((tokenizer / "tokenizer.json").read_bytes()).hexdigest()
+    return meta.parent if json.loads(meta.read_text()).get("tokenizer_sha256") == sha else None
 
 
 def lf_config(base: dict, *, model: Path, export: Path, out: Path, steps: int, cpu: bool, lr: float) -> dict:
@@ -194,6 +210,11 @@ def check(args: argparse.Namespace) -> dict:
         base = dict(MINIMAL)
         result["config_from"] = "minimal (no generated config at " + str(config_path) + ")"
     config = lf_config(base, model=model, export=export, out=work / "run", steps=steps, cpu=args.cpu_smoke, lr=args.lr)
+    config.pop("tokenized_path", None)  # the generated one is relative to the project: the export's own, if any
+    tokenized = pretokenized_for(export, tokenizer)
+    if tokenized is not None:
+        config["tokenized_path"] = str(tokenized)
+    result["tokenized_path"] = config.get("tokenized_path")
     (out / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     result["config"] = {
         k: config[k]
@@ -232,6 +253,8 @@ def check(args: argparse.Namespace) -> dict:
         result["log_tail"] = tail(out / "train.log")
         return result
     info = json.loads((out / "train_result.json").read_text())
+    # LLaMA-Factory's own line when it loads tokenized_path instead of tokenizing (data/loader.py:296)
+    result["loaded_tokenized_dataset"] = "Loaded tokenized dataset" in (out / "train.log").read_text(errors="replace")
     result.update({k: info[k] for k in ("device", "cuda", "peak_gpu_mem_bytes", "peak_gpu_reserved_bytes", "versions")})
     for name in ("trainer_log.jsonl", "train_results.json"):  # LLaMA-Factory's own records of the run
         if (work / "run" / name).is_file():
