@@ -97,6 +97,7 @@ def main() -> int:
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["scales"][name] = int(rows)
     params["export_sft"]["pretokenize"] = "always"
+    params["export_rl"]["tokenizer"] = params["export_sft"]["tokenizer"]  # train_config reads the RL export too
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     steps = [stage(project, log, f"select {name}", "select", name)]
     steps.append(stage(project, log, f"export_sft {name} (with tokenized/)", "export_sft", name))
