@@ -571,12 +571,12 @@ def show(
         ),
     ] = False,
     mode: Annotated[
-        str,
+        Optional[str],
         typer.Option(
             "--mode",
-            help="With --trained: the LLaMA-Factory mode to render (default, mask_history, mask_history_preserve_thinking, no_thinking, train_on_prompt; v1: the v1 data engine, USE_V1=1).",
+            help="With --trained: the LLaMA-Factory mode to render (default: the one the export trains in, train.sft.mode with train.sft.thinking; default, no_thinking, mask_history, mask_history_preserve_thinking, mask_history_no_thinking, train_on_prompt, train_on_prompt_no_thinking; v1: the v1 data engine, USE_V1=1).",
         ),
-    ] = "default",
+    ] = None,
     lake: LakeOpt = Path("lake"),
 ) -> None:
     """Show one trajectory: every message with its role, <think> blocks dimmed, long terminal

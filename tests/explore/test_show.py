@@ -120,6 +120,8 @@ def test_trained_shows_what_each_llamafactory_mode_trains_on(sample_project):
     assert proc.returncode == 0, proc.stderr
     assert "in sft-316-" in proc.stdout and "trained tokens by LLaMA-Factory mode: default" in proc.stdout
     assert "mode mask_history:" in proc.stdout and "<|im_start|>assistant" in proc.stdout
+    proc = tracelake(sample_project, "show", rows[0][0], "--trained")  # the mode the export trains in
+    assert proc.returncode == 0 and "mode default:" in proc.stdout, proc.stderr
     proc = tracelake(sample_project, "show", rows[0][0], "--trained", "--mode", "v1")
     assert proc.returncode == 0, proc.stderr
     assert "mode v1: the v1 data engine (USE_V1=1); v1 cuts at cutoff_len 32,768" in proc.stdout

@@ -46,6 +46,7 @@ def export_row(lake: Path | str, trajectory_id: str) -> dict[str, Any]:
                 "dataset_id": manifest["dataset_id"],
                 "template": params.get("template"),
                 "cutoff_len": params.get("cutoff_len"),
+                "mode": manifest["counts"].get("rendering", {}).get("mode", "default"),  # the one it trains in
                 "tokenizer": params.get("export_sft", {}).get("tokenizer"),
                 "tokenizer_sha256": manifest.get("inputs", {}).get("tokenizer"),
                 "system": system or "",
@@ -89,15 +90,16 @@ def trained_counts(row: dict[str, Any], count) -> dict[str, int]:
 
 
 def render_trained(
-    lake: Path | str, trajectory_id: str, console: Console, mode: str = "default", full: bool = False
+    lake: Path | str, trajectory_id: str, console: Console, mode: str | None = None, full: bool = False
 ) -> dict[str, int]:
-    """Print the row's rendering in `mode`, trained pieces bold green, the rest dim (long prompt pieces
+    """Print the row's rendering in `mode` (None: the export's own), trained pieces bold green, the rest dim (long prompt pieces
     folded unless `full`), after one line of trained tokens per mode; those counts."""
     from tracelake.export.sharegpt import SharegptRow
     from tracelake.export.templates import lf_mode, render_segments, template_slots
 
-    chosen = lf_mode(mode)
     row = export_row(lake, trajectory_id)
+    mode = mode or row["mode"]  # by default, the mode the export trains in (train.sft.mode and thinking)
+    chosen = lf_mode(mode)
     count = _encoder(row)
     counts = trained_counts(row, count)
     console.print(
