@@ -600,9 +600,10 @@ def test_view_serves_the_lake_at_a_revision(sample_project, tmp_path):
 # --- the lake's views, in process ------------------------------------------------------------------
 
 
-def test_turn_tokens_sum_to_the_pools_count(sample_project, monkeypatch):
+def test_turn_tokens_are_each_messages_chatml_tokens(sample_project, monkeypatch):
     """Tokens per turn are each message's ChatML tokens with the pool's tokenizer: for every kept
-    trajectory they add up to the n_tokens the filter counted."""
+    trajectory they add up to its ChatML count; the pool's n_tokens is the trained rendering's."""
+    from tracelake.core.token_count import count_chatml_tokens
     from tracelake.explore.view.db import LakeView
 
     monkeypatch.chdir(sample_project)  # the pool's tokenizer path is the project's
@@ -612,7 +613,8 @@ def test_turn_tokens_sum_to_the_pools_count(sample_project, monkeypatch):
     for row in kept:
         t = db.trajectory(row["trajectory_id"])
         assert len(t["turn_tokens"]) == len(t["messages"])
-        assert sum(t["turn_tokens"]) == row["n_tokens"], row["trajectory_id"]
+        assert sum(t["turn_tokens"]) == count_chatml_tokens(db.tokenizer[1], [t["messages"]])[0], row["trajectory_id"]
+        assert row["n_tokens"] > 0
 
 
 def test_search_index_is_cached_by_the_trajectories_content(sample_project, tmp_path):

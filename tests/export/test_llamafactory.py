@@ -74,6 +74,9 @@ def test_smaller_cutoff_rejects_long_rows_instead_of_cutting(sample_project, tin
     cutoff = tokens[len(tokens) // 2]
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["train"]["sft"]["cutoff_len"] = cutoff
+    # a pool the filter did not length-check (its max_tokens would otherwise be at most cutoff_len and
+    # no selected row would be too long): the export is the last guard and rejects, never cuts
+    params["filter"].update(max_tokens=None, count_tokens=False)
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     run_ok([sys.executable, "-m", "stages", "export_sft", "316"], project)
     run_ok([sys.executable, "-m", "stages", "train_config"], project)

@@ -107,7 +107,8 @@ def test_the_train_command_refuses_them_in_one_line(sample_project, kind, arg):
 
 def test_run_keys_stay_allowed_and_name_their_run(in_project):
     """Resources, logging and checkpoints, training params: allowed; what changes the training gets a
-    run directory of its own (packing too: it changes how examples are batched, not their tokens)."""
+    run directory of its own. Packing is a rendering key now (the export checks lengths against it
+    and packs its pre-tokenized data with it): test_the_set_table refuses it."""
     params = load_params("params.yaml")
     ds = resolve_dataset(params, "sft", "1k")
     default = plan_local(params, ds, {}).run_dir
@@ -117,8 +118,6 @@ def test_run_keys_stay_allowed_and_name_their_run(in_project):
         "per_device_train_batch_size=2",
         "gradient_accumulation_steps=4",
         "learning_rate=1e-5",
-        "packing=true",
-        "neat_packing=true",
         "max_samples=100",
     ):
         assert plan_local(params, ds, parse_sets([other])).run_dir != default, other

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tracelake.core.hashing import content_id
 from tracelake.core.outputs import read_manifest
 from tracelake.core.tables import read_table
 
@@ -121,7 +122,11 @@ def test_every_scale_is_a_content_addressed_dataset(repo):
         assert (prefix, len(digest)) == ("sel", 12) and digest == m["tables"]["selection"]["version_id"]
         export = read_manifest(repo / "lake" / "exports" / "sft" / scale)
         c = export["counts"]
-        assert export["dataset_id"] == f"sft-{label}-{export['tables']['sft_rows']['version_id']}"
+        # the rows and how they train (the rendering, the pre-tokenized packing): another mode is another id
+        id_of = export["counts"]["id_of"]
+        assert id_of["rows"] == export["tables"]["sft_rows"]["version_id"]
+        assert id_of["rendering"] == export["counts"]["rendering"]
+        assert export["dataset_id"] == f"sft-{label}-{content_id('sft_dataset', id_of, 12)}"
         assert c["rows_in"] == n == c["rows_out"] + sum(c["rejected"].values())
         info = json.loads((repo / "lake" / "exports" / "sft" / scale / "dataset_info.json").read_text())
         assert info[export["dataset_id"]]["file_name"] == export["dataset_id"]

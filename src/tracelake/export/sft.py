@@ -424,12 +424,12 @@ def export_sft(
                 )
             # the rows, how they are trained and how they are packed: another template, mode or packing of the
             # same rows is another dataset
-            trained_as = {"rendering": rendering.as_json(), "pretokenized": lf_data and lf_data.config_keys()}
-            name = dataset_id(
-                "sft",
-                selection["params"]["rows"],
-                content_id("sft_dataset", {"rows": info.version_id, **trained_as}, VERSION_HEX),
-            )
+            id_of = {
+                "rows": info.version_id,
+                "rendering": rendering.as_json(),
+                "pretokenized": lf_data and lf_data.config_keys(),
+            }
+            name = dataset_id("sft", selection["params"]["rows"], content_id("sft_dataset", id_of, VERSION_HEX))
             (tmp / "shards").rename(tmp / name)
             if lf_data is not None:
                 tokenized = write_pretokenized(
@@ -450,6 +450,7 @@ def export_sft(
             )
             counts = {
                 "dataset_id": name,
+                "id_of": id_of,  # what the id hashes: content_id("sft_dataset", id_of)
                 "shards": len(shards.files),
                 "rendering": rendering.as_json(),
                 **stats.as_json(),

@@ -443,8 +443,9 @@ class LakeView:
         return None
 
     def turn_tokens(self, messages: list[dict]) -> list[int] | None:
-        """Each message's ChatML tokens (`<|im_start|>role\\n…<|im_end|>\\n`, the pool's rule: they sum to
-        its n_tokens) with the pool's tokenizer; None when that tokenizer is not here."""
+        """Each message's ChatML tokens (`<|im_start|>role\\n…<|im_end|>\\n`) with the pool's tokenizer: a
+        message's weight. The pool's n_tokens is the trained rendering (export/rendering.py: turns merged,
+        think blocks added), so they sum close to it, not to it. None when that tokenizer is not here."""
         if self.tokenizer is None or not messages:
             return None
         from tracelake.core.tokenizer import render_chatml
