@@ -2,6 +2,7 @@
 
     uv run python benchmarks/exact_rows.py --rows 20000             # the project (once)
     uv run python benchmarks/bench_first_step.py --rows 20000 --scale 20k=20000 [--work .bench]
+    uv run python benchmarks/bench_first_step.py --rows 20000 --scale 100k=100000 --free-tokenized
 
 In the project benchmarks/exact_rows.py built (real-sized OpenThoughts-style traces counted with
 Qwen3's real tokenizer), one more scale is selected and exported with `export_sft.pretokenize: always`
@@ -74,8 +75,9 @@ def first_step(train_py: Path, config: dict, scratch: Path, project: Path, log: 
         proc.wait()
     if seconds is None:
         raise SystemExit(f"LLaMA-Factory ended before its first step (exit {proc.returncode}): see {log}")
+    cache_mb = sum(f.stat().st_size for f in scratch.rglob("*") if f.is_file()) / 1e6
     shutil.rmtree(scratch, ignore_errors=True)
-    return {"seconds": round(seconds, 1), "loaded_tokenized_dataset": seen_loaded}
+    return {"seconds": round(seconds, 1), "loaded_tokenized_dataset": seen_loaded, "datasets_cache_mb": round(cache_mb)}
 
 
 def main() -> int:
@@ -84,6 +86,12 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=ROOT / ".bench")
     ap.add_argument("--scale", default="20k=20000", help="NAME=ROWS: the dataset to export and launch")
     ap.add_argument("--json", type=Path)
+    ap.add_argument(
+        "--free-tokenized",
+        action="store_true",
+        help="delete the export's tokenized/ before the run without it (a 100K run's tokenized/ and "
+        "LLaMA-Factory's own datasets cache do not fit a small disk together)",
+    )
     args = ap.parse_args()
     work = args.work.resolve()
     project = work / f"exact-rows-{args.rows}"
@@ -122,6 +130,8 @@ def main() -> int:
     )
     config.pop("deepspeed", None)
     with_tokenized = first_step(train_py, config, work / "first-step-with", project, log)
+    if args.free_tokenized:
+        shutil.rmtree(export / "tokenized")
     without = first_step(
         train_py, {k: v for k, v in config.items() if k != "tokenized_path"}, work / "first-step-without", project, log
     )
