@@ -580,3 +580,33 @@ def run_capped(
     peak_mb = int(peak_kb or 0) / 1024
     assert peak_mb <= cap_mb, f"{' '.join(map(str, cmd))}: peak RSS {peak_mb:.0f} MB > {cap_mb} MB"
     return done, peak_mb
+
+
+def start_view(args: list[str], cwd: Path, log: Path, env: dict | None = None) -> tuple[subprocess.Popen, int]:
+    """`tracelake view ARGS --port <a free port>` started in `cwd` (output to `log`), once it accepts
+    connections: (the process, its port). Fails the test with the log when it does not start in 60 s;
+    the caller stops it (stop_process)."""
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tracelake", "view", *args, "--port", str(port)],
+            cwd=cwd,
+            env={**os.environ, **(env or {})},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return proc, port
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                stop_process(proc, timeout=5)
+                pytest.fail(f"tracelake view did not start:\n{log.read_text()}")
+            time.sleep(0.2)

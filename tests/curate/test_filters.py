@@ -33,7 +33,8 @@ from tracelake.core.tokenizer import (
     load_tokenizer,
     tokenizer_fingerprint,
 )
-from tracelake.curate.filter import RULES, run_filters
+from tracelake.curate.filter import run_filters
+from tracelake.curate.filter_rules import RULES
 from tracelake.curate.params import FilterParams
 from tracelake.export.rendering import Rendering, count_template_tokens
 from tracelake.export.sharegpt import to_sharegpt
@@ -668,7 +669,9 @@ def test_first_matching_rule_wins(tmp_path, tokenizer):
             "duplicate_conversation_v1": 0,
         },
     }
-    assert r.result.rules == [rule.name for rule in RULES if rule.name != "max_tokens_v1"]
+    on = FilterParams(success_only=True, max_tokens=None)
+    assert r.result.rules == [rule.name for rule in RULES if rule.enabled(on)]  # the funnel lists what ran
+    assert "max_tokens_v1" not in r.result.rules and "success_only_v1" in r.result.rules
 
 
 MAX_TOKENS = 260  # above a 5-turn conversation of mixed_sources, below a 9-turn one

@@ -22,7 +22,7 @@ import pytest
 from tracelake.explore.view.db import Query
 from tracelake.explore.view.html import esc, list_page, messages_html, tool_calls
 
-from ..helpers import chromium_page, stop_process, tree_bytes
+from ..helpers import chromium_page, start_view, stop_process, tree_bytes
 
 HOSTILE = "<script>alert(1)</script>"
 
@@ -235,26 +235,11 @@ def served(sample_project, tmp_path):
     hostile = _with_hostile_message(lake)
     target = _target(lake)
     planted = _with_unique_word(lake, target[0])
-    port = _free_port()
+    proc, port = start_view(
+        ["--lake", str(lake), "--search-cache", str(tmp_path / "search")], sample_project, tmp_path / "view.log"
+    )
     log = tmp_path / "view.log"
-    exe = Path(sys.executable).parent / "tracelake"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [str(exe), "view", "--lake", str(lake), "--port", str(port), "--search-cache", str(tmp_path / "search")],
-            cwd=sample_project,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"tracelake view did not start:\n{log.read_text()}")
-                time.sleep(0.2)
         yield f"http://127.0.0.1:{port}", lake, hostile, log, port, proc, target, planted
     finally:
         stop_process(proc, timeout=15)

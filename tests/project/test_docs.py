@@ -134,3 +134,29 @@ def test_every_docs_page_is_in_the_table_of_contents():
         if p.name != "README.md" and p.resolve() not in listed
     ]
     assert not missing, f"docs/README.md does not link {missing}"
+
+
+# a repository path as ARCHITECTURE.md writes it: `core/lake.py`, `stages/__main__.py`, `sql/filter_rules/`
+_PATH = re.compile(r"`((?:[A-Za-z0-9_.-]+/)+(?:[A-Za-z0-9_.-]+\.(?:py|md|yaml|sql|sh|txt)|))`")
+
+
+def test_architecture_names_only_paths_that_exist():
+    """Every path ARCHITECTURE.md names in backticks is in the tree: at the repository root or under
+    src/tracelake (`core/lake.py`); generated ones (.tracelake/, lake/) and patterns (<stage>) aside."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    named = {m for m in _PATH.findall(text) if not m.startswith((".tracelake/", "lake/", "<"))}
+    assert len(named) > 30, sorted(named)  # the pattern reads the page
+    missing = [p for p in sorted(named) if not ((ROOT / p).exists() or (ROOT / "src" / "tracelake" / p).exists())]
+    assert not missing, f"ARCHITECTURE.md names paths that are not in the tree: {missing}"
+    tree = text[text.index("```\n") : text.index("```", text.index("```\n") + 4)]
+    parent = ROOT  # the tree block: top-level entries, `  core/` under src/tracelake, deeper under those
+    for line in tree.splitlines()[1:]:
+        indent = len(line) - len(line.lstrip())
+        for entry in line[:28].split():
+            if not entry.endswith(("/", ".py", ".yaml")):
+                continue
+            entry = entry.replace("<stage>", "filter").replace("<table>", "pool")
+            base = ROOT if indent == 0 else ROOT / "src" / "tracelake" if indent == 2 else parent
+            assert (base / entry).exists(), f"ARCHITECTURE.md's tree names {entry} under {base.relative_to(ROOT)}"
+            if indent == 2:
+                parent = base / entry

@@ -1,4 +1,5 @@
-"""Rollout filters: named, versioned rules in DuckDB SQL (sql/filter_rules/), applied in a fixed order.
+"""Rollout filters: named, versioned rules in DuckDB SQL (sql/filter_rules/), applied in the order
+curate/filter_rules.py declares them (RULES: each rule's SQL, param and needs, declared once).
 
 Each rule is a query over the view `candidates` (the rows every earlier rule kept) returning the
 (trajectory_id, detail) pairs it drops. A row is dropped by the first rule that matches it, so
@@ -41,51 +42,11 @@ from tracelake.core.token_count import (
     unshare,
 )
 from tracelake.core.tokenizer import tokenizer_file, tokenizer_fingerprint
+from tracelake.curate.filter_rules import RULES, FilterRule
 from tracelake.curate.params import FilterParams
 from tracelake.curate.screen_cache import ScreenCache
 
 TOKEN_BATCH = 128  # conversations read and rendered at a time (~10 MB of text: memory stays flat)
-
-
-@dataclass(frozen=True)
-class Rule:
-    name: str  # versioned: change the name when the meaning changes
-    query: str  # sql/filter_rules/<query>.sql
-    enabled: Callable[[FilterParams], bool]
-    bind: Callable[[FilterParams], dict[str, Any]]  # the query's bound parameters
-    control_patterns: bool = False  # also binds $anywhere and $in_response (core/control_tokens.py)
-
-
-RULES: tuple[Rule, ...] = (
-    Rule("contaminated_v1", "contaminated", lambda p: p.contaminated, lambda p: {}),
-    Rule(
-        "timeout_v1",
-        "timeout",
-        lambda p: bool(p.timeout_exceptions),
-        lambda p: {"exceptions": list(p.timeout_exceptions)},
-    ),
-    Rule("subagent_v1", "subagent", lambda p: p.drop_subagents, lambda p: {}),
-    Rule("earlier_episode_v2", "earlier_episode", lambda p: p.episodes == "last", lambda p: {}),
-    Rule(
-        "min_assistant_turns_v1",
-        "min_assistant_turns",
-        lambda p: p.min_assistant_turns > 0,
-        lambda p: {"min_turns": p.min_assistant_turns},
-    ),
-    Rule("success_only_v1", "success_only", lambda p: p.success_only, lambda p: {}),
-    Rule(
-        "special_token_in_text_v1",
-        "special_token_in_text",
-        lambda p: p.special_tokens == "reject",
-        lambda p: {},
-        control_patterns=True,
-    ),
-    Rule("not_exportable_v1", "not_exportable", lambda p: p.count_tokens, lambda p: {}),
-    Rule("max_tokens_v1", "max_tokens", lambda p: p.max_tokens is not None, lambda p: {"max_tokens": p.max_tokens}),
-    Rule("near_duplicate_v1", "near_duplicate", lambda p: p.near_duplicates, lambda p: {}),
-    Rule("duplicate_conversation_v1", "duplicate_conversation", lambda p: p.dedup_conversations, lambda p: {}),
-)
-_COUNT_TOKENS_BEFORE = "not_exportable_v1"  # counting renders each row as the export does
 
 
 @dataclass
@@ -145,8 +106,10 @@ def run_filters(
     stats = None
     formulas["special_tokens"] = f"{params.special_tokens}: {control.describe()}"
     patterns = {"anywhere": control.pattern(response=False), "in_response": control.pattern(response=True)}
+    counted = False
     for rule in RULES:
-        if rule.name == _COUNT_TOKENS_BEFORE and params.count_tokens:
+        if rule.needs_counts and params.count_tokens and not counted:  # before the first rule that reads n_tokens
+            counted = True
             cache = str(token_cache) if token_cache else None
             counting = rendering.counting(str(params.tokenizer), cache, control, params.special_tokens)
             stats = _count_tokens(con, counting, on_tokens, executor)
@@ -157,7 +120,7 @@ def run_filters(
         elif rule in enabled:
             con.execute(
                 f"INSERT INTO dropped SELECT trajectory_id, $rule_name, detail "
-                f"FROM ({sql('filter_rules/' + rule.query)})",
+                f"FROM ({sql('filter_rules/' + rule.sql_name)})",
                 {"rule_name": rule.name, **rule.bind(params)},
             )
             formulas[rule.name] = rule.name
@@ -183,7 +146,7 @@ def builds_on_the_ids(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
     con.execute("RESET disabled_optimizers")
 
 
-def _screen(con: duckdb.DuckDBPyConnection, rule: Rule, bound: dict[str, Any], cache: ScreenCache) -> None:
+def _screen(con: duckdb.DuckDBPyConnection, rule: FilterRule, bound: dict[str, Any], cache: ScreenCache) -> None:
     """The control-token rule's drops into `dropped`. Its query reads every message, but only of the
     candidates whose conversation the cache has no answer for (a CTE named `candidates` narrows it);
     the others take the kept answer, and the new answers join the cache (screen_cache.py)."""
@@ -194,7 +157,7 @@ def _screen(con: duckdb.DuckDBPyConnection, rule: Rule, bound: dict[str, Any], c
                    WHERE trajectory_id IN (SELECT trajectory_id FROM candidates)
                      AND conversation_sha256 NOT IN (SELECT conversation_sha256 FROM screen_known)""").to_arrow_table(),
     )
-    query = f"WITH candidates AS (SELECT trajectory_id FROM screen_todo) {sql('filter_rules/' + rule.query)}"
+    query = f"WITH candidates AS (SELECT trajectory_id FROM screen_todo) {sql('filter_rules/' + rule.sql_name)}"
     with builds_on_the_ids(con):
         con.register("screen_fresh", con.sql(query, params=bound).to_arrow_table())
     con.execute(

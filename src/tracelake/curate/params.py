@@ -11,9 +11,10 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, create_model, field_validator, model_validator
 
 from tracelake.core.params import CheckedAs, Count, Invalid, Name, Number, Section
+from tracelake.curate.filter_rules import RULES, Param
 from tracelake.ingest.params import SourceSelection
 
 _SCORER = re.compile(r"^[a-z0-9_]+_v[0-9]+$")
@@ -138,30 +139,37 @@ class ScoreParams(Section):
         return self
 
 
-class FilterParams(Section):
-    timeout_exceptions: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=lambda: ["AgentTimeoutError"])
-    drop_subagents: bool = True
-    episodes: Literal["last", "all"] = "last"
-    min_assistant_turns: Annotated[int, Field(ge=0)] = 5
-    success_only: bool = False
-    max_tokens: Annotated[int | None, Field(ge=1)] = 32768  # at most train.sft.cutoff_len (its default); null: no limit
+class _FilterShared(Section):
+    """`filter:` keys no single rule owns; each rule's own key comes from its declaration
+    (curate/filter_rules.py RULES), so FilterParams below is built from the registry."""
+
     tokenizer: str = "data/tokenizer"  # an HF tokenizer directory: n_tokens for max_tokens and reports
     count_tokens: bool = True  # false: n_tokens stays null (max_tokens must then be null)
-    # a control-token literal in message text (<|im_end|> in a tool result): reject drops the row
-    # (special_token_in_text_v1); escape keeps it, the literal escaped (zwsp_escape_v1) in the counted
-    # and the exported text alike (core/control_tokens.py; export_sft reads this key too)
-    special_tokens: Literal["reject", "escape"] = "reject"
-    dedup_conversations: bool = True
-    contaminated: bool = True  # drop the rollouts of tasks the dedup stage found in a benchmark
-    near_duplicates: bool = True  # drop those of near-duplicate tasks (dedup.keep: one)
 
     @model_validator(mode="after")
-    def _counts_for_max_tokens(self) -> FilterParams:
-        if self.max_tokens is not None and not self.count_tokens:
-            raise Invalid(
-                f"max_tokens {self.max_tokens} needs count_tokens: true (or set max_tokens: null)", at=("max_tokens",)
-            )
+    def _rule_checks(self) -> _FilterShared:
+        for rule in RULES:
+            refused = rule.check(self)
+            if refused:
+                key, message = refused
+                raise Invalid(message, at=(key,))
         return self
+
+
+def _rule_field(param: Param) -> tuple[Any, Any]:
+    default = param.default
+    if isinstance(default, (list, tuple)):
+        return param.type, Field(default_factory=lambda: list(default), description=param.help)
+    return param.type, Field(default=default, description=param.help)
+
+
+# `filter:`: the shared keys, and each rule's key with its type, default and help (filter_rules.py)
+FilterParams = create_model(
+    "FilterParams",
+    __base__=_FilterShared,
+    __module__=__name__,
+    **{rule.param.name: _rule_field(rule.param) for rule in RULES if rule.param is not None},
+)
 
 
 class MixParams(Section):

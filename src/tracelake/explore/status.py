@@ -27,6 +27,7 @@ from tracelake.core.stage import RUNS
 from tracelake.core.swap import sweep
 from tracelake.core.tokenizer import tokenizer_fingerprint
 from tracelake.core.ui import literal, literals
+from tracelake.curate import filter_rules
 
 # DVC's state files that a killed `dvc repro` can leave empty: path, what reads it, the fix.
 _DVC_STATE = (
@@ -182,8 +183,8 @@ def render_curation(lake: Path, console: Console, freshness: Freshness | None = 
         table = Table(title="filter funnel (lake/pool)", title_justify="left")
         table.add_column("source", no_wrap=True)
         table.add_column("in", justify="right")
-        for rule in funnel["rules"]:  # timeout_v1 -> timeout, min_assistant_turns_v1 -> min
-            table.add_column(literal(rule.split("_")[0]), justify="right")
+        for rule in funnel["rules"]:  # each rule's declared label (curate/filter_rules.py)
+            table.add_column(literal(filter_rules.label(rule)), justify="right")
         table.add_column("kept", justify="right")
         for source, f in [*funnel["sources"].items(), ("all", funnel["total"])]:
             table.add_row(

@@ -49,7 +49,8 @@ from tracelake.core.schema import load_schema
 from tracelake.core.tables import ShardWriter, TableWriter
 from tracelake.core.tokenizer import load_tokenizer, render_chatml, tokenizer_fingerprint
 from tracelake.core.ui import progress
-from tracelake.curate.filter import RULES, attach_dedup
+from tracelake.curate.filter import attach_dedup
+from tracelake.curate.filter_rules import RULES
 from tracelake.export.rl_pick import PICK_RULES, out_of_bounds, picked_out
 from tracelake.ingest.archive_read import Entry
 from tracelake.ingest.common import Reject
@@ -115,9 +116,9 @@ class RlStats:
         }
 
 
-# The filter's task-level rules (curate/filter.py RULES, sql/filter_rules/), applied to tasks: a task
+# The filter's task-level rules (curate/filter_rules.py: task_level), applied to tasks: a task
 # whose rollouts the SFT side drops for what the task is never becomes an RL prompt either.
-TASK_RULES = ("contaminated_v1", "near_duplicate_v1")
+TASK_RULES = tuple(rule.name for rule in RULES if rule.task_level)
 DROP_RULES = (*TASK_RULES, *PICK_RULES)  # every rule an rl_dropped row may name, in the order they apply
 
 
@@ -130,7 +131,7 @@ def curated_out(con: duckdb.DuckDBPyConnection, params: FilterParams) -> dict[st
     dropped: dict[str, tuple[str, str]] = {}
     for rule in RULES:
         if rule.name in TASK_RULES and rule.enabled(params):
-            for task_id, detail in con.execute(sql("filter_rules/" + rule.query), rule.bind(params)).fetchall():
+            for task_id, detail in con.execute(sql("filter_rules/" + rule.sql_name), rule.bind(params)).fetchall():
                 dropped.setdefault(task_id, (rule.name, detail))
     con.execute("DROP VIEW candidates")
     return dropped

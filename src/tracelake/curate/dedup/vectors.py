@@ -1,11 +1,11 @@
-"""Vectors: the embedding cache, the LanceDB table under the lake, and the range search over it.
+"""Vectors: the embedding cache, the LanceDB table the search runs on, and the range search over it.
 
 Cache (`dedup.cache`, default .tracelake/cache/embeddings/<embedder fingerprint>/part-*.parquet):
 (text_sha256, vector) rows, one Parquet part per run that embedded something new, named by its
 content and renamed into place whole. A vector is computed once per (embedder, text), ever: adding a
 source embeds only its new texts.
 
-Lake (`<lake>/embeddings/`): a LanceDB database with one table, `texts`: one row per distinct text
+Table (a temporary directory per run, stages/dedup.py): a LanceDB database with one table, `texts`: one row per distinct text
 as the embedder reads it (text_sha256, vector), sorted by text_sha256. LanceDB's own files carry
 random names and timestamps, so the table is identified by its content (manifest.json: the version
 id hashes the rows), not its bytes.

@@ -15,6 +15,7 @@ from tracelake.core.freshness import building_stage
 from tracelake.core.lake import Lake, is_built
 from tracelake.core.outputs import read_manifest
 from tracelake.core.revisions import recorded_versions
+from tracelake.curate import filter_rules
 from tracelake.explore.view.db import LakeView
 from tracelake.explore.view.render import render, trusted, url
 
@@ -59,7 +60,7 @@ def _built_from(d: dict[str, Any]) -> list[tuple[str | None, Any]]:
 def _params(d: dict[str, Any]) -> list[tuple[str, Any]]:
     params = d["manifest"].get("params", {})
     keys = {
-        "pool": ("min_assistant_turns", "max_tokens", "episodes", "success_only"),
+        "pool": filter_rules.rule_keys(),
         "selection": ("score", "total", "min_per_task", "max_per_task", "mix"),
         "export_sft": ("template", "mode", "thinking", "cutoff_len"),
     }.get(d["kind"], ())
