@@ -6,16 +6,16 @@ import json
 
 import pytest
 
-from tracelake.core.errors import BadInput
+from tracelake.core.datasets import KINDS, building_stage, dataset_id, dataset_kind, pick_dataset, versions
+from tracelake.core.errors import BadInput, Bug
 from tracelake.core.ids import (
     base_task_name,
     copy_name,
-    dataset_id,
     dataset_label,
     matches_id_prefix,
     task_id_for,
 )
-from tracelake.core.lake import Lake, is_built, pick_dataset
+from tracelake.core.lake import Lake, is_built
 
 
 @pytest.mark.parametrize(
@@ -29,6 +29,18 @@ def test_dataset_labels(n, label):
 def test_dataset_kind_is_checked():
     with pytest.raises(ValueError):
         dataset_id("pool", 10, "abc")
+
+
+def test_dataset_kinds_are_declared_once_and_an_unknown_one_is_an_error():
+    """core/datasets.py KINDS: the stage that builds each kind (freshness asks it), never a fallback."""
+    assert [k.name for k in KINDS] == ["pool", "selection", "export_sft", "export_rl"]
+    assert building_stage("pool") == "filter" and building_stage("export_rl") == "export_rl"
+    assert building_stage("selection", "1k") == "select@1k" and building_stage("export_sft", "3k") == "export_sft@3k"
+    with pytest.raises(Bug, match="no dataset kind 'export_trl'"):
+        building_stage("export_trl")  # it was answered with export_rl's stage
+    with pytest.raises(Bug):
+        building_stage("selection")  # a kind built per scale needs its scale
+    assert dataset_kind("export_sft").view.format(scale="1k") == "sft_1k"
 
 
 def test_copies_are_the_same_task():
@@ -66,7 +78,7 @@ def test_lake_lists_only_built_outputs(tmp_path):
     _built(lake.table("trajectories", "a"))
     assert is_built(lake.pool) and not is_built(lake.selection("3k"))
     assert list(lake.built_selections()) == ["1k"]
-    assert list(lake.versions()) == ["pool", "1k", "sft-1k"]
+    assert list(versions(lake)) == ["pool", "1k", "sft-1k"]
     assert [(t, s) for t, s, _ in lake.ingested()] == [("trajectories", "a")]
     with pytest.raises(BadInput, match="is not built"):
         lake.table_files("trajectories", ["a", "b"])
@@ -96,4 +108,4 @@ def test_hidden_directories_are_never_built_outputs(tmp_path):
     (lake.root / "tasks" / "stray-file").write_text("")
     assert [(t, s) for t, s, _ in lake.ingested()] == [("trajectories", "s")]
     assert lake.built_selections() == {} and lake.built_sft_exports() == {}
-    assert list(lake.versions()) == []
+    assert list(versions(lake)) == []

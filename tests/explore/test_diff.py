@@ -438,7 +438,7 @@ def write_selection(
     lake: Path, scale: str, scorer: str, scores: dict[str, float], n: int, unscored: str = "zero"
 ) -> list[dict]:
     """As stages/select_scale.py writes it, through the real select()."""
-    from tracelake.core.ids import dataset_id
+    from tracelake.core.datasets import dataset_id
     from tracelake.core.outputs import output_dir, read_manifest, write_manifest
     from tracelake.core.schema import load_schema
     from tracelake.core.tables import TableWriter
@@ -471,7 +471,7 @@ def write_selection(
 
 def write_export(lake: Path, scale: str) -> None:
     """A minimal SFT export of a selection: one example per slot, nothing rejected."""
-    from tracelake.core.ids import dataset_id
+    from tracelake.core.datasets import dataset_id
     from tracelake.core.outputs import output_dir, read_manifest, write_manifest
     from tracelake.core.schema import load_schema
     from tracelake.core.tables import ShardWriter

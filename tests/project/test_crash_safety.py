@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from tracelake.core.datasets import versions
 from tracelake.core.lake import Lake
 from tracelake.core.outputs import output_dir, write_json
 from tracelake.explore.status import render_status
@@ -163,7 +164,7 @@ def test_an_old_version_without_its_output_is_removed_and_rebuilt(tmp_path):
     build(final, "v1")
     old = final.with_name(f".pool.old-{dead_pid()}")
     final.rename(old)
-    assert Lake(tmp_path).versions() == {}
+    assert versions(Lake(tmp_path)) == {}
     build(final, "v2")
     assert not old.exists() and (final / "data.txt").read_text() == "v2"
 

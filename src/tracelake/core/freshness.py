@@ -50,13 +50,6 @@ class Freshness:
         return "; ".join(f"{s} ({', '.join(self.changed[s])})" for s in sorted(stages))
 
 
-def building_stage(kind: str, scale: str = "") -> str:
-    """The dvc.yaml stage that builds a dataset of `kind` (pool, selection, export_sft, export_rl)."""
-    return {"pool": "filter", "selection": f"select@{scale}", "export_sft": f"export_sft@{scale}"}.get(
-        kind, "export_rl"
-    )
-
-
 def _kinds(changes: list) -> list[str]:
     """DVC's status entries for one stage ("always changed", {"changed deps": {...}}, ...) -> their kinds."""
     return sorted({k for c in changes for k in (c if isinstance(c, dict) else {str(c): None})})

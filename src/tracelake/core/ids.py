@@ -1,8 +1,7 @@
-"""Every id formula of the lake, in one place: task ids, dataset labels and dataset ids, and how a
-short prefix names a dataset (like git).
+"""The lake's id formulas: task ids, dataset labels, and how a short prefix names a dataset (like
+git). A dataset id (`sft-3.16k-9b6b602e9f63`) is core/datasets.py's `dataset_id`, beside the kinds.
 
     task_id_for("nl2bash", "count-words_copy0002")   -> 16 hex (copies are the same task)
-    dataset_id("sft", 3160, "9b6b602e9f63")           -> "sft-3.16k-9b6b602e9f63"
     matches_id_prefix("9b6b60", "sft-3.16k-9b6b602e9f63") -> True
 
 Row ids (trajectories, rejects, scores, slots) are `hashing.content_id` over the fields that make the
@@ -20,7 +19,6 @@ from tracelake.core.hashing import content_id
 COPY_SUFFIX = re.compile(r"_copy\d+$")
 # A dataset id prefix must have this many hex digits of its hash (git's short ids have 7).
 MIN_PREFIX = 6
-DATASET_KINDS = ("sel", "sft", "rl")
 
 
 def base_task_name(task: str) -> str:
@@ -40,16 +38,6 @@ def copy_name(task: str, copy: int) -> str:
 def dataset_label(n: int) -> str:
     """316 -> '316', 1000 -> '1k', 3160 -> '3.16k', 100000 -> '100k' (names like sft-3.16k-<hex>)."""
     return str(n) if n < 1000 else f"{n / 1000:.15g}k"
-
-
-def dataset_id(kind: str, rows: int, version_id: str) -> str:
-    """A dataset's content-addressed name: `<kind>-<label of its row count>-<version id>`.
-
-    `kind` is sel (a scale's selection), sft (its LLaMA-Factory export) or rl (the SkyRL prompts);
-    `rows` is the selection's N for sel and sft, the number of task prompts for rl."""
-    if kind not in DATASET_KINDS:
-        raise ValueError(f"dataset kind {kind!r} is not one of {DATASET_KINDS}")
-    return f"{kind}-{dataset_label(rows)}-{version_id}"
 
 
 def matches_id_prefix(ref: str, dataset_id: str) -> bool:

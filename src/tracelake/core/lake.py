@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Iterable
 
 from tracelake.core.errors import BadInput
-from tracelake.core.ids import matches_id_prefix
 
 # Tables stored as a directory of Parquet parts, <table>/part-00000.parquet, ...: ingest workers
 # write their own parts, and an input file that did not change brings back its parts unchanged.
@@ -125,30 +124,3 @@ class Lake:
     def built_sft_exports(self) -> dict[str, Path]:
         """scale -> directory of every built SFT export."""
         return {d.name: d for d in built_children(self.sft_exports)}
-
-    def versions(self) -> dict[str, Path]:
-        """Every built version that `diff` compares, by name: `pool`, `<scale>` (its selection),
-        `sft-<scale>` (its SFT export) and `rl` (the RL export)."""
-        found = {"pool": self.pool} if is_built(self.pool) else {}
-        found.update(self.built_selections())
-        found.update({f"sft-{scale}": d for scale, d in self.built_sft_exports().items()})
-        if is_built(self.rl_export):
-            found["rl"] = self.rl_export
-        return found
-
-
-def pick_dataset(ref: str, named: dict[str, str], what: str = "dataset", where: str = "") -> str:
-    """The one name in `named` (name -> dataset id) that `ref` means: the name itself, the full
-    dataset id, or a unique prefix of the id's hash (6+ hex digits, like git). One-line errors for
-    no match (listing what is built) and for an ambiguous prefix (listing the candidates)."""
-    if ref in named:
-        return ref
-    matches = [n for n, i in named.items() if i == ref] or [
-        n for n, i in named.items() if i and matches_id_prefix(ref, i)
-    ]
-    if len(matches) > 1:
-        raise BadInput(f"{ref!r} is ambiguous: {', '.join(named[n] for n in matches)}")
-    if not matches:
-        known = ", ".join(f"{n} ({i})" if i else n for n, i in named.items()) or "nothing built"
-        raise BadInput(f"no {what} {ref!r}{where} (known: {known})")
-    return matches[0]

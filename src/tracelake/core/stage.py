@@ -147,7 +147,7 @@ def publish(stage: Stage, result: Result, key: str | None = None) -> list[dict]:
     """Write the result: each output directory whole (tables, then the manifest, then the swap), the
     counts file and its headline (the DVC metrics file), the summary lines. Returns the manifests
     written."""
-    from tracelake.core.ids import dataset_id
+    from tracelake.core.datasets import dataset_id
     from tracelake.core.outputs import output_dir, write_json, write_manifest
     from tracelake.core.tables import TableWriter
 

@@ -34,13 +34,15 @@ from typing import Any
 import duckdb
 
 from tracelake.core import assets
+from tracelake.core.datasets import KINDS as DATASET_KINDS
+from tracelake.core.datasets import pick_dataset, versions
 from tracelake.core.errors import BadInput
-from tracelake.core.lake import Lake, is_built, pick_dataset
+from tracelake.core.lake import Lake, is_built
 from tracelake.core.outputs import read_manifest
 from tracelake.core.revisions import split_spec, tree_at
 
 DIFF_FORMAT = "tracelake_diff_v1"
-KINDS = ("pool", "selection", "export_sft", "export_rl")
+KINDS = tuple(k.name for k in DATASET_KINDS)  # core/datasets.py
 SECTIONS = {
     "pool": "filter",
     "scores": "score",
@@ -119,7 +121,7 @@ def _find(base: Path, lake: str, ref: str, spec: str) -> Path:
         return direct
     if direct.is_dir() and ("/" in ref or ref.startswith(".")):
         raise BadInput(f"{spec}: {ref} is not a built dataset (no manifest.json)")
-    built = Lake(base / lake).versions()
+    built = versions(Lake(base / lake))
     ids = {name: read_manifest(d).get("dataset_id") or "" for name, d in built.items()}
     where = f" in {lake}/" + (f" at {spec.partition(':')[0]}" if ":" in spec else "")
     try:

@@ -17,8 +17,9 @@ from rich.console import Console
 from rich.table import Table
 
 from tracelake.core.assets import sql
+from tracelake.core.datasets import building_stage
 from tracelake.core.errors import BadInput
-from tracelake.core.freshness import Freshness, building_stage, pipeline_freshness
+from tracelake.core.freshness import Freshness, pipeline_freshness
 from tracelake.core.lake import Lake, is_built, table_paths
 from tracelake.core.model_tokenizer import describe_tokenizer
 from tracelake.core.outputs import read_manifest

@@ -46,10 +46,11 @@ from typing import Any, Protocol
 import orjson
 import yaml
 
+from tracelake.core.datasets import building_stage, pick_dataset
 from tracelake.core.envs import ENVIRONMENTS, env_command, env_program
 from tracelake.core.errors import BadInput, BadParams
-from tracelake.core.freshness import building_stage, pipeline_freshness
-from tracelake.core.lake import Lake, built_children, is_built, pick_dataset
+from tracelake.core.freshness import pipeline_freshness
+from tracelake.core.lake import Lake, built_children, is_built
 from tracelake.core.model_tokenizer import resolve
 from tracelake.core.outputs import read_manifest
 from tracelake.core.tokenizer import tokenizer_fingerprint

@@ -40,9 +40,9 @@ import duckdb
 from tokenizers import Tokenizer
 
 from tracelake.core.assets import sql
+from tracelake.core.datasets import dataset_id
 from tracelake.core.duckdb_views import connect, input_versions
 from tracelake.core.errors import BadInput, check
-from tracelake.core.ids import dataset_id
 from tracelake.core.lake import Lake
 from tracelake.core.outputs import output_dir, read_manifest, write_manifest
 from tracelake.core.schema import load_schema

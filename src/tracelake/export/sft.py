@@ -30,10 +30,11 @@ from tokenizers import Tokenizer
 
 from tracelake.core.background import read_ahead
 from tracelake.core.control_tokens import ControlTokens
+from tracelake.core.datasets import dataset_id
 from tracelake.core.errors import BadInput, BadParams, check
 from tracelake.core.executor import Executor
 from tracelake.core.hashing import content_id
-from tracelake.core.ids import dataset_id, shard_entry_name
+from tracelake.core.ids import shard_entry_name
 from tracelake.core.lake import Lake
 from tracelake.core.model_tokenizer import SOURCE_FILE
 from tracelake.core.outputs import VERSION_HEX, output_dir, read_manifest, write_json, write_manifest

@@ -10,12 +10,11 @@ import re
 from contextlib import ExitStack
 from typing import Any
 
+from tracelake.core.datasets import building_stage, dataset_kind
 from tracelake.core.errors import BadInput
-from tracelake.core.freshness import building_stage
 from tracelake.core.lake import Lake, is_built
 from tracelake.core.outputs import read_manifest
 from tracelake.core.revisions import recorded_versions
-from tracelake.curate import filter_rules
 from tracelake.explore.view.db import LakeView
 from tracelake.explore.view.render import render, trusted, url
 
@@ -59,12 +58,8 @@ def _built_from(d: dict[str, Any]) -> list[tuple[str | None, Any]]:
 
 def _params(d: dict[str, Any]) -> list[tuple[str, Any]]:
     params = d["manifest"].get("params", {})
-    keys = {
-        "pool": filter_rules.rule_keys(),
-        "selection": ("score", "total", "min_per_task", "max_per_task", "mix"),
-        "export_sft": ("template", "mode", "thinking", "cutoff_len"),
-    }.get(d["kind"], ())
-    shown = [(k, params[k]) for k in keys if k in params]
+    keys = dataset_kind(d["kind"]).shows  # core/datasets.py; None: every param its manifest records
+    shown = [(k, params[k]) for k in (sorted(params) if keys is None else keys) if k in params]
     thoughts = d["manifest"].get("counts", {}).get("thinking") if d["kind"] == "export_sft" else None
     if thoughts:  # the assistant turns by reasoning, and the empty think blocks trained (export/rendering.py)
         from tracelake.export.rendering import mostly_empty_thoughts

@@ -32,6 +32,7 @@ from typing import Any
 import duckdb
 
 from tracelake.core import assets
+from tracelake.core.datasets import KINDS
 from tracelake.core.errors import BadInput
 from tracelake.core.freshness import Freshness, pipeline_freshness
 from tracelake.core.lake import Lake
@@ -44,7 +45,6 @@ QUERY_SECONDS = 30  # one query outside a request (opening the lake, an export's
 REQUEST_SECONDS = 2.0  # every query of one request together
 REBUILDING = "the lake is being rebuilt"  # how explore/sql.py and this module begin that error
 _SELECTION = re.compile(r"^selection_[A-Za-z0-9_-]+$")
-_DATASET = re.compile(r"^(pool|selection_[A-Za-z0-9_-]+|sft_[A-Za-z0-9_-]+)$")  # views with a trajectory_id per row
 _ID = re.compile(r"^[0-9a-f]{1,64}$")
 _QUOTED = re.compile(r'"([^"]+)"')
 _MISSING = re.compile(r'(?:Table|View) with name "?([^"\s!]+)"? does not exist')
@@ -171,31 +171,26 @@ class LakeView:
         """Every dataset of the lake with one trajectory per row (pool, selections, SFT exports): its
         view, content id, kind, rows, distinct trajectories and manifest."""
         found = []
-        order = {"pool": 0, "selection": 1, "sft": 2}
-        for view in sorted(
-            (v for v in self.views if _DATASET.match(v)), key=lambda v: (order[v.split("_")[0]], _scale_order(v))
-        ):
-            kind = view.split("_")[0]
-            scale = view.split("_", 1)[1] if "_" in view else ""
-            directory = {
-                "pool": Lake(self.lake).pool,
-                "selection": Lake(self.lake).selection(scale),
-                "sft": Lake(self.lake).sft_export(scale),
-            }[kind]
-            manifest = read_manifest(directory)
-            counts = self._rows(f'SELECT count(*) AS n, count(DISTINCT trajectory_id) AS t FROM "{view}"')[0]
-            found.append(
-                {
-                    "view": view,
-                    "kind": {"sft": "export_sft"}.get(kind, kind),
-                    "scale": scale,
-                    "dataset_id": manifest.get("dataset_id") or f"pool-{manifest['version_id']}",
-                    "rows": counts["n"],
-                    "trajectories": counts["t"],
-                    "manifest": manifest,
-                    "directory": directory,
-                }
-            )
+        lake = Lake(self.lake)
+        for kind in (k for k in KINDS if k.per_trajectory):  # core/datasets.py: in the order declared
+            for scale, directory in sorted(kind.built(lake).items(), key=lambda sd: _scale_order(sd[0])):
+                view = kind.view.format(scale=scale)
+                if view not in self.views:
+                    continue
+                manifest = read_manifest(directory)
+                counts = self._rows(f'SELECT count(*) AS n, count(DISTINCT trajectory_id) AS t FROM "{view}"')[0]
+                found.append(
+                    {
+                        "view": view,
+                        "kind": kind.name,
+                        "scale": scale,
+                        "dataset_id": manifest.get("dataset_id") or f"pool-{manifest['version_id']}",
+                        "rows": counts["n"],
+                        "trajectories": counts["t"],
+                        "manifest": manifest,
+                        "directory": directory,
+                    }
+                )
         return found
 
     # --- running ---------------------------------------------------------------------------------
@@ -461,9 +456,8 @@ def _over(seconds: float) -> str:
     )
 
 
-def _scale_order(view: str) -> tuple[float, str]:
+def _scale_order(scale: str) -> tuple[float, str]:
     """Scales in size order (316 < 1k < 3k < 10k), by their number and suffix."""
-    scale = view.split("_", 1)[1] if "_" in view else ""
     m = re.match(r"^([0-9.]+)([kKmM]?)", scale)
     if not m:
         return (float("inf"), scale)
