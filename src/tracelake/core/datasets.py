@@ -40,10 +40,14 @@ class DatasetKind:
         check(bool(scale) or not self.per_scale, f"{self.name} is built per scale: which scale?")
         return f"{self.stage}@{scale}" if self.per_scale else self.stage
 
+    def home_of_every_scale(self, lake: Lake, _: str = "") -> Path:
+        """The directory that holds every built one (each scale's directory, or its own)."""
+        return self.home(lake, "x").parent if self.per_scale else self.home(lake, "")
+
     def built(self, lake: Lake) -> dict[str, Path]:
         """scale ('' for a kind not built per scale) -> the directory of each built one."""
         if self.per_scale:
-            return {d.name: d for d in built_children(self.home(lake, "x").parent)}
+            return {d.name: d for d in built_children(self.home_of_every_scale(lake))}
         directory = self.home(lake, "")
         return {"": directory} if is_built(directory) else {}
 

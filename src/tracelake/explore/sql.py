@@ -53,6 +53,7 @@ import orjson
 import pyarrow as pa
 
 from tracelake.core import assets
+from tracelake.core.datasets import KINDS
 from tracelake.core.errors import BadInput
 from tracelake.core.lake import Lake, built_children, is_built
 from tracelake.core.outputs import read_manifest
@@ -280,11 +281,8 @@ _HOME = {
 # view-name prefix -> its directory: a scale's own (selection_<scale>, sft_<scale>), or the directory
 # of every scale's for a dataset id (sel-…, sft-…, rl-…)
 _HOME_PREFIX = {
-    "selection_": Lake.selection,
-    "sft_": Lake.sft_export,
-    "sel-": lambda lake, _: lake.selections,
-    "sft-": lambda lake, _: lake.sft_exports,
-    "rl-": lambda lake, _: lake.rl_export,
+    **{k.view.split("{scale}")[0]: k.home for k in KINDS if k.per_scale},  # core/datasets.py
+    **{f"{k.id_prefix}-": k.home_of_every_scale for k in KINDS if k.id_prefix},
 }
 
 
