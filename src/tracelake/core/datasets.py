@@ -28,8 +28,11 @@ class DatasetKind:
     home: Callable[[Lake, str], Path]  # (lake, scale) -> its directory
     view: str  # its rows' view in `tracelake sql` and the viewer ({scale} for a kind built per scale)
     diff_name: str  # what `tracelake diff` calls a built one
+    table: str = ""  # the table of its rows (the view reads it); default: its view's name
+    also: tuple[str, ...] = ()  # other tables of its directory, each a view of that name when present
     shows: tuple[str, ...] | None = None  # the manifest's params the viewer shows (None: every one)
     per_trajectory: bool = True  # one trajectory per row: the viewer lists its rows (not the RL prompts)
+    built_from: str = ""  # the manifest's `inputs` key naming what it was built from (the viewer)
 
     @property
     def per_scale(self) -> bool:
@@ -53,7 +56,16 @@ class DatasetKind:
 
 
 KINDS: tuple[DatasetKind, ...] = (
-    DatasetKind("pool", "filter", None, lambda lake, _: lake.pool, view="pool", diff_name="pool"),
+    DatasetKind(
+        "pool",
+        "filter",
+        None,
+        lambda lake, _: lake.pool,
+        view="pool",
+        diff_name="pool",
+        also=("dropped",),
+        built_from="trajectories",
+    ),
     DatasetKind(
         "selection",
         "select",
@@ -61,6 +73,8 @@ KINDS: tuple[DatasetKind, ...] = (
         Lake.selection,
         view="selection_{scale}",
         diff_name="{scale}",
+        table="selection",
+        built_from="pool",
         shows=("score", "rows", "mix", "max_copies_per_trajectory", "unscored"),
     ),
     DatasetKind(
@@ -70,6 +84,8 @@ KINDS: tuple[DatasetKind, ...] = (
         Lake.sft_export,
         view="sft_{scale}",
         diff_name="sft-{scale}",
+        table="sft_rows",
+        built_from="selection_dataset",
         shows=("template", "mode", "thinking", "cutoff_len", "packing"),
     ),
     DatasetKind(
@@ -79,6 +95,7 @@ KINDS: tuple[DatasetKind, ...] = (
         lambda lake, _: lake.rl_export,
         view="rl_prompts",
         diff_name="rl",
+        also=("harbor_tasks", "rl_dropped"),
         per_trajectory=False,
     ),
 )

@@ -197,21 +197,17 @@ def _make_views(v: _Views, layout: Lake) -> None:
         ]
         v.register("funnel", pa.Table.from_pylist(rows))
         v.what["funnel"] = "lake/pool/manifest.json"
-    for scale, d in layout.built_selections().items():
-        manifest, tables = _finished(d)
-        v.dataset(f"selection_{scale}", manifest["dataset_id"], tables["selection"])
     export_rejects = []
-    for scale, d in layout.built_sft_exports().items():
-        manifest, tables = _finished(d)
-        v.dataset(f"sft_{scale}", manifest["dataset_id"], tables["sft_rows"])
-        export_rejects += tables.get("export_rejects", [])
-    if is_built(layout.rl_export):
-        manifest, tables = _finished(layout.rl_export)
-        v.dataset("rl_prompts", manifest["dataset_id"], tables["rl_prompts"])
-        v.add("harbor_tasks", tables["harbor_tasks"])
-        if "rl_dropped" in tables:  # an RL export built before curation applied to it has none
-            v.add("rl_dropped", tables["rl_dropped"])
-        export_rejects += tables.get("export_rejects", [])
+    for kind in KINDS:  # core/datasets.py: each dataset under its view and its id
+        if kind.id_prefix is None:  # the pool: its views above (the messages view reads it)
+            continue
+        for scale, d in kind.built(layout).items():
+            manifest, tables = _finished(d)
+            v.dataset(kind.view.format(scale=scale), manifest["dataset_id"], tables[kind.table or kind.view])
+            for name in kind.also:  # an RL export built before curation applied to it has no rl_dropped
+                if name in tables:
+                    v.add(name, tables[name])
+            export_rejects += tables.get("export_rejects", [])
     v.add("export_rejects", export_rejects)
 
 

@@ -48,12 +48,11 @@ def summaries(db: LakeView) -> list[dict[str, Any]]:
 
 def _built_from(d: dict[str, Any]) -> list[tuple[str | None, Any]]:
     """What a dataset was built from: (what, its content id) pairs."""
-    inputs = d["manifest"].get("inputs", {})
-    if d["kind"] == "selection":
-        return [("pool", inputs.get("pool"))]
-    if d["kind"] == "export_sft":
-        return [(None, inputs.get("selection_dataset"))]
-    return sorted(inputs.get("trajectories", {}).items())
+    key = dataset_kind(d["kind"]).built_from  # core/datasets.py: its manifest's inputs key
+    value = d["manifest"].get("inputs", {}).get(key)
+    if isinstance(value, dict):  # the pool: each source's trajectories version
+        return sorted(value.items())
+    return [(None if key.endswith("_dataset") else key, value)]
 
 
 def _params(d: dict[str, Any]) -> list[tuple[str, Any]]:
