@@ -1,7 +1,8 @@
 """The dataset kinds, each declared once: what a manifest's `kind` is, which stage builds it, where
 it lives in the lake, its id prefix, its SQL view, the name `diff` knows it by and the params the
-viewer shows. Lake.versions, freshness (`building_stage`), dataset ids, `tracelake status` and the
-viewer iterate over KINDS; an unknown kind is an error, never a fallback to another kind's answer.
+viewer shows, its tables and what it was built from. The diffable versions (`versions`), freshness
+(`building_stage`), dataset ids, `tracelake sql`'s dataset views and the viewer's datasets follow
+from KINDS; an unknown kind is an error, never a fallback to another kind's answer.
 
     pool        filter             <lake>/pool                    view pool              diff: pool
     selection   select@<scale>     <lake>/selections/<scale>      view selection_<scale>  diff: <scale>
