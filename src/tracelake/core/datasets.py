@@ -26,10 +26,10 @@ class DatasetKind:
     name: str  # the `kind` its manifest records
     stage: str  # the dvc.yaml stage that builds it (`<stage>@<scale>` for a kind built per scale)
     id_prefix: str | None  # its dataset ids' head (sel-1k-<hex>); None: named by its version (pool-<hex>)
-    home: Callable[[Lake, str], Path]  # (lake, scale) -> its directory
+    under: Callable[[Lake], Path]  # its directory; for a kind built per scale, the one holding each scale's
     view: str  # its rows' view in `tracelake sql` and the viewer ({scale} for a kind built per scale)
     diff_name: str  # what `tracelake diff` calls a built one
-    table: str = ""  # the table of its rows (the view reads it); default: its view's name
+    table: str  # the table of its rows (the view reads it)
     also: tuple[str, ...] = ()  # other tables of its directory, each a view of that name when present
     shows: tuple[str, ...] | None = None  # the manifest's params the viewer shows (None: every one)
     per_trajectory: bool = True  # one trajectory per row: the viewer lists its rows (not the RL prompts)
@@ -44,16 +44,15 @@ class DatasetKind:
         check(bool(scale) or not self.per_scale, f"{self.name} is built per scale: which scale?")
         return f"{self.stage}@{scale}" if self.per_scale else self.stage
 
-    def home_of_every_scale(self, lake: Lake, _: str = "") -> Path:
-        """The directory that holds every built one (each scale's directory, or its own)."""
-        return self.home(lake, "x").parent if self.per_scale else self.home(lake, "")
+    def home(self, lake: Lake, scale: str = "") -> Path:
+        """The directory of the one of this scale."""
+        return self.under(lake) / scale if self.per_scale else self.under(lake)
 
     def built(self, lake: Lake) -> dict[str, Path]:
         """scale ('' for a kind not built per scale) -> the directory of each built one."""
         if self.per_scale:
-            return {d.name: d for d in built_children(self.home_of_every_scale(lake))}
-        directory = self.home(lake, "")
-        return {"": directory} if is_built(directory) else {}
+            return {d.name: d for d in built_children(self.under(lake))}
+        return {"": self.under(lake)} if is_built(self.under(lake)) else {}
 
 
 KINDS: tuple[DatasetKind, ...] = (
@@ -61,9 +60,10 @@ KINDS: tuple[DatasetKind, ...] = (
         "pool",
         "filter",
         None,
-        lambda lake, _: lake.pool,
+        lambda lake: lake.pool,
         view="pool",
         diff_name="pool",
+        table="pool",
         also=("dropped",),
         built_from="trajectories",
     ),
@@ -71,7 +71,7 @@ KINDS: tuple[DatasetKind, ...] = (
         "selection",
         "select",
         "sel",
-        Lake.selection,
+        lambda lake: lake.selections,
         view="selection_{scale}",
         diff_name="{scale}",
         table="selection",
@@ -82,7 +82,7 @@ KINDS: tuple[DatasetKind, ...] = (
         "export_sft",
         "export_sft",
         "sft",
-        Lake.sft_export,
+        lambda lake: lake.sft_exports,
         view="sft_{scale}",
         diff_name="sft-{scale}",
         table="sft_rows",
@@ -93,9 +93,10 @@ KINDS: tuple[DatasetKind, ...] = (
         "export_rl",
         "export_rl",
         "rl",
-        lambda lake, _: lake.rl_export,
+        lambda lake: lake.rl_export,
         view="rl_prompts",
         diff_name="rl",
+        table="rl_prompts",
         also=("harbor_tasks", "rl_dropped"),
         per_trajectory=False,
     ),

@@ -67,11 +67,6 @@ class FilterRule:
     def sql_name(self) -> str:
         return self.query or re.sub(r"_v[0-9]+$", "", self.name)
 
-    @property
-    def keys(self) -> tuple[str, ...]:
-        """Every params key this rule reads, as params.yaml paths: its own first."""
-        return ((f"filter.{self.param.name}",) if self.param else ()) + self.reads
-
 
 def _max_tokens_needs_counts(p: Any) -> tuple[str, str] | None:
     if p.max_tokens is not None and not p.count_tokens:
@@ -225,23 +220,9 @@ RULES: tuple[FilterRule, ...] = (
 SHARED_KEYS = ("tokenizer", "count_tokens")
 
 
-def rule(name: str) -> FilterRule:
-    """The declared rule of that name (a one-line KeyError naming the rules otherwise)."""
-    for r in RULES:
-        if r.name == name:
-            return r
-    raise KeyError(f"no filter rule {name!r} (declared: {', '.join(r.name for r in RULES)})")
-
-
 def label(name: str) -> str:
     """The funnel header of a rule a manifest names; a rule no longer declared (an older pool) shows whole."""
     return next((r.label for r in RULES if r.name == name), name)
-
-
-def rule_keys() -> tuple[str, ...]:
-    """Every `filter.<key>` a rule reads, in rule order (the pool's params the viewer shows)."""
-    keys = [k.removeprefix("filter.") for r in RULES for k in r.keys if k.startswith("filter.")]
-    return tuple(dict.fromkeys(keys))
 
 
 # --- the docs' rule table ------------------------------------------------------------------------------

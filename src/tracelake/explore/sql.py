@@ -203,7 +203,7 @@ def _make_views(v: _Views, layout: Lake) -> None:
             continue
         for scale, d in kind.built(layout).items():
             manifest, tables = _finished(d)
-            v.dataset(kind.view.format(scale=scale), manifest["dataset_id"], tables[kind.table or kind.view])
+            v.dataset(kind.view.format(scale=scale), manifest["dataset_id"], tables[kind.table])
             for name in kind.also:  # an RL export built before curation applied to it has no rl_dropped
                 if name in tables:
                     v.add(name, tables[name])
@@ -278,7 +278,7 @@ _HOME = {
 # of every scale's for a dataset id (sel-…, sft-…, rl-…)
 _HOME_PREFIX = {
     **{k.view.split("{scale}")[0]: k.home for k in KINDS if k.per_scale},  # core/datasets.py
-    **{f"{k.id_prefix}-": k.home_of_every_scale for k in KINDS if k.id_prefix},
+    **{f"{k.id_prefix}-": lambda lake, _, k=k: k.under(lake) for k in KINDS if k.id_prefix},
 }
 
 

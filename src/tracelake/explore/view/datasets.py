@@ -10,7 +10,7 @@ import re
 from contextlib import ExitStack
 from typing import Any
 
-from tracelake.core.datasets import building_stage, dataset_kind
+from tracelake.core.datasets import ID_PREFIXES, building_stage, dataset_kind
 from tracelake.core.errors import BadInput
 from tracelake.core.lake import Lake, is_built
 from tracelake.core.outputs import read_manifest
@@ -52,7 +52,8 @@ def _built_from(d: dict[str, Any]) -> list[tuple[str | None, Any]]:
     value = d["manifest"].get("inputs", {}).get(key)
     if isinstance(value, dict):  # the pool: each source's trajectories version
         return sorted(value.items())
-    return [(None if key.endswith("_dataset") else key, value)]
+    names_itself = isinstance(value, str) and value.split("-", 1)[0] in ID_PREFIXES  # a dataset id: sel-1k-…
+    return [(None if names_itself else key, value)]
 
 
 def _params(d: dict[str, Any]) -> list[tuple[str, Any]]:
