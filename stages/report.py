@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tracelake.core.datasets import KINDS
+from tracelake.core.lake import Lake
 from tracelake.core.outputs import write_bytes
 from tracelake.core.stage import Context, Result, Stage
 from tracelake.curate.report import build_report, write_plots
@@ -48,7 +50,8 @@ STAGE = Stage(
     __doc__,
     run,
     params=("scales", "lake"),
-    deps=("${lake}/selections", "${lake}/pool", "${lake}/exports/sft"),  # the exports: their thinking counts
+    # each scale's datasets (core/datasets.py: every kind built per scale) and the pool's funnel
+    deps=(*(f"${{lake}}/{k.under(Lake('')).as_posix()}" for k in KINDS if k.per_scale), "${lake}/pool"),
     outs_uncached=(PAGE,),
     plots=PLOTS,
     metrics="metrics/report.json",

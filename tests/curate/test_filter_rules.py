@@ -59,7 +59,7 @@ def test_the_rules_a_recipe_runs_by_default_and_the_rl_exports_task_rules():
 
 def test_the_docs_table_is_written_from_the_declarations():
     text = (ROOT / "docs" / "curation.md").read_text()
-    assert filter_rules.with_docs_table(text) == text, (
+    assert filter_rules.DOCS.written_into(text) == text, (
         "docs/curation.md's rule table is not RULES': uv run python -m tracelake.curate.filter_rules "
         "--docs docs/curation.md"
     )

@@ -225,7 +225,7 @@ def test_dvc_experiment_names_are_revisions(ablation, tmp_path):
         os.chdir(here)
     assert '<tr class="version" data-kind="experiment"><td>experiment</td><td><code>six-turns</code>' in page
     assert 'href="/diff?a=six-turns%3A1k&amp;b=1k"' in page
-    assert "<h2>RL export</h2>" in page
+    assert "<h2>Datasets of tasks</h2>" in page
     # and `tracelake train` takes the experiment's dataset, as diff does (it refused `six-turns:1k`)
     trained = run_tracelake(work, "train", "sft", "--dataset", "six-turns:1k", "--dry-run")
     assert trained.returncode == 0, trained.stderr
@@ -667,4 +667,4 @@ def test_rl_export_diff_explains_each_task_by_its_curation_rule(sample_project, 
         re.fullmatch(r"rank \d+ of \d+ \(uniform, seed 0\): not among the 20 picked", r["detail"]) for r in removed
     )
     mixed = run_tracelake(repo, "diff", "rl", "sft-1k")
-    assert mixed.returncode != 0 and "an RL export (tasks) compares only with another RL export" in mixed.stderr
+    assert mixed.returncode != 0 and "a dataset of tasks compares only with another dataset of tasks" in mixed.stderr

@@ -23,7 +23,7 @@ def fresh_cells(status_out: str) -> dict[str, str]:
     """dataset id -> its fresh cell, from status's dataset tables."""
     cells = {}
     for line in status_out.splitlines():
-        m = re.match(r"^│ ((?:sel|sft)-\S+|sft \S+ +│ \S+|rl +│ \S+) +│ +(yes|STALE) ", line)
+        m = re.match(r"^│ ((?:sft-\S+|rl) +│ \S+|sel-\S+) +│ +(yes|STALE) ", line)
         if m:
             cells[m.group(1).split("│")[-1].strip()] = m.group(2)
     return cells

@@ -1,21 +1,20 @@
 """The dataset kinds, each declared once: what a manifest's `kind` is, which stage builds it, where
-it lives in the lake, its id prefix, its SQL view, the name `diff` knows it by and the params the
-viewer shows, its tables and what it was built from. The diffable versions (`versions`), freshness
-(`building_stage`), dataset ids, `tracelake sql`'s dataset views and the viewer's datasets follow
-from KINDS; an unknown kind is an error, never a fallback to another kind's answer.
-
-    pool        filter             <lake>/pool                    view pool              diff: pool
-    selection   select@<scale>     <lake>/selections/<scale>      view selection_<scale>  diff: <scale>
-    export_sft  export_sft@<scale> <lake>/exports/sft/<scale>     view sft_<scale>        diff: sft-<scale>
-    export_rl   export_rl          <lake>/exports/rl              view rl_prompts         diff: rl
+it lives in the lake, its id prefix, its SQL view, the name `diff` knows it by, the params the viewer
+shows, its tables, what it was built from and how `diff` reads and explains it. The diffable versions
+(`versions`), freshness (`building_stage`), dataset ids, `tracelake sql`'s dataset views, `diff`,
+`status`, the viewer's datasets, the report and the docs' table of kinds (docs/exploring.md:
+`python -m tracelake.core.datasets --docs docs/exploring.md`) follow from KINDS; an unknown kind is
+an error, never a fallback to another kind's answer.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from tracelake.core.doc_tables import DocTable
 from tracelake.core.errors import BadInput, Bug, check
 from tracelake.core.ids import dataset_label, matches_id_prefix
 from tracelake.core.lake import Lake, built_children, is_built
@@ -32,12 +31,33 @@ class DatasetKind:
     table: str  # the table of its rows (the view reads it)
     also: tuple[str, ...] = ()  # other tables of its directory, each a view of that name when present
     shows: tuple[str, ...] | None = None  # the manifest's params the viewer shows (None: every one)
-    per_trajectory: bool = True  # one trajectory per row: the viewer lists its rows (not the RL prompts)
+    per_trajectory: bool = True  # one trajectory per row (False: one task per row, keyed by task_id)
     built_from: str = ""  # the manifest's `inputs` key naming what it was built from (the viewer)
+    trained_by: str = ""  # a training dataset: `tracelake train <trained_by> --dataset` takes it (sft, rl)
+    # --- how `tracelake diff` reads and explains it (explore/diff.py) ---
+    diff_rows: str = ""  # sql/<diff_rows>.sql: one row per dataset row ($files: its rows table's files)
+    parent: str = ""  # the kind it was drawn from (same scale), whose lineage explains its moves
+    parent_input: str = ""  # the manifest's `inputs` key holding that parent's version id
+    dropped: str = ""  # its own table of dropped rows (key, rule, detail): what its filters dropped
+    rejects: str = ""  # its own table of rejected rows (reason, detail): what its export rejected
+    content_stage: str = "filter"  # the stage a changed row of it comes from
+    task_scores: str = ""  # sql/<task_scores>.sql reads each task's score from its rows table ($file)
+    # its manifest's params keys -> their params.yaml names where not `<stage>.<key>` (None: no param)
+    param_names: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def per_scale(self) -> bool:
         return "{scale}" in self.view
+
+    @property
+    def is_export(self) -> bool:
+        """A dataset the export renders for a trainer: `tracelake status` lists it with the exports."""
+        return self.content_stage == "export"
+
+    @property
+    def key(self) -> str:
+        """The column a row is known by across versions (the diff joins on it)."""
+        return "trajectory_id" if self.per_trajectory else "task_id"
 
     def building_stage(self, scale: str = "") -> str:
         """The dvc.yaml stage that builds the one of this scale (a kind not built per scale has one)."""
@@ -54,6 +74,20 @@ class DatasetKind:
             return {d.name: d for d in built_children(self.under(lake))}
         return {"": self.under(lake)} if is_built(self.under(lake)) else {}
 
+    def named(self, scale: str = "") -> str:
+        """What `tracelake diff` calls the one of this scale (pool, 1k, sft-1k, rl)."""
+        return self.diff_name.format(scale=scale)
+
+    def lake_of(self, directory: Path) -> tuple[Lake, str] | None:
+        """The lake a built one at `directory` belongs to, and its scale; None when it is not where
+        this kind lives (a copy elsewhere)."""
+        directory = Path(directory)
+        scale = directory.name if self.per_scale else ""
+        for root in directory.parents:
+            if self.home(Lake(root), scale) == directory:
+                return Lake(root), scale
+        return None
+
 
 KINDS: tuple[DatasetKind, ...] = (
     DatasetKind(
@@ -66,6 +100,8 @@ KINDS: tuple[DatasetKind, ...] = (
         table="pool",
         also=("dropped",),
         built_from="trajectories",
+        diff_rows="diff/rows_pool",
+        dropped="dropped",
     ),
     DatasetKind(
         "selection",
@@ -77,6 +113,11 @@ KINDS: tuple[DatasetKind, ...] = (
         table="selection",
         built_from="pool",
         shows=("score", "rows", "mix", "max_copies_per_trajectory", "unscored"),
+        diff_rows="diff/rows_selection",
+        parent="pool",
+        parent_input="pool",
+        task_scores="diff/scores_selection",
+        param_names={"mix": "mix", "scale": None, "rows": "scales.{scale}"},
     ),
     DatasetKind(
         "export_sft",
@@ -88,6 +129,19 @@ KINDS: tuple[DatasetKind, ...] = (
         table="sft_rows",
         built_from="selection_dataset",
         shows=("template", "mode", "thinking", "cutoff_len", "packing"),
+        trained_by="sft",
+        diff_rows="diff/rows_export_sft",
+        parent="selection",
+        parent_input="selection",
+        rejects="export_rejects",
+        content_stage="export",
+        param_names={
+            "export_sft": "export_sft",
+            "scale": None,
+            "cutoff_len": "train.sft.cutoff_len",
+            "template": "train.sft.template",
+            "special_tokens": "filter.special_tokens",
+        },
     ),
     DatasetKind(
         "export_rl",
@@ -99,6 +153,12 @@ KINDS: tuple[DatasetKind, ...] = (
         table="rl_prompts",
         also=("harbor_tasks", "rl_dropped"),
         per_trajectory=False,
+        trained_by="rl",
+        diff_rows="diff/rows_export_rl",
+        dropped="rl_dropped",
+        rejects="export_rejects",
+        content_stage="export",
+        param_names={"contaminated": "filter.contaminated", "near_duplicates": "filter.near_duplicates"},
     ),
 )
 ID_PREFIXES = tuple(k.id_prefix for k in KINDS if k.id_prefix)
@@ -129,7 +189,15 @@ def building_stage(kind: str, scale: str = "") -> str:
 
 def versions(lake: Lake) -> dict[str, Path]:
     """Every built dataset that `diff` compares, by its diff name (pool, <scale>, sft-<scale>, rl)."""
-    return {k.diff_name.format(scale=scale): d for k in KINDS for scale, d in k.built(lake).items()}
+    return {k.named(scale): d for k in KINDS for scale, d in k.built(lake).items()}
+
+
+def trained_kind(trainer: str) -> DatasetKind:
+    """The kind `tracelake train <trainer>` trains on (sft: the SFT export, rl: the RL export)."""
+    for k in KINDS:
+        if k.trained_by == trainer:
+            return k
+    raise Bug(f"no dataset kind is trained by {trainer!r}")
 
 
 def pick_dataset(ref: str, named: dict[str, str], what: str = "dataset", where: str = "") -> str:
@@ -147,3 +215,27 @@ def pick_dataset(ref: str, named: dict[str, str], what: str = "dataset", where: 
         known = ", ".join(f"{n} ({i})" if i else n for n, i in named.items()) or "nothing built"
         raise BadInput(f"no {what} {ref!r}{where} (known: {known})")
     return matches[0]
+
+
+def docs_table() -> str:
+    """The dataset kinds' table of docs/exploring.md: each kind, where it lives, its names."""
+    lines = [
+        "| kind | built by | in the lake | id | `tracelake sql` view | `tracelake diff` name | a row is |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for k in KINDS:
+        scale = "<scale>" if k.per_scale else ""
+        where = k.home(Lake("lake"), scale).as_posix() + "/"
+        ident = f"`{k.id_prefix}-<rows>-<hex>`" if k.id_prefix else f"`{k.name}-<version>`"
+        row = "a trajectory (a copy, where upsampled)" if k.per_trajectory else "a task"
+        lines.append(
+            f"| `{k.name}` | `{k.building_stage(scale)}` | `{where}` | {ident} | `{k.view.format(scale=scale)}` "
+            f"| `{k.named(scale)}` | {row} |"
+        )
+    return "\n".join(lines)
+
+
+DOCS = DocTable("dataset kinds", "tracelake.core.datasets", "docs/exploring.md", docs_table)
+
+if __name__ == "__main__":
+    sys.exit(DOCS.main())

@@ -125,3 +125,12 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     ):
         raise BadInput(f"{path} is not a tracelake manifest (no tables; rebuild the output: dvc repro)")
     return manifest
+
+
+def manifest_files(directory: Path, manifest: dict[str, Any], table: str) -> list[Path]:
+    """The files of one table of a built directory as its manifest names them: the table's one file,
+    or the Parquet files of the directory it names (a parted table's parts, an export's shards)."""
+    name = manifest["tables"][table]["file"]
+    if name.endswith("/"):
+        return sorted((Path(directory) / name).glob("*.parquet"))
+    return [Path(directory) / name]

@@ -18,14 +18,14 @@ Pure declarations: checking params imports this module, never the filter's code.
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Annotated, Any, Callable, Literal
 
 from pydantic import Field
+
+from tracelake.core.doc_tables import DocTable, cell
 
 
 @dataclass(frozen=True)
@@ -227,43 +227,18 @@ def label(name: str) -> str:
 
 # --- the docs' rule table ------------------------------------------------------------------------------
 
-BEGIN = "<!-- filter rules: written by `python -m tracelake.curate.filter_rules --docs docs/curation.md` -->"
-END = "<!-- end of filter rules -->"
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", r"\|")
-
 
 def docs_table() -> str:
     """The rule table of docs/curation.md: every rule in order, what it drops, its params, a detail."""
     lines = ["| rule | a row is dropped when | params | detail example |", "|---|---|---|---|"]
     for r in RULES:
-        params = [f"`filter.{r.param.name}` (default `{_cell(r.param.shown_default())}`)"] if r.param else []
+        params = [f"`filter.{r.param.name}` (default `{cell(r.param.shown_default())}`)"] if r.param else []
         params += [f"`{k}`" for k in r.reads]
-        lines.append(f"| `{r.name}` | {_cell(r.drops)} | {', '.join(params)} | `{_cell(r.detail)}` |")
+        lines.append(f"| `{r.name}` | {cell(r.drops)} | {', '.join(params)} | `{cell(r.detail)}` |")
     return "\n".join(lines)
 
 
-def with_docs_table(text: str) -> str:
-    """`text` (a Markdown file) with the block between BEGIN and END replaced by docs_table()."""
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < start:
-        raise ValueError(f"no rule table block ({BEGIN} ... {END})")
-    return text[: start + len(BEGIN)] + "\n" + docs_table() + "\n" + text[end:]
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="The filter rules, in order; --docs writes the table into a file.")
-    ap.add_argument("--docs", type=Path, help="rewrite the rule table block of this Markdown file")
-    args = ap.parse_args(argv)
-    if args.docs:
-        args.docs.write_text(with_docs_table(args.docs.read_text()))
-        print(f"{args.docs}: rule table written ({len(RULES)} rules)")
-    else:
-        print(docs_table())
-    return 0
-
+DOCS = DocTable("filter rules", "tracelake.curate.filter_rules", "docs/curation.md", docs_table)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(DOCS.main())

@@ -13,6 +13,7 @@ from typing import Any
 import duckdb
 
 from tracelake.core.assets import sql
+from tracelake.core.datasets import KINDS
 from tracelake.core.ids import dataset_label
 from tracelake.core.lake import Lake, is_built
 from tracelake.core.outputs import read_manifest
@@ -44,6 +45,7 @@ def build_report(lake: Path, scales: dict[str, int]) -> tuple[dict[str, Any], di
             **row,
             "rows_by_source": manifest["counts"]["rows_by_source"],
             "sft": sft_thinking(lake.sft_export(scale), manifest["dataset_id"]),
+            "built_from_it": built_from(lake, scale, manifest),
         }
         label = dataset_label(n)
         for plot, x, value in con.execute(sql("report_distributions"), binds).fetchall():
@@ -60,6 +62,19 @@ def build_report(lake: Path, scales: dict[str, int]) -> tuple[dict[str, Any], di
             plots["funnel"].append([rule, f["dropped"][rule], source])
         plots["funnel"].append(["kept", f["kept"], source])
     return metrics, plots
+
+
+def built_from(lake: Lake, scale: str, selection: dict[str, Any]) -> dict[str, str]:
+    """The datasets of this scale built from this selection (core/datasets.py: every kind whose parent
+    is the selection's kind), by their diff name: sft-1k -> its dataset id."""
+    out = {}
+    for kind in KINDS:
+        if kind.parent != selection["kind"] or not is_built(kind.home(lake, scale)):
+            continue
+        m = read_manifest(kind.home(lake, scale))
+        if m.get("inputs", {}).get(kind.parent_input) == selection["version_id"]:
+            out[kind.named(scale)] = m.get("dataset_id") or m["version_id"]
+    return out
 
 
 def sft_thinking(export: Path, selection_id: str) -> dict[str, Any] | None:

@@ -5,13 +5,14 @@
         b = resolve_version("fewer-turns:1k", stack)
         report = diff_versions(a, b)                     # plain data: see DIFF_FORMAT below
 
-A version is a built dataset directory with its manifest: the pool (`lake/pool`), a selection
-(`lake/selections/<scale>`), an SFT export (`lake/exports/sft/<scale>`) or the RL export
-(`lake/exports/rl`, named `rl`: its rows are tasks, keyed by task_id, and it compares only with
-another RL export; its own rl_dropped and export_rejects explain its moves). Each side is loaded into
-DuckDB as one row per dataset row (sql/diff/rows_<kind>.sql) and compared there by trajectory id
-(sql/diff/trajectories.sql); nothing loops over rows in Python. A trajectory that moved is explained
-from the other side's lineage, the pool and filters it was built from:
+A version is a built dataset directory with its manifest, of a kind declared in core/datasets.py
+(the pool, a scale's selection, its SFT export, the RL export): the kind names its rows' query
+(sql/diff/rows_<kind>.sql), what it was drawn from (its parent, walked to the pool), its own dropped
+and rejected rows, and the task scores its lineage was drawn by. A dataset of tasks (the RL export:
+keyed by task_id) compares only with another. Each side is loaded into DuckDB as one row per dataset
+row and compared there by trajectory id (sql/diff/trajectories.sql); nothing loops over rows in
+Python. A trajectory that moved is explained from the other side's lineage, the pool and filters it
+was built from:
   filter     dropped there by a filter rule (min_assistant_turns_v1, timeout_v1, ...)
   export     rejected there by the export (over_cutoff_len, ...)
   selection  in that side's pool but not selected (or selected with another number of copies); when
@@ -34,22 +35,14 @@ from typing import Any
 import duckdb
 
 from tracelake.core import assets
-from tracelake.core.datasets import KINDS as DATASET_KINDS
-from tracelake.core.datasets import pick_dataset, versions
+from tracelake.core.datasets import KINDS, DatasetKind, dataset_kind, pick_dataset, versions
 from tracelake.core.errors import BadInput
 from tracelake.core.lake import Lake, is_built
-from tracelake.core.outputs import read_manifest
+from tracelake.core.outputs import manifest_files, read_manifest
 from tracelake.core.revisions import split_spec, tree_at
 
 DIFF_FORMAT = "tracelake_diff_v1"
-KINDS = tuple(k.name for k in DATASET_KINDS)  # core/datasets.py
-SECTIONS = {
-    "pool": "filter",
-    "scores": "score",
-    "selection": "select",
-    "export_sft": "export_sft",
-    "export_rl": "export_rl",
-}
+SCORES = "scores"  # the task scores a lineage names (inputs.scores): params section `score`
 STATUSES = ("added", "removed", "reweighted", "changed", "unchanged")
 HIST_BINS = 24
 TOP_TASKS = 20
@@ -65,41 +58,45 @@ class Version:
     directory: Path  # where its files are (a temporary tree for a revision)
     path: str  # the directory as the user would name it (relative to the repository)
     manifest: dict[str, Any]
-    pool: Path | None = None  # the pool directory it was drawn from, when known
-    selection: Path | None = None  # the selection directory it is or was exported from, when known
-    lineage: dict[str, dict[str, Any]] = field(default_factory=dict)  # kind -> manifest
+    lineage: dict[str, dict[str, Any]] = field(default_factory=dict)  # kind -> manifest, itself first
+    homes: dict[str, Path] = field(default_factory=dict)  # kind -> directory, of its lineage found beside it
     notes: list[str] = field(default_factory=list)
+    scored: Path | None = None  # the directory whose rows carry the task scores it was drawn by, if known
 
     @property
     def kind(self) -> str:
         return self.manifest["kind"]
 
     @property
+    def declared(self) -> DatasetKind:
+        return dataset_kind(self.kind)
+
+    @property
+    def pool(self) -> Path | None:
+        """The directory of the filtered rows it was drawn from (the lineage kind with dropped rows
+        keyed by trajectory), when known."""
+        return next((d for k, d in self.homes.items() if _filtered(k)), None)
+
+    @property
     def dataset_id(self) -> str:
         return self.manifest.get("dataset_id") or f"pool-{self.manifest['version_id']}"
 
-    def files(self) -> list[str]:
-        """The Parquet files holding the dataset's rows."""
-        if self.kind == "pool":
-            return [str(self.directory / "pool.parquet")]
-        if self.kind == "selection":
-            return [str(self.directory / "selection.parquet")]
-        if self.kind == "export_rl":
-            return [str(self.directory / f) for f in self.manifest["counts"]["files"]["prompts"]]
-        return [str(self.directory / f) for f in self.manifest["counts"]["files"]]
+    def files(self, table: str = "") -> list[str]:
+        """The Parquet files holding the dataset's rows (or another table of its directory)."""
+        return [str(f) for f in manifest_files(self.directory, self.manifest, table or self.declared.table)]
 
     @property
     def lineage_known(self) -> bool:
         """Whether a row missing from this side, and not dropped or rejected there, is known to have
-        been missing from its input (its pool is known; an RL export's tasks are its input)."""
-        return self.pool is not None or self.kind == "export_rl"
+        been missing from its input (its pool is known; a dataset of tasks: the tasks are its input)."""
+        return self.pool is not None or not self.declared.per_trajectory
 
     @property
     def scorer(self) -> str | None:
         """The scorer its selection upsampled by (`select.score`), when that selection is known."""
-        if self.selection is None:
+        if self.scored is None:
             return None
-        return self.lineage.get("selection", {}).get("params", {}).get("score")
+        return read_manifest(self.scored).get("params", {}).get("score")
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -145,9 +142,10 @@ def resolve_version(spec: str, stack: ExitStack, lake: str = "lake", root: Path 
         base, sha = tree.root, tree.revision.sha
     directory = _find(base, lake, ref, spec)
     manifest = read_manifest(directory)
-    if manifest.get("kind") not in KINDS:
+    if manifest.get("kind") not in {k.name for k in KINDS}:
         raise BadInput(
-            f"{spec}: {ref} holds a {manifest.get('kind')!r} output; diff compares versions of {', '.join(KINDS)}"
+            f"{spec}: {ref} holds a {manifest.get('kind')!r} output; diff compares versions of "
+            f"{', '.join(k.name for k in KINDS)}"
         )
     path = str(directory.relative_to(base)) if directory.is_relative_to(base) else str(directory)
     version = Version(spec, rev, sha, directory, path, manifest)
@@ -160,28 +158,30 @@ def _under(path: str, lake: str) -> bool:
     return parts[: len(lake_parts)] == lake_parts
 
 
+def _filtered(kind: str) -> bool:
+    """A kind holding filtered trajectories with the rows its filters dropped (the pool)."""
+    k = dataset_kind(kind) if kind in {k.name for k in KINDS} else None
+    return k is not None and bool(k.dropped) and k.per_trajectory
+
+
 def _attach_lineage(v: Version) -> None:
-    """Find the pool (and selection, scores) a version was built from, beside it in the same lake,
-    and check by version id that they are the ones its manifest names."""
-    d = v.directory
+    """Walk what a version was drawn from (core/datasets.py: each kind's parent, in the same lake and
+    of the same scale), checking by version id that each is the one its manifest names; then the task
+    scores its lineage was drawn by."""
     v.lineage[v.kind] = v.manifest
-    if v.kind == "export_rl":  # <lake>/exports/rl: its own dropped tasks and rejects explain its moves
-        return
-    if v.kind == "pool":  # <lake>/pool, <lake>/selections/<scale>, <lake>/exports/sft/<scale>
-        v.pool = d
-        lake = Lake(d.parent)
-    elif v.kind == "selection":
-        lake = Lake(d.parent.parent)
-        v.selection = d
-        _link(v, lake.pool, "pool", v.manifest["inputs"].get("pool"))
-    else:
-        lake = Lake(d.parents[2])
-        sel = lake.selection(str(v.manifest["params"]["scale"]))
-        if _link(v, sel, "selection", v.manifest["inputs"].get("selection")):
-            _link(v, lake.pool, "pool", v.lineage["selection"]["inputs"].get("pool"))
-    scores = v.lineage.get("selection", {}).get("inputs", {}).get("scores")
-    if scores:
-        _link(v, lake.scores, "scores", scores, required=False)
+    v.homes[v.kind] = v.directory
+    kind, placed = v.declared, v.declared.lake_of(v.directory)
+    child = v.manifest
+    while placed is not None and kind.parent:
+        lake, scale = placed
+        parent = dataset_kind(kind.parent)
+        if not _link(v, parent.home(lake, scale), parent.name, child.get("inputs", {}).get(kind.parent_input)):
+            break
+        kind, child = parent, v.lineage[parent.name]
+    v.scored = next((v.homes[k] for k in v.homes if dataset_kind(k).task_scores), None)
+    scores = next((m["inputs"][SCORES] for m in v.lineage.values() if SCORES in m.get("inputs", {})), None)
+    if scores and placed is not None:
+        _link(v, placed[0].scores, SCORES, scores, required=False)
 
 
 def _link(v: Version, directory: Path, kind: str, version_id: str | None, required: bool = True) -> bool:
@@ -196,10 +196,8 @@ def _link(v: Version, directory: Path, kind: str, version_id: str | None, requir
             f"({version_id}); run `dvc repro` there: explanations may be off"
         )
     v.lineage[kind] = m
-    if kind == "pool":
-        v.pool = directory
-    elif kind == "selection":
-        v.selection = directory
+    if kind != SCORES:
+        v.homes[kind] = directory
     return True
 
 
@@ -214,101 +212,89 @@ def flat_params(v: Version) -> dict[str, Any]:
         else:
             out[prefix] = value
 
-    for kind in ("pool", "scores", "selection", "export_sft", "export_rl"):
-        if kind in v.lineage:
-            params = v.lineage[kind].get("params", {})
-            for key in sorted(params):
-                name = param_name(kind, key, params)
-                if name is not None:
-                    walk(name, params[key])
+    for kind, manifest in v.lineage.items():
+        params = manifest.get("params", {})
+        for key in sorted(params):
+            name = param_name(kind, key, params)
+            if name is not None:
+                walk(name, params[key])
     return out
 
 
-# A manifest's params key -> its name in params.yaml, where a stage records a param of another section
-# (or its foreach key): one name per param everywhere (None: not a param, e.g. the scale's own name).
-RENAMED = {
-    "selection": {"mix": "mix", "scale": None, "rows": "scales.{scale}"},
-    "export_sft": {
-        "export_sft": "export_sft",
-        "scale": None,
-        "cutoff_len": "train.sft.cutoff_len",
-        "template": "train.sft.template",
-        "special_tokens": "filter.special_tokens",
-    },
-    "export_rl": {"contaminated": "filter.contaminated", "near_duplicates": "filter.near_duplicates"},
-}
-
-
 def param_name(kind: str, key: str, params: dict[str, Any]) -> str | None:
-    """The params.yaml name of `key` in the params a `kind` output's manifest records."""
-    renamed = RENAMED.get(kind, {})
-    if key in renamed:
-        name = renamed[key]
+    """The params.yaml name of `key` in the params a `kind` output's manifest records: `<stage>.<key>`,
+    or the name its kind declares (core/datasets.py param_names) where the stage records a param of
+    another section or its foreach key (None: not a param, e.g. the scale's own name)."""
+    if kind == SCORES:
+        return f"score.{key}"
+    declared = dataset_kind(kind)
+    if key in declared.param_names:
+        name = declared.param_names[key]
         return None if name is None else name.format(scale=params.get("scale"))
-    return f"{SECTIONS[kind]}.{key}"
+    return f"{declared.stage}.{key}"
 
 
 def _load_side(con: duckdb.DuckDBPyConnection, side: str, v: Version) -> None:
-    """<side>_rows, <side>_pool, <side>_dropped, <side>_xrej, <side>_scores as DuckDB tables."""
+    """<side>_rows, <side>_pool, <side>_dropped, <side>_xrej, <side>_scores as DuckDB tables, each
+    keyed by the kind's key (trajectory_id, or task_id for a dataset of tasks) in `trajectory_id`."""
+    kind = v.declared
+    query = assets.sql(kind.diff_rows)
     params: dict[str, Any] = {"files": v.files()}
-    if v.kind == "selection":
+    if "$pool" in query:  # its rows' turns and tokens are the pool's
         if v.pool is None:
             raise BadInput(
-                f"{v.spec}: a selection needs the pool it was drawn from beside it (lake/pool) for turns and tokens"
+                f"{v.spec}: a {kind.name} needs the pool it was drawn from beside it ({kind.parent}) for turns and tokens"
             )
-        params["pool"] = str(v.pool / "pool.parquet")
+        params["pool"] = _files(v.pool)
     try:
-        con.execute(f"CREATE TABLE {side}_rows AS " + assets.sql(f"diff/rows_{v.kind}"), params)
+        con.execute(f"CREATE TABLE {side}_rows AS " + query, params)
     except duckdb.Error as e:
         raise BadInput(f"{v.spec}: cannot read its rows: {str(e).splitlines()[0]}") from None
     if v.pool is not None:
-        con.execute(
-            f"CREATE TABLE {side}_pool AS SELECT trajectory_id FROM read_parquet($f)",
-            {"f": str(v.pool / "pool.parquet")},
-        )
+        con.execute(f"CREATE TABLE {side}_pool AS SELECT trajectory_id FROM read_parquet($f)", {"f": _files(v.pool)})
     else:
         con.execute(f"CREATE TABLE {side}_pool (trajectory_id VARCHAR)")
-    dropped = v.pool / "dropped.parquet" if v.pool is not None else None
-    if v.kind == "export_rl" and (v.directory / "rl_dropped.parquet").is_file():
+    dropping = v.directory if kind.dropped else v.pool  # its own filters' drops, else its pool's
+    manifest = read_manifest(dropping) if dropping is not None else {"tables": {}}
+    dropped = dataset_kind(manifest["kind"]).dropped if dropping is not None else ""
+    if dropped in manifest["tables"]:
         con.execute(
-            f"CREATE TABLE {side}_dropped AS SELECT task_id AS trajectory_id, rule, detail FROM read_parquet($f)",
-            {"f": str(v.directory / "rl_dropped.parquet")},
-        )
-    elif dropped is not None and dropped.is_file():
-        con.execute(
-            f"CREATE TABLE {side}_dropped AS SELECT trajectory_id, rule, detail FROM read_parquet($f)",
-            {"f": str(dropped)},
+            f"CREATE TABLE {side}_dropped AS SELECT {kind.key} AS trajectory_id, rule, detail FROM read_parquet($f)",
+            {"f": [str(f) for f in manifest_files(dropping, manifest, dropped)]},
         )
     else:
         con.execute(f"CREATE TABLE {side}_dropped (trajectory_id VARCHAR, rule VARCHAR, detail VARCHAR)")
-    rejects = v.directory / "export_rejects.parquet"
-    if v.kind == "export_sft" and rejects.is_file():
+    if kind.rejects and kind.rejects in v.manifest["tables"]:  # a reject's item: its trajectory, or its task
+        item = "trajectory_id" if kind.per_trajectory else "item_id"
         con.execute(
-            f"""CREATE TABLE {side}_xrej AS SELECT trajectory_id, reason, detail FROM read_parquet($f)
-                        WHERE trajectory_id IS NOT NULL""",
-            {"f": str(rejects)},
-        )
-    elif v.kind == "export_rl" and rejects.is_file():  # an RL reject's item is its task
-        con.execute(
-            f"CREATE TABLE {side}_xrej AS SELECT item_id AS trajectory_id, reason, detail FROM read_parquet($f)",
-            {"f": str(rejects)},
+            f"""CREATE TABLE {side}_xrej AS SELECT {item} AS trajectory_id, reason, detail FROM read_parquet($f)
+                WHERE {item} IS NOT NULL""",
+            {"f": v.files(kind.rejects)},
         )
     else:
         con.execute(f"CREATE TABLE {side}_xrej (trajectory_id VARCHAR, reason VARCHAR, detail VARCHAR)")
-    if v.selection is not None:
+    if v.scored is not None:
+        scored = read_manifest(v.scored)
+        declared = dataset_kind(scored["kind"])
         try:
             con.execute(
-                f"CREATE TABLE {side}_scores AS " + assets.sql("diff/scores_selection"),
-                {"file": str(v.selection / "selection.parquet")},
+                f"CREATE TABLE {side}_scores AS " + assets.sql(declared.task_scores),
+                {"file": _files(v.scored)},
             )
             return
         except duckdb.Error as e:
             v.notes.append(
-                f"{v.spec}: cannot read the task scores of its selection ({str(e).splitlines()[0]}): "
-                f"selection moves are explained without them"
+                f"{v.spec}: cannot read the task scores of its {declared.name} ({str(e).splitlines()[0]}): "
+                f"{declared.name} moves are explained without them"
             )
-            v.selection = None
+            v.scored = None
     con.execute(f"CREATE TABLE {side}_scores (task_id VARCHAR, score DOUBLE)")
+
+
+def _files(directory: Path) -> list[str]:
+    """The files of the rows table of a built dataset directory."""
+    manifest = read_manifest(directory)
+    return [str(f) for f in manifest_files(directory, manifest, dataset_kind(manifest["kind"]).table)]
 
 
 def _rows(con: duckdb.DuckDBPyConnection, query: str, params: dict | None = None) -> list[dict[str, Any]]:
@@ -319,26 +305,26 @@ def _rows(con: duckdb.DuckDBPyConnection, query: str, params: dict | None = None
 
 def diff_versions(a: Version, b: Version) -> dict[str, Any]:
     """The whole comparison as plain data (JSON-ready)."""
-    if (a.kind == "export_rl") != (b.kind == "export_rl"):
+    ka, kb = a.declared, b.declared
+    if ka.per_trajectory != kb.per_trajectory:
         raise BadInput(
-            f"{a.spec} is {'an RL export' if a.kind == 'export_rl' else 'a ' + a.kind}, {b.spec} "
-            f"{'an RL export' if b.kind == 'export_rl' else 'a ' + b.kind}: an RL export (tasks) compares "
-            f"only with another RL export"
+            f"{a.spec} holds {_rows_of(ka)}, {b.spec} {_rows_of(kb)}: a dataset of tasks compares only with "
+            f"another dataset of tasks"
         )
     con = duckdb.connect()
     _load_side(con, "a", a)
     _load_side(con, "b", b)
     if a.kind != b.kind:  # contents of different kinds never compare equal: compare ids and copies only
         con.execute("UPDATE a_rows SET content = NULL; UPDATE b_rows SET content = NULL")
-    content_stage = "export" if {"export_sft", "export_rl"} & {a.kind, b.kind} else "filter"
-    scores_known = a.selection is not None and b.selection is not None
+    content_stage = "export" if "export" in (ka.content_stage, kb.content_stage) else ka.content_stage
+    scores_known = a.scored is not None and b.scored is not None
     con.execute(
         "CREATE TABLE traj AS " + assets.sql("diff/trajectories"),
         {
             "content_stage": content_stage,
             "a_lineage": a.lineage_known,
             "b_lineage": b.lineage_known,
-            "missing_rule": "not_in_tasks" if a.kind == "export_rl" else "not_in_trajectories",
+            "missing_rule": "not_in_trajectories" if ka.per_trajectory else "not_in_tasks",
             "scores_known": scores_known,
             "a_scorer": a.scorer,
             "b_scorer": b.scorer,
@@ -385,6 +371,10 @@ def diff_versions(a: Version, b: Version) -> dict[str, Any]:
     }
     con.close()
     return report
+
+
+def _rows_of(kind: DatasetKind) -> str:
+    return f"{'trajectories' if kind.per_trajectory else 'tasks'} ({kind.name})"
 
 
 def _scorers(a: Version, b: Version) -> dict[str, Any]:

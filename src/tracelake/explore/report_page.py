@@ -85,6 +85,7 @@ def _composition(metrics: dict[str, Any], plots: dict[str, list[list]], names: d
                 " / ".join(str(t) for t in turns),
                 " / ".join("–" if t is None else f"{t:,}" for t in tokens),
                 _thinking(m.get("sft")),
+                ", ".join(f"{escape(name)} <code>{escape(i)}</code>" for name, i in m.get("built_from_it", {}).items()),
             ]
         )
     table = _table(
@@ -98,6 +99,7 @@ def _composition(metrics: dict[str, Any], plots: dict[str, list[list]], names: d
             "assistant turns p10 / p50 / p90",
             "tokens p10 / p50 / p90",
             "SFT export: thinking, assistant turns with reasoning, empty &lt;think&gt; trained",
+            "built from it",
         ],
         rows,
         numeric={2, 3, 4, 5, 6, 7},

@@ -56,7 +56,7 @@ from tracelake.core import assets
 from tracelake.core.datasets import KINDS
 from tracelake.core.errors import BadInput
 from tracelake.core.lake import Lake, built_children, is_built
-from tracelake.core.outputs import read_manifest
+from tracelake.core.outputs import manifest_files, read_manifest
 from tracelake.core.swap import being_built, sweep
 from tracelake.core.ui import json_for_terminal, literal, literals, printable, terminal_console
 
@@ -131,8 +131,7 @@ def _finished(directory: Path) -> tuple[dict, dict[str, list[str]]]:
         raise _rebuilding(f"{directory / 'manifest.json'} vanished or is being written") from None
     tables = {}
     for name, info in manifest["tables"].items():
-        file = directory / info["file"]
-        files = [str(file)] if not info["file"].endswith("/") else sorted(str(p) for p in file.glob("*.parquet"))
+        files = [str(f) for f in manifest_files(directory, manifest, name)]
         counts = [_rows(f) for f in files]
         if None in counts or sum(counts) != info["rows"]:
             raise _rebuilding(f"{directory} is incomplete")
@@ -207,7 +206,7 @@ def _make_views(v: _Views, layout: Lake) -> None:
             for name in kind.also:  # an RL export built before curation applied to it has no rl_dropped
                 if name in tables:
                     v.add(name, tables[name])
-            export_rejects += tables.get("export_rejects", [])
+            export_rejects += tables.get(kind.rejects, []) if kind.rejects else []
     v.add("export_rejects", export_rejects)
 
 
@@ -272,7 +271,9 @@ _HOME = {
     **dict.fromkeys(("scores", "responses"), lambda lake: lake.scores),
     **dict.fromkeys(("task_clusters", "contamination"), lambda lake: lake.dedup),
     **dict.fromkeys(("pool", "dropped", "funnel"), lambda lake: lake.pool),
-    **dict.fromkeys(("rl_prompts", "harbor_tasks", "rl_dropped", "export_rejects"), lambda lake: lake.rl_export),
+    # a dataset kind not built per scale (core/datasets.py): its view and its other tables
+    **{name: k.under for k in KINDS if k.id_prefix and not k.per_scale for name in (k.view, *k.also)},
+    "export_rejects": lambda lake: lake.root / "exports",  # every export's rejects
 }
 # view-name prefix -> its directory: a scale's own (selection_<scale>, sft_<scale>), or the directory
 # of every scale's for a dataset id (sel-…, sft-…, rl-…)

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tracelake.core.assets import sql
-from tracelake.core.datasets import building_stage
+from tracelake.core.datasets import KINDS, building_stage
 from tracelake.core.errors import BadInput
 from tracelake.core.freshness import Freshness, pipeline_freshness
 from tracelake.core.lake import Lake, is_built, table_paths
@@ -125,7 +125,7 @@ def render_status(lake: Path, console: Console, fresh: bool = True) -> None:
         console.print(trajectory_overview(files))
     freshness = None
     layout = Lake(lake)
-    if fresh and project and (layout.built_selections() or layout.built_sft_exports()):
+    if fresh and project and any(k.built(layout) for k in KINDS if k.id_prefix):  # a dataset is built
         with console.status("asking dvc status whether each dataset is up to date ..."):
             freshness = pipeline_freshness(project)
     render_curation(lake, console, freshness)
@@ -228,12 +228,11 @@ def render_curation(lake: Path, console: Console, freshness: Freshness | None = 
 def render_exports(lake: Path, console: Console, freshness: Freshness | None = None) -> None:
     """One line per training dataset (lake/exports): its id, rows out of rows in, rejects, shards."""
     layout = Lake(lake)
-    exports = [
-        (f"sft {scale}", building_stage("export_sft", scale), read_manifest(d))
-        for scale, d in layout.built_sft_exports().items()
+    exports = [  # each training dataset kind (core/datasets.py), in the order declared
+        (k.named(scale), k.building_stage(scale), read_manifest(d), i)
+        for i, k in enumerate(k for k in KINDS if k.is_export)
+        for scale, d in k.built(layout).items()
     ]
-    if is_built(layout.rl_export):
-        exports.append(("rl", building_stage("export_rl"), read_manifest(layout.rl_export)))
     if not exports:
         return
     table = Table(title="training datasets (lake/exports): tracelake train sft|rl --dataset ID", title_justify="left")
@@ -250,20 +249,20 @@ def render_exports(lake: Path, console: Console, freshness: Freshness | None = N
     ):
         table.add_column(col, no_wrap=True, justify="right" if col in ("out", "in", "shards") else "left")
     counted = set()
-    for name, stage, m in sorted(exports, key=lambda e: (e[0] == "rl", e[2]["counts"].get("rows_in", 0))):
+    for name, stage, m, _ in sorted(exports, key=lambda e: (e[3], e[2]["counts"].get("rows_in", 0))):
         c = m["counts"]
         n_out, n_in = c.get("rows_out", c.get("tasks_out")), c.get("rows_in", c.get("tasks_in"))
-        rejected = ", ".join(f"{k} {v:,}" for k, v in c["rejected"].items() if v) or "none"
+        rejected = ", ".join(f"{k} {v:,}" for k, v in c.get("rejected", {}).items() if v) or "none"
         tokenizer = (m.get("inputs") or {}).get("tokenizer")
         counted.add(tokenizer)
         row = (
             name,
             m["dataset_id"],
             *([freshness.cell(stage)] if freshness else []),
-            f"{n_out:,}",
-            f"{n_in:,}",
+            f"{n_out:,}" if n_out is not None else "?",
+            f"{n_in:,}" if n_in is not None else "?",
             rejected,
-            c["shards"],
+            c.get("shards", ""),
             (tokenizer or "not counted")[:12],
             thinking_cell(c),
         )

@@ -46,7 +46,7 @@ from typing import Any, Protocol
 import orjson
 import yaml
 
-from tracelake.core.datasets import building_stage, pick_dataset
+from tracelake.core.datasets import pick_dataset, trained_kind
 from tracelake.core.envs import ENVIRONMENTS, env_command, env_program
 from tracelake.core.errors import BadInput, BadParams
 from tracelake.core.freshness import pipeline_freshness
@@ -154,10 +154,11 @@ class Plan:
 
 
 def _exports(params: Params, kind: str) -> dict[str, Path]:
-    lake = Lake(params.lake)
-    if kind == "rl":
-        return {"rl": lake.rl_export}
-    return {scale: lake.sft_export(scale) for scale in params.scales}
+    """What `tracelake train <kind>` may train on: each scale's export, or the one export (core/datasets.py)."""
+    lake, exports = Lake(params.lake), trained_kind(kind)
+    if exports.per_scale:
+        return {scale: exports.home(lake, scale) for scale in params.scales}
+    return {exports.named(): exports.home(lake)}
 
 
 def resolve_dataset(params: Params, kind: str, ref: str, stack: ExitStack | None = None) -> Dataset:
@@ -190,7 +191,8 @@ def resolve_dataset(params: Params, kind: str, ref: str, stack: ExitStack | None
 def _damaged(kind: str, key: str, export_dir: Path, what: str = "is missing") -> str:
     """An export directory that is there without a finished manifest: a build interrupted or damaged
     since (a manifest is written last: core/tables.py), not a dataset that was never built."""
-    stage = building_stage("export_sft", key) if kind == "sft" else building_stage("export_rl")
+    exports = trained_kind(kind)
+    stage = exports.building_stage(key if exports.per_scale else "")
     return (
         f"{export_dir.as_posix()}: its manifest.json {what}: the export is damaged or its build was "
         f"interrupted; run `dvc repro {stage}`"
@@ -737,7 +739,8 @@ def make_plan(
 
 def export_stage(ds: Dataset) -> str:
     """The dvc.yaml stage that builds a dataset's export."""
-    return building_stage("export_sft", ds.export_dir.name) if ds.kind == "sft" else building_stage("export_rl")
+    exports = trained_kind(ds.kind)
+    return exports.building_stage(ds.export_dir.name if exports.per_scale else "")
 
 
 def check_fresh(ds: Dataset, project: Path = Path(".")) -> str:

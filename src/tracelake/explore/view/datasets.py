@@ -10,9 +10,9 @@ import re
 from contextlib import ExitStack
 from typing import Any
 
-from tracelake.core.datasets import ID_PREFIXES, building_stage, dataset_kind
+from tracelake.core.datasets import ID_PREFIXES, KINDS, building_stage, dataset_kind
 from tracelake.core.errors import BadInput
-from tracelake.core.lake import Lake, is_built
+from tracelake.core.lake import Lake
 from tracelake.core.outputs import read_manifest
 from tracelake.core.revisions import recorded_versions
 from tracelake.explore.view.db import LakeView
@@ -23,13 +23,9 @@ SPEC_MAX = 200  # characters of a diff side (a name longer than a file name can 
 _REV = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/~^@{}-]*$")  # a git revision, never an option
 
 
-def diff_name(view: str) -> str:
-    """The `tracelake diff` name of a dataset view: pool, <scale> (a selection), sft-<scale>."""
-    if view.startswith("selection_"):
-        return view[len("selection_") :]
-    if view.startswith("sft_"):
-        return "sft-" + view[len("sft_") :]
-    return view
+def diff_name(d: dict[str, Any]) -> str:
+    """The `tracelake diff` name of a dataset of the lake (pool, <scale>, sft-<scale>: its kind's)."""
+    return dataset_kind(d["kind"]).named(d["scale"])
 
 
 def summaries(db: LakeView) -> list[dict[str, Any]]:
@@ -60,7 +56,7 @@ def _params(d: dict[str, Any]) -> list[tuple[str, Any]]:
     params = d["manifest"].get("params", {})
     keys = dataset_kind(d["kind"]).shows  # core/datasets.py; None: every param its manifest records
     shown = [(k, params[k]) for k in (sorted(params) if keys is None else keys) if k in params]
-    thoughts = d["manifest"].get("counts", {}).get("thinking") if d["kind"] == "export_sft" else None
+    thoughts = d["manifest"].get("counts", {}).get("thinking")  # an export rendered with think blocks
     if thoughts:  # the assistant turns by reasoning, and the empty think blocks trained (export/rendering.py)
         from tracelake.export.rendering import mostly_empty_thoughts
 
@@ -77,29 +73,35 @@ def fresh(db: LakeView, stage: str) -> str:
     return db.freshness.cell(stage)
 
 
-def rl_export(db: LakeView) -> dict[str, Any] | None:
-    """The RL export (task directories, not trajectories: no rows to list): what it holds and drops."""
-    directory = Lake(db.lake).rl_export
-    if not is_built(directory):
-        return None
-    m = read_manifest(directory)
-    c = m["counts"]
-    return {
-        "dataset_id": m["dataset_id"],
-        "tasks_in": c.get("tasks_in", 0),
-        "tasks_out": c.get("tasks_out", 0),
-        "per_source": {s: v.get("out", 0) for s, v in c.get("sources", {}).items()},
-        "dropped": [(rule, n) for rule, n in sorted(c.get("dropped", {}).items()) if n],
-        "rejected": [(why, n) for why, n in sorted(c.get("rejected", {}).items()) if n],
-        "tokenizer": (m.get("inputs") or {}).get("tokenizer"),
-        "fresh": fresh(db, building_stage("export_rl")),
-    }
+def task_datasets(db: LakeView) -> list[dict[str, Any]]:
+    """The datasets of tasks (core/datasets.py kinds with one task per row: the RL export's prompts and
+    task directories): no rows to list, so what each holds and drops."""
+    out = []
+    for kind in (k for k in KINDS if not k.per_trajectory):
+        for scale, directory in kind.built(Lake(db.lake)).items():
+            m = read_manifest(directory)
+            c = m["counts"]
+            out.append(
+                {
+                    "name": kind.named(scale),
+                    "kind": kind.name,
+                    "dataset_id": m["dataset_id"],
+                    "tasks_in": c.get("tasks_in", 0),
+                    "tasks_out": c.get("tasks_out", 0),
+                    "sources": {s: v.get("out", 0) for s, v in c.get("sources", {}).items()},
+                    "dropped": [(rule, n) for rule, n in sorted(c.get("dropped", {}).items()) if n],
+                    "rejected": [(why, n) for why, n in sorted(c.get("rejected", {}).items()) if n],
+                    "tokenizer": (m.get("inputs") or {}).get("tokenizer"),
+                    "fresh": fresh(db, kind.building_stage(scale)),
+                }
+            )
+    return out
 
 
 def versions(db: LakeView) -> list[dict[str, Any]]:
     """Other recorded versions (core/revisions.py's recorded_versions, from the working directory's
     repository), each with links that diff its datasets against this lake's."""
-    names = [diff_name(d["view"]) for d in db.datasets]
+    names = [diff_name(d) for d in db.datasets]
     out = []
     for r in recorded_versions("."):
         if not _REV.match(r.name):
@@ -127,7 +129,7 @@ def datasets_page(db: LakeView) -> str:
     for d in rows:
         per_source = {s["source"]: s["n"] for s in d["sources"]}
         before = previous.get(d["kind"])
-        previous[d["kind"]] = d["view"]
+        previous[d["kind"]] = diff_name(d)
         shown.append(
             {
                 **d,
@@ -135,8 +137,8 @@ def datasets_page(db: LakeView) -> str:
                 "per_source": [per_source.get(s, 0) for s in sources],
                 "built_from": _built_from(d),
                 "params": _params(d),
-                "before": diff_name(before) if before else None,
-                "diff_link": url("/diff", {"a": diff_name(before), "b": diff_name(d["view"])}) if before else None,
+                "before": before,
+                "diff_link": url("/diff", {"a": before, "b": diff_name(d)}) if before else None,
                 "fresh": fresh(db, building_stage(d["kind"], d["scale"])),
             }
         )
@@ -145,12 +147,22 @@ def datasets_page(db: LakeView) -> str:
         rows=shown,
         sources=sources,
         label=db.label,
-        rl=rl_export(db),
+        **_tasks(db),
         versions=versions(db),
         freshness=db.freshness_note,
         tokenizer=_counted_by(db),
         **_form(db, "", ""),
     )
+
+
+def _tasks(db: LakeView) -> dict[str, Any]:
+    """The values of the datasets of tasks' table: each one, a column per source of any of them."""
+    sets = task_datasets(db)
+    sources = sorted({s for t in sets for s in t["sources"]})
+    return {
+        "task_sets": [{**t, "per_source": [t["sources"].get(s, 0) for s in sources]} for t in sets],
+        "task_sources": sources,
+    }
 
 
 def _counted_by(db: LakeView) -> str | None:
@@ -164,7 +176,7 @@ def _counted_by(db: LakeView) -> str | None:
 
 def _form(db: LakeView, a: str, b: str) -> dict[str, Any]:
     """The values of templates/diff_form.html."""
-    return {"a": a, "b": b, "names": [diff_name(d["view"]) for d in db.datasets]}
+    return {"a": a, "b": b, "names": [diff_name(d) for d in db.datasets]}
 
 
 def check_spec(spec: str) -> str:

@@ -32,7 +32,7 @@ from typing import Any
 import duckdb
 
 from tracelake.core import assets
-from tracelake.core.datasets import KINDS
+from tracelake.core.datasets import KINDS, dataset_kind
 from tracelake.core.errors import BadInput
 from tracelake.core.freshness import Freshness, pipeline_freshness
 from tracelake.core.lake import Lake
@@ -419,10 +419,11 @@ class LakeView:
         return row
 
     def export_row(self, trajectory_id: str) -> dict[str, Any] | None:
-        """Its row in the smallest SFT export holding it (conversations, system, n_tokens) with that
-        export's `scale`, `dataset_id` and `template`; None when no export holds it."""
+        """Its row in the smallest training export of rendered conversations holding it (conversations,
+        system, n_tokens: the SFT export) with that export's `scale`, `dataset_id` and `template`; None
+        when no export holds it."""
         for d in self.datasets:
-            if d["kind"] != "export_sft":
+            if not dataset_kind(d["kind"]).is_export or not {"conversations", "system"} <= self._columns(d["view"]):
                 continue
             found = self._rows(
                 f'SELECT conversations, system, n_tokens FROM "{d["view"]}" WHERE trajectory_id = $id LIMIT 1',
@@ -436,6 +437,9 @@ class LakeView:
                     "template": d["manifest"].get("params", {}).get("template"),
                 }
         return None
+
+    def _columns(self, view: str) -> set[str]:
+        return {c[0] for c in self._execute(f'SELECT * FROM "{view}" LIMIT 0').description}
 
     def turn_tokens(self, messages: list[dict]) -> list[int] | None:
         """Each message's ChatML tokens (`<|im_start|>role\\n…<|im_end|>\\n`) with the pool's tokenizer: a
@@ -484,7 +488,8 @@ def _tokenizer(lake: Path):
     path = str(found)
     from tracelake.core.tokenizer import load_tokenizer, tokenizer_fingerprint
 
-    recorded = {read_manifest(d).get("inputs", {}).get("tokenizer") for d in Lake(lake).built_sft_exports().values()}
+    exports = [d for k in KINDS if k.is_export for d in k.built(Lake(lake)).values()]
+    recorded = {read_manifest(d).get("inputs", {}).get("tokenizer") for d in exports}
     recorded.discard(None)
     try:
         if recorded and tokenizer_fingerprint(path) not in recorded:  # not the one the lake was built with
