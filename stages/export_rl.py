@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 
 from tracelake.core.errors import BadParams
 from tracelake.core.lake import Lake
-from tracelake.core.stage import Context, Result, Stage
+from tracelake.core.stage import Context, Result, Stage, Streamed
 from tracelake.core.tables import read_table
 from tracelake.export.rl import RlSettings, export_rl
 
@@ -30,36 +30,46 @@ def run(ctx: Context) -> Result:
                 f"name one of score.scorers or score.imports"
             )
         scores = dict(zip(scored["task_id"].to_pylist(), scored["score"].to_pylist()))
-    counts = export_rl(
-        lake,
-        sources,
-        RlSettings.of(cfg),
-        tokenizer_path=cfg.tokenizer,
-        rows_per_shard=cfg.rows_per_shard,
-        params={
-            **p.section("export_rl"),
-            "contaminated": p.filter.contaminated,
-            "near_duplicates": p.filter.near_duplicates,
-        },
-        curation=p.filter,
-        pick=cfg.pick,
-        scores=scores,
+    export = Streamed(
+        lake.rl_export,
+        lambda tmp: export_rl(
+            tmp,
+            lake,
+            sources,
+            RlSettings.of(cfg),
+            tokenizer_path=cfg.tokenizer,
+            rows_per_shard=cfg.rows_per_shard,
+            params={
+                **p.section("export_rl"),
+                "contaminated": p.filter.contaminated,
+                "near_duplicates": p.filter.near_duplicates,
+            },
+            curation=p.filter,
+            pick=cfg.pick,
+            scores=scores,
+        ),
     )
-    rej = ", ".join(f"{k} {v}" for k, v in counts["rejected"].items() if v) or "none"
-    dropped = ", ".join(f"{k} {v}" for k, v in counts["dropped"].items() if v) or "none"
-    picked = f" (picked from {counts['picked']['from']} that pass)" if "picked" in counts else ""
-    lines = [
-        f"export_rl: {counts['dataset_id']}: {counts['tasks_out']} of {counts['tasks_in']} tasks{picked} from "
-        f"{len(sources)} source(s) in {counts['shards']} shard(s), dropped: {dropped}, rejected: {rej} "
-        f"-> {lake.rl_export}"
-    ]
-    if counts["prompt_only"]:
-        lines.append(
-            f"export_rl: {counts['prompt_only']} prompts have no task binary (tasks derived from trace "
-            f"tables), hence no row in the task table: their environment must come from elsewhere "
-            f"(export_rl.without_binary: reject, the default, leaves them out)"
-        )
-    return Result(metrics=counts, summary=lines)
+
+    def summary(manifests: list[dict]) -> list[str]:
+        counts = manifests[0]["counts"]
+        rej = ", ".join(f"{k} {v}" for k, v in counts["rejected"].items() if v) or "none"
+        dropped = ", ".join(f"{k} {v}" for k, v in counts["dropped"].items() if v) or "none"
+        picked = f" (picked from {counts['picked']['from']} that pass)" if "picked" in counts else ""
+        lines = [
+            f"export_rl: {counts['dataset_id']}: {counts['tasks_out']} of {counts['tasks_in']} tasks{picked} from "
+            f"{len(sources)} source(s) in {counts['shards']} shard(s), dropped: {dropped}, rejected: {rej} "
+            f"-> {lake.rl_export}"
+        ]
+        if counts["prompt_only"]:
+            lines.append(
+                f"export_rl: {counts['prompt_only']} prompts have no task binary (tasks derived from trace "
+                f"tables), hence no row in the task table: their environment must come from elsewhere "
+                f"(export_rl.without_binary: reject, the default, leaves them out)"
+            )
+        return lines
+
+    # the counts file is what the manifest counts
+    return Result([export], metrics=lambda manifests: manifests[0]["counts"], summary=summary)
 
 
 STAGE = Stage(

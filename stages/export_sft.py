@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tracelake.core.lake import Lake
-from tracelake.core.stage import Context, Result, Stage
+from tracelake.core.stage import Context, Manifest, Result, Stage, Streamed
 from tracelake.export.rendering import mostly_empty_thoughts
 from tracelake.export.sft import export_sft
 
@@ -32,35 +32,48 @@ def manifest_params(p: Any, scale: str) -> dict[str, Any]:
 def run(ctx: Context) -> Result:
     p, scale = ctx.params, ctx.key
     lake, sft = Lake(p.lake), p.train.sft
-    counts = export_sft(
-        lake,
-        scale,
-        list(p.sources),
-        p.export_sft,
-        sft,
-        params=manifest_params(p, scale),
-        token_cache=Path(p.tokenizer.cache),
-        special_tokens=p.filter.special_tokens,
-        executor=ctx.executor,
-    )
-    token_counts, pretokenized = counts.pop("token_counts"), counts.pop("pretokenized_line")
-    rej = ", ".join(f"{k} {v}" for k, v in sorted(counts["rejected"].items())) or "none"
-    lines = [
-        f"export_sft {scale}: {counts['dataset_id']}: {counts['rows_out']} of {counts['rows_in']} rows in "
-        f"{counts['shards']} shard(s), rejected: {rej}; merged messages in {counts['rows_merged']} rows "
-        f"-> {lake.sft_export(scale)}"
-    ]
-    if token_counts:
-        lines.append(f"export_sft {scale}: token counts: {token_counts}")
-    if pretokenized:
-        lines.append(f"export_sft {scale}: {pretokenized}")
-    lines.extend(thinking_lines(scale, counts["thinking"], sft.thinking, sft.template))
-    if not counts["length_checked"]:
-        lines.append(
-            f"export_sft {scale}: rows were not length-checked (export_sft.count_tokens: false): "
-            f"LLaMA-Factory cuts any row longer than cutoff_len {sft.cutoff_len} silently"
+    found: dict[str, Any] = {}  # the counts the export reports, once publish has written it
+
+    def write(tmp: Path) -> Manifest:
+        manifest, found["counts"] = export_sft(
+            tmp,
+            lake,
+            scale,
+            list(p.sources),
+            p.export_sft,
+            sft,
+            params=manifest_params(p, scale),
+            token_cache=Path(p.tokenizer.cache),
+            special_tokens=p.filter.special_tokens,
+            executor=ctx.executor,
         )
-    return Result(metrics=counts, summary=lines)
+        return manifest
+
+    def metrics(_: list[dict]) -> dict[str, Any]:
+        return {k: v for k, v in found["counts"].items() if k not in ("token_counts", "pretokenized_line")}
+
+    def summary(_: list[dict]) -> list[str]:
+        counts = found["counts"]
+        token_counts, pretokenized = counts["token_counts"], counts["pretokenized_line"]
+        rej = ", ".join(f"{k} {v}" for k, v in sorted(counts["rejected"].items())) or "none"
+        lines = [
+            f"export_sft {scale}: {counts['dataset_id']}: {counts['rows_out']} of {counts['rows_in']} rows in "
+            f"{counts['shards']} shard(s), rejected: {rej}; merged messages in {counts['rows_merged']} rows "
+            f"-> {lake.sft_export(scale)}"
+        ]
+        if token_counts:
+            lines.append(f"export_sft {scale}: token counts: {token_counts}")
+        if pretokenized:
+            lines.append(f"export_sft {scale}: {pretokenized}")
+        lines.extend(thinking_lines(scale, counts["thinking"], sft.thinking, sft.template))
+        if not counts["length_checked"]:
+            lines.append(
+                f"export_sft {scale}: rows were not length-checked (export_sft.count_tokens: false): "
+                f"LLaMA-Factory cuts any row longer than cutoff_len {sft.cutoff_len} silently"
+            )
+        return lines
+
+    return Result([Streamed(lake.sft_export(scale), write)], metrics=metrics, summary=summary)
 
 
 def thinking_lines(scale: str, t: dict, thinking: str, template: str) -> list[str]:

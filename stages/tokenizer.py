@@ -9,25 +9,28 @@ from __future__ import annotations
 from pathlib import Path
 
 from tracelake.core.model_tokenizer import copy_tokenizer, resolve
-from tracelake.core.outputs import output_dir
-from tracelake.core.stage import Context, Result, Stage
-from tracelake.core.tokenizer import build_tokenizer, tokenizer_fingerprint
+from tracelake.core.stage import Context, Result, Stage, Streamed
+from tracelake.core.tokenizer import tokenizer_fingerprint, tokenizer_output
 
 
 def run(ctx: Context) -> Result:
     p = ctx.params.tokenizer
     if p.source == "builtin":
-        out = build_tokenizer(Path(p.out), vocab_size=p.vocab_size)
-        return Result(summary=[f"tokenizer: byte-level BPE, vocab {p.vocab_size} -> {out}"])
+        out = tokenizer_output(Path(p.out), vocab_size=p.vocab_size)
+        return Result([out], summary=[f"tokenizer: byte-level BPE, vocab {p.vocab_size} -> {out.path}"])
     model = ctx.params.train.sft.model
     found = resolve(model)
-    with output_dir(Path(p.out)) as tmp:
-        copied = copy_tokenizer(found, model, tmp)
+    copied: list[str] = []
+
+    def write(tmp: Path) -> None:
+        copied.extend(copy_tokenizer(found, model, tmp))
+
     return Result(
-        summary=[
+        [Streamed(Path(p.out), write)],
+        summary=lambda _: [
             f"tokenizer: {model}'s ({found.how}, {len(copied)} files, sha256 "
             f"{tokenizer_fingerprint(p.out)[:12]}) -> {p.out}"
-        ]
+        ],
     )
 
 

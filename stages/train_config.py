@@ -6,15 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from tracelake.core.lake import Lake
-from tracelake.core.stage import Context, Result, Stage
+from tracelake.core.stage import Context, Result, Stage, Streamed
 from tracelake.export.train_config import RL_FILE, write_train_configs
 
 
 def run(ctx: Context) -> Result:
     p = ctx.params
     out = Path(p.train.configs)
-    write_train_configs(out, Lake(p.lake), list(p.scales), p.train, p.export_rl)
-    return Result(summary=[f"train_config: {len(p.scales)} SFT config(s) and {RL_FILE} -> {out}"])
+    configs = Streamed(out, lambda tmp: write_train_configs(tmp, Lake(p.lake), list(p.scales), p.train, p.export_rl))
+    return Result([configs], summary=[f"train_config: {len(p.scales)} SFT config(s) and {RL_FILE} -> {out}"])
 
 
 STAGE = Stage(

@@ -13,6 +13,7 @@ import pytest
 from stages.export_sft import manifest_params
 from tracelake.core.executor import Executor
 from tracelake.core.lake import Lake
+from tracelake.core.stage import Streamed, write_output
 from tracelake.export import sft as sft_module
 from tracelake.params import load_params
 
@@ -43,8 +44,11 @@ def export(built, executor: Executor, cache) -> tuple[str, dict[str, int]]:
     project, p, root, _ = built
     sft = p.train.sft
     lake = Lake("lake")  # relative, as in the project: dataset_info.yaml names the shards by this path
-    with contextlib.chdir(root):
-        counts = sft_module.export_sft(
+    found = {}
+
+    def write(tmp):
+        manifest, found["counts"] = sft_module.export_sft(
+            tmp,
             lake,
             SCALE,
             list(p.sources),
@@ -55,6 +59,11 @@ def export(built, executor: Executor, cache) -> tuple[str, dict[str, int]]:
             special_tokens=p.filter.special_tokens,
             executor=executor,
         )
+        return manifest
+
+    with contextlib.chdir(root):
+        write_output(Streamed(lake.sft_export(SCALE), write))
+    counts = found["counts"]
     line = counts["token_counts"]
     recalled = int(re.search(r"([\d,]+) renderings counted before", line).group(1).replace(",", ""))
     texts = int(re.search(r"([\d,]+) texts", line).group(1).replace(",", ""))

@@ -181,3 +181,54 @@ def test_check_survives_python_O():
     )
     proc = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "bug: arithmetic", proc.stdout + proc.stderr
+
+
+# The modules that may open an output directory: publish's own (core/stage.py write_output) and the
+# directory builder it uses; and the writers of directories that are no stage's output.
+OPENS_OUTPUT_DIRS = {
+    "src/tracelake/core/outputs.py": "output_dir itself",
+    "src/tracelake/core/stage.py": "publish: write_output writes every stage output",
+    "src/tracelake/export/task_dirs.py": "`tracelake train rl` extracts a run's task directories under train.runs",
+    "src/tracelake/ingest/task_archive.py": "extracts one task archive into a directory its caller names",
+}
+
+
+def _calls(tree: ast.AST, names: set[str]) -> list[ast.Call]:
+    """The calls of a function named one of `names`, as `name(...)` or `module.name(...)`."""
+    return [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        and (
+            (isinstance(n.func, ast.Name) and n.func.id in names)
+            or (isinstance(n.func, ast.Attribute) and n.func.attr in names)
+        )
+    ]
+
+
+def test_only_publish_opens_an_output_directory():
+    """The stage contract (core/stage.py): every stage output is written by publish, as an Output or a
+    Streamed one, so no stage and no library function opens an output directory (`output_dir`) or
+    writes a manifest (`write_manifest`) itself."""
+    files = [*sorted(PACKAGE.rglob("*.py")), *sorted((ROOT / "stages").glob("*.py"))]
+    found = []
+    for p in files:
+        rel = p.relative_to(ROOT).as_posix()
+        tree = ast.parse(p.read_text())
+        if rel not in OPENS_OUTPUT_DIRS:
+            found += [f"{rel}:{c.lineno} output_dir" for c in _calls(tree, {"output_dir"})]
+        if rel != "src/tracelake/core/stage.py":
+            found += [f"{rel}:{c.lineno} write_manifest" for c in _calls(tree, {"write_manifest"})]
+    assert not found, "outside publish (return an Output or a Streamed output): " + ", ".join(found)
+
+
+def test_the_rule_sees_an_output_dir_call():
+    """The rule above finds both spellings of the call."""
+    tree = ast.parse(
+        "from tracelake.core import outputs\n"
+        "from tracelake.core.outputs import output_dir\n"
+        "with output_dir(p) as tmp:\n    pass\n"
+        "with outputs.output_dir(p) as tmp:\n    pass\n"
+        "config = {'output_dir': 'runs'}\n"
+    )
+    assert [c.lineno for c in _calls(tree, {"output_dir"})] == [3, 5]

@@ -7,14 +7,17 @@ through one entry point (`python -m stages NAME [KEY]`), which loads the declare
 `publish` is the one place that writes a stage's output directories (atomically: core/swap.py),
 their tables (through the declared schemas), their manifests (last), the stage's counts file and
 its headline (the DVC metrics file), and its summary lines. A stage's own code never opens an output
-directory. Library functions that stream large tables while they read (ingest, the exports) write
-through the same `output_dir` and `write_manifest` from core/tables.py, and return their counts in
-the `Result`.
+directory, and neither does a library function: an output is either an `Output` (its tables' rows,
+which publish writes) or a `Streamed` one, whose `write(tmp)` fills the temporary directory publish
+opened (a library function that writes large tables while it reads: ingest, the exports; or plain
+files: the tokenizer, the training configs) and returns the `Manifest` publish then writes (None: a
+directory without one). `write_output` is publish's writing of one output; a library function run
+on its own (`tracelake ingest`, a test) writes its directory through it too.
 
     @dataclass  Stage(name, doc, run, params=("filter", ...), deps=("${lake}/trajectories", ...),
                       outs=("${lake}/pool",), metrics="metrics/filter.json",
                       headline=lambda counts: {"in": ..., "out": ..., "dropped": ...}, foreach=None)
-    run(ctx: Context) -> Result(outputs=[Output(...)], metrics=..., summary=...)
+    run(ctx: Context) -> Result(outputs=[Output(...) | Streamed(path, write)], metrics=..., summary=...)
 """
 
 from __future__ import annotations
@@ -67,15 +70,43 @@ class Output:
     dataset: tuple[str, int] | None = None
 
 
+@dataclass
+class Manifest:
+    """What the manifest of a `Streamed` output records, as its write found it (publish writes it, last):
+    `tables` as their writers closed them (core/tables.py TableInfo), `dataset_id` its content-addressed
+    name where it is a dataset."""
+
+    kind: str
+    tables: list[Any]
+    inputs: dict[str, Any]
+    params: dict[str, Any]
+    formulas: dict[str, str]
+    counts: dict[str, Any]
+    dataset_id: str | None = None
+
+
+@dataclass
+class Streamed:
+    """One output directory whose files a library function writes: tables too large to hold, written
+    while it reads (ingest, the exports), or plain files (the tokenizer, the training configs).
+    publish opens the directory, calls `write(tmp)` to fill its temporary version, writes the
+    `Manifest` it returns (None: a directory without a manifest) and swaps it in. What else the write
+    learns (counts, lines) the stage keeps from the call, its `metrics` and `summary` then callables."""
+
+    path: Path
+    write: Callable[[Path], Manifest | None]
+
+
 Lines = Union[list[str], Callable[[list[dict]], list[str]]]
 
 
 @dataclass
 class Result:
     """What a run returns. `metrics` (the stage's metrics file) and `summary` (lines printed after the
-    run) may be callables of the published manifests, in the order of `outputs`."""
+    run) may be callables of the published manifests, in the order of `outputs` (None for a directory
+    without one)."""
 
-    outputs: list[Output] = field(default_factory=list)
+    outputs: list[Output | Streamed] = field(default_factory=list)
     metrics: Any = None
     summary: Lines = field(default_factory=list)
 
@@ -143,38 +174,12 @@ def headline_of(stage: Stage, metrics: Any) -> dict[str, Any]:
     return head
 
 
-def publish(stage: Stage, result: Result, key: str | None = None) -> list[dict]:
-    """Write the result: each output directory whole (tables, then the manifest, then the swap), the
-    counts file and its headline (the DVC metrics file), the summary lines. Returns the manifests
-    written."""
-    from tracelake.core.datasets import dataset_id
-    from tracelake.core.outputs import output_dir, write_json, write_manifest
-    from tracelake.core.tables import TableWriter
+def publish(stage: Stage, result: Result, key: str | None = None) -> list[dict | None]:
+    """Write the result: each output directory whole (`write_output`), the counts file and its
+    headline (the DVC metrics file), the summary lines. Returns the manifests written."""
+    from tracelake.core.outputs import write_json
 
-    manifests = []
-    for out in result.outputs:
-        with output_dir(out.path) as tmp:
-            infos = []
-            for table in out.tables:
-                writer = TableWriter(tmp, table.schema)
-                _write_rows(writer, table.rows)
-                infos.append(writer.close())
-            name, counts = None, out.counts
-            if out.dataset:
-                name = dataset_id(out.dataset[0], out.dataset[1], infos[0].version_id)
-                counts = {"dataset_id": name, **counts}
-            manifests.append(
-                write_manifest(
-                    tmp,
-                    kind=out.kind,
-                    tables=infos,
-                    inputs=out.inputs,
-                    params=out.params,
-                    formulas=out.formulas,
-                    counts=counts,
-                    dataset_id=name,
-                )
-            )
+    manifests = [write_output(out) for out in result.outputs]
     if stage.metrics:
         metrics = result.metrics(manifests) if callable(result.metrics) else result.metrics
         path = Path(stage.metrics.replace("${key}", key or ""))
@@ -187,6 +192,45 @@ def publish(stage: Stage, result: Result, key: str | None = None) -> list[dict]:
     for line in result.summary(manifests) if callable(result.summary) else result.summary:
         print(line)
     return manifests
+
+
+def write_output(out: Output | Streamed) -> dict | None:
+    """One output directory, whole: a fresh temporary directory (core/outputs.py output_dir), its
+    tables (an `Output`'s rows through their schemas, or what a `Streamed` output's write puts
+    there), then its manifest, then the swap into place; on any failure the previous version stays.
+    Returns the manifest written (None: a streamed directory without one)."""
+    from tracelake.core.outputs import output_dir, write_manifest
+
+    with output_dir(out.path) as tmp:
+        found = out.write(tmp) if isinstance(out, Streamed) else _write_tables(tmp, out)
+        if found is None:
+            return None
+        return write_manifest(
+            tmp,
+            kind=found.kind,
+            tables=found.tables,
+            inputs=found.inputs,
+            params=found.params,
+            formulas=found.formulas,
+            counts=found.counts,
+            dataset_id=found.dataset_id,
+        )
+
+
+def _write_tables(tmp: Path, out: Output) -> Manifest:
+    from tracelake.core.datasets import dataset_id
+    from tracelake.core.tables import TableWriter
+
+    infos = []
+    for table in out.tables:
+        writer = TableWriter(tmp, table.schema)
+        _write_rows(writer, table.rows)
+        infos.append(writer.close())
+    name, counts = None, out.counts
+    if out.dataset:
+        name = dataset_id(out.dataset[0], out.dataset[1], infos[0].version_id)
+        counts = {"dataset_id": name, **counts}
+    return Manifest(out.kind, infos, out.inputs, out.params, out.formulas, counts, dataset_id=name)
 
 
 RUNS = Path(".tracelake/runs")  # one record per stage run: where it ran (never an output)

@@ -23,7 +23,7 @@ from pathlib import Path
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from tracelake.core.errors import BadInput, BadParams
-from tracelake.core.outputs import output_dir
+from tracelake.core.stage import Streamed, write_output
 
 TOKEN_COUNT_RULE = "chatml_tokens_v1"
 SPECIAL_TOKENS = (
@@ -132,20 +132,27 @@ def train_bpe(
 
 
 def build_tokenizer(out_dir: Path, vocab_size: int = 4096) -> Path:
-    """Train the built-in byte-level BPE and write it as an HF tokenizer directory at `out_dir`.
+    """Train the built-in byte-level BPE and write it as an HF tokenizer directory at `out_dir`
+    (`tokenizer_output`, written whole: `out_dir` is either the old directory or the complete new
+    one). Returns `out_dir`."""
+    out_dir = Path(out_dir)
+    write_output(tokenizer_output(out_dir, vocab_size))
+    return out_dir
 
-    `vocab_size` is an upper bound: training stops early when the small corpus has no pairs
-    left to merge. The directory is built with `lake.output_dir`, so `out_dir` is either the old
-    directory or the complete new one. Returns `out_dir`.
-    """
+
+def tokenizer_output(out_dir: Path, vocab_size: int = 4096) -> Streamed:
+    """The built-in byte-level BPE's HF tokenizer directory at `out_dir`, as a stage output (the stage
+    `tokenizer` publishes it; plain files, no manifest). `vocab_size` is an upper bound: training stops
+    early when the small corpus has no pairs left to merge."""
     out_dir = Path(out_dir)
     if vocab_size < len(SPECIAL_TOKENS) + 256:
         raise BadParams(f"vocab_size must be at least {len(SPECIAL_TOKENS) + 256}: {vocab_size}")
     if out_dir.exists() and not out_dir.is_dir():
         raise BadParams(f"{out_dir} exists and is not a directory; pick another tokenizer path")
-    tok = train_bpe(_CORPUS, vocab_size)
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    with output_dir(out_dir) as tmp:
+
+    def write(tmp: Path) -> None:
+        tok = train_bpe(_CORPUS, vocab_size)
+        tok.post_processor = processors.ByteLevel(trim_offsets=False)
         (tmp / "tokenizer.json").write_text(tok.to_str(pretty=True) + "\n", encoding="utf-8")
         specials = {"eos_token": EOS_TOKEN, "pad_token": PAD_TOKEN, "additional_special_tokens": list(SPECIAL_TOKENS)}
         _write_json(tmp / "special_tokens_map.json", specials)
@@ -162,7 +169,8 @@ def build_tokenizer(out_dir: Path, vocab_size: int = 4096) -> Path:
                 "add_prefix_space": False,
             },
         )
-    return out_dir
+
+    return Streamed(out_dir, write)
 
 
 def tokenizer_file(path: Path | str) -> Path:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 import duckdb
@@ -44,8 +45,9 @@ from tracelake.core.datasets import dataset_id
 from tracelake.core.duckdb_views import connect, input_versions
 from tracelake.core.errors import BadInput, check
 from tracelake.core.lake import Lake
-from tracelake.core.outputs import output_dir, read_manifest, write_manifest
+from tracelake.core.outputs import read_manifest
 from tracelake.core.schema import load_schema
+from tracelake.core.stage import Manifest
 from tracelake.core.tables import ShardWriter, TableWriter
 from tracelake.core.tokenizer import load_tokenizer, render_chatml, tokenizer_fingerprint
 from tracelake.core.ui import progress
@@ -294,6 +296,7 @@ def exportable(
 
 
 def export_rl(
+    tmp: Path,
     lake: Lake,
     sources: list[str],
     settings: RlSettings,
@@ -304,13 +307,13 @@ def export_rl(
     curation: FilterParams,
     pick: RlPickParams | None = None,
     scores: dict[str, float] | None = None,
-) -> dict[str, Any]:
-    """Every task of `sources` -> <lake>/exports/rl/ (prompts, Harbor task table, the tasks left out
-    with their rule, rejects, manifest). `curation`: the filter params whose task-level rules apply
-    (`curated_out`: contaminated and near-duplicate tasks, with the dedup stage's output). `pick`
-    (export_rl.pick, rl_pick.py) then bounds the rest by `scores` (task_id -> the pick's scorer's
-    score) and keeps N of those that can run. Returns the counts (dataset id, shards,
-    in/out/dropped/rejected, files) that the manifest records."""
+) -> Manifest:
+    """Every task of `sources` -> `tmp`, the temporary directory publish opened for <lake>/exports/rl/
+    (prompts, Harbor task table, the tasks left out with their rule, rejects). `curation`: the filter
+    params whose task-level rules apply (`curated_out`: contaminated and near-duplicate tasks, with the
+    dedup stage's output). `pick` (export_rl.pick, rl_pick.py) then bounds the rest by `scores`
+    (task_id -> the pick's scorer's score) and keeps N of those that can run. Returns the manifest
+    (publish writes it), its counts the dataset id, shards, in/out/dropped/rejected and files."""
     con = connect(lake.root, sources, tables=("tasks",))
     attach_dedup(con, lake)
     left_out = curated_out(con, curation)
@@ -328,87 +331,84 @@ def export_rl(
             pool_size = len(pool)
             left_out |= picked_out(pool, scores or {}, pick)
     out = lake.rl_export
-    with output_dir(out) as tmp:
-        with (
-            ShardWriter(tmp / "prompts", load_schema("rl_prompts"), rows_per_shard) as prompts,
-            ShardWriter(tmp / "tasks", load_schema("harbor_tasks"), rows_per_shard, row_group_size=BATCH) as harbor,
-            progress("export_rl") as (set_total, advance),
-        ):
-            rejects = TableWriter(tmp, load_schema("export_rejects"))
-            dropped = TableWriter(tmp, load_schema("rl_dropped"))
-            set_total(total)
-            for batch in con.sql(rows).to_arrow_reader(BATCH):
-                tasks = batch.to_pylist()
-                for task in tasks:
-                    stats.funnel(task["source"])["in"] += 1
-                    if task["task_id"] in left_out:
-                        rule, detail = left_out[task["task_id"]]
-                        dropped.write(dropped_row(task, rule, detail))
-                        stats.tasks_in += 1  # convert_batch counts the others
-                        stats.dropped[rule] += 1
-                        stats.funnel(task["source"])["dropped"][rule] += 1
-                kept = [t for t in tasks if t["task_id"] not in left_out]
-                prompt_rows, task_rows, rejected = convert_batch(kept, settings, tokenizer, stats)
-                for prompt in prompt_rows:
-                    prompts.write(prompt)
-                    stats.funnel(prompt["data_source"])["out"] += 1
-                for task in task_rows:
-                    harbor.write(task)
-                for row in rejected:
-                    rejects.write(row)
-                    stats.funnel(row["source"])["rejected"][row["reason"]] += 1
-                advance(batch.num_rows)
-            info, task_info, reject_info = prompts.close(), harbor.close(), rejects.close()
-            dropped_info = dropped.close()
+    with (
+        ShardWriter(tmp / "prompts", load_schema("rl_prompts"), rows_per_shard) as prompts,
+        ShardWriter(tmp / "tasks", load_schema("harbor_tasks"), rows_per_shard, row_group_size=BATCH) as harbor,
+        progress("export_rl") as (set_total, advance),
+    ):
+        rejects = TableWriter(tmp, load_schema("export_rejects"))
+        dropped = TableWriter(tmp, load_schema("rl_dropped"))
+        set_total(total)
+        for batch in con.sql(rows).to_arrow_reader(BATCH):
+            tasks = batch.to_pylist()
+            for task in tasks:
+                stats.funnel(task["source"])["in"] += 1
+                if task["task_id"] in left_out:
+                    rule, detail = left_out[task["task_id"]]
+                    dropped.write(dropped_row(task, rule, detail))
+                    stats.tasks_in += 1  # convert_batch counts the others
+                    stats.dropped[rule] += 1
+                    stats.funnel(task["source"])["dropped"][rule] += 1
+            kept = [t for t in tasks if t["task_id"] not in left_out]
+            prompt_rows, task_rows, rejected = convert_batch(kept, settings, tokenizer, stats)
+            for prompt in prompt_rows:
+                prompts.write(prompt)
+                stats.funnel(prompt["data_source"])["out"] += 1
+            for task in task_rows:
+                harbor.write(task)
+            for row in rejected:
+                rejects.write(row)
+                stats.funnel(row["source"])["rejected"][row["reason"]] += 1
+            advance(batch.num_rows)
+        info, task_info, reject_info = prompts.close(), harbor.close(), rejects.close()
+        dropped_info = dropped.close()
+    check(
+        stats.tasks_in == stats.tasks_out + sum(stats.dropped.values()) + sum(stats.rejected.values()) == total,
+        f"export_rl accounting: {total} tasks, {stats.as_json()}",
+    )
+    for source, f in stats.sources.items():
         check(
-            stats.tasks_in == stats.tasks_out + sum(stats.dropped.values()) + sum(stats.rejected.values()) == total,
-            f"export_rl accounting: {total} tasks, {stats.as_json()}",
+            f["in"] == f["out"] + sum(f["dropped"].values()) + sum(f["rejected"].values()),
+            f"export_rl: the funnel of {source} does not reconcile: {f}",
         )
-        for source, f in stats.sources.items():
-            check(
-                f["in"] == f["out"] + sum(f["dropped"].values()) + sum(f["rejected"].values()),
-                f"export_rl: the funnel of {source} does not reconcile: {f}",
-            )
-        check(
-            info.rows == stats.tasks_out and task_info.rows == stats.tasks_out - stats.prompt_only,
-            "export_rl: prompt and task shards differ",
+    check(
+        info.rows == stats.tasks_out and task_info.rows == stats.tasks_out - stats.prompt_only,
+        "export_rl: prompt and task shards differ",
+    )
+    if not info.rows:
+        why = ", ".join(f"{k} {v}" for k, v in sorted((stats.rejected + stats.dropped).items()))
+        hint = (
+            "; these tasks have no task directory (derived from trace tables): export_rl.without_binary: "
+            "prompt exports their prompts for an environment of your own"
+            if stats.rejected["no_task_binary"]
+            else ""
         )
-        if not info.rows:
-            why = ", ".join(f"{k} {v}" for k, v in sorted((stats.rejected + stats.dropped).items()))
-            hint = (
-                "; these tasks have no task directory (derived from trace tables): export_rl.without_binary: "
-                "prompt exports their prompts for an environment of your own"
-                if stats.rejected["no_task_binary"]
-                else ""
-            )
-            raise BadInput(
-                f"export_rl: every one of {total} tasks was rejected or dropped ({why}); see "
-                f"{out}/export_rejects.parquet and rl_dropped.parquet{hint}"
-            )
-        name = dataset_id("rl", stats.tasks_out, info.version_id)
-        files = {"prompts": [f"prompts/{f}" for f in prompts.files], "tasks": [f"tasks/{f}" for f in harbor.files]}
-        counts = {
-            "dataset_id": name,
-            "shards": len(prompts.files),
-            **stats.as_json(),
-            "files": files,
-            "task_dirs": {"table": "tasks/", "count": task_info.rows},  # extracted by `tracelake train rl`
-        }
-        if pool_size is not None:
-            counts["picked"] = {"tasks": stats.tasks_out, "from": pool_size}
-        write_manifest(
-            tmp,
-            kind="export_rl",
-            dataset_id=name,
-            tables=[info.with_file("prompts/"), task_info.with_file("tasks/"), dropped_info, reject_info],
-            inputs={
-                "tasks": input_versions(lake.root, "tasks", sources),
-                "dedup": read_manifest(lake.dedup)["version_id"],
-                "tokenizer": tokenizer_fingerprint(tokenizer_path),
-                **({"scores": read_manifest(lake.scores)["version_id"]} if pick and pick.score else {}),
-            },
-            params=params,
-            formulas={"prompts": PROMPT_RULE},
-            counts=counts,
+        raise BadInput(
+            f"export_rl: every one of {total} tasks was rejected or dropped ({why}); see "
+            f"{out}/export_rejects.parquet and rl_dropped.parquet{hint}"
         )
-    return counts
+    name = dataset_id("rl", stats.tasks_out, info.version_id)
+    files = {"prompts": [f"prompts/{f}" for f in prompts.files], "tasks": [f"tasks/{f}" for f in harbor.files]}
+    counts = {
+        "dataset_id": name,
+        "shards": len(prompts.files),
+        **stats.as_json(),
+        "files": files,
+        "task_dirs": {"table": "tasks/", "count": task_info.rows},  # extracted by `tracelake train rl`
+    }
+    if pool_size is not None:
+        counts["picked"] = {"tasks": stats.tasks_out, "from": pool_size}
+    return Manifest(
+        kind="export_rl",
+        dataset_id=name,
+        tables=[info.with_file("prompts/"), task_info.with_file("tasks/"), dropped_info, reject_info],
+        inputs={
+            "tasks": input_versions(lake.root, "tasks", sources),
+            "dedup": read_manifest(lake.dedup)["version_id"],
+            "tokenizer": tokenizer_fingerprint(tokenizer_path),
+            **({"scores": read_manifest(lake.scores)["version_id"]} if pick and pick.score else {}),
+        },
+        params=params,
+        formulas={"prompts": PROMPT_RULE},
+        counts=counts,
+    )

@@ -37,8 +37,9 @@ from tracelake.core.hashing import content_id
 from tracelake.core.ids import shard_entry_name
 from tracelake.core.lake import Lake
 from tracelake.core.model_tokenizer import SOURCE_FILE
-from tracelake.core.outputs import VERSION_HEX, output_dir, read_manifest, write_json, write_manifest
+from tracelake.core.outputs import VERSION_HEX, read_manifest, write_json
 from tracelake.core.schema import load_schema
+from tracelake.core.stage import Manifest
 from tracelake.core.tables import ShardWriter, TableWriter, read_table
 from tracelake.core.token_count import (
     CHECKPOINT_S,
@@ -355,6 +356,7 @@ BATCH = 256
 
 
 def export_sft(
+    tmp: Path,
     lake: Lake,
     scale: str,
     sources: list[str],
@@ -364,10 +366,12 @@ def export_sft(
     token_cache: Path | None = None,
     special_tokens: str = "reject",
     executor: Executor | None = None,
-) -> dict[str, Any]:
-    """One scale's selection -> <lake>/exports/sft/<scale>/ (shards, dataset_info.json, rejects,
-    manifest). Returns the counts the manifest records (dataset id, shards, in/out/rejected, ...) and
-    `token_counts`, a line saying what counting encoded (it depends on the cache: not a metric).
+) -> tuple[Manifest, dict[str, Any]]:
+    """One scale's selection -> `tmp`, the temporary directory publish opened for
+    <lake>/exports/sft/<scale>/ (shards, dataset_info.json, rejects). Returns the manifest (publish
+    writes it) and the counts it records (dataset id, shards, in/out/rejected, ...; not its files) with
+    `token_counts`, a line saying what counting encoded (it depends on the cache: not a metric), and
+    `pretokenized_line`.
     `token_cache`: the segment token count cache (params tokenizer.cache), or None.
     `special_tokens`: filter.special_tokens, reject or escape control-token literals (convert_batch).
     Each batch is a shard (`convert_shard`) mapped on `executor` (default: this process): the rows
@@ -391,91 +395,89 @@ def export_sft(
     if tokenizer is not None:
         share(tokenizer, *counting)  # in this process, and in workers forked from it: the loaded cache
     try:
-        with output_dir(lake.sft_export(scale)) as tmp:
-            with (
-                ShardWriter(tmp / "shards", load_schema("sft_rows"), cfg.rows_per_shard) as shards,
-                progress(f"export_sft {scale}") as (set_total, advance),
-            ):
-                rejects = TableWriter(tmp, load_schema("export_rejects"))
-                set_total(total)
-                # batches are read ahead (a thread), converted on the executor and written in order
-                batches = read_ahead(trajectories_with_slots(slots, trajectory_files, BATCH))
-                work = (SftShard(trajectories, by_id, settings, counting) for trajectories, by_id in batches)
-                for done in executor.map(convert_shard, work):
-                    stats.add(done.stats)
-                    if tokenizer is not None:
-                        absorb(tokenizer, done.fresh, done.count_stats)
-                        tokenizer.checkpoint(CHECKPOINT_S)  # a rerun after a crash recalls these rows
-                    shards.write_batch(done.rows)
-                    for row in done.rejects:
-                        rejects.write(row)
-                    advance(len(done.rejects) + done.rows.num_rows)
-                info, reject_info = shards.close(), rejects.close()
-            if tokenizer is not None:
-                tokenizer.close()
-                stats.token_counts = tokenizer.stats.summary()
-            check(
-                stats.rows_in == stats.rows_out + sum(stats.rejected.values()) == total,
-                f"export_sft accounting: {total} slots, {stats.as_json()}",
+        with (
+            ShardWriter(tmp / "shards", load_schema("sft_rows"), cfg.rows_per_shard) as shards,
+            progress(f"export_sft {scale}") as (set_total, advance),
+        ):
+            rejects = TableWriter(tmp, load_schema("export_rejects"))
+            set_total(total)
+            # batches are read ahead (a thread), converted on the executor and written in order
+            batches = read_ahead(trajectories_with_slots(slots, trajectory_files, BATCH))
+            work = (SftShard(trajectories, by_id, settings, counting) for trajectories, by_id in batches)
+            for done in executor.map(convert_shard, work):
+                stats.add(done.stats)
+                if tokenizer is not None:
+                    absorb(tokenizer, done.fresh, done.count_stats)
+                    tokenizer.checkpoint(CHECKPOINT_S)  # a rerun after a crash recalls these rows
+                shards.write_batch(done.rows)
+                for row in done.rejects:
+                    rejects.write(row)
+                advance(len(done.rejects) + done.rows.num_rows)
+            info, reject_info = shards.close(), rejects.close()
+        if tokenizer is not None:
+            tokenizer.close()
+            stats.token_counts = tokenizer.stats.summary()
+        check(
+            stats.rows_in == stats.rows_out + sum(stats.rejected.values()) == total,
+            f"export_sft accounting: {total} slots, {stats.as_json()}",
+        )
+        if not info.rows:
+            raise BadInput(
+                f"export_sft {scale}: every one of {total} rows was rejected "
+                f"({', '.join(f'{k} {v}' for k, v in sorted(stats.rejected.items()))})"
             )
-            if not info.rows:
-                raise BadInput(
-                    f"export_sft {scale}: every one of {total} rows was rejected "
-                    f"({', '.join(f'{k} {v}' for k, v in sorted(stats.rejected.items()))})"
-                )
-            # the rows, how they are trained and how they are packed: another template, mode or packing of the
-            # same rows is another dataset
-            id_of = {
-                "rows": info.version_id,
-                "rendering": rendering.as_json(),
-                "pretokenized": lf_data and lf_data.config_keys(),
-            }
-            name = dataset_id("sft", selection["params"]["rows"], content_id("sft_dataset", id_of, VERSION_HEX))
-            (tmp / "shards").rename(tmp / name)
-            if lf_data is not None:
-                tokenized = write_pretokenized(
-                    sharegpt_rows([tmp / name / f for f in shards.files]),
-                    Lake.tokenized(tmp),
-                    template=sft.template,
-                    mode=sft.lf_mode(),
-                    data=lf_data,
-                    tokenizer=cfg.tokenizer,
-                    cache_dir=token_cache,
-                    n_rows=info.rows,
-                )
-                stats.pretokenized = {k: v for k, v in tokenized.as_json().items() if k not in ("seconds", "ids")}
-                stats.pretokenized_line = f"{Lake.tokenized(Path())}/: {tokenized.summary()}"
-            write_json(tmp / "dataset_info.json", dataset_info(name, shards.files))
-            (tmp / "dataset_info.yaml").write_text(
-                dataset_info_v1(name, lake.sft_export(scale), shards.files, stats.rows_with_system)
+        # the rows, how they are trained and how they are packed: another template, mode or packing of the
+        # same rows is another dataset
+        id_of = {
+            "rows": info.version_id,
+            "rendering": rendering.as_json(),
+            "pretokenized": lf_data and lf_data.config_keys(),
+        }
+        name = dataset_id("sft", selection["params"]["rows"], content_id("sft_dataset", id_of, VERSION_HEX))
+        (tmp / "shards").rename(tmp / name)
+        if lf_data is not None:
+            tokenized = write_pretokenized(
+                sharegpt_rows([tmp / name / f for f in shards.files]),
+                Lake.tokenized(tmp),
+                template=sft.template,
+                mode=sft.lf_mode(),
+                data=lf_data,
+                tokenizer=cfg.tokenizer,
+                cache_dir=token_cache,
+                n_rows=info.rows,
             )
-            counts = {
-                "dataset_id": name,
-                "id_of": id_of,  # what the id hashes: content_id("sft_dataset", id_of)
-                "shards": len(shards.files),
-                "rendering": rendering.as_json(),
-                **stats.as_json(),
-            }
-            write_manifest(
-                tmp,
-                kind="export_sft",
-                dataset_id=name,
-                tables=[info.with_file(f"{name}/"), reject_info],
-                inputs={
-                    "selection": selection["version_id"],
-                    "selection_dataset": selection["dataset_id"],
-                    "tokenizer": tokenizer_fingerprint(cfg.tokenizer) if cfg.count_tokens else None,
-                },
-                params=params,
-                formulas={
-                    "rows": SHAREGPT_RULE,
-                    "tokens": rendering.describe() if cfg.count_tokens else "not counted",
-                    "special_tokens": f"{special_tokens}: {control.describe()}",
-                },
-                counts={**counts, "files": [f"{name}/{f}" for f in shards.files]},
-            )
+            stats.pretokenized = {k: v for k, v in tokenized.as_json().items() if k not in ("seconds", "ids")}
+            stats.pretokenized_line = f"{Lake.tokenized(Path())}/: {tokenized.summary()}"
+        write_json(tmp / "dataset_info.json", dataset_info(name, shards.files))
+        (tmp / "dataset_info.yaml").write_text(
+            dataset_info_v1(name, lake.sft_export(scale), shards.files, stats.rows_with_system)
+        )
+        counts = {
+            "dataset_id": name,
+            "id_of": id_of,  # what the id hashes: content_id("sft_dataset", id_of)
+            "shards": len(shards.files),
+            "rendering": rendering.as_json(),
+            **stats.as_json(),
+        }
+        manifest = Manifest(
+            kind="export_sft",
+            dataset_id=name,
+            tables=[info.with_file(f"{name}/"), reject_info],
+            inputs={
+                "selection": selection["version_id"],
+                "selection_dataset": selection["dataset_id"],
+                "tokenizer": tokenizer_fingerprint(cfg.tokenizer) if cfg.count_tokens else None,
+            },
+            params=params,
+            formulas={
+                "rows": SHAREGPT_RULE,
+                "tokens": rendering.describe() if cfg.count_tokens else "not counted",
+                "special_tokens": f"{special_tokens}: {control.describe()}",
+            },
+            counts={**counts, "files": [f"{name}/{f}" for f in shards.files]},
+        )
     finally:
         if tokenizer is not None:
             unshare(*counting)
     # the stage prints these; metrics leave them out (they depend on the cache)
-    return {**counts, "token_counts": stats.token_counts, "pretokenized_line": stats.pretokenized_line}
+    return manifest, {**counts, "token_counts": stats.token_counts, "pretokenized_line": stats.pretokenized_line}

@@ -27,7 +27,7 @@ import yaml
 
 from tracelake.core.ids import shard_entry_name
 from tracelake.core.lake import Lake
-from tracelake.core.outputs import output_dir, read_manifest
+from tracelake.core.outputs import read_manifest
 from tracelake.export import harbor_contract
 from tracelake.export.params import ExportRlParams, RlTrainParams, SftTrainParams, TrainParams
 from tracelake.export.task_dirs import harbor_dir
@@ -314,58 +314,58 @@ def render(config: dict[str, Any], header: list[str]) -> str:
 
 
 def write_train_configs(
-    out: Path, lake: Lake, scales: list[str], train: TrainParams, export_rl: ExportRlParams
+    tmp: Path, lake: Lake, scales: list[str], train: TrainParams, export_rl: ExportRlParams
 ) -> None:
-    """`out`/sft-<scale>.yaml for every exported scale and `out`/rl.yaml, built whole and swapped in."""
+    """sft-<scale>.yaml for every exported scale and rl.yaml into `tmp` (the temporary directory
+    publish opened for the configs)."""
     sft = train.sft
-    with output_dir(out) as tmp:
-        for scale in scales:
-            export = lake.sft_export(scale)
-            manifest = read_manifest(export)
-            dataset_id = manifest["dataset_id"]
-            config = sft_config(
-                sft,
-                dataset_id=dataset_id,
-                n_shards=manifest["counts"]["shards"],
-                dataset_dir=export.as_posix(),
-                runs=train.runs,
-                tokenized_path=Lake.tokenized(export).as_posix() if Lake.tokenized(export).is_dir() else None,
-            )
-            header = [
-                f"LLaMA-Factory full SFT on {dataset_id} ({manifest['counts']['rows_out']} examples, scale {scale}).",
-                f"Total batch {total_batch(sft)} = {sft.per_device_train_batch_size} per device x {sft.gpus} "
-                f"GPUs x {sft.gradient_accumulation_steps} accumulation steps.",
-                f"Run: tracelake train sft --dataset {scale} --backend local|modal [--dry-run]; output_dir is "
-                f"<runs>/<dataset id>/<hash of the training keys and GPUs>, new for any --set that changes the training.",
-                *(
-                    ["report_to: auto in params.yaml: tracelake train sets wandb when WANDB_API_KEY is set, else none."]
-                    if sft.report_to == "auto"
-                    else []
-                ),
-                DO_NOT_EDIT,
-            ]
-            (tmp / sft_config_name(scale)).write_text(render(config, header))
-        manifest = read_manifest(lake.rl_export)
-        files = [(lake.rl_export / f).as_posix() for f in manifest["counts"]["files"]["prompts"]]
-        rl = rl_config(
-            train.rl,
-            dataset_id=manifest["dataset_id"],
-            prompt_files=files,
-            max_turns=export_rl.max_turns,
-            max_prompt_length=export_rl.max_prompt_length,
-            env_class=export_rl.env_class,
+    for scale in scales:
+        export = lake.sft_export(scale)
+        manifest = read_manifest(export)
+        dataset_id = manifest["dataset_id"]
+        config = sft_config(
+            sft,
+            dataset_id=dataset_id,
+            n_shards=manifest["counts"]["shards"],
+            dataset_dir=export.as_posix(),
             runs=train.runs,
-        )
-        what = (
-            f"{manifest['counts']['task_dirs']['count']} Harbor task directories, SkyRL's Harbor integration; "
-            f"`tracelake train rl` extracts them from the export's task table into data.train_data first"
-            if train.rl.route == "harbor"
-            else f"{manifest['counts']['tasks_out']} task prompts"
+            tokenized_path=Lake.tokenized(export).as_posix() if Lake.tokenized(export).is_dir() else None,
         )
         header = [
-            f"{train.rl.trainer} on {manifest['dataset_id']} ({what}): "
-            f"python -m <entrypoint> <key>=<value> for each override.",
-            "Run: tracelake train rl --dataset rl --backend local|modal [--dry-run]",
+            f"LLaMA-Factory full SFT on {dataset_id} ({manifest['counts']['rows_out']} examples, scale {scale}).",
+            f"Total batch {total_batch(sft)} = {sft.per_device_train_batch_size} per device x {sft.gpus} "
+            f"GPUs x {sft.gradient_accumulation_steps} accumulation steps.",
+            f"Run: tracelake train sft --dataset {scale} --backend local|modal [--dry-run]; output_dir is "
+            f"<runs>/<dataset id>/<hash of the training keys and GPUs>, new for any --set that changes the training.",
+            *(
+                ["report_to: auto in params.yaml: tracelake train sets wandb when WANDB_API_KEY is set, else none."]
+                if sft.report_to == "auto"
+                else []
+            ),
             DO_NOT_EDIT,
         ]
-        (tmp / RL_FILE).write_text(render(rl, header))
+        (tmp / sft_config_name(scale)).write_text(render(config, header))
+    manifest = read_manifest(lake.rl_export)
+    files = [(lake.rl_export / f).as_posix() for f in manifest["counts"]["files"]["prompts"]]
+    rl = rl_config(
+        train.rl,
+        dataset_id=manifest["dataset_id"],
+        prompt_files=files,
+        max_turns=export_rl.max_turns,
+        max_prompt_length=export_rl.max_prompt_length,
+        env_class=export_rl.env_class,
+        runs=train.runs,
+    )
+    what = (
+        f"{manifest['counts']['task_dirs']['count']} Harbor task directories, SkyRL's Harbor integration; "
+        f"`tracelake train rl` extracts them from the export's task table into data.train_data first"
+        if train.rl.route == "harbor"
+        else f"{manifest['counts']['tasks_out']} task prompts"
+    )
+    header = [
+        f"{train.rl.trainer} on {manifest['dataset_id']} ({what}): "
+        f"python -m <entrypoint> <key>=<value> for each override.",
+        "Run: tracelake train rl --dataset rl --backend local|modal [--dry-run]",
+        DO_NOT_EDIT,
+    ]
+    (tmp / RL_FILE).write_text(render(rl, header))

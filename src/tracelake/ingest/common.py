@@ -20,8 +20,9 @@ import pyarrow.parquet as pq
 from tracelake.core.errors import RejectedInput, check
 from tracelake.core.hashing import canonical_json, content_id, sha256_bytes
 from tracelake.core.ids import task_id_for
-from tracelake.core.outputs import output_dir, write_json, write_manifest
+from tracelake.core.outputs import write_json
 from tracelake.core.schema import load_schema
+from tracelake.core.stage import Manifest, Streamed, write_output
 from tracelake.core.tables import PartedTableWriter, table_writer, write_part
 
 # reason -> what it means; schemas/README.md lists the same reasons for users.
@@ -129,6 +130,7 @@ class IngestResult:
     by_reason: dict[str, int] = field(default_factory=dict)
     manifest: dict[str, Any] = field(default_factory=dict)
     files_from_cache: int = 0  # input files read back from the ingest cache (not in metrics: not content)
+    written: Manifest | None = None  # with `into` (a stage's output): the manifest publish writes
 
     def metrics(self) -> dict[str, Any]:
         return {
@@ -263,6 +265,7 @@ def run_ingest(
     metrics_path: Path | None = None,
     scratch: Path | None = None,
     on_progress: Callable[[int], None] | None = None,
+    into: Path | None = None,
 ) -> IngestResult:
     """Drive one ingest: what it is (the table it writes, its input kind, the formulas of its rows),
     what it reads (batches, the description of its inputs, its own params), where it writes (out_dir,
@@ -272,71 +275,80 @@ def run_ingest(
     (processed by a worker, its rows already a part file). Batches are processed in the order given
     (callers sort them), rows are streamed to Parquet, rejects are sorted and written after; the
     manifest is written last and the directory is swapped into place only when everything
-    succeeded. The manifest's inputs are the input kind and `inputs()`, its params the source, the
-    input kind and `params`. `scratch`, where the workers write their parts, is removed at the end,
-    whatever happens.
+    succeeded (core/stage.py write_output). The manifest's inputs are the input kind and `inputs()`,
+    its params the source, the input kind and `params`. `into`: the temporary directory publish opened
+    for out_dir (the ingest stage's output): the tables are written there and the manifest, returned
+    as `written`, is left to publish. `scratch`, where the workers write their parts, is removed at
+    the end, whatever happens.
     """
-    try:
+    check(into is None or metrics_path is None, "an ingest into a stage's output has the stage's metrics")
+    result = IngestResult(out_dir, 0, 0, 0)
+
+    def write(tmp: Path) -> Manifest:
         n_inputs = n_rows = 0
         rejects: list[dict[str, Any]] = []
-        with output_dir(out_dir) as tmp:
-            writer = table_writer(tmp, load_schema(table))
-            for batch in batches:
-                if isinstance(batch, Parsed):
-                    units, outcomes = batch.units, batch.rejects
-                else:
-                    units, process = batch
-                    outcomes = process(units)
-                check(len(outcomes) == len(units), f"{len(units)} units but {len(outcomes)} outcomes")
-                n_inputs += len(units)
-                for unit, outcome in zip(units, outcomes):
-                    if isinstance(outcome, Reject):
-                        if strict:
-                            raise RejectedInput(
-                                f"{unit.path}{'' if unit.row_index is None else f' row {unit.row_index}'}: "
-                                f"{outcome.reason} ({outcome.detail}); without --strict it is recorded in "
-                                f"rejects and ingest goes on"
-                            )
-                        rejects.append(reject_row(source, input_kind, unit, outcome.reason, outcome.detail))
-                    elif outcome is not None:
-                        writer.write(outcome)
-                        n_rows += 1
-                if isinstance(batch, Parsed):
-                    check(len(batch.keys) == outcomes.count(None), "a parsed batch's rows and rejects disagree")
-                    check(isinstance(writer, PartedTableWriter), f"{table} is not stored in parts")
-                    if batch.part is not None:
-                        writer.add_part(batch.part, batch.keys)
-                    n_rows += len(batch.keys)
-                if on_progress:
-                    on_progress(len(units))
-            info = writer.close()
-            rejects.sort(
-                key=lambda r: (
-                    r["path"],
-                    r["row_index"] if r["row_index"] is not None else -1,
-                    r["trace_source"] or "",
-                    r["reason"],
-                    r["reject_id"],
-                )
+        writer = table_writer(tmp, load_schema(table))
+        for batch in batches:
+            if isinstance(batch, Parsed):
+                units, outcomes = batch.units, batch.rejects
+            else:
+                units, process = batch
+                outcomes = process(units)
+            check(len(outcomes) == len(units), f"{len(units)} units but {len(outcomes)} outcomes")
+            n_inputs += len(units)
+            for unit, outcome in zip(units, outcomes):
+                if isinstance(outcome, Reject):
+                    if strict:
+                        raise RejectedInput(
+                            f"{unit.path}{'' if unit.row_index is None else f' row {unit.row_index}'}: "
+                            f"{outcome.reason} ({outcome.detail}); without --strict it is recorded in "
+                            f"rejects and ingest goes on"
+                        )
+                    rejects.append(reject_row(source, input_kind, unit, outcome.reason, outcome.detail))
+                elif outcome is not None:
+                    writer.write(outcome)
+                    n_rows += 1
+            if isinstance(batch, Parsed):
+                check(len(batch.keys) == outcomes.count(None), "a parsed batch's rows and rejects disagree")
+                check(isinstance(writer, PartedTableWriter), f"{table} is not stored in parts")
+                if batch.part is not None:
+                    writer.add_part(batch.part, batch.keys)
+                n_rows += len(batch.keys)
+            if on_progress:
+                on_progress(len(units))
+        info = writer.close()
+        rejects.sort(
+            key=lambda r: (
+                r["path"],
+                r["row_index"] if r["row_index"] is not None else -1,
+                r["trace_source"] or "",
+                r["reason"],
+                r["reject_id"],
             )
-            reject_writer = table_writer(tmp, load_schema("rejects"))
-            for r in rejects:
-                reject_writer.write(r)
-            reject_info = reject_writer.close()
-            by_reason: dict[str, int] = {}
-            for r in rejects:
-                by_reason[r["reason"]] = by_reason.get(r["reason"], 0) + 1
-            result = IngestResult(out_dir, n_inputs, n_rows, len(rejects), by_reason)
-            check(result.inputs == result.rows + result.rejects, f"ingest accounting: {result.metrics()}")
-            result.manifest = write_manifest(
-                tmp,
-                kind=f"ingest-{input_kind}",
-                tables=[info, reject_info],
-                inputs={"kind": input_kind, **inputs()},
-                params={"source": source, "input_kind": input_kind, **(params or {})},
-                formulas=formulas,
-                counts={"source": source, **result.metrics()},
-            )
+        )
+        reject_writer = table_writer(tmp, load_schema("rejects"))
+        for r in rejects:
+            reject_writer.write(r)
+        reject_info = reject_writer.close()
+        by_reason: dict[str, int] = {}
+        for r in rejects:
+            by_reason[r["reason"]] = by_reason.get(r["reason"], 0) + 1
+        result.inputs, result.rows, result.rejects, result.by_reason = n_inputs, n_rows, len(rejects), by_reason
+        check(result.inputs == result.rows + result.rejects, f"ingest accounting: {result.metrics()}")
+        return Manifest(
+            kind=f"ingest-{input_kind}",
+            tables=[info, reject_info],
+            inputs={"kind": input_kind, **inputs()},
+            params={"source": source, "input_kind": input_kind, **(params or {})},
+            formulas=formulas,
+            counts={"source": source, **result.metrics()},
+        )
+
+    try:
+        if into is not None:
+            result.written = write(into)
+            return result
+        result.manifest = write_output(Streamed(out_dir, write))
         if metrics_path is not None:
             metrics_path.parent.mkdir(parents=True, exist_ok=True)
             write_json(

@@ -75,8 +75,11 @@ def derived_task_row(source: str, row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def derive_tasks(lake: Lake, *, source: str, out_dir: Path, strict: bool = False) -> IngestResult:
-    """<lake>/trajectories/<source> -> out_dir (tasks.parquet, rejects, manifest), by derived_task_v2."""
+def derive_tasks(
+    lake: Lake, *, source: str, out_dir: Path, strict: bool = False, into: Path | None = None
+) -> IngestResult:
+    """<lake>/trajectories/<source> -> out_dir (tasks.parquet, rejects, manifest), by derived_task_v2.
+    `into`: the temporary directory publish opened for out_dir (common.py run_ingest)."""
     files = lake.table_files("trajectories", [source])
     con = duckdb.connect()
     reader = con.sql(
@@ -112,6 +115,7 @@ def derive_tasks(lake: Lake, *, source: str, out_dir: Path, strict: bool = False
         out_dir=out_dir,
         source=source,
         strict=strict,
+        into=into,
     )
 
 

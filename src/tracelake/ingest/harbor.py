@@ -283,10 +283,12 @@ def ingest_harbor(
     executor: Executor | None = None,
     on_start: Callable[[int], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
+    into: Path | None = None,
 ) -> IngestResult:
     """Ingest every trial under jobs_dir into out_dir (the trajectories table, rejects.parquet,
     manifest). Trials are read TRIAL_BATCH at a time as shards on `executor` (default: one process
-    per core), each batch written by its worker as a part; the output is the same on any executor."""
+    per core), each batch written by its worker as a part; the output is the same on any executor.
+    `into`: the temporary directory publish opened for out_dir (common.py run_ingest)."""
     jobs_dir = Path(jobs_dir)
     trials, problems = discover(jobs_dir)
     if not trials and not problems:
@@ -325,4 +327,5 @@ def ingest_harbor(
         strict=strict,
         metrics_path=metrics_path,
         scratch=scratch,
+        into=into,
     )

@@ -264,13 +264,15 @@ def ingest_tasks(
     archive: ArchiveParams = DEFAULT_LIMITS,
     on_start: Callable[[int], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
+    into: Path | None = None,
 ) -> IngestResult:
     """Ingest task directories or a task table into out_dir (tasks.parquet, rejects, manifest).
 
     Task directories are read and archived as shards on `executor` (default: one process per core),
     DIR_BATCH at a time; the output is the same on any executor. on_start gets the number of steps (task
     directories, or 1 for a table file); on_progress(n) follows each n steps. archive caps each task
-    (params ingest.archive).
+    (params ingest.archive). `into`: the temporary directory publish opened for out_dir (common.py
+    run_ingest).
     """
     path = Path(path)
     reader = TaskReader(source, with_binary, archive)
@@ -324,4 +326,5 @@ def ingest_tasks(
         source=source,
         strict=strict,
         metrics_path=metrics_path,
+        into=into,
     )

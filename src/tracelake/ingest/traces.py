@@ -243,13 +243,15 @@ def ingest_traces(
     cache: Path | None = None,
     on_start: Callable[[int], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
+    into: Path | None = None,
 ) -> IngestResult:
     """Ingest trace table files into out_dir. on_start gets the file count, on_progress(1) per file.
 
     Batches of rows (BATCH_ROWS rows, or a JSONL block) are parsed as shards on `executor` (default:
     one process per core), each written by its worker as a part of the trajectories table; a file already in
     `cache` (file_cache.py: same bytes, name and code) is not parsed again, its parts are copied
-    back. The output is byte-identical on any executor and whatever the cache holds.
+    back. The output is byte-identical on any executor and whatever the cache holds. `into`: the
+    temporary directory publish opened for out_dir (common.py run_ingest).
     """
     inputs = expand_inputs(files)
     paths = [i.path for i in inputs]
@@ -333,6 +335,7 @@ def ingest_traces(
         strict=strict,
         metrics_path=metrics_path,
         scratch=scratch,
+        into=into,
     )
     result.files_from_cache = file_cache.hits
     return result
