@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from stages import NAMES, check_sources_current, declared
+from stages import NAMES, declared
 from tracelake.core.errors import BadParams
 from tracelake.core.executor import KINDS, Executor
 from tracelake.core.stage import Context, Stage, publish, record_run, run_stage
@@ -44,8 +44,6 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv[1:])
     params = load_params(args.params, stage.params + stage.untracked)
     key = getattr(args, _ITEM[stage.foreach]) if stage.foreach else None
-    if "sources" in type(params).model_fields:
-        check_sources_current(params)
     if stage.foreach and key not in getattr(params, stage.foreach):
         raise BadParams(f"params.yaml: no {_ITEM[stage.foreach]} {key!r} under {stage.foreach}")
     if "lake" in type(params).model_fields:

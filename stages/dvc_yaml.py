@@ -1,4 +1,4 @@
-"""Write dvc.yaml from the stage declarations (stages/*.py) and params.yaml's sources:
+"""Write dvc.yaml from the stage declarations (stages/*.py):
 
     python -m stages.dvc_yaml            rewrite dvc.yaml
     python -m stages.dvc_yaml --check    exit 1, saying what differs, when dvc.yaml is out of date
@@ -7,7 +7,10 @@ Each stage's deps are its code digest (stages/code.py: the import closure of `py
 with the params code of the sections it reads, and the SQL and schemas that code loads, hashed file by
 file by the `code` stage) and the data it declares; its params are the entries it declares (whole
 sections, tracked whole). A test checks that the committed dvc.yaml is what this writes, so adding a
-knob touches one place.
+knob touches one place. Sources and scales are not copied here: their stages iterate params.yaml's
+`sources` and `scales` (`foreach`), so adding one is an edit of params.yaml and `dvc repro`. What
+params.yaml decides here is only whether `synth` is a stage (a source or the decontamination root
+reads the embedded sample).
 """
 
 from __future__ import annotations
@@ -22,14 +25,15 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
-from stages import NAMES, code, declared, source_items
+from stages import NAMES, code, declared
 from stages.closure import ROOT, closure
 from tracelake.core.stage import Stage, headline_path
 from tracelake.params import SECTION_HOMES, load_params, section_root
 
 HEADER = """\
-# The pipeline, written by `python -m stages.dvc_yaml` from the stage declarations in stages/ and the
-# sources in params.yaml: edit those and run it again (a test fails when this file is out of date).
+# The pipeline, written by `python -m stages.dvc_yaml` from the stage declarations in stages/: edit
+# those and run it again (a test fails when this file is out of date). ingest iterates params.yaml's
+# sources and select, export_sft its scales: adding one is an edit of params.yaml, then `dvc repro`.
 # Each stage runs as `python -m stages NAME [KEY]`; its deps are its code digest (.tracelake/code/
 # <stage>.txt, written by `code`: the modules it imports, the params code of its sections, the SQL and
 # schemas it loads) and its data; it tracks whole params sections, so any edit in a section reruns
@@ -90,20 +94,13 @@ def _block(key: str, items: list[str], indent: str) -> list[str]:
     return [f"{indent}{key}:", *(f"{indent}  - {item}" for item in items)] if items else []
 
 
-def stage_lines(stage: Stage, sources: dict[str, dict[str, str]], root: Path = ROOT) -> list[str]:
+def stage_lines(stage: Stage, root: Path = ROOT) -> list[str]:
     lines = [f"  {stage.name}:"]
     doc = re.sub(r"^Stage `[^`]+`: ", "", " ".join(stage.doc.split()).split(". ")[0].rstrip("."))
     lines += [f"    # {line}" for line in textwrap.wrap(doc + ".", 96)]
     ind = "    "
     key = ""
-    if stage.foreach == "sources":
-        lines.append("    foreach:            # params.yaml `sources`: path and tasks (the traces themselves when a")
-        lines.append("                        # source has no task directories)")
-        for name, item in sources.items():
-            lines += [f"      {name}:", f"        path: {item['path']}", f"        tasks: {item['tasks']}"]
-        lines.append("    do:")
-        ind, key = "      ", " ${key}"
-    elif stage.foreach:
+    if stage.foreach:
         lines += [f"    foreach: ${{{stage.foreach}}}", "    do:"]
         ind, key = "      ", " ${key}"
     lines.append(f"{ind}cmd: python -m stages {stage.name}{key}")
@@ -127,13 +124,12 @@ def stage_lines(stage: Stage, sources: dict[str, dict[str, str]], root: Path = R
 
 def render(params_file: Path = Path("params.yaml"), root: Path = ROOT) -> str:
     params = load_params(params_file, ("sources", "synth", "decontaminate"))
-    sources = source_items(params.sources)
-    inputs = [p for item in sources.values() for p in item.values()] + [params.decontaminate.root]
+    inputs = [p for s in params.sources.values() for p in (s.path, s.tasks)] + [params.decontaminate.root]
     lines = [HEADER.rstrip("\n"), "stages:", *code_stage_lines(), ""]
     for name in NAMES:
         if name == "synth" and not reads_sample(inputs, params.synth.out):
             continue  # no source reads the embedded sample: DVC need not build it, nor walk its files
-        lines += stage_lines(declared(name), sources, root)
+        lines += stage_lines(declared(name), root)
         lines.append("")
     report = importlib.import_module("stages.report")
     lines.append("plots:")

@@ -1,6 +1,6 @@
 """Stage `ingest@<source>`: one configured source -> <lake>/trajectories/<source> and
-<lake>/tasks/<source>, counts to metrics/ingest/<source>.json. A source without `tasks:` (a trace
-table published without task directories) gets tasks derived from its traces."""
+<lake>/tasks/<source>, counts to metrics/ingest/<source>.json. A source whose `tasks:` is its `path`
+(a trace table published without task directories) gets tasks derived from its traces."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ STAGE = Stage(
     foreach="sources",
     params=("sources.${key}", "ingest", "lake"),
     untracked=("executor",),
-    deps=("${item.path}", "${item.tasks}"),  # the source's inputs (dvc.yaml lists them per source)
+    deps=("${item.path}", "${item.tasks}"),  # the source's inputs: params.yaml's, as DVC iterates them
     outs=("${lake}/trajectories/${key}", "${lake}/tasks/${key}"),
     metrics="metrics/ingest/${key}.json",
     headline=lambda m: {

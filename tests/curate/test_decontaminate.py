@@ -262,7 +262,7 @@ def test_a_benchmark_task_in_rollouts_opening_turns_is_found_and_its_rollouts_dr
     assert (derived.rows, derived.rejects) == (3, 1)  # word-count-7: task_not_found
     params = {
         "lake": "lake",
-        "sources": {"mixed": {"format": "traces", "path": "in/mixed.jsonl"}},
+        "sources": {"mixed": {"format": "traces", "path": "in/mixed.jsonl", "tasks": "in/mixed.jsonl"}},
         "dedup": {"embedding": {"enabled": False}},
         "decontaminate": {
             "root": str(harbor),

@@ -961,8 +961,8 @@ def test_filter_stage_end_to_end(tmp_path, tokenizer):
     build_lake(tmp_path, rows)
     params = {
         "lake": "lake",
-        # trace tables without task directories: their tasks are derived from the traces
-        "sources": {s: {"format": "traces", "path": f"in/{s}.jsonl"} for s in rows},
+        # trace tables without task directories (`tasks` is the table): tasks derived from the traces
+        "sources": {s: {"format": "traces", "path": f"in/{s}.jsonl", "tasks": f"in/{s}.jsonl"} for s in rows},
         "filter": {"tokenizer": str(tokenizer), "max_tokens": MAX_TOKENS, "success_only": True},
     }
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from tracelake.core.errors import BadParams
 from tracelake.core.ids import base_task_name, task_id_for
 from tracelake.core.lake import Lake
 from tracelake.core.outputs import read_manifest
@@ -41,17 +42,13 @@ def project(tmp_path_factory) -> tuple[Path, str]:
     (repo / TRACES).parent.mkdir(parents=True)
     shutil.copy(sample, repo / TRACES)
     params = yaml.safe_load((repo / "params.yaml").read_text())
-    params["sources"] = {"otagent": {"format": "traces", "path": TRACES}}  # no task directories
+    params["sources"] = {"otagent": {"format": "traces", "path": TRACES, "tasks": TRACES}}  # no task directories
     params["scales"] = {SCALE: int(SCALE)}
     # the real traces are long in the project's 4K-vocabulary tokenizer: keep every main trace
     params["filter"]["max_tokens"] = params["train"]["sft"]["cutoff_len"] = 400_000
     params["export_rl"]["without_binary"] = "prompt"  # derived tasks have no environment: prompts all the same
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    # dvc.yaml still ingests the old sources: refused (by DVC for a source gone from params.yaml, by
-    # the stages for one missing from dvc.yaml) until it is written again
-    stale = subprocess.run(["dvc", "repro", "filter"], cwd=repo, capture_output=True, text=True)
-    assert stale.returncode != 0 and "Parameters 'sources.swesmith' are missing" in stale.stderr, stale.stderr
-    run_ok([sys.executable, "-m", "stages.dvc_yaml"], repo)  # dvc.yaml lists the sources it ingests
+    # dvc.yaml iterates params.yaml's sources: the old ones are gone, the new one is ingested
     out = run_ok(["dvc", "repro", f"export_sft@{SCALE}", "export_rl"], repo)
     return repo, out
 
@@ -113,11 +110,20 @@ def test_reject_leaves_them_out_with_a_reason(project, tmp_path):
     )
 
 
-def test_a_source_may_omit_its_tasks(tmp_path):
+def test_a_source_names_its_tasks_or_its_own_path(tmp_path):
+    """`tasks: <its path>` derives the tasks; no `tasks` at all (which DVC could not interpolate into
+    the ingest stage's deps) is one line saying what to write."""
     params = tmp_path / "params.yaml"
-    params.write_text(yaml.safe_dump({"sources": {"otagent": {"format": "traces", "path": TRACES}}}))
+    params.write_text(yaml.safe_dump({"sources": {"otagent": {"format": "traces", "path": TRACES, "tasks": TRACES}}}))
     source = load_params(params, ["sources"]).sources["otagent"]
-    assert source.tasks is None and source.derives_tasks
+    assert source.tasks == TRACES and source.derives_tasks
+    params.write_text(yaml.safe_dump({"sources": {"otagent": {"format": "traces", "path": TRACES}}}))
+    with pytest.raises(BadParams) as err:
+        load_params(params, ["sources"])
+    assert str(err.value) == (
+        "params.yaml: sources.otagent.tasks: required: its task directories or (path, task_binary) table, or, "
+        f"when its tasks are derived from its traces, the traces' own path (tasks: {TRACES})"
+    )
 
 
 @pytest.mark.train_env

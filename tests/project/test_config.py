@@ -164,7 +164,19 @@ BAD = [
     ("source-name", _set("sources", "bad name", {"format": "harbor", "path": "p", "tasks": "t"}), "'bad name'"),
     # an option to argparse (`python -m stages ingest -rf`) and a file name too long for any file system
     ("source-name-option", _set("sources", "-rf", {"format": "harbor", "path": "p", "tasks": "t"}), "'-rf' must start"),
-    ("source-name-long", _set("sources", "s" * 300, {"format": "harbor", "path": "p"}), "(300 characters) must"),
+    (
+        "source-name-long",
+        _set("sources", "s" * 300, {"format": "harbor", "path": "p", "tasks": "t"}),
+        "(300 characters) must",
+    ),
+    # dvc.yaml iterates the sources (deps ${item.tasks}): tasks is required, and the line says what to write
+    (
+        "source-missing-tasks",
+        lambda d: d["sources"]["nl2bash"].pop("tasks"),
+        "sources.nl2bash.tasks: required: its task directories or (path, task_binary) table, or, when its tasks "
+        "are derived from its traces, the traces' own path (tasks: data/sample/nl2bash/traces.jsonl)",
+    ),
+    ("source-null-tasks", _set("sources", "nl2bash", "tasks", None), "sources.nl2bash.tasks: required"),
     ("scale-name-option", _set("scales", {"-1k": 1000}), "'-1k' must start"),
     ("vocab-size", _set("tokenizer", "vocab_size", 10), "tokenizer.vocab_size"),
     ("section-not-mapping", _set("filter", [1, 2]), "filter must be a mapping"),

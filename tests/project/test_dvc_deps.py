@@ -214,13 +214,15 @@ def test_synth_is_left_out_when_no_source_reads_the_sample(tmp_path: Path) -> No
     sample, nor has DVC walk its files."""
     params = load_yaml(ROOT / "params.yaml")
     assert "  synth:\n" in render(ROOT / "params.yaml")  # the sample project reads it
-    params["sources"] = {"ot": {"format": "traces", "path": "elsewhere/traces.jsonl"}}
+    params["sources"] = {
+        "ot": {"format": "traces", "path": "elsewhere/traces.jsonl", "tasks": "elsewhere/traces.jsonl"}
+    }
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     assert "  synth:\n" in render(tmp_path / "params.yaml")  # the planted benchmark is the sample's
     params["decontaminate"] = {"root": "benchmarks", "benchmarks": {}}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     text = render(tmp_path / "params.yaml")
     assert "  synth:\n" not in text and "  ingest:\n" in text and "  code:\n" in text
-    params["sources"]["sample"] = {"format": "traces", "path": "data/sample/nl2bash/traces.jsonl"}
+    params["sources"]["sample"] = {"format": "traces", "path": "data/sample/nl2bash/traces.jsonl", "tasks": "t"}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     assert "  synth:\n" in render(tmp_path / "params.yaml")

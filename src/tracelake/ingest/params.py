@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, model_validator
 
 from tracelake.core.params import Invalid, Name, Section
 
@@ -42,16 +42,34 @@ class IngestParams(Section):
 
 
 class SourceParams(Section):
+    """One source: dvc.yaml's ingest stage iterates params.yaml's `sources` itself (`foreach:
+    ${sources}`, deps `${item.path}` and `${item.tasks}`), so every source names its `tasks`."""
+
     format: Format
     path: str
-    # task directories or a (path, task_binary) table; omitted (or `path` itself): a trace table
-    # published without task directories, whose tasks are derived from its traces (derived_task_v2)
-    tasks: str | None = None
+    # task directories or a (path, task_binary) table; `path` itself: a trace table published
+    # without task directories, whose tasks are derived from its traces (derived_task_v2)
+    tasks: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tasks_required(cls, data: Any) -> Any:
+        # DVC cannot interpolate a missing key: say what to write, in the words of this file
+        if isinstance(data, dict) and data.get("tasks") is None:
+            path = data.get("path")
+            own = f"tasks: {path}" if isinstance(path, str) else "its own path"
+            raise Invalid(
+                f": required: its task directories or (path, task_binary) table, or, when its tasks are "
+                f"derived from its traces, the traces' own path ({own})",
+                at=("tasks",),
+            )
+        return data
 
     @property
     def derives_tasks(self) -> bool:
-        """True when the source has no tasks of its own: they are derived from its traces."""
-        return self.tasks is None or PurePath(self.tasks) == PurePath(self.path)
+        """True when the source has no tasks of its own (`tasks` is its `path`): they are derived from
+        its traces."""
+        return PurePath(self.tasks) == PurePath(self.path)
 
 
 def _sources(value: Any) -> Any:
