@@ -610,3 +610,32 @@ def start_view(args: list[str], cwd: Path, log: Path, env: dict | None = None) -
                 stop_process(proc, timeout=5)
                 pytest.fail(f"tracelake view did not start:\n{log.read_text()}")
             time.sleep(0.2)
+
+
+def view_page(repo: Path, path: str, log: Path, env: dict | None = None) -> str:
+    """The page at `path` of `tracelake view --lake <repo>/lake` started in `repo` (and stopped)."""
+    import urllib.request
+
+    server, port = start_view(["--lake", str(repo / "lake")], repo, log, env)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=60) as r:
+            return r.read().decode()
+    finally:
+        stop_process(server, timeout=15)
+
+
+def written_doc_table(module: str, doc: Path, into: Path, env: dict | None = None) -> str:
+    """A copy of `doc` (a file of docs/) in the directory `into`, its generated table rewritten by
+    `python -m <module> --docs` (core/doc_tables.py) in this environment plus `env`: the text written."""
+    import shutil
+
+    copy = into / doc.name
+    shutil.copy(doc, copy)
+    run = subprocess.run(
+        [sys.executable, "-m", module, "--docs", str(copy)],
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    return copy.read_text()

@@ -6,11 +6,7 @@ status`, the viewer, the report and the docs table."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
-import urllib.request
 
 import pytest
 import yaml
@@ -22,7 +18,7 @@ from tracelake.curate.filter_rules import RULES, SHARED_KEYS
 from tracelake.curate.params import FilterParams
 from tracelake.export.rl import TASK_RULES
 
-from ..helpers import ROOT, run_stage, run_tracelake, start_view, stop_process
+from ..helpers import ROOT, run_stage, run_tracelake, view_page, written_doc_table
 
 
 def test_every_rule_has_its_sql_and_every_sql_file_a_rule():
@@ -106,8 +102,6 @@ def test_a_new_rule_is_its_sql_and_one_declaration(sample_project, tmp_path):
     assert code.count(anchor) == 1
     rules_py.write_text(code.replace(anchor, NEW_RULE))
     (repo / "sql" / "filter_rules" / "max_turns.sql").write_text(NEW_SQL)
-    docs = tmp_path / "curation.md"
-    shutil.copy(ROOT / "docs" / "curation.md", docs)
 
     turns = sorted(r["n_assistant_turns"] for r in read_table(repo / "lake" / "pool", "pool").to_pylist())
     limit = turns[len(turns) * 3 // 4]  # drops the longest quarter or so of what the pool kept
@@ -134,19 +128,8 @@ def test_a_new_rule_is_its_sql_and_one_declaration(sample_project, tmp_path):
     assert report.returncode == 0, report.stderr
     assert "max_turns_v1" in (repo / "reports" / "report.html").read_text()
 
-    docs_run = subprocess.run(
-        [sys.executable, "-m", "tracelake.curate.filter_rules", "--docs", str(docs)],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-    )
-    assert docs_run.returncode == 0, docs_run.stderr
-    assert "| `max_turns_v1` | `n_assistant_turns > filter.max_assistant_turns` |" in docs.read_text()
+    docs = written_doc_table("tracelake.curate.filter_rules", ROOT / "docs" / "curation.md", tmp_path, env)
+    assert "| `max_turns_v1` | `n_assistant_turns > filter.max_assistant_turns` |" in docs
 
-    server, port = start_view(["--lake", str(repo / "lake")], repo, tmp_path / "view.log", env)
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/datasets", timeout=60) as r:
-            page = r.read().decode()
-    finally:
-        stop_process(server, timeout=15)
+    page = view_page(repo, "/datasets", tmp_path / "view.log", env)
     assert f"max_assistant_turns={limit}" in page  # the pool's params: every rule's key
