@@ -308,7 +308,9 @@ def test_hostile_values_reach_every_page_only_as_text(h, monkeypatch, tmp_path):
     monkeypatch.setattr(datasets, "recorded_versions", lambda root: [*recorded, Recorded("tag", h, h, h, h)])
     page = datasets.datasets_page(lake)
     _check(page, h)
-    assert page.count('class="version"') == 3 and "<h2>Datasets of tasks</h2>" in page  # a hostile rev name is not listed
+    assert (
+        page.count('class="version"') == 3 and "<h2>Datasets of tasks</h2>" in page
+    )  # a hostile rev name is not listed
     _check(datasets.diff_page(lake, h, h, {"report": h}, error=h), h)
     _check(datasets.diff_page(lake, "", "", None), h)
     _check(b"".join(export.html_file(lake, [h, h + "2"], q)).decode(), h, scripts=0)
