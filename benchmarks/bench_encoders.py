@@ -11,7 +11,7 @@ is what the speed is about) counts them with:
 
 - `tokenizers`: `encode_batch_fast`, the reference every count must equal (1 thread:
   TOKENIZERS_PARALLELISM=false; N threads: a Rayon pool of N, RAYON_NUM_THREADS);
-- `tiktoken (tracelake)`: core/fast_bpe.py's TiktokenCounts, as the counter runs it (its own NFC, a
+- `tiktoken (tracelake)`: tokens/fast_bpe.py's TiktokenCounts, as the counter runs it (its own NFC, a
   thread pool over strided slices);
 - `tiktoken encode_ordinary_batch`: tiktoken's own batch call on the same encoding (NFC first);
 - `bpe-qwen`: where installed, and only for Qwen's split pattern (the one it implements), from
@@ -41,9 +41,9 @@ os.environ.setdefault("RAYON_NUM_THREADS", "2")  # before tokenizers starts its 
 import orjson  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 
-from tracelake.core import fast_bpe  # noqa: E402
-from tracelake.core.token_count import SPLIT_PATTERNS, SegmentRule, split_pattern, split_regex  # noqa: E402
-from tracelake.core.tokenizer import build_tokenizer, render_chatml, tokenizer_file  # noqa: E402
+from tracelake.tokens import fast_bpe  # noqa: E402
+from tracelake.tokens.token_count import SPLIT_PATTERNS, SegmentRule, split_pattern, split_regex  # noqa: E402
+from tracelake.tokens.tokenizer import build_tokenizer, render_chatml, tokenizer_file  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from model_tokenizer import qwen3_tokenizer  # noqa: E402

@@ -23,15 +23,15 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from tracelake.core.control_tokens import ControlTokens
 from tracelake.core.lake import Lake
 from tracelake.core.schema import load_schema
 from tracelake.core.tables import ShardWriter
-from tracelake.core.token_count import TokenCounter
-from tracelake.core.tokenizer import tokenizer_file
 from tracelake.export.sft import SftSettings, SftStats, convert_batch, trajectories_with_slots
-from tracelake.export.templates import template_slots
 from tracelake.params import load_params
+from tracelake.tokens.special_tokens import ControlTokens
+from tracelake.tokens.templates import template_slots
+from tracelake.tokens.token_count import TokenCounter
+from tracelake.tokens.tokenizer import tokenizer_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from model_tokenizer import qwen3_tokenizer  # noqa: E402

@@ -86,8 +86,8 @@ def main() -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tracelake.export.sharegpt import ExportReject, dataset_info_entry, to_sharegpt
     from tracelake.sample.openthoughts import openthoughts_rows
+    from tracelake.tokens.sharegpt import ExportReject, dataset_info_entry, to_sharegpt
 
     result: dict = {"rows_asked": args.rows, "tokenizer": Path(tokenizer).name, "cpus": os.cpu_count()}
     with tempfile.TemporaryDirectory() as tmp:

@@ -5,7 +5,7 @@ scale exported, and each export's rows checked against its scale.
     uv run python benchmarks/exact_rows.py --rows 20000 [--work .bench] [--thinking keep|drop]
                                            [--tokenizer DIR] [--json out.json]
 
-The filter and export_sft count what LLaMA-Factory encodes (export/rendering.py: template qwen3 in
+The filter and export_sft count what LLaMA-Factory encodes (tokens/rendering.py: template qwen3 in
 the mode of train.sft.mode and train.sft.thinking), so the export never rejects a selected row for
 its length; a scale's selection always has N rows. Exits 1 when an export has fewer rows than its
 scale (and says which and why). Each stage runs as its own process (wall, CPU, peak RSS as in

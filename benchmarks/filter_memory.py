@@ -20,11 +20,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from tracelake.core import token_count
 from tracelake.core.duckdb_views import connect
 from tracelake.curate.filter import run_filters
-from tracelake.export.rendering import Rendering
 from tracelake.params import load_params
+from tracelake.tokens import token_count
+from tracelake.tokens.rendering import Rendering
 
 
 class InstantEncoder:

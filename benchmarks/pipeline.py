@@ -88,7 +88,7 @@ _ENV["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), _ENV.get("PYTHONPA
 WARM_IMPORTS = {
     "tracelake": "import duckdb, polars, pyarrow.parquet, tokenizers, tracelake.cli, tracelake.params, "
     "tracelake.ingest.traces, tracelake.ingest.tasks, tracelake.curate.scoring.scores, tracelake.curate.filter, "
-    "tracelake.curate.select, tracelake.export.sft, tracelake.core.token_count",
+    "tracelake.curate.select, tracelake.export.sft, tracelake.tokens.token_count",
     "hf": "import datasets, orjson",
     "lf": "import transformers, llamafactory.data, llamafactory.hparams",
 }

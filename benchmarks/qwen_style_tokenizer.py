@@ -12,8 +12,8 @@ from pathlib import Path
 import orjson
 from tokenizers import Regex, normalizers, pre_tokenizers
 
-from tracelake.core.token_count import SPLIT_PATTERNS
-from tracelake.core.tokenizer import train_bpe
+from tracelake.tokens.token_count import SPLIT_PATTERNS
+from tracelake.tokens.tokenizer import train_bpe
 
 QWEN2 = next(p for p in SPLIT_PATTERNS if r"\p{N}|" in p)
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]

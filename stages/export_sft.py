@@ -9,8 +9,8 @@ from typing import Any
 
 from tracelake.core.lake import Lake
 from tracelake.core.stage import Context, Manifest, Result, Stage, Streamed
-from tracelake.export.rendering import mostly_empty_thoughts
 from tracelake.export.sft import export_sft
+from tracelake.tokens.rendering import mostly_empty_thoughts
 
 
 def manifest_params(p: Any, scale: str) -> dict[str, Any]:
@@ -78,7 +78,7 @@ def run(ctx: Context) -> Result:
 
 def thinking_lines(scale: str, t: dict, thinking: str, template: str) -> list[str]:
     """The reasoning of the exported assistant turns, and a warning when most trained turns are trained
-    with an empty think block (export/rendering.py ThoughtCounts)."""
+    with an empty think block (tokens/rendering.py ThoughtCounts)."""
     turns = t["assistant_turns"]
     lines = [
         f"export_sft {scale}: thinking {thinking} (template {template}): {turns:,} assistant turns, "

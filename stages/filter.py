@@ -13,7 +13,7 @@ from tracelake.core.schema import load_schema
 from tracelake.core.stage import Context, Output, Result, Stage, Table
 from tracelake.core.ui import progress
 from tracelake.curate.filter import attach_dedup, run_filters
-from tracelake.export.rendering import Rendering
+from tracelake.tokens.rendering import Rendering
 
 BATCH = 1000
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tracelake.core.model_tokenizer import copy_tokenizer, resolve
 from tracelake.core.stage import Context, Result, Stage, Streamed
-from tracelake.core.tokenizer import tokenizer_fingerprint, tokenizer_output
+from tracelake.tokens.model_tokenizer import copy_tokenizer, resolve
+from tracelake.tokens.tokenizer import tokenizer_fingerprint, tokenizer_output
 
 
 def run(ctx: Context) -> Result:

@@ -107,7 +107,7 @@ def convert_slots(
     """Slots through export_sft's convert_batch (`options`: its control and special_tokens) ->
     (sft rows as an Arrow table, export_rejects rows). `stats`: an SftStats to count into."""
     from tracelake.export.sft import SftSettings, SftStats, convert_batch
-    from tracelake.export.templates import template_slots
+    from tracelake.tokens.templates import template_slots
 
     settings = SftSettings(same_role, cutoff_len, tokenizer, template_slots(template), **options)
     return convert_batch(*slot_batch(rows), settings, SftStats() if stats is None else stats)
@@ -148,7 +148,7 @@ def real_trace_texts() -> list[str]:
     ChatML rendering of each OpenThoughts-Agent row (otagent/sample_raw.json) and of each row of
     Harbor's own golden exports (*.traces.json), every string of Harbor's golden ATIF trajectories,
     and each golden file's raw JSON text. In file order, the same every run."""
-    from tracelake.core.tokenizer import render_chatml
+    from tracelake.tokens.tokenizer import render_chatml
 
     def strings(value) -> list[str]:
         if isinstance(value, str):

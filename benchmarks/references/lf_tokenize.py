@@ -37,14 +37,14 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-# tracelake is not installed here: its export/sharegpt.py (standard library only) from src/, and the
+# tracelake is not installed here: its tokens/sharegpt.py (standard library only) from src/, and the
 # tests' tiny Qwen3 from tests/train_env/
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests" / "train_env")]
-from tracelake.export.sharegpt import dataset_info_entry  # noqa: E402
+from tracelake.tokens.sharegpt import dataset_info_entry  # noqa: E402
 
 EOS_TOKEN, PAD_TOKEN = "<|im_end|>", "<|endoftext|>"
 MODEL_MAX_LENGTH = 10**9
-CHAT_TEMPLATE = (  # ChatML, as tracelake.core.tokenizer writes it
+CHAT_TEMPLATE = (  # ChatML, as tracelake.tokens.tokenizer writes it
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
     "{% endfor %}"

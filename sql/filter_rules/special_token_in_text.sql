@@ -1,5 +1,5 @@
 -- special_token_in_text_v1: a message's text holds a literal that filter.tokenizer reads as a control
--- token (core/control_tokens.py): $anywhere matches any control token, $in_response those an
+-- token (tokens/special_tokens.py): $anywhere matches any control token, $in_response those an
 -- assistant turn may not hold (all but the training template's thought and tool-call words). The
 -- first such message (0-based) names the role and the token; a trainer would read it as markup.
 SELECT trajectory_id,

@@ -110,7 +110,7 @@ def _export_rl_pick_names_what_exists(p: Any) -> None:
 
 def _filter_keeps_what_fits(p: Any) -> None:
     """The filter's length limit is the trainer's: a row the pool keeps is a row export_sft exports
-    (both count LLaMA-Factory's rendering, export/rendering.py), so a dataset of N rows has N rows."""
+    (both count LLaMA-Factory's rendering, tokens/rendering.py), so a dataset of N rows has N rows."""
     limit, cutoff = p.filter.max_tokens, p.train.sft.example_limit
     if p.filter.count_tokens and (limit is None or limit > cutoff):
         what = (

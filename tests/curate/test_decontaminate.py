@@ -27,10 +27,10 @@ from tracelake.curate.dedup.decontaminate import (
 from tracelake.curate.dedup.shingles import WordHasher, words
 from tracelake.curate.filter import attach_dedup, run_filters
 from tracelake.curate.params import DecontaminateParams, FilterParams
-from tracelake.export.rendering import Rendering
-from tracelake.export.templates import TEMPLATES
 from tracelake.ingest.derived_tasks import derive_tasks
 from tracelake.ingest.traces import ingest_traces
+from tracelake.tokens.rendering import Rendering
+from tracelake.tokens.templates import TEMPLATES
 
 from ..agent_traces import OPENHANDS_SYSTEM_PROMPT, openhands_conversation, terminus_golden_row, trace_row, write_jsonl
 from ..helpers import FIXTURES, need, run_stage

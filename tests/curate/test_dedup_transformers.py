@@ -11,10 +11,10 @@ import pyarrow as pa
 import pytest
 
 from tracelake.core.errors import BadParams
-from tracelake.core.tokenizer import build_tokenizer
 from tracelake.curate.dedup.embed import TransformersEmbedder
 from tracelake.curate.dedup.run import run_dedup
 from tracelake.curate.params import DecontaminateParams, DedupParams
+from tracelake.tokens.tokenizer import build_tokenizer
 
 from ..helpers import ROOT, run_ok, train_python
 

@@ -1,4 +1,4 @@
-"""The filter's token counting as shards (curate/filter.py `_count_tokens`, export/rendering.py
+"""The filter's token counting as shards (curate/filter.py `_count_tokens`, tokens/rendering.py
 `count_rendering_shard`): the same counts on every executor, and a run killed mid-way is resumed by a
 rerun that counts only the shards not yet written to the token cache."""
 
@@ -10,11 +10,11 @@ import pytest
 
 from tracelake.core.duckdb_views import connect
 from tracelake.core.executor import Executor
-from tracelake.core.tokenizer import build_tokenizer
 from tracelake.curate import filter as filter_module
 from tracelake.curate.filter import run_filters
 from tracelake.curate.params import FilterParams
-from tracelake.export.rendering import RenderCounting
+from tracelake.tokens.rendering import RenderCounting
+from tracelake.tokens.tokenizer import build_tokenizer
 
 from ..helpers import killed_after
 from .test_filters import RENDERING, build_lake, trow

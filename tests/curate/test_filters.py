@@ -22,25 +22,25 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tracelake.core.control_tokens import ControlTokens
 from tracelake.core.duckdb_views import connect
 from tracelake.core.lake import Lake
 from tracelake.core.outputs import read_manifest
 from tracelake.core.schema import load_schema
 from tracelake.core.tables import read_table
-from tracelake.core.tokenizer import (
+from tracelake.curate.filter import run_filters
+from tracelake.curate.filter_rules import RULES
+from tracelake.curate.params import FilterParams
+from tracelake.ingest.harbor import ingest_harbor
+from tracelake.ingest.traces import ingest_traces
+from tracelake.tokens.rendering import Rendering, count_template_tokens
+from tracelake.tokens.sharegpt import to_sharegpt
+from tracelake.tokens.special_tokens import ControlTokens
+from tracelake.tokens.templates import LOSS_MODES, TEMPLATES, THINKING, chosen_mode
+from tracelake.tokens.tokenizer import (
     build_tokenizer,
     load_tokenizer,
     tokenizer_fingerprint,
 )
-from tracelake.curate.filter import run_filters
-from tracelake.curate.filter_rules import RULES
-from tracelake.curate.params import FilterParams
-from tracelake.export.rendering import Rendering, count_template_tokens
-from tracelake.export.sharegpt import to_sharegpt
-from tracelake.export.templates import LOSS_MODES, TEMPLATES, THINKING, chosen_mode
-from tracelake.ingest.harbor import ingest_harbor
-from tracelake.ingest.traces import ingest_traces
 
 from ..agent_traces import openhands_conversation
 from ..helpers import FIXTURES, GOLDEN, make_golden_trials, need, run_stage

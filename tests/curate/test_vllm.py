@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 
 from tracelake.core.errors import BadInput
-from tracelake.core.tokenizer import build_tokenizer
 from tracelake.curate.params import ModelParams
 from tracelake.curate.scoring.answers import run_model_scorer
 from tracelake.curate.scoring.scorers import LlmResponseLength
+from tracelake.tokens.tokenizer import build_tokenizer
 
 from ..chat_server import RateLimitProxy
 from ..helpers import ROOT, run_ok, train_python, vllm_python

@@ -588,8 +588,8 @@ def test_view_serves_the_lake_at_a_revision(sample_project, tmp_path):
 def test_turn_tokens_are_each_messages_chatml_tokens(sample_project, monkeypatch):
     """Tokens per turn are each message's ChatML tokens with the pool's tokenizer: for every kept
     trajectory they add up to its ChatML count; the pool's n_tokens is the trained rendering's."""
-    from tracelake.core.token_count import count_chatml_tokens
     from tracelake.explore.view.db import LakeView
+    from tracelake.tokens.token_count import count_chatml_tokens
 
     monkeypatch.chdir(sample_project)  # the pool's tokenizer path is the project's
     db = LakeView(sample_project / "lake")

@@ -32,8 +32,6 @@ from stages.__main__ import main as run_stage_here
 from tracelake.core.ids import dataset_label
 from tracelake.core.outputs import read_manifest
 from tracelake.core.schema import load_schema
-from tracelake.core.token_count import count_chatml_tokens
-from tracelake.core.tokenizer import build_tokenizer, load_tokenizer
 from tracelake.export.rl import (
     DROP_RULES,
     GENERATION_PROMPT,
@@ -49,6 +47,8 @@ from tracelake.export.rl import (
 from tracelake.export.task_dirs import materialize
 from tracelake.ingest.archive_read import Entry
 from tracelake.ingest.task_archive import build_archive, extract_archive, extract_table
+from tracelake.tokens.token_count import count_chatml_tokens
+from tracelake.tokens.tokenizer import build_tokenizer, load_tokenizer
 
 from ..helpers import ROOT, rl_trainer_python, run_tracelake
 

@@ -27,11 +27,10 @@ import yaml
 from tokenizers import Tokenizer
 
 from tracelake.core.outputs import read_manifest
-from tracelake.core.tokenizer import load_tokenizer
-from tracelake.export.rendering import count_trained_tokens
 from tracelake.export.sft import dataset_info_v1
-from tracelake.export.sharegpt import SharegptRow
-from tracelake.export.templates import (
+from tracelake.tokens.rendering import count_trained_tokens
+from tracelake.tokens.sharegpt import SharegptRow
+from tracelake.tokens.templates import (
     MODES,
     LfMode,
     TemplateSlots,
@@ -39,6 +38,7 @@ from tracelake.export.templates import (
     template_slots,
     trained_tokens,
 )
+from tracelake.tokens.tokenizer import load_tokenizer
 
 from ..helpers import convert_slots, lf_config, run_ok, sft_slot, train_python
 

@@ -9,10 +9,9 @@ import dataclasses
 import pytest
 
 from tracelake.core.errors import BadParams
-from tracelake.core.tokenizer import build_tokenizer, load_tokenizer
-from tracelake.export.rendering import count_template_tokens
-from tracelake.export.sharegpt import SharegptRow
-from tracelake.export.templates import (
+from tracelake.tokens.rendering import count_template_tokens
+from tracelake.tokens.sharegpt import SharegptRow
+from tracelake.tokens.templates import (
     DEFAULT,
     LOSS_MODES,
     MODES,
@@ -29,6 +28,7 @@ from tracelake.export.templates import (
     trained_tokens,
     truncated_trained,
 )
+from tracelake.tokens.tokenizer import build_tokenizer, load_tokenizer
 
 
 def row(conversations: list[tuple[str, str]], system: str = "") -> SharegptRow:

@@ -23,7 +23,7 @@ import yaml
 
 from tracelake.core.outputs import read_manifest
 from tracelake.core.tables import read_table
-from tracelake.core.tokenizer import load_tokenizer
+from tracelake.tokens.tokenizer import load_tokenizer
 
 from ..helpers import FIXTURES, ROOT, convert_slots, lf_config, need, run_ok, sft_slot, train_python
 
@@ -193,10 +193,10 @@ def test_tokenizer_follows_the_model(sample_project, tiny_model, qwen3_tiny_mode
     builds itself from the shards; status names the tokenizer; `train` accepts this model and
     refuses the sample's tiny model (another tokenizer) unless told to allow it."""
     from tracelake.core.lake import table_paths
-    from tracelake.core.tokenizer import tokenizer_fingerprint
-    from tracelake.export.rendering import count_template_tokens
-    from tracelake.export.sharegpt import to_sharegpt
-    from tracelake.export.templates import TEMPLATES
+    from tracelake.tokens.rendering import count_template_tokens
+    from tracelake.tokens.sharegpt import to_sharegpt
+    from tracelake.tokens.templates import TEMPLATES
+    from tracelake.tokens.tokenizer import tokenizer_fingerprint
 
     project = tmp_path / "project"
     shutil.copytree(sample_project, project, symlinks=True)

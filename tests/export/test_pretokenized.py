@@ -27,7 +27,6 @@ import pytest
 import yaml
 
 from tracelake.core.errors import BadInput, BadParams
-from tracelake.core.tokenizer import load_tokenizer
 from tracelake.export.pretokenized import (
     MANIFEST,
     LfData,
@@ -39,8 +38,9 @@ from tracelake.export.pretokenized import (
     sharegpt_rows,
     write_pretokenized,
 )
-from tracelake.export.sharegpt import ExportReject, SharegptRow, dataset_info_entry, to_sharegpt
-from tracelake.export.templates import MODES, render_pieces, template_slots
+from tracelake.tokens.sharegpt import ExportReject, SharegptRow, dataset_info_entry, to_sharegpt
+from tracelake.tokens.templates import MODES, render_pieces, template_slots
+from tracelake.tokens.tokenizer import load_tokenizer
 
 from ..helpers import FIXTURES, GOLDEN, need, run_ok, train_python, tree_bytes
 

@@ -185,7 +185,7 @@ def check(args: argparse.Namespace) -> dict:
         tokenizer = work / "tokenizer"
         code = (
             "import sys; from pathlib import Path\n"
-            "try:\n    from tracelake.core.tokenizer import build_tokenizer\n"
+            "try:\n    from tracelake.tokens.tokenizer import build_tokenizer\n"
             "except ImportError:\n    from tracelake.core.tokens import build_tokenizer\n"
             "build_tokenizer(Path(sys.argv[1]))"
         )

@@ -162,8 +162,8 @@ def check(args: argparse.Namespace) -> dict:
     tokenizer = Path(args.tokenizer).resolve()
     if not (tokenizer / "tokenizer.json").is_file():
         try:
-            from tracelake.core.tokenizer import build_tokenizer
-        except ImportError:  # before core/tokens.py became core/tokenizer.py
+            from tracelake.tokens.tokenizer import build_tokenizer
+        except ImportError:  # before core/tokens.py became tokens/tokenizer.py
             from tracelake.core.tokens import build_tokenizer
 
         tokenizer = build_tokenizer(work / "tokenizer")

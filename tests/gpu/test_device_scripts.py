@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tracelake.core.tokenizer import build_tokenizer
+from tracelake.tokens.tokenizer import build_tokenizer
 
 from ..helpers import skyrl_python
 

@@ -91,8 +91,8 @@ def tokenizer_dir(tmp_path: Path) -> Path:
     if (built / "tokenizer.json").is_file():
         return built
     try:
-        from tracelake.core.tokenizer import build_tokenizer
-    except ImportError:  # before core/tokens.py became core/tokenizer.py
+        from tracelake.tokens.tokenizer import build_tokenizer
+    except ImportError:  # before core/tokens.py became tokens/tokenizer.py
         from tracelake.core.tokens import build_tokenizer
 
     return build_tokenizer(tmp_path / "tokenizer")

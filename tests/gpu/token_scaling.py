@@ -49,7 +49,7 @@ def count(convs: list[list[dict]], tokenizer: str, cache: Path, executor) -> tup
     """The filter's counting loop over `convs` on `executor`: (counts in order, counter stats)."""
     import pyarrow as pa
 
-    from tracelake.core.token_count import ChatmlShard, TokenCounter, absorb, count_chatml_shard, share, unshare
+    from tracelake.tokens.token_count import ChatmlShard, TokenCounter, absorb, count_chatml_shard, share, unshare
 
     where = (tokenizer, str(cache))
     totals: list[int] = []
@@ -70,7 +70,7 @@ def count(convs: list[list[dict]], tokenizer: str, cache: Path, executor) -> tup
 
 def check(args: argparse.Namespace, started: float) -> dict:
     from tracelake.core.executor import Executor
-    from tracelake.core.tokenizer import load_tokenizer, render_chatml
+    from tracelake.tokens.tokenizer import load_tokenizer, render_chatml
 
     rows = 300 if args.cpu_smoke and args.rows is None else (args.rows or 5000)
     runs_wanted = (args.workers or ("local,2" if args.cpu_smoke else "local,4,16")).split(",")

@@ -109,7 +109,7 @@ def test_a_dvc_repro_profile_splits_by_stage(tmp_path):
     raw.write_text(
         f"{dvc};main (dvc/cli/__init__.py);status (dvc/stage/__init__.py) 7\n"
         f"{dvc};{filt};<module> (stages/__main__.py);run (tracelake/curate/filter.py) 3\n"
-        f"{dvc};{filt};{worker};count (tracelake/core/token_count.py) 5\n"
+        f"{dvc};{filt};{worker};count (tracelake/tokens/token_count.py) 5\n"
         f"{dvc};{export};<module> (stages/__main__.py) 2\n"
     )
     groups = loop_module().split_by_stage(raw)

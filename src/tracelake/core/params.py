@@ -131,13 +131,13 @@ class CheckedAs:
 
 class TokenizerParams(Section):
     """The tokenizer every stage counts with (stage `tokenizer` writes it to `out`): the tokenizer of
-    the model that trains (`model`: train.sft.model's, core/model_tokenizer.py), or the project's own
+    the model that trains (`model`: train.sft.model's, tokens/model_tokenizer.py), or the project's own
     small byte-level BPE (`builtin`, for the embedded sample and tiny test models)."""
 
     source: Literal["model", "builtin"] = "model"
     vocab_size: Annotated[int, Field(ge=300)] = 4096  # builtin only
     out: str = "data/tokenizer"
-    cache: str = ".tracelake/cache/tokens"  # segment token counts of any tokenizer (core/token_count.py)
+    cache: str = ".tracelake/cache/tokens"  # segment token counts of any tokenizer (tokens/token_count.py)
 
 
 class ExecutorParams(Section):

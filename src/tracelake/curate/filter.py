@@ -26,13 +26,16 @@ import duckdb
 import pyarrow as pa
 
 from tracelake.core.assets import sql
-from tracelake.core.control_tokens import ControlTokens
 from tracelake.core.errors import BadInput, check
 from tracelake.core.executor import Executor
 from tracelake.core.ids import COPY_SUFFIX
 from tracelake.core.lake import Lake, is_built
 from tracelake.core.schema import load_schema
-from tracelake.core.token_count import (
+from tracelake.curate.filter_rules import RULES, FilterRule
+from tracelake.curate.params import FilterParams
+from tracelake.curate.screen_cache import ScreenCache
+from tracelake.tokens.special_tokens import ControlTokens
+from tracelake.tokens.token_count import (
     CHECKPOINT_S,
     CountStats,
     TokenCounter,
@@ -41,10 +44,7 @@ from tracelake.core.token_count import (
     share,
     unshare,
 )
-from tracelake.core.tokenizer import tokenizer_file, tokenizer_fingerprint
-from tracelake.curate.filter_rules import RULES, FilterRule
-from tracelake.curate.params import FilterParams
-from tracelake.curate.screen_cache import ScreenCache
+from tracelake.tokens.tokenizer import tokenizer_file, tokenizer_fingerprint
 
 TOKEN_BATCH = 128  # conversations read and rendered at a time (~10 MB of text: memory stays flat)
 
@@ -90,9 +90,9 @@ def run_filters(
     """Apply the enabled rules to the `trajectories` view; leaves tables `pool` and `dropped`.
     `sources` are listed in the funnel even when they have no rows (an empty source shows as 0).
     `token_cache`: the segment token count cache (params tokenizer.cache); None counts without one.
-    `rendering`: what LLaMA-Factory encodes for a row (export/rendering.py `Rendering`, given by the
+    `rendering`: what LLaMA-Factory encodes for a row (tokens/rendering.py `Rendering`, given by the
     stage: curation does not import the export). Its markup, with filter.tokenizer, decides which
-    literals are control tokens (core/control_tokens.py); n_tokens counts it, and a row it cannot
+    literals are control tokens (tokens/special_tokens.py); n_tokens counts it, and a row it cannot
     render is dropped (not_exportable_v1)."""
     control = ControlTokens.open(tokenizer_file(params.tokenizer), rendering.markup())
     _default_dedup_views(con)
@@ -184,7 +184,7 @@ def _count_tokens(
     executor: Executor | None = None,
 ) -> CountStats:
     """n_tokens for every row still standing (the tokens table): the length of what LLaMA-Factory
-    encodes for it (`counting`: export/rendering.py RenderCounting), and the rows it cannot render
+    encodes for it (`counting`: tokens/rendering.py RenderCounting), and the rows it cannot render
     with their reasons (the unexportable table). A conversation counted by an earlier run or stage
     under the same rule and content hash is recalled without reading its messages; the rest are read
     batch by batch in storage order (sorting would hold every conversation in memory), each distinct

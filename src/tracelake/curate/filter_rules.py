@@ -59,7 +59,7 @@ class FilterRule:
     reads: tuple[str, ...] = ()  # other params it depends on: `filter.tokenizer`, `export_sft.same_role`, `dedup`
     query: str = ""  # sql/filter_rules/<query>.sql; default: the name without its version
     needs_counts: bool = False  # n_tokens must exist before it runs (counting renders each row as the export does)
-    control_patterns: bool = False  # also binds $anywhere and $in_response (core/control_tokens.py)
+    control_patterns: bool = False  # also binds $anywhere and $in_response (tokens/special_tokens.py)
     task_level: bool = False  # drops every rollout of a task: the RL export applies it to tasks too
     check: Callable[[Any], tuple[str, str] | None] = field(default=lambda p: None)  # (key, message) when refused
 

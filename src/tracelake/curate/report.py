@@ -79,7 +79,7 @@ def built_from(lake: Lake, scale: str, selection: dict[str, Any]) -> dict[str, s
 
 def sft_thinking(export: Path, selection_id: str) -> dict[str, Any] | None:
     """The scale's SFT export, when it is built from this selection: its id, its thinking choice and
-    its assistant turns by reasoning (export/rendering.py ThoughtCounts); None otherwise."""
+    its assistant turns by reasoning (tokens/rendering.py ThoughtCounts); None otherwise."""
     if not is_built(export):
         return None
     m = read_manifest(export)

@@ -61,7 +61,7 @@ def _thinking(sft: dict[str, Any] | None) -> str:
     trained with an empty think block (flagged when that is most of them); – when not exported."""
     if not sft:
         return "–"
-    from tracelake.export.rendering import mostly_empty_thoughts
+    from tracelake.tokens.rendering import mostly_empty_thoughts
 
     flag = " <strong>(most trained turns)</strong>" if mostly_empty_thoughts(sft) else ""
     return (

@@ -21,14 +21,14 @@ from tracelake.core.datasets import KINDS, building_stage
 from tracelake.core.errors import BadInput
 from tracelake.core.freshness import Freshness, pipeline_freshness
 from tracelake.core.lake import Lake, is_built, table_paths
-from tracelake.core.model_tokenizer import describe_tokenizer
 from tracelake.core.outputs import read_manifest
 from tracelake.core.schema import TABLES, load_schema
 from tracelake.core.stage import RUNS
 from tracelake.core.swap import sweep
-from tracelake.core.tokenizer import tokenizer_fingerprint
 from tracelake.core.ui import literal, literals
 from tracelake.curate import filter_rules
+from tracelake.tokens.model_tokenizer import describe_tokenizer
+from tracelake.tokens.tokenizer import tokenizer_fingerprint
 
 # DVC's state files that a killed `dvc repro` can leave empty: path, what reads it, the fix.
 _DVC_STATE = (
@@ -274,9 +274,9 @@ def render_exports(lake: Path, console: Console, freshness: Freshness | None = N
 
 def thinking_cell(counts: dict[str, Any]) -> str:
     """An SFT export's thinking choice, the share of its assistant turns with reasoning and the share
-    of its trained turns trained with an empty think block (export/rendering.py ThoughtCounts),
+    of its trained turns trained with an empty think block (tokens/rendering.py ThoughtCounts),
     flagged (!) when that is most of them."""
-    from tracelake.export.rendering import mostly_empty_thoughts
+    from tracelake.tokens.rendering import mostly_empty_thoughts
 
     t = counts.get("thinking")
     if not t:
@@ -292,7 +292,7 @@ def thinking_cell(counts: dict[str, Any]) -> str:
 
 def tokenizer_lines(lake: Path, fingerprints: set[str]) -> list[str]:
     """Which tokenizer counted the exports: the project's tokenizer directory (params tokenizer.out),
-    described (core/model_tokenizer.py), and any export counted with another one, flagged."""
+    described (tokens/model_tokenizer.py), and any export counted with another one, flagged."""
     project = project_of(lake)
     params = project / "params.yaml" if project else None
     if params is None or not params.is_file() or not fingerprints:

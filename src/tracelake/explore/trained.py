@@ -1,5 +1,5 @@
 """`tracelake show ID --trained`: what LLaMA-Factory trains on in a trajectory's SFT export row, in
-each of its training modes (export/templates.py MODES), counted with the export's own tokenizer.
+each of its training modes (tokens/templates.py MODES), counted with the export's own tokenizer.
 
 The row is taken from the smallest SFT export that holds the trajectory; its template and tokenizer
 are the ones that export's manifest records (the tokenizer file must be the one it fingerprinted).
@@ -62,7 +62,7 @@ def _rows(directory: Path) -> int:
 
 def _encoder(row: dict[str, Any]):
     """len(ids) of a text with the export's tokenizer, each distinct text encoded once."""
-    from tracelake.core.tokenizer import load_tokenizer, tokenizer_fingerprint
+    from tracelake.tokens.tokenizer import load_tokenizer, tokenizer_fingerprint
 
     path = row["tokenizer"]
     if not path or not Path(path).exists():
@@ -81,8 +81,8 @@ def _encoder(row: dict[str, Any]):
 
 def trained_counts(row: dict[str, Any], count) -> dict[str, int]:
     """Mode name -> tokens LLaMA-Factory trains on in that mode."""
-    from tracelake.export.sharegpt import SharegptRow
-    from tracelake.export.templates import MODES, template_slots, trained_tokens
+    from tracelake.tokens.sharegpt import SharegptRow
+    from tracelake.tokens.templates import MODES, template_slots, trained_tokens
 
     slots = template_slots(row["template"])
     sharegpt = SharegptRow(system=row["system"], conversations=list(row["conversations"]), merged=0, trimmed=0)
@@ -94,8 +94,8 @@ def render_trained(
 ) -> dict[str, int]:
     """Print the row's rendering in `mode` (None: the export's own), trained pieces bold green, the rest dim (long prompt pieces
     folded unless `full`), after one line of trained tokens per mode; those counts."""
-    from tracelake.export.sharegpt import SharegptRow
-    from tracelake.export.templates import lf_mode, render_segments, template_slots
+    from tracelake.tokens.sharegpt import SharegptRow
+    from tracelake.tokens.templates import lf_mode, render_segments, template_slots
 
     row = export_row(lake, trajectory_id)
     mode = mode or row["mode"]  # by default, the mode the export trains in (train.sft.mode and thinking)

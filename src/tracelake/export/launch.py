@@ -51,9 +51,7 @@ from tracelake.core.envs import ENVIRONMENTS, env_command, env_program
 from tracelake.core.errors import BadInput, BadParams
 from tracelake.core.freshness import pipeline_freshness
 from tracelake.core.lake import Lake, built_children, is_built
-from tracelake.core.model_tokenizer import resolve
 from tracelake.core.outputs import read_manifest
-from tracelake.core.tokenizer import tokenizer_fingerprint
 from tracelake.core.ui import out
 from tracelake.curate.params import SelectParams
 from tracelake.export import harbor_contract
@@ -73,6 +71,8 @@ from tracelake.export.train_config import (
     sft_config_name,
 )
 from tracelake.ingest.params import ArchiveParams, IngestParams
+from tracelake.tokens.model_tokenizer import resolve
+from tracelake.tokens.tokenizer import tokenizer_fingerprint
 
 KINDS = ("sft", "rl")
 BACKENDS = ("local", "modal")
@@ -766,7 +766,7 @@ def check_tokenizer(params: Params, ds: Dataset, sets: dict[str, Any], allow: bo
     """Whether the model that trains has the tokenizer that counted the dataset (the sha256 of its
     tokenizer.json, recorded in the export's manifest): one line for the plan. A different one
     raises BadInput unless `allow`. The model's tokenizer is looked for on this machine only (a
-    local directory, the hub cache: core/model_tokenizer.py); not found, it is not checked."""
+    local directory, the hub cache: tokens/model_tokenizer.py); not found, it is not checked."""
     counted = (ds.manifest.get("inputs") or {}).get("tokenizer")
     default = params.train.sft.model if ds.kind == "sft" else params.train.rl.model
     model = str(sets.get(MODEL_KEY[ds.kind]) or default)

@@ -10,9 +10,9 @@ from pydantic import BeforeValidator, Field, model_validator
 from tracelake.core.params import Count, Invalid, Number, Section, one_of
 from tracelake.export.harbor_contract import SANDBOXES, SKYRL_COMMIT
 from tracelake.export.set_keys import classify
-from tracelake.export.sharegpt import SAME_ROLE_POLICIES
-from tracelake.export.templates import LOSS_MODES, TEMPLATES, THINKING, LfMode, chosen_mode
 from tracelake.ingest.params import SourceSelection
+from tracelake.tokens.sharegpt import SAME_ROLE_POLICIES
+from tracelake.tokens.templates import LOSS_MODES, TEMPLATES, THINKING, LfMode, chosen_mode
 
 NonEmpty = Annotated[str, Field(min_length=1)]
 LearningRate = Annotated[Number, Field(gt=0)]

@@ -68,10 +68,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tracelake.core.errors import BadInput, BadParams
-from tracelake.core.token_ids import IdStats, TokenIds
-from tracelake.core.tokenizer import tokenizer_file
-from tracelake.export.sharegpt import SharegptRow
-from tracelake.export.templates import DEFAULT, LfMode, TemplateSlots, lf_mode, render_pieces, template_slots
+from tracelake.tokens.sharegpt import SharegptRow
+from tracelake.tokens.templates import DEFAULT, LfMode, TemplateSlots, lf_mode, render_pieces, template_slots
+from tracelake.tokens.token_ids import IdStats, TokenIds
+from tracelake.tokens.tokenizer import tokenizer_file
 
 RULE = "lf_pretokenized_v1"
 LLAMAFACTORY = "0.9.5"

@@ -49,7 +49,6 @@ from tracelake.core.outputs import read_manifest
 from tracelake.core.schema import load_schema
 from tracelake.core.stage import Manifest
 from tracelake.core.tables import ShardWriter, TableWriter
-from tracelake.core.tokenizer import load_tokenizer, render_chatml, tokenizer_fingerprint
 from tracelake.core.ui import progress
 from tracelake.curate.filter import attach_dedup
 from tracelake.curate.filter_rules import RULES
@@ -57,6 +56,7 @@ from tracelake.export.rl_pick import PICK_RULES, out_of_bounds, picked_out
 from tracelake.ingest.archive_read import Entry
 from tracelake.ingest.common import Reject
 from tracelake.ingest.task_archive import build_archive, read_archive
+from tracelake.tokens.tokenizer import load_tokenizer, render_chatml, tokenizer_fingerprint
 
 if TYPE_CHECKING:
     from tracelake.curate.params import FilterParams

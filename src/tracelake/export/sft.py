@@ -29,19 +29,28 @@ import yaml
 from tokenizers import Tokenizer
 
 from tracelake.core.background import read_ahead
-from tracelake.core.control_tokens import ControlTokens
 from tracelake.core.datasets import dataset_id
 from tracelake.core.errors import BadInput, BadParams, check
 from tracelake.core.executor import Executor
 from tracelake.core.hashing import content_id
 from tracelake.core.ids import shard_entry_name
 from tracelake.core.lake import Lake
-from tracelake.core.model_tokenizer import SOURCE_FILE
 from tracelake.core.outputs import VERSION_HEX, read_manifest, write_json
 from tracelake.core.schema import load_schema
 from tracelake.core.stage import Manifest
 from tracelake.core.tables import ShardWriter, TableWriter, read_table
-from tracelake.core.token_count import (
+from tracelake.core.ui import progress
+from tracelake.export.params import ExportSftParams, SftTrainParams
+from tracelake.export.pretokenized import LfData, sharegpt_rows, write_pretokenized
+from tracelake.tokens.model_tokenizer import SOURCE_FILE
+from tracelake.tokens.rendering import RenderedCounts, Rendering, ThoughtCounts, thought_counts
+from tracelake.tokens.sharegpt import (
+    SHAREGPT_RULE,
+    dataset_info_entry,
+)
+from tracelake.tokens.special_tokens import ControlTokens
+from tracelake.tokens.templates import DEFAULT, MODES, TEMPLATES, LfMode, TemplateSlots, template_slots
+from tracelake.tokens.token_count import (
     CHECKPOINT_S,
     CountStats,
     TokenCounter,
@@ -50,16 +59,7 @@ from tracelake.core.token_count import (
     share,
     unshare,
 )
-from tracelake.core.tokenizer import tokenizer_file, tokenizer_fingerprint
-from tracelake.core.ui import progress
-from tracelake.export.params import ExportSftParams, SftTrainParams
-from tracelake.export.pretokenized import LfData, sharegpt_rows, write_pretokenized
-from tracelake.export.rendering import RenderedCounts, Rendering, ThoughtCounts, thought_counts
-from tracelake.export.sharegpt import (
-    SHAREGPT_RULE,
-    dataset_info_entry,
-)
-from tracelake.export.templates import DEFAULT, MODES, TEMPLATES, LfMode, TemplateSlots, template_slots
+from tracelake.tokens.tokenizer import tokenizer_file, tokenizer_fingerprint
 
 
 @dataclass
@@ -145,7 +145,7 @@ class SftSettings:
     """What shapes every row of one SFT export (convert_batch): export_sft.same_role, train.sft's
     cutoff_len and template, the counting tokenizer (None: no counts), the control tokens (None: the
     tokenizer's own), filter.special_tokens (reject or escape) and the trained mode (train.sft.mode
-    with train.sft.thinking), whose rendering n_tokens counts (export/rendering.py)."""
+    with train.sft.thinking), whose rendering n_tokens counts (tokens/rendering.py)."""
 
     same_role: str
     cutoff_len: int | None

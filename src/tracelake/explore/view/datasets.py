@@ -57,8 +57,8 @@ def _params(d: dict[str, Any]) -> list[tuple[str, Any]]:
     keys = dataset_kind(d["kind"]).shows  # core/datasets.py; None: every param its manifest records
     shown = [(k, params[k]) for k in (sorted(params) if keys is None else keys) if k in params]
     thoughts = d["manifest"].get("counts", {}).get("thinking")  # an export rendered with think blocks
-    if thoughts:  # the assistant turns by reasoning, and the empty think blocks trained (export/rendering.py)
-        from tracelake.export.rendering import mostly_empty_thoughts
+    if thoughts:  # the assistant turns by reasoning, and the empty think blocks trained (tokens/rendering.py)
+        from tracelake.tokens.rendering import mostly_empty_thoughts
 
         shown.append(("turns_with_reasoning", f"{thoughts['with_reasoning']:,}/{thoughts['assistant_turns']:,}"))
         empty = f"{thoughts['trained_empty_thoughts']:,}/{thoughts['trained_turns']:,}"
@@ -169,7 +169,7 @@ def _counted_by(db: LakeView) -> str | None:
     """Which tokenizer counted the lake's tokens (the project's tokenizer directory, described)."""
     if db.tokenizer is None:
         return None
-    from tracelake.core.model_tokenizer import describe_tokenizer
+    from tracelake.tokens.model_tokenizer import describe_tokenizer
 
     return f"{db.tokenizer[0]}: {describe_tokenizer(db.tokenizer[0])}"
 

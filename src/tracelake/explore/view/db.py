@@ -443,11 +443,11 @@ class LakeView:
 
     def turn_tokens(self, messages: list[dict]) -> list[int] | None:
         """Each message's ChatML tokens (`<|im_start|>role\\n…<|im_end|>\\n`) with the pool's tokenizer: a
-        message's weight. The pool's n_tokens is the trained rendering (export/rendering.py: turns merged,
+        message's weight. The pool's n_tokens is the trained rendering (tokens/rendering.py: turns merged,
         think blocks added), so they sum close to it, not to it. None when that tokenizer is not here."""
         if self.tokenizer is None or not messages:
             return None
-        from tracelake.core.tokenizer import render_chatml
+        from tracelake.tokens.tokenizer import render_chatml
 
         encoded = self.tokenizer[1].encode_batch([render_chatml([m]) for m in messages], add_special_tokens=False)
         return [len(e.ids) for e in encoded]
@@ -486,7 +486,7 @@ def _tokenizer(lake: Path):
     if found is None:
         return None
     path = str(found)
-    from tracelake.core.tokenizer import load_tokenizer, tokenizer_fingerprint
+    from tracelake.tokens.tokenizer import load_tokenizer, tokenizer_fingerprint
 
     exports = [d for k in KINDS if k.is_export for d in k.built(Lake(lake)).values()]
     recorded = {read_manifest(d).get("inputs", {}).get("tokenizer") for d in exports}

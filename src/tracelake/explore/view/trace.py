@@ -158,8 +158,8 @@ def training(export: dict | None, tokenizer) -> dict[str, Any]:
     there is nothing to show."""
     if export is None:
         return {"none": "in no SFT export"}
-    from tracelake.export.sharegpt import SharegptRow
-    from tracelake.export.templates import TEMPLATES, render_segments
+    from tracelake.tokens.sharegpt import SharegptRow
+    from tracelake.tokens.templates import TEMPLATES, render_segments
 
     template = export.get("template")
     if template not in TEMPLATES:

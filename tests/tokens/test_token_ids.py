@@ -1,4 +1,4 @@
-"""core/token_ids.py with Qwen3's real tokenizer: a text's ids are its segments' ids and its added
+"""tokens/token_ids.py with Qwen3's real tokenizer: a text's ids are its segments' ids and its added
 tokens' ids in order, equal to `tokenizer.encode(text, add_special_tokens=False).ids` (tiktoken and
 `tokenizers` alike); the segment ids cache answers a second run without encoding, from disk; its
 small parts are merged."""
@@ -11,10 +11,10 @@ import random
 import numpy as np
 import pytest
 
-from tracelake.core import token_ids
-from tracelake.core.token_count import CHUNK_CHARS, segment_key
-from tracelake.core.token_ids import SegmentIdsCache, TokenIds
-from tracelake.core.tokenizer import load_tokenizer
+from tracelake.tokens import token_ids
+from tracelake.tokens.token_count import CHUNK_CHARS, segment_key
+from tracelake.tokens.token_ids import SegmentIdsCache, TokenIds
+from tracelake.tokens.tokenizer import load_tokenizer
 
 from ..helpers import FIXTURES, need
 

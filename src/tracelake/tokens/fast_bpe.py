@@ -25,10 +25,10 @@ out. A word that is a token tiktoken takes whole: by the same check the BPE ends
 
 The same argument gives the ids, not only their number: tiktoken's tokens are the BPE's, named by
 rank. `TiktokenCounts.ids` maps each rank back to the tokenizer's vocabulary id (a byte's token, or
-the merge's token), so core/token_ids.py encodes segments with it too.
+the merge's token), so tokens/token_ids.py encodes segments with it too.
 
 The text is normalized by the tokenizer's own NFC (where it has one; ASCII text is left as it is),
-then split by tiktoken's regex engine: tests/core/test_fast_bpe.py checks it classes every code point
+then split by tiktoken's regex engine: tests/tokens/test_fast_bpe.py checks it classes every code point
 as the tokenizers' one does, and compares counts on random and real text.
 """
 

@@ -1,4 +1,4 @@
-"""One count (export/rendering.py): the rendering LLaMA-Factory encodes, the thinking choice, and the
+"""One count (tokens/rendering.py): the rendering LLaMA-Factory encodes, the thinking choice, and the
 counts of assistant turns by reasoning; the params that choose them."""
 
 from __future__ import annotations
@@ -9,19 +9,19 @@ import random
 import pyarrow as pa
 import pytest
 
-from tracelake.core.control_tokens import ControlTokens
 from tracelake.core.errors import BadParams
-from tracelake.core.tokenizer import load_tokenizer, tokenizer_file
-from tracelake.export.rendering import (
+from tracelake.params import parse_params
+from tracelake.tokens.rendering import (
     RenderedCounts,
     Rendering,
     count_template_tokens,
     mostly_empty_thoughts,
     thought_counts,
 )
-from tracelake.export.sharegpt import SharegptRow
-from tracelake.export.templates import MODES, TEMPLATES, chosen_mode, render_pieces
-from tracelake.params import parse_params
+from tracelake.tokens.sharegpt import SharegptRow
+from tracelake.tokens.special_tokens import ControlTokens
+from tracelake.tokens.templates import MODES, TEMPLATES, chosen_mode, render_pieces
+from tracelake.tokens.tokenizer import load_tokenizer, tokenizer_file
 
 from ..helpers import FIXTURES, need
 from ..project.test_config import BASE
@@ -86,8 +86,8 @@ def test_traces_without_reasoning_train_an_empty_block_on_every_turn_unless_drop
 def test_input_tokens_are_the_mode_s_rendering_on_qwen3_and_recalled_per_mode(tmp_path):
     """With Qwen3's real tokenizer: each mode's count is the sum of its pieces' encodings; a count is
     recalled under its rendering's key, and another thinking choice is counted anew, never recalled."""
-    from tracelake.core.token_count import TokenCounter
-    from tracelake.export.sharegpt import sharegpt_batch
+    from tracelake.tokens.sharegpt import sharegpt_batch
+    from tracelake.tokens.token_count import TokenCounter
 
     qwen3 = need(FIXTURES / "qwen3-tokenizer")
     tok = load_tokenizer(qwen3)

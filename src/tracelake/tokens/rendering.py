@@ -20,10 +20,8 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-from tracelake.core.control_tokens import ESCAPE_RULE, ControlTokens
 from tracelake.core.errors import check
-from tracelake.core.token_count import CountStats, TokenCounter, rendering_key, shard_counter
-from tracelake.export.sharegpt import (
+from tracelake.tokens.sharegpt import (
     SHAREGPT_RULE,
     ExportReject,
     SharegptBatch,
@@ -31,9 +29,10 @@ from tracelake.export.sharegpt import (
     sharegpt_batch,
     to_sharegpt,
 )
-from tracelake.export.special_tokens import REASON as SPECIAL_TOKEN_REASON
-from tracelake.export.special_tokens import screen_batch
-from tracelake.export.templates import (
+from tracelake.tokens.special_token_screen import REASON as SPECIAL_TOKEN_REASON
+from tracelake.tokens.special_token_screen import screen_batch
+from tracelake.tokens.special_tokens import ESCAPE_RULE, ControlTokens
+from tracelake.tokens.templates import (
     DEFAULT,
     LfMode,
     TemplateSlots,
@@ -43,6 +42,7 @@ from tracelake.export.templates import (
     thinking_of,
     truncated_trained,
 )
+from tracelake.tokens.token_count import CountStats, TokenCounter, rendering_key, shard_counter
 
 TOKEN_RULE = "lf_input_tokens_v2"  # len(input_ids) in the chosen mode (v1: lf_template_tokens_v1, default mode only)
 TRAINED_RULE = "lf_trained_tokens_v1"  # tokens each LLaMA-Factory mode trains on (templates.MODES)

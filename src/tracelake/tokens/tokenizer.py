@@ -9,7 +9,7 @@ give the same bytes; no pinning needed), and tokenizer.json lists the vocabulary
 JSON files are written with sorted keys and a trailing newline. `train_bpe` is its trainer, for
 any pre-tokenizer (the tests and benchmarks train Qwen- and Llama-style tokenizers with it).
 
-`render_chatml` renders conversations as ChatML; core/token_count.py counts its tokens with any
+`render_chatml` renders conversations as ChatML; tokens/token_count.py counts its tokens with any
 fast tokenizer (`tokenizer.json`), ours or a real model's.
 """
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracelake.core.errors import BadParams
-from tracelake.core.tokenizer import tokenizer_fingerprint
+from tracelake.tokens.tokenizer import tokenizer_fingerprint
 
 # What a tokenizer directory may hold (transformers' AutoTokenizer files); tokenizer.json is required.
 TOKENIZER_FILES = (

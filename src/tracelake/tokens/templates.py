@@ -80,11 +80,11 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
 
-from tracelake.core.control_tokens import ChatMarkup
 from tracelake.core.errors import BadParams, check
+from tracelake.tokens.special_tokens import ChatMarkup
 
 if TYPE_CHECKING:
-    from tracelake.export.sharegpt import SharegptRow
+    from tracelake.tokens.sharegpt import SharegptRow
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ class TemplateSlots:
     thought_words: tuple[str, str] | None = None
     # what LF's template writes inside a response, for every template (template.py:554-555, the
     # register_template defaults: thought_words and tool_call_words): an assistant turn's own
-    # `<think>` and `<tool_call>` are this markup, not hostile literals (core/control_tokens.py).
+    # `<think>` and `<tool_call>` are this markup, not hostile literals (tokens/special_tokens.py).
     # Not in the repr, which keys cached token counts: it changes no rendering.
     response_words: tuple[str, ...] = field(
         default=("<think>\n", "\n</think>\n\n", "<tool_call>", "</tool_call>"), repr=False

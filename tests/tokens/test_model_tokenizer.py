@@ -9,8 +9,8 @@ import json
 import pytest
 
 from tracelake.core.errors import BadParams
-from tracelake.core.model_tokenizer import SOURCE_FILE, copy_tokenizer, describe_tokenizer, resolve
-from tracelake.core.tokenizer import build_tokenizer, tokenizer_fingerprint
+from tracelake.tokens.model_tokenizer import SOURCE_FILE, copy_tokenizer, describe_tokenizer, resolve
+from tracelake.tokens.tokenizer import build_tokenizer, tokenizer_fingerprint
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ token_count.py's counts (export/pretokenized.py builds LLaMA-Factory's input_ids
 text is cut exactly as token_count.SegmentRule cuts it for counting: added tokens (`<|im_start|>`,
 `<think>`, ...) split it first and each is its own id; the text between them is cut at safe newlines
 into segments that encode independently. So a text's ids are, in order, its added tokens' ids and
-its segments' ids (tests/core/test_token_ids.py checks the concatenation against whole encodes).
+its segments' ids (tests/tokens/test_token_ids.py checks the concatenation against whole encodes).
 A tokenizer the rule does not know (rule `whole`) has each text as one segment: still exact.
 
 Each segment's ids are kept under (tokenizer sha256, segment key: token_count.segment_key) in
@@ -44,8 +44,8 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from tracelake.core.errors import check
-from tracelake.core.token_count import ENCODE_BATCH_CHARS, SegmentRule, segment_key, split_pattern
-from tracelake.core.tokenizer import load_tokenizer, tokenizer_file
+from tracelake.tokens.token_count import ENCODE_BATCH_CHARS, SegmentRule, segment_key, split_pattern
+from tracelake.tokens.tokenizer import load_tokenizer, tokenizer_file
 
 FLUSH_TOKENS = 32 << 20  # pending ids become a part at this many tokens (128 MB of uint32)
 READ_GAP = 4096  # ids between two wanted ranges read rather than skipped (a second pread costs more)
@@ -395,7 +395,7 @@ class TokenIds:
 
     def _encode_ids(self, texts: list[str]) -> list[np.ndarray]:
         if self._engine is None:
-            from tracelake.core import fast_bpe
+            from tracelake.tokens import fast_bpe
 
             self._engine = fast_bpe.engine(self.tokenizer, split_pattern) if self.fast else (None, "fast=False")
         fast, why = self._engine

@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers
 
-from tracelake.core import token_cache, token_count
-from tracelake.core.token_cache import SegmentCache
-from tracelake.core.token_count import SPLIT_PATTERNS, CountStats, SegmentRule, TokenCounter
-from tracelake.core.tokenizer import build_tokenizer, train_bpe
+from tracelake.tokens import token_cache, token_count
+from tracelake.tokens.token_cache import SegmentCache
+from tracelake.tokens.token_count import SPLIT_PATTERNS, CountStats, SegmentRule, TokenCounter
+from tracelake.tokens.tokenizer import build_tokenizer, train_bpe
 
 from ..helpers import qwen3_tokenizer, real_trace_texts
 
@@ -318,7 +318,7 @@ def test_a_workers_cache_never_writes_a_part(tmp_path, monkeypatch):
     cache, loaded before the fork (share), is searched in the child without reading a part again."""
     import multiprocessing
 
-    from tracelake.core import token_count
+    from tracelake.tokens import token_count
 
     monkeypatch.setattr(token_cache, "MERGE_EVERY", 2)
     keys = [i.to_bytes(16, "little") for i in range(1, 6)]
@@ -348,7 +348,7 @@ def test_a_workers_cache_never_writes_a_part(tmp_path, monkeypatch):
 
 
 def _add_in_a_forked_copy(tokenizer: str, cache: str, keys: list[bytes]) -> None:
-    from tracelake.core import token_count
+    from tracelake.tokens import token_count
 
     counter = token_count.shared_counter(tokenizer, cache)
     assert counter.cache.lookup(keys[:3]) == [1, 2, None]

@@ -1,4 +1,4 @@
-"""Tests for tracelake.core.tokenizer: reproducible build, HF directory layout, exact ChatML counts."""
+"""Tests for tracelake.tokens.tokenizer: reproducible build, HF directory layout, exact ChatML counts."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 from tokenizers import Tokenizer
 
 from tracelake.core.errors import BadInput, BadParams
-from tracelake.core.token_count import count_chatml_tokens
-from tracelake.core.tokenizer import (
+from tracelake.tokens.token_count import count_chatml_tokens
+from tracelake.tokens.tokenizer import (
     CHAT_TEMPLATE,
     SPECIAL_TOKENS,
     TOKEN_COUNT_RULE,
@@ -56,7 +56,7 @@ def _n(tok: Tokenizer, text: str) -> int:
 def test_build_is_byte_identical_in_process_and_in_another_process(tok_dir: Path, tmp_path: Path):
     again = build_tokenizer(tmp_path / "again")
     code = (
-        "import sys; from pathlib import Path; from tracelake.core.tokenizer import build_tokenizer;"
+        "import sys; from pathlib import Path; from tracelake.tokens.tokenizer import build_tokenizer;"
         " build_tokenizer(Path(sys.argv[1]))"
     )
     env = {

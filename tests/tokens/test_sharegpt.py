@@ -9,9 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tracelake.core.control_tokens import ControlTokens
 from tracelake.core.schema import load_schema, schemas_dir
-from tracelake.export.sharegpt import (
+from tracelake.tokens.sharegpt import (
     JOIN,
     REJECT_REASONS,
     ExportReject,
@@ -19,6 +18,7 @@ from tracelake.export.sharegpt import (
     sharegpt_batch,
     to_sharegpt,
 )
+from tracelake.tokens.special_tokens import ControlTokens
 
 from ..helpers import convert_slots
 
@@ -133,9 +133,9 @@ def test_every_export_reject_reason_is_documented():
 
 
 def test_export_without_token_counting_says_rows_are_not_length_checked(tmp_path):
-    from tracelake.core.tokenizer import build_tokenizer, load_tokenizer
     from tracelake.export.sft import SftStats
-    from tracelake.export.templates import template_slots
+    from tracelake.tokens.templates import template_slots
+    from tracelake.tokens.tokenizer import build_tokenizer, load_tokenizer
 
     msgs = [{"role": "user", "content": "q " * 400}, {"role": "assistant", "content": "a " * 400}]
     rows = [
@@ -205,9 +205,9 @@ def test_export_counts_the_rows_whose_system_prompt_v1_drops():
 def test_export_recalls_counts_of_conversations_counted_before(tmp_path):
     """A rerun (or a new scale) counts no conversation again: the same tokenizer, template, same_role
     and content hash recall the total; any of them changed counts afresh, to the same exact value."""
-    from tracelake.core.token_count import TokenCounter
-    from tracelake.core.tokenizer import build_tokenizer
-    from tracelake.export.templates import MODES
+    from tracelake.tokens.templates import MODES
+    from tracelake.tokens.token_count import TokenCounter
+    from tracelake.tokens.tokenizer import build_tokenizer
 
     def conv(word, n):
         return [

@@ -94,7 +94,7 @@ class ControlTokens:
 
     @classmethod
     def open(cls, tokenizer_json: Path, markup: ChatMarkup) -> ControlTokens:
-        """From a tokenizer.json file (core/tokenizer.py `tokenizer_file` finds it in a directory) and
+        """From a tokenizer.json file (tokens/tokenizer.py `tokenizer_file` finds it in a directory) and
         the chat template beside it (tokenizer_config.json or chat_template.jinja), when there is one."""
         return cls.of(json.loads(tokenizer_json.read_bytes()), markup, own_chat_template(tokenizer_json.parent))
 

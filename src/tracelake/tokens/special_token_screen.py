@@ -5,7 +5,7 @@ are the same text.
 The filter already dropped such rows (special_token_in_text_v1) or counted their escaped text, with
 filter.tokenizer; the export checks again with its own tokenizer (export_sft.tokenizer may be another
 one), on the turns as merged, which is the text LLaMA-Factory reads. A gpt turn is a response: the
-template's thought and tool-call words may stand there (core/control_tokens.py).
+template's thought and tool-call words may stand there (tokens/special_tokens.py).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from dataclasses import replace
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracelake.core.control_tokens import ControlTokens
 from tracelake.core.errors import check
-from tracelake.export.sharegpt import REJECT_REASONS, SharegptBatch
+from tracelake.tokens.sharegpt import REJECT_REASONS, SharegptBatch
+from tracelake.tokens.special_tokens import ControlTokens
 
 REASON = "special_token_in_text"
 check(REASON in REJECT_REASONS, f"{REASON} is not a listed export reject reason")

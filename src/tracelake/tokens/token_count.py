@@ -42,8 +42,8 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from tracelake.core.errors import BadParams
-from tracelake.core.token_cache import SegmentCache
-from tracelake.core.tokenizer import load_tokenizer, render_chatml, tokenizer_file
+from tracelake.tokens.token_cache import SegmentCache
+from tracelake.tokens.tokenizer import load_tokenizer, render_chatml, tokenizer_file
 
 CHUNK_CHARS = 8192
 ENCODE_BATCH_CHARS = 4 << 20  # encode the missing segments this many characters at a time
@@ -51,7 +51,7 @@ CHECKPOINT_S = 30.0  # stages write counts to the cache at least this often: a k
 
 _GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 # Split patterns (tokenizer.json `pre_tokenizer`) known to keep a newline between two non-space
-# characters a pre-token of its own: tests/core/test_token_count.py checks each against real encodes.
+# characters a pre-token of its own: tests/tokens/test_token_count.py checks each against real encodes.
 SPLIT_PATTERNS = frozenset(
     {
         # Qwen2, Qwen2.5, Qwen3
@@ -311,7 +311,7 @@ class TokenCounter:
     def _encode_counts(self, texts: list[str]) -> list[int]:
         """Each text's count: tiktoken where the tokenizer qualifies (fast_bpe.py), else `tokenizers`."""
         if self._engine is None:
-            from tracelake.core import fast_bpe
+            from tracelake.tokens import fast_bpe
 
             self._engine = fast_bpe.engine(self.tokenizer, split_pattern)
         fast, why = self._engine

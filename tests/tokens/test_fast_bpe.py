@@ -1,4 +1,4 @@
-"""The tiktoken engine (core/fast_bpe.py) counts exactly what the tokenizer encodes: the byte-level
+"""The tiktoken engine (tokens/fast_bpe.py) counts exactly what the tokenizer encodes: the byte-level
 alphabet, every code point's class in each split regex, random tricky text, real conversations row by
 row, on small trained tokenizers and on Qwen3's real one (../shared/fixtures/qwen3-tokenizer); and
 every tokenizer it does not reproduce falls back to `tokenizers` with its reason."""
@@ -17,12 +17,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
 
-from tracelake.core import fast_bpe, token_count
-from tracelake.core.fast_bpe import TiktokenCounts, byte_level_alphabet
-from tracelake.core.token_cache import SegmentCache
-from tracelake.core.token_count import SPLIT_PATTERNS, SegmentRule, TokenCounter, split_pattern, split_regex
-from tracelake.core.tokenizer import build_tokenizer, render_chatml, train_bpe
 from tracelake.sample.openthoughts import synthesize_openthoughts
+from tracelake.tokens import fast_bpe, token_count
+from tracelake.tokens.fast_bpe import TiktokenCounts, byte_level_alphabet
+from tracelake.tokens.token_cache import SegmentCache
+from tracelake.tokens.token_count import SPLIT_PATTERNS, SegmentRule, TokenCounter, split_pattern, split_regex
+from tracelake.tokens.tokenizer import build_tokenizer, render_chatml, train_bpe
 
 from ..helpers import FIXTURES, fuzz_settings, qwen3_tokenizer, real_trace_texts
 from .test_token_count import CORPUS, FAMILIES, SPECIAL

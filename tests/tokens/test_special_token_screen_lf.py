@@ -15,14 +15,14 @@ import json
 
 import pytest
 
-from tracelake.core.control_tokens import ControlTokens
-from tracelake.core.tokenizer import load_tokenizer
 from tracelake.export.sft import SftSettings, SftStats, convert_batch
-from tracelake.export.templates import TEMPLATES
+from tracelake.tokens.special_tokens import ControlTokens
+from tracelake.tokens.templates import TEMPLATES
+from tracelake.tokens.tokenizer import load_tokenizer
 
+from ..export.test_llamafactory import lf_load
 from ..helpers import ROOT, lf_config, run_ok, slot_batch, train_python
-from .test_llamafactory import lf_load
-from .test_special_tokens import slots, twelve_messages
+from .test_special_token_screen import slots, twelve_messages
 
 pytestmark = pytest.mark.train_env
 

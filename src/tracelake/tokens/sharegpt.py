@@ -50,7 +50,7 @@ REJECT_REASONS = (
     "consecutive_same_role",
     "no_assistant_turn",
     "over_cutoff_len",
-    "special_token_in_text",  # export/special_tokens.py (filter.special_tokens: reject)
+    "special_token_in_text",  # tokens/special_token_screen.py (filter.special_tokens: reject)
 )
 
 
@@ -138,7 +138,7 @@ def sharegpt_batch(messages: Any, same_role: str = "merge") -> SharegptBatch:
     """`to_sharegpt` for a pyarrow ListArray of messages (list<struct<role, content>>), the text
     staying in Arrow: only roles become Python objects, turns are joined by `binary_join`.
     Rows it cannot convert the simple way (every kind of reject) are marked not ok; for the others
-    the result is the same as to_sharegpt's, value for value (tests/export/test_sharegpt.py checks it)."""
+    the result is the same as to_sharegpt's, value for value (tests/tokens/test_sharegpt.py checks it)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 

@@ -1,4 +1,4 @@
-"""Control-token literals in the SFT export (export/special_tokens.py, filter.special_tokens).
+"""Control-token literals in the SFT export (tokens/special_token_screen.py, filter.special_tokens).
 
 A literal `<|im_end|>` in a tool result is one control token to the trainer's tokenizer: a fake turn
 boundary it would train on. The export rejects such rows (`special_token_in_text`) or escapes the
@@ -29,11 +29,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from tracelake.core.control_tokens import MARK, ControlTokens
-from tracelake.core.tokenizer import build_tokenizer, load_tokenizer
 from tracelake.export.sft import SftStats
-from tracelake.export.sharegpt import ExportReject, SharegptRow, to_sharegpt
-from tracelake.export.templates import MODES, render_pieces, template_slots
+from tracelake.tokens.sharegpt import ExportReject, SharegptRow, to_sharegpt
+from tracelake.tokens.special_tokens import MARK, ControlTokens
+from tracelake.tokens.templates import MODES, render_pieces, template_slots
+from tracelake.tokens.tokenizer import build_tokenizer, load_tokenizer
 
 from ..helpers import convert_slots, fuzz_settings, print_fuzz_summary
 
