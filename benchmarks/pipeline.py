@@ -87,7 +87,7 @@ _ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 _ENV["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), _ENV.get("PYTHONPATH", "")]))  # stages/
 WARM_IMPORTS = {
     "tracelake": "import duckdb, polars, pyarrow.parquet, tokenizers, tracelake.cli, tracelake.params, "
-    "tracelake.ingest.traces, tracelake.ingest.tasks, tracelake.curate.scoring.scores, tracelake.curate.filter, "
+    "tracelake.ingest.traces, tracelake.ingest.tasks, tracelake.curate.scoring.runs, tracelake.curate.filter, "
     "tracelake.curate.select, tracelake.export.sft, tracelake.tokens.token_count",
     "hf": "import datasets, orjson",
     "lf": "import transformers, llamafactory.data, llamafactory.hparams",

@@ -10,7 +10,7 @@ from tracelake.core.datasets import KINDS
 from tracelake.core.lake import Lake
 from tracelake.core.outputs import write_bytes
 from tracelake.core.stage import Context, Result, Stage
-from tracelake.curate.report import build_report, write_plots
+from tracelake.curate.composition import build_report, write_plots
 from tracelake.explore.report_page import render_report
 
 PLOTS = "reports/plots"

@@ -14,8 +14,8 @@ from tracelake.core.ui import progress
 from tracelake.curate.params import ImportParams
 from tracelake.curate.scoring.answers import ModelRun
 from tracelake.curate.scoring.model_run import engine_for, run_model
+from tracelake.curate.scoring.runs import ScoreCache, import_scores, known_tasks_of, run_scorer
 from tracelake.curate.scoring.scorers import BUILTIN_SCORERS, ModelScorer
-from tracelake.curate.scoring.scores import ScoreCache, import_scores, known_tasks_of, run_scorer
 
 IMPORTS_DIR = Path("imports")
 

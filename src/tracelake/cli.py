@@ -333,7 +333,8 @@ def train(
     locally with llamafactory-cli / SkyRL, or on Modal. Credentials come only from the environment."""
     from contextlib import ExitStack
 
-    from tracelake.export.launch import check, contract_lines, describe, make_plan, run
+    from tracelake.export.launch.check import check
+    from tracelake.export.launch.run import contract_lines, describe, make_plan, run
     from tracelake.params import load_params
 
     with ExitStack() as stack:  # a REV:NAME dataset's temporary tree lives until the run ends
@@ -454,7 +455,7 @@ def sql(
     the lake's files and nothing else (no other file, no network, no extension) and write nothing."""
     from contextlib import ExitStack
 
-    from tracelake.explore.sql import open_lake, run_query, write_result
+    from tracelake.explore.sql import lake_connection, run_query, write_result
 
     if fmt not in ("table", "csv", "json", "parquet"):
         raise typer.BadParameter("--format must be table, csv, json or parquet")
@@ -471,7 +472,7 @@ def sql(
             root = tree.root / lake
             err.print(f"lake at {rev} ({tree.revision.sha[:10]})", style="dim")
             _say_missing(tree, rev)
-        con, views = open_lake(root)
+        con, views = lake_connection(root)
         if query is None:
             from tracelake.explore.sql import interactive
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tracelake.core.errors import BadInput
-from tracelake.explore.sql import open_lake, run_query
+from tracelake.explore.sql import lake_connection, run_query
 
 QUERY = "select count(*) from trajectories"
 POOL_QUERY = "SELECT count(*) FROM pool"
@@ -36,7 +36,7 @@ def _env() -> dict[str, str]:
 def query_in_process(lake: Path, query: str = QUERY) -> tuple[str, object]:
     """('ok', count), ('error', one-line message) for a BadInput, ('traceback', text) for anything else."""
     try:
-        con, _ = open_lake(lake)
+        con, _ = lake_connection(lake)
         try:
             return "ok", run_query(con, query).column(0)[0].as_py()
         finally:

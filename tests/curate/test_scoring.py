@@ -1,4 +1,4 @@
-"""Task scores (tracelake.curate.scoring.scores): the response-length proxy, the score cache, imported scores,
+"""Task scores (tracelake.curate.scoring.runs): the response-length proxy, the score cache, imported scores,
 and the score stage's check on import paths. Real DuckDB over real Parquet in a tmp lake."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from tracelake.core.lake import Lake
 from tracelake.core.outputs import read_manifest
 from tracelake.core.tables import read_table
 from tracelake.curate.params import ImportParams
+from tracelake.curate.scoring.runs import ScoreCache, import_scores, known_tasks_of, run_scorer
 from tracelake.curate.scoring.scorers import ResponseLengthProxy, Scorer, ScoreRequest
-from tracelake.curate.scoring.scores import ScoreCache, import_scores, known_tasks_of, run_scorer
 from tracelake.ingest.tasks import ingest_tasks
 from tracelake.ingest.traces import ingest_traces
 

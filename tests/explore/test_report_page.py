@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from tracelake.core.stage import HEADLINE
-from tracelake.curate.report import build_report
+from tracelake.curate.composition import build_report
 from tracelake.explore import svg
 from tracelake.explore.report_page import render_report
 

@@ -13,7 +13,7 @@ import pytest
 
 from tracelake.core.errors import BadInput
 from tracelake.core.outputs import read_manifest
-from tracelake.explore.sql import open_lake, run_query
+from tracelake.explore.sql import lake_connection, run_query
 
 from ..helpers import ROOT, run_tracelake
 
@@ -40,7 +40,7 @@ def sql_changing_nothing(project: Path, statement: str, **kwargs) -> subprocess.
 
 def test_views_cover_every_table_and_dataset(sample_project):
     lake = sample_project / "lake"
-    con, views = open_lake(lake)
+    con, views = lake_connection(lake)
     for name in (
         "tasks",
         "trajectories",
@@ -99,7 +99,7 @@ def test_each_example_runs(sample_project):
 
 
 def test_turn_histogram_adds_up(sample_project):
-    con, _ = open_lake(sample_project / "lake")
+    con, _ = lake_connection(sample_project / "lake")
     got = run_query(con, (ROOT / "sql" / "examples" / "turn_histogram.sql").read_text())
     main = run_query(con, "SELECT source, count(*) AS n FROM trajectories WHERE trace_source = 'main' GROUP BY ALL")
     expected = dict(zip(main["source"].to_pylist(), main["n"].to_pylist()))
@@ -136,4 +136,4 @@ def test_bad_sql_and_missing_lake(sample_project, tmp_path):
     proc = run_tracelake(sample_project, "sql", "SELECT nope FROM trajectories")
     assert proc.returncode == 2 and proc.stderr.startswith("tracelake: sql: ") and proc.stderr.count("\n") == 1
     with pytest.raises(BadInput, match="not a lake"):
-        open_lake(tmp_path / "nothing")
+        lake_connection(tmp_path / "nothing")

@@ -16,7 +16,7 @@ import pytest
 
 from tracelake.core.errors import BadInput
 from tracelake.core.outputs import read_manifest
-from tracelake.explore.sql import open_lake, run_query
+from tracelake.explore.sql import lake_connection, run_query
 
 from ..helpers import run_ok, run_tracelake
 from .test_sql import sql_changing_nothing
@@ -116,7 +116,7 @@ def test_writes_are_refused_inside_and_outside_the_lake(project, statement):
 def test_guard_query_is_the_reusable_check(project):
     from tracelake.explore.sql import guard_query
 
-    con, _ = open_lake(project / "lake")
+    con, _ = lake_connection(project / "lake")
     assert len(guard_query(con, "SELECT 1; FROM pool LIMIT 1")) == 2
     for explain in (
         "EXPLAIN ANALYZE SELECT count(*) FROM pool",
@@ -183,7 +183,7 @@ def test_csv_writes_nested_values_as_json(project):
 
 def test_every_view_and_the_lake_files_stay_readable(project):
     lake = project / "lake"
-    con, views = open_lake(lake)
+    con, views = lake_connection(lake)
     for name in views:
         assert run_query(con, f'SELECT count(*) AS n FROM "{name}"').num_rows == 1, name
     pool = read_manifest(lake / "pool")["tables"]["pool"]["rows"]
@@ -241,7 +241,7 @@ def plant_unfinished(lake: Path) -> None:
 
 
 def counts(lake: Path) -> dict[str, int]:
-    con, views = open_lake(lake)
+    con, views = lake_connection(lake)
     return {name: run_query(con, f'SELECT count(*) AS n FROM "{name}"').column("n")[0].as_py() for name in views}
 
 
@@ -254,7 +254,7 @@ def test_views_read_only_finished_directories(sample_project, tmp_path):
 
 def test_a_file_that_vanishes_asks_to_run_again(sample_project, tmp_path):
     lake = shutil.copytree(sample_project / "lake", tmp_path / "lake", symlinks=True)
-    con, _ = open_lake(lake)
+    con, _ = lake_connection(lake)
     part = sorted((lake / "trajectories" / "superuser" / "trajectories").glob("part-*.parquet"))[-1]
     part.rename(tmp_path / part.name)
     for query in ("SELECT count(*) FROM messages", "SELECT count(*) FROM trajectories"):
@@ -267,7 +267,7 @@ def test_a_file_that_vanishes_asks_to_run_again(sample_project, tmp_path):
     (tmp_path / part.name).rename(part)
     (lake / "pool" / "pool.parquet").unlink()
     with pytest.raises(BadInput, match=r"^the lake is being rebuilt \(.*pool\.parquet vanished\)"):
-        open_lake(lake)
+        lake_connection(lake)
     with pytest.raises(BadInput, match=r"^sql: .*nope\.parquet"):  # a file the query names is the user's
         run_query(con, f"SELECT * FROM read_parquet('{lake / 'scores' / 'nope.parquet'}')")
 
@@ -280,13 +280,13 @@ def test_a_directory_caught_mid_rebuild_asks_to_run_again(sample_project, tmp_pa
     part = sorted((source / "trajectories").glob("part-*.parquet"))[-1]
     part.rename(tmp_path / part.name)
     with pytest.raises(BadInput, match=rf"^the lake is being rebuilt \({source} is incomplete\); run the query again$"):
-        open_lake(lake)
+        lake_connection(lake)
     (tmp_path / part.name).rename(part)
     (source / "manifest.json").unlink()
     with pytest.raises(
         BadInput, match=rf"^the lake is being rebuilt \({source}, which the pool was made from, is missing"
     ):
-        open_lake(lake)
+        lake_connection(lake)
     shutil.rmtree(source)
     with pytest.raises(BadInput, match=r"^the lake is being rebuilt \(.*superuser, which the pool"):
-        open_lake(lake)
+        lake_connection(lake)

@@ -702,7 +702,7 @@ def test_stopping_the_viewer_stops_an_index_build_and_leaves_nothing(sample_proj
     assert list((tmp_path / "search").iterdir()) == []
     # an export of a search that cannot run is a one-line refusal, never an empty file
     from tracelake.core.errors import BadInput
-    from tracelake.explore.view.export import selected_ids
+    from tracelake.explore.view.download import selected_ids
 
     db.search = index
     with pytest.raises(BadInput, match="cannot export the search: search is off: the viewer stopped"):

@@ -18,7 +18,7 @@ import pytest
 from jinja2 import FileSystemLoader, nodes
 
 from tracelake.core.revisions import Recorded
-from tracelake.explore.view import datasets, export
+from tracelake.explore.view import datasets, download
 from tracelake.explore.view import html as pages
 from tracelake.explore.view.db import Query
 from tracelake.explore.view.render import ENV, make_environment
@@ -87,7 +87,7 @@ def test_only_escaping_code_makes_markup():
         if path.name != "render.py":
             assert "Markup(" not in text and "markupsafe" not in text, path.name
     callers = {p.name for p in VIEW.glob("*.py") if re.search(r"\btrusted\(", p.read_text())}
-    assert callers == {"render.py", "datasets.py", "export.py"}
+    assert callers == {"render.py", "datasets.py", "download.py"}
 
 
 # --- hostile values in every page ----------------------------------------------------------------------
@@ -313,7 +313,7 @@ def test_hostile_values_reach_every_page_only_as_text(h, monkeypatch, tmp_path):
     )  # a hostile rev name is not listed
     _check(datasets.diff_page(lake, h, h, {"report": h}, error=h), h)
     _check(datasets.diff_page(lake, "", "", None), h)
-    _check(b"".join(export.html_file(lake, [h, h + "2"], q)).decode(), h, scripts=0)
+    _check(b"".join(download.html_file(lake, [h, h + "2"], q)).decode(), h, scripts=0)
     assert "<script" not in pages.messages_html(_trajectory(h, 1)["messages"])
     assert rendered == set(ENV.list_templates())  # every template, hostile values in all of them
 

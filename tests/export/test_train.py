@@ -11,7 +11,8 @@ import yaml
 
 from tracelake.core.errors import BadInput, BadParams
 from tracelake.core.outputs import read_manifest
-from tracelake.export.launch import make_plan, parse_sets, resolve_dataset
+from tracelake.export.launch.plan import parse_sets, resolve_dataset
+from tracelake.export.launch.run import make_plan
 from tracelake.export.params import SftTrainParams
 from tracelake.export.train_config import hydra_overrides, total_batch
 from tracelake.params import load_params
@@ -393,7 +394,7 @@ def test_harbor_route_dry_run_is_checked_by_skyrl_and_by_us(sample_project, tmp_
 
 
 def test_rl_check_without_the_environment_says_so(in_project, tmp_path, monkeypatch):
-    from tracelake.export.launch import check_rl
+    from tracelake.export.launch.check import check_rl
 
     monkeypatch.setenv("TRACELAKE_SKYRL_ENV", str(tmp_path / "none"))
     plan = make_plan(load_params("params.yaml"), "rl", "rl", "local", [])
@@ -453,7 +454,7 @@ def test_a_harbor_run_extracts_the_task_table_first_and_once(sample_project, tmp
     reuses it. The trainer here is a script that lists what it would train on (no GPU)."""
     import sys
 
-    from tracelake.export.launch import run
+    from tracelake.export.launch.run import run
     from tracelake.export.task_dirs import task_paths
 
     from .test_train_harbor import _checkout

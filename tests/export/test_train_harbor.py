@@ -14,7 +14,7 @@ import yaml
 
 from tracelake.core.errors import BadInput
 from tracelake.export import harbor_contract as contract
-from tracelake.export.launch import describe, make_plan, run
+from tracelake.export.launch.run import describe, make_plan, run
 from tracelake.export.set_keys import classify
 from tracelake.params import load_params
 

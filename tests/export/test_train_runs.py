@@ -11,17 +11,16 @@ import pytest
 import yaml
 
 from tracelake.core.errors import BadInput
-from tracelake.export.launch import (
-    check_sft,
-    describe,
+from tracelake.export.launch.check import check_sft
+from tracelake.export.launch.plan import (
     parse_sets,
     plan_local,
     plan_modal,
     resolve_dataset,
     resolve_report_to,
-    run,
     run_state,
 )
+from tracelake.export.launch.run import describe, run
 from tracelake.export.params import SftTrainParams
 from tracelake.export.train_config import run_hash, sft_config
 from tracelake.params import load_params

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from tracelake.core.errors import BadParams, UserError
 from tracelake.core.outputs import read_manifest
-from tracelake.export.launch import _cli_value, describe, make_plan, parse_sets, plan_local, plan_modal, resolve_dataset
+from tracelake.export.launch.plan import _cli_value, parse_sets, plan_local, plan_modal, resolve_dataset
+from tracelake.export.launch.run import describe, make_plan
 from tracelake.export.set_keys import DATA, RENDERING, classify, normalise
 from tracelake.params import load_params
 
@@ -179,7 +180,7 @@ def test_any_set_value_gives_a_plan_or_one_line_error(in_project, monkeypatch, v
     """make_plan on both backends, an awkward value in a string key, a number key, a path key and the
     model: a plan, or a UserError in one line; never another exception. (Its freshness check, a dvc
     status that reads no --set, is left out here: the next test runs the whole command.)"""
-    monkeypatch.setattr("tracelake.export.launch.check_fresh", lambda ds: "not checked here")
+    monkeypatch.setattr("tracelake.export.launch.run.check_fresh", lambda ds: "not checked here")
     params = load_params("params.yaml")
     for kind, keys in KEYS.items():
         for key in keys:

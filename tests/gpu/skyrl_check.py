@@ -14,13 +14,13 @@ harbor extras, Ray, vLLM and a CUDA torch; Harbor's `docker` environment needs a
    directory.
 2. A tiny random Qwen3 (tests/train_env/tiny_qwen3.py) beside data/tokenizer, built in the SkyRL
    environment, is the policy.
-3. The plan is export/launch.py's own (`resolve_dataset`, `check_batch`, `plan_local`) for the RL
+3. The plan is export/launch's own (`resolve_dataset`, `check_batch`, `plan_local`) for the RL
    export with train.rl.skyrl_checkout set, and only what one GPU and 3 steps must change: the model,
    the tasks, batch 2 x 2 samples, `trainer.epochs` = steps (2 tasks, batch 2: one step an epoch),
    one GPU colocated, one vLLM engine at 40% of the GPU, 2 agent turns, Harbor's `docker`
    environment, the trials, checkpoints and exports under WORK, the console logger. The overrides
    are checked against the installed SkyRL's config classes (`check_rl`, what `--dry-run` prints).
-4. The command runs (`launch.run`), its output in OUT/skyrl.log.
+4. The command runs (`launch.run.run`), its output in OUT/skyrl.log.
 
 PASS when the trainer exits 0 and WORK/trials holds at least steps x tasks x samples trial
 directories with a result.json, and `tracelake ingest harbor` reads them back as a source (rollouts
@@ -84,7 +84,7 @@ HARNESS_ONLY = ("data.train_data", "trainer.max_prompt_length")
 
 def harness_plan(params, ds, sets: dict):
     """plan_local's plan for `sets`, with HARNESS_ONLY's keys added after the plan is made."""
-    from tracelake.export.launch import plan_local
+    from tracelake.export.launch.plan import plan_local
     from tracelake.export.train_config import hydra_overrides
 
     plan = plan_local(params, ds, {k: v for k, v in sets.items() if k not in HARNESS_ONLY})
@@ -111,8 +111,10 @@ def check(args: argparse.Namespace) -> dict:
     import yaml
 
     from tracelake.core.envs import env_program
-    from tracelake.export.launch import check_batch, check_rl, describe, resolve_dataset
-    from tracelake.export.launch import run as launch
+    from tracelake.export.launch.check import check_batch, check_rl
+    from tracelake.export.launch.plan import resolve_dataset
+    from tracelake.export.launch.run import describe
+    from tracelake.export.launch.run import run as launch
     from tracelake.export.task_dirs import task_paths, task_tables
     from tracelake.ingest.task_archive import extract_table
 

@@ -1,7 +1,7 @@
 """The lake as it was at a git revision, read through DVC from its cache: no checkout, no copy.
 
     with tree_at("HEAD~1", ["lake"]) as tree:       # tree.root/lake is the lake at HEAD~1
-        con, views = open_lake(tree.root / "lake")
+        con, views = lake_connection(tree.root / "lake")   # explore/sql.py
 
 A revision is anything git or `dvc exp` names: a commit, `HEAD~1`, a branch, a tag, an experiment
 name or ref. DVC's filesystem lists each path as that revision's dvc.lock recorded it; each DVC-tracked

@@ -17,7 +17,7 @@ from rich.text import Text
 from tracelake.core import assets
 from tracelake.core.errors import BadInput
 from tracelake.core.ui import literal, literals
-from tracelake.explore.sql import open_lake
+from tracelake.explore.sql import lake_connection
 
 PREVIEW = 700  # characters of each instruction shown side by side
 
@@ -31,7 +31,7 @@ def _need(views: dict[str, str], lake: Path) -> None:
 def explain(lake: Path, ref: str) -> list[dict[str, Any]]:
     """The rows of the cluster of the task `ref` names (representative first); a one-line error when
     it names no task or several clusters."""
-    con, views = open_lake(lake)
+    con, views = lake_connection(lake)
     _need(views, lake)
     rows = con.sql(assets.sql("dedup_explain"), params={"ref": ref}).to_arrow_table().to_pylist()
     if not rows:
@@ -108,7 +108,7 @@ def _preview(text: str) -> str:
 
 
 def summary(lake: Path, top: int = 10) -> dict[str, Any]:
-    con, views = open_lake(lake)
+    con, views = lake_connection(lake)
     _need(views, lake)
     clusters = (
         con.sql(f"""

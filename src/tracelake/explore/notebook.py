@@ -8,7 +8,7 @@ read-only, at any revision.
     lake.scan("trajectories").join(lake.scan("dropped"), on="trajectory_id").collect()
     lake.tables()                                 # the views, with what each reads
 
-Both go through one `open_lake` connection of `tracelake.explore.sql`: the same views, the same
+Both go through one `lake_connection` of `tracelake.explore.sql`: the same views, the same
 sandbox (no network, no extension, settings locked) and, for `sql`, the same guard (SELECT-like
 statements, no COPY). The connection is sealed: its views read the lake's Parquet files through
 Arrow datasets and DuckDB itself may open no file, so nothing the notebook holds can write one: not
@@ -35,7 +35,7 @@ import duckdb
 
 from tracelake.core.errors import BadInput
 from tracelake.explore.sql import guarded_relation, missing_table, reopen
-from tracelake.explore.sql import open_lake as _open_views
+from tracelake.explore.sql import lake_connection as _open_views
 
 
 class NotebookLake:

@@ -3,7 +3,7 @@ stage): the filter funnel, every scale's composition, and its turn and length di
 CSS and SVG, with no script and nothing fetched, so it opens offline; the same data gives the same bytes.
 (`dvc plots show` draws the same data from reports/plots/*.csv, but its page loads Vega from a CDN.)
 
-    render_report(metrics, plots) -> str    # the two values curate.report.build_report returns
+    render_report(metrics, plots) -> str    # the two values curate.composition.build_report returns
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """SQL over the lake (`tracelake sql`): one sandboxed DuckDB connection with a view per table.
 
-    from tracelake.explore.sql import open_lake, run_query
-    con, views = open_lake("lake")             # views: tasks, trajectories, messages, scores, ...
+    from tracelake.explore.sql import lake_connection, run_query
+    con, views = lake_connection("lake")             # views: tasks, trajectories, messages, scores, ...
     table = run_query(con, "SELECT source, count(*) FROM trajectories GROUP BY ALL")
 
 Views, each over the Parquet files that a finished directory's manifest.json names (every source
@@ -210,7 +210,7 @@ def _make_views(v: _Views, layout: Lake) -> None:
     v.add("export_rejects", export_rejects)
 
 
-def open_lake(
+def lake_connection(
     lake: Path | str,
     files: dict[str, list[str]] | None = None,
     *,
@@ -251,7 +251,7 @@ def open_lake(
 
 
 class _Opened:
-    """What `open_lake` saw: the lake's layout, the views it made, and the directories they read
+    """What `lake_connection` saw: the lake's layout, the views it made, and the directories they read
     (with their parents: a dataset id's home is the directory of every scale's), so that a missing
     view can be explained. Taken from the views themselves, not from the directories now: one may
     have been swapped in since."""
@@ -300,7 +300,7 @@ def _built(directory: Path) -> bool:
 
 
 def missing_table(con: duckdb.DuckDBPyConnection, view: str) -> BadInput | None:
-    """The one-line error for a query on `con` (an `open_lake` connection) that names a lake table
+    """The one-line error for a query on `con` (a `lake_connection`) that names a lake table
     with no view: `view`'s directory was missing when the views were made. A build of it under way,
     or finished since, is "being rebuilt"; else it is not built. None for a name that is no lake
     table, or whose directory was built (the view is simply not part of that version)."""
@@ -314,7 +314,7 @@ def missing_table(con: duckdb.DuckDBPyConnection, view: str) -> BadInput | None:
 
 
 def reopen(steps: list) -> duckdb.DuckDBPyConnection:
-    """Another sealed connection with the same views, made from a sealed `open_lake`'s `steps` (the same
+    """Another sealed connection with the same views, made from a sealed `lake_connection`'s `steps` (the same
     Arrow datasets, no file read again): one DuckDB connection serves one stream at a time, so each of
     the notebook's scans gets its own."""
     con = duckdb.connect()
@@ -349,7 +349,7 @@ def sandbox(con: duckdb.DuckDBPyConnection, lake: Path | None, files: list[str])
 def guard_query(con: duckdb.DuckDBPyConnection, query: str) -> list[str]:
     """The statements of `query` once each is known to only read: SELECT-like, no COPY anywhere in its
     parsed tree, an EXPLAIN only of such a statement. Anything else is a one-line BadInput raised
-    before any statement runs. Use it before running any user's SQL on an `open_lake` connection."""
+    before any statement runs. Use it before running any user's SQL on a `lake_connection`."""
     statements = _parse(con, query)
     if not statements:
         raise BadInput("sql: the query is empty")
@@ -450,7 +450,7 @@ def _rebuilding(what: str) -> BadInput:
 
 def query_error(e: duckdb.Error, query: str, con: duckdb.DuckDBPyConnection | None = None) -> BadInput:
     """One line for a DuckDB error. A missing file that the query did not name itself is a view's:
-    a rebuild removed it after the views were made. With `con` (the `open_lake` connection the
+    a rebuild removed it after the views were made. With `con` (the `lake_connection` connection the
     query ran on), a lake table without a view is explained (`missing_table`)."""
     line = _first_line(e)
     no_table = _NO_TABLE.match(line) if isinstance(e, duckdb.CatalogException) and con is not None else None

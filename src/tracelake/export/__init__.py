@@ -5,6 +5,6 @@
 - sft.py           one scale's selection -> sharegpt shards + dataset_info.json (export_sft)
 - rl.py            tasks -> SkyRL PromptDataset + Harbor task table (export_rl)
 - train_config.py  LLaMA-Factory and SkyRL configs from params (train_config)
-- launch.py        `tracelake train`: local or Modal, dry-run
+- launch/        `tracelake train`: plan (local or Modal), check, run or dry-run
 - params.py        params.yaml `export_sft`, `export_rl`, `train`
 """

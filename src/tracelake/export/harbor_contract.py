@@ -8,7 +8,7 @@ TIS correction. A config that misses one starts Ray and vLLM on every GPU, then 
 requirement below names the key, what it must hold, where in SkyRL at SKYRL_COMMIT it comes from
 (file:line, read from a SkyRL checkout at that commit), SkyRL's reason, and whether the generated
 config (train_config.rl_config) sets it. `tracelake train rl` checks the final overrides (rl.yaml,
-train.rl.extra included, then --set) against it before anything starts (launch.py), and refuses a
+train.rl.extra included, then --set) against it before anything starts (launch/), and refuses a
 violated one in one line.
 
 Who checks what: the installed SkyRL (training/check_rl_config.py, in the SkyRL environment) parses

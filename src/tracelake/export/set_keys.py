@@ -1,5 +1,5 @@
 """What a `tracelake train --set KEY=VALUE` may change, by class: the one table both trainers (SFT and
-RL), both backends (local and Modal) and the dry run go through (`refuse`, called by launch.py's
+RL), both backends (local and Modal) and the dry run go through (`refuse`, called by launch/run.py's
 planners).
 
 - DATA: which data trains (LLaMA-Factory's `dataset`, `dataset_dir`, ...; SkyRL's `data.*`). Refused:
@@ -13,7 +13,7 @@ planners).
   params.yaml, and `dvc repro` rebuilds what depends on it.
 - Anything else (learning rate, batch size, GPUs, DeepSpeed, output_dir, logging, checkpoints,
   report_to, the model: its tokenizer must still be the one that counted the export, which
-  launch.check_tokenizer checks) is the run's own: allowed, and an SFT run's directory hash covers it
+  launch/check.py's check_tokenizer checks) is the run's own: allowed, and an SFT run's directory hash covers it
   unless train_config.NOT_TRAINING says it does not change the training. A key the trainer does not
   have is refused by the trainer's own parser (training/check_sft_config.py, check_rl_config.py).
 

@@ -38,8 +38,8 @@ from tracelake.curate.scoring.engines import (
     Usage,
     request_seed,
 )
+from tracelake.curate.scoring.runs import ScorerRun, score_row
 from tracelake.curate.scoring.scorers import ModelScorer
-from tracelake.curate.scoring.scores import ScorerRun, score_row
 
 FLUSH_ROWS = 256
 FLUSH_BYTES = 64 << 20  # answer text pending before a flush, whatever the rows

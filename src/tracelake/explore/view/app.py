@@ -46,7 +46,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tracelake.core.errors import BadInput
-from tracelake.explore.view import datasets, export, html, limits
+from tracelake.explore.view import datasets, download, html, limits
 from tracelake.explore.view.db import PAGE_ROWS, REBUILDING, LakeView, Query, Rebuilding, Unavailable, rebuilding
 
 HOST = "127.0.0.1"
@@ -201,17 +201,18 @@ def create_app(db: LakeView, address: str = HOST) -> Starlette:
 
     def export_selection(request: Request) -> Response:
         fmt = request.query_params.get("format", "")
-        if fmt not in export.FORMATS:
+        if fmt not in download.FORMATS:
             return _html(
-                html.not_found(f"view: export format {fmt!r}: one of {', '.join(export.FORMATS)}", label=db.label), 400
+                html.not_found(f"view: export format {fmt!r}: one of {', '.join(download.FORMATS)}", label=db.label),
+                400,
             )
         try:
             q = Query.from_params(request.query_params)
-            ids = export.selected_ids(db, q)
+            ids = download.selected_ids(db, q)
             body = {
-                "jsonl": lambda: export.jsonl(db, ids),
-                "parquet": lambda: export.parquet(db, ids),
-                "html": lambda: export.html_file(db, ids, q),
+                "jsonl": lambda: download.jsonl(db, ids),
+                "parquet": lambda: download.parquet(db, ids),
+                "html": lambda: download.html_file(db, ids, q),
             }[fmt]()
             first = next(body, b"")  # what fails at the start (a file the rebuild took) fails before the status
         except BadInput as e:
@@ -224,7 +225,7 @@ def create_app(db: LakeView, address: str = HOST) -> Starlette:
 
         return StreamingResponse(
             chunks(),
-            media_type=export.FORMATS[fmt],
+            media_type=download.FORMATS[fmt],
             headers={**HEADERS, "Content-Disposition": f'attachment; filename="{name}"'},
         )
 

@@ -1,4 +1,4 @@
-"""The queries behind `tracelake view`, on one `open_lake` connection (the same sandboxed, read-only
+"""The queries behind `tracelake view`, on one `lake_connection` connection (the same sandboxed, read-only
 views as `tracelake sql`), one request at a time (a DuckDB connection is not thread-safe).
 
 The list is `view_index`, built in memory once when the viewer opens the lake (sql/viewer/rows.sql:
@@ -37,7 +37,7 @@ from tracelake.core.errors import BadInput
 from tracelake.core.freshness import Freshness, pipeline_freshness
 from tracelake.core.lake import Lake
 from tracelake.core.outputs import read_manifest
-from tracelake.explore.sql import guard_query, open_lake, query_error
+from tracelake.explore.sql import guard_query, lake_connection, query_error
 from tracelake.explore.view.search import BATCH_ROWS, MAX_HITS, SearchIndex
 
 PAGE_ROWS = 50
@@ -134,7 +134,7 @@ class LakeView:
     def __init__(self, lake: Path | str, label: str = "", lake_in_repo: str = "lake"):
         self.lake, self.label, self.lake_in_repo = Path(lake), label or str(lake), lake_in_repo
         files: dict[str, list[str]] = {}
-        self.con, self.views = open_lake(lake, files=files)
+        self.con, self.views = lake_connection(lake, files=files)
         self.files = files  # view -> the Parquet files it was made over (the trajectories': in the lake's order)
         if "trajectories" not in self.views:
             raise BadInput(f"{lake} has no trajectories: run `dvc repro` (or `tracelake ingest`)")
@@ -329,7 +329,7 @@ class LakeView:
     def _messages(self):
         """(messages in all, RecordBatches of every non-empty message) on a connection of their own, so
         that building the index never holds the pages' connection."""
-        con, _ = open_lake(self.lake)
+        con, _ = lake_connection(self.lake)
         total = con.execute("SELECT coalesce(sum(n_messages), 0) FROM trajectories").fetchall()[0][0]
         reader = con.sql(assets.sql("viewer/search_messages")).to_arrow_reader(BATCH_ROWS)
 

@@ -1,42 +1,11 @@
-"""`tracelake train sft|rl`: resolve a dataset, plan the run, print it (--dry-run) or start it.
-
-- local: `llamafactory-cli train training/configs/sft-<scale>.yaml [key=value ...]` from the training
-  environment (TRACELAKE_TRAIN_ENV, else .venv-train, else PATH; `bash training/setup-env.sh`), or
-  `python -m <SkyRL entrypoint> key=value ...` from the environment of rl.yaml's trainer: skyrl 0.4
-  in the SkyRL environment (.venv-skyrl; `bash training/setup-skyrl-env.sh`), skyrl-train 0.3.x in
-  the training environment (core/envs.py).
-- modal: `modal run training/modal_app.py::sft|rl`: the export directory goes to a Modal volume
-  under its content id (skipped when the id is already there, so an unchanged dataset is never
-  uploaded twice), and a GPU function runs the same trainer with paths rewritten to the volumes.
-
-A `--set` that would change which data trains or how it becomes tokens is refused first, in one line
-(export/set_keys.py, on every planner); any other goes to the trainer, written so that its command
-line reads back exactly the value given.
-
-Before an SFT run starts (and in --dry-run), training/check_sft_config.py parses the config with the
-`--set` overrides by LLaMA-Factory's own argument parser, in the training environment (`check_sft`):
-an unknown key is refused in one line. An SFT run's directory is runs/<dataset id>/<run hash>
-(train_config.run_dir: the training keys after --set, and the GPUs): a run started again resumes
-from its last checkpoint (LLaMA-Factory does when overwrite_output_dir is not set), a finished one
-is refused. train.sft.report_to `auto` is decided here: wandb when WANDB_API_KEY is set.
-
-Before an RL run starts (and in --dry-run), training/check_rl_config.py checks every override against
-the installed SkyRL's own config, in that trainer's environment (`check_rl`), and the dataset must
-hold at least one training batch (`check_batch`). Route harbor (rl.yaml `route`) runs SkyRL's Harbor
-entrypoint from the SkyRL checkout named by train.rl.skyrl_checkout (put on PYTHONPATH); without one
-the dry run says so (`blocked:`) and a run is refused.
-
-A plan holds no credentials: Modal reads its token from the environment (MODAL_TOKEN_ID/SECRET) or
-its own config, and the names in FORWARDED_ENV travel as a Modal secret built from the local
-environment at run time. Dry runs print names and whether they are set, never values.
+"""A training run's plan: the dataset resolved (a scale, an id, a prefix, REV:NAME), the trainer's
+command and environment, local or on Modal, the Harbor route's facts.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import shlex
-import shutil
 import subprocess
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -47,18 +16,15 @@ import orjson
 import yaml
 
 from tracelake.core.datasets import pick_dataset, trained_kind
-from tracelake.core.envs import ENVIRONMENTS, env_command, env_program
+from tracelake.core.envs import env_command
 from tracelake.core.errors import BadInput, BadParams
-from tracelake.core.freshness import pipeline_freshness
 from tracelake.core.lake import Lake, built_children, is_built
 from tracelake.core.outputs import read_manifest
-from tracelake.core.ui import out
 from tracelake.curate.params import SelectParams
 from tracelake.export import harbor_contract
 from tracelake.export.params import RL_TRAINERS, TrainParams
 from tracelake.export.set_keys import refuse
-from tracelake.export.task_dirs import HARBOR_DIR, materialize
-from tracelake.export.task_dirs import describe as describe_task_dirs
+from tracelake.export.task_dirs import HARBOR_DIR
 from tracelake.export.train_config import (
     HARBOR_TRIALS_KEY,
     RL_FILE,
@@ -71,22 +37,33 @@ from tracelake.export.train_config import (
     sft_config_name,
 )
 from tracelake.ingest.params import ArchiveParams, IngestParams
-from tracelake.tokens.model_tokenizer import resolve
-from tracelake.tokens.tokenizer import tokenizer_fingerprint
 
 KINDS = ("sft", "rl")
+
 BACKENDS = ("local", "modal")
+
 FORWARDED_ENV = ("HF_TOKEN", "WANDB_API_KEY")
+
 DATASETS_MOUNT = "/datasets"
+
 RUNS_MOUNT = "/runs"
+
 MODELS_MOUNT = "/models"  # HF_HOME on Modal: a model is downloaded once, not on every run
+
 REMOTE_DEEPSPEED_DIR = "/opt/tracelake/deepspeed"
+
 REMOTE_SFT_CONFIG = "/tmp/tracelake-sft.yaml"
+
 MODAL_APP_FILE = "training/modal_app.py"
+
 MODAL_SKYRL_CHECKOUT = "/opt/SkyRL"  # the Modal image's SkyRL checkout (training/modal_app.py)
+
 CHECK_RL_FILE = "training/check_rl_config.py"
+
 CHECK_SFT_FILE = "training/check_sft_config.py"
+
 FINISHED = "train_results.json"  # LLaMA-Factory writes it when a run has trained to the end
+
 LEGACY_RL_TRAINER = "skyrl-train"  # rl.yaml files written before train.rl.trainer existed
 
 
@@ -148,9 +125,6 @@ class Plan:
     # (export/task_dirs.py), with ingest.archive's caps
     task_dirs: Path | None = None
     archive_limits: ArchiveParams = field(default_factory=ArchiveParams)
-
-
-# --- datasets ----------------------------------------------------------------------------------
 
 
 def _exports(params: Params, kind: str) -> dict[str, Path]:
@@ -261,16 +235,10 @@ def _config_dataset_id(kind: str, config: Path) -> str:
     return data["dataset"].split(",")[0].rsplit(".", 1)[0]
 
 
-# --- the training environment -------------------------------------------------------------------
-
-
 def train_env_bin(name: str) -> str:
     """A program of the training environment (TRACELAKE_TRAIN_ENV, else .venv-train), else the bare
     name, found on PATH when it runs."""
     return env_command("training", name)
-
-
-# --- plans --------------------------------------------------------------------------------------
 
 
 def parse_sets(sets: list[str]) -> dict[str, Any]:
@@ -427,9 +395,6 @@ def plan_local(params: Params, ds: Dataset, sets: dict[str, Any], gpus: int | No
     return plan
 
 
-# --- SkyRL's Harbor route: its contract, its pinned commit, its sandbox's credentials -------------
-
-
 def rl_run(params: Params, ds: Dataset, config: dict[str, Any], sets: dict[str, Any]) -> tuple[str | None, dict]:
     """An RL run's directory (train_config.rl_run_dir over the overrides with --set applied: a --set
     that changes the training gets its own) and the overrides that move its checkpoints, exports and
@@ -522,40 +487,9 @@ def _harbor_facts(plan: Plan, params: Params, final: dict[str, Any]) -> None:
     plan.credentials = {n: bool(os.environ.get(n)) for n in names}
 
 
-def contract_lines(plan: Plan, checked: Check) -> list[str]:
-    """Per requirement of the Harbor contract, which check covered it (printed after `check:`)."""
-    if plan.harbor_overrides is None:
-        return []
-    if checked.ok:
-        installed = checked.line.split(":", 1)[1].split("(", 1)[0].split(" of ", 1)[-1].strip() or "ok"
-        installed = f"check ok: {installed}"
-    else:
-        installed = "not run here: " + checked.line.removeprefix("not checked: ")
-    n = len(harbor_contract.REQUIREMENTS)
-    head = f"contract: {n} requirements of SkyRL's Harbor route at {harbor_contract.SKYRL_COMMIT[:12]} hold"
-    return [head, *("  " + line for line in harbor_contract.lines(plan.harbor_overrides, installed))]
-
-
 def rl_route(config: dict[str, Any]) -> str:
     """The route an rl.yaml was written for (files from before routes existed: main_base)."""
     return config.get("route", "main_base")
-
-
-def check_batch(ds: Dataset, config: dict[str, Any], sets: dict[str, Any]) -> None:
-    """SkyRL asserts that the dataset holds at least train_batch_size items, after starting its
-    cluster: said here first, in one line."""
-    batch = sets.get("trainer.train_batch_size", config["overrides"].get("trainer.train_batch_size"))
-    counts = ds.manifest["counts"]
-    harbor = rl_route(config) == "harbor"
-    items = counts["task_dirs"]["count"] if harbor else counts["tasks_out"]
-    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int)):
-        raise BadParams(f"train rl: trainer.train_batch_size {batch!r} is not a whole number")
-    if batch is not None and batch > items:
-        raise BadInput(
-            f"train rl: trainer.train_batch_size {batch} > the {items} "
-            f"{'Harbor task directories' if harbor else 'task prompts'} of {ds.dataset_id}: SkyRL needs at least "
-            f"one batch (lower train.rl.train_batch_size, or export more tasks)"
-        )
 
 
 def rl_environment(config: dict[str, Any]) -> str:
@@ -702,242 +636,3 @@ def plan_modal(params: Params, ds: Dataset, sets: dict[str, Any]) -> Plan:
     if ds.kind == "rl" and rl_route(config) == "harbor":
         _harbor_facts(plan, params, config["overrides"])
     return plan
-
-
-def make_plan(
-    params: Params,
-    kind: str,
-    ref: str,
-    backend: str,
-    sets: list[str],
-    gpus: int | None = None,
-    allow_tokenizer_mismatch: bool = False,
-    stack: ExitStack | None = None,
-) -> Plan:
-    """`gpus` overrides train.sft.gpus for a local SFT run (processes started by torchrun). Refuses a
-    dataset counted with another tokenizer than the model's (check_tokenizer) unless allowed, and a
-    stale one (check_fresh). A `REV:NAME` dataset lives in a temporary tree as long as `stack`."""
-    if backend not in BACKENDS:
-        raise BadParams(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    if gpus is not None and gpus < 1:
-        raise BadParams(f"--gpus must be >= 1, got {gpus}")
-    parsed = parse_sets(sets)
-    refuse(kind, parsed)  # before anything is read: a --set may not change which data trains, or how
-    ds = resolve_dataset(params, kind, ref, stack)
-    if kind == "rl":
-        check_batch(ds, yaml.safe_load(ds.config_path.read_text()), parsed)
-    tokenizer = check_tokenizer(params, ds, parsed, allow_tokenizer_mismatch)
-    fresh = (
-        check_fresh(ds)
-        if ds.revision is None
-        else f"as {ds.revision} recorded it (read from the DVC cache; not compared with this workspace)"
-    )
-    plan = plan_local(params, ds, parsed, gpus) if backend == "local" else plan_modal(params, ds, parsed)
-    plan.tokenizer, plan.fresh = tokenizer, fresh
-    return plan
-
-
-def export_stage(ds: Dataset) -> str:
-    """The dvc.yaml stage that builds a dataset's export."""
-    exports = trained_kind(ds.kind)
-    return exports.building_stage(ds.export_dir.name if exports.per_scale else "")
-
-
-def check_fresh(ds: Dataset, project: Path = Path(".")) -> str:
-    """Whether the dataset and its training config are what `dvc repro` would build now: DVC's own
-    status of the export's stage and `train_config`, with every stage upstream of them
-    (core/freshness.py). A stale one (params, code or inputs changed since, or a build left half
-    done) raises BadInput in one line naming the stages and the command that rebuilds them. Outside
-    a DVC project, or without dvc, it is not checked (said in the line returned)."""
-    targets = [export_stage(ds), "train_config"]
-    fresh = pipeline_freshness(project, targets)
-    if not fresh.checked or not fresh.changed:
-        return fresh.why
-    raise BadInput(
-        f"train {ds.kind}: {ds.dataset_id} is stale: dvc status: {fresh.describe(fresh.changed)}; run "
-        f"`dvc repro {' '.join(targets)}` first"
-    )
-
-
-MODEL_KEY = {"sft": "model_name_or_path", "rl": "trainer.policy.model.path"}  # the config key naming the model
-
-
-def check_tokenizer(params: Params, ds: Dataset, sets: dict[str, Any], allow: bool = False) -> str:
-    """Whether the model that trains has the tokenizer that counted the dataset (the sha256 of its
-    tokenizer.json, recorded in the export's manifest): one line for the plan. A different one
-    raises BadInput unless `allow`. The model's tokenizer is looked for on this machine only (a
-    local directory, the hub cache: tokens/model_tokenizer.py); not found, it is not checked."""
-    counted = (ds.manifest.get("inputs") or {}).get("tokenizer")
-    default = params.train.sft.model if ds.kind == "sft" else params.train.rl.model
-    model = str(sets.get(MODEL_KEY[ds.kind]) or default)
-    if counted is None:
-        return "not checked: the export counted no tokens (count_tokens: false)"
-    try:
-        found = resolve(model, download=False, what="the model")
-    except (BadParams, OSError):  # not found; or a name no file system here takes (too long)
-        return f"not checked: {model}'s tokenizer is not on this machine; the export was counted with sha256 {counted[:12]}"
-    theirs = tokenizer_fingerprint(found.directory)
-    if theirs == counted:
-        return f"ok: {model}'s tokenizer counted this export (sha256 {counted[:12]})"
-    why = (
-        f"{ds.dataset_id} was counted with tokenizer sha256 {counted[:12]}, but {model}'s is {theirs[:12]}: its "
-        f"lengths, cutoff rejects and max_tokens drops are not the model's (tokenizer.source: model and dvc repro "
-        f"count them again; --allow-tokenizer-mismatch trains anyway)"
-    )
-    if not allow:
-        raise BadInput(f"train {ds.kind}: {why}")
-    return "MISMATCH, allowed: " + why
-
-
-# --- checking an RL config against the installed SkyRL -------------------------------------------
-
-
-@dataclass
-class Check:
-    ok: bool | None  # None: not checked (the trainer's environment is not installed here)
-    line: str
-    notes: list[str] = field(default_factory=list)  # what the check saw that may fail later (env_class)
-
-
-def check_rl(plan: Plan) -> Check:
-    """Run training/check_rl_config.py with the plan's overrides in its trainer's environment: the
-    installed SkyRL's own config parse refuses unknown keys and inconsistent GPU placement."""
-    if plan.rl_overrides is None:
-        raise ValueError("check_rl: not an RL plan")
-    python = env_program(plan.environment, "python")
-    if python is None:
-        _, _, setup = ENVIRONMENTS[plan.environment]
-        return Check(None, f"not checked: the {plan.environment} environment is not installed ({setup})")
-    main_base = plan.rl_entrypoint in {entrypoint for entrypoint, _ in RL_TRAINERS.values()}
-    route = ["--harbor"] if plan.rl_route == "harbor" else ["--main-base"] if main_base else []
-    return _run_check(python, CHECK_RL_FILE, [*route, *plan.rl_overrides])
-
-
-def check_sft(plan: Plan) -> Check:
-    """Run training/check_sft_config.py in the training environment over the local config and the
-    plan's key=value arguments: LLaMA-Factory's own HfArgumentParser refuses unknown keys (a --set
-    typo) and values its argument classes reject. A Modal plan is checked over the same arguments
-    (its remote config is the local one with paths moved to the volumes)."""
-    if plan.sft_args is None:
-        raise ValueError("check_sft: not an SFT plan")
-    python = env_program("training", "python")
-    if python is None:
-        _, _, setup = ENVIRONMENTS["training"]
-        return Check(None, f"not checked: the training environment is not installed ({setup})")
-    local = ["--local"] if plan.backend == "local" else []  # report_to's integrations must be installed there
-    return _run_check(python, CHECK_SFT_FILE, [*local, str(plan.dataset.config_path), *plan.sft_args])
-
-
-def _run_check(python: Path, script: str, args: list[str]) -> Check:
-    """One check script's run: its last `ok: `/`error: ` line, and its `note: ` lines."""
-    proc = subprocess.run(
-        [str(python), script, *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith(("ok: ", "error: "))]
-    if not lines:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return Check(False, f"error: {script} failed (exit {proc.returncode}): {tail}")
-    notes = [line.removeprefix("note: ") for line in proc.stdout.splitlines() if line.startswith("note: ")]
-    return Check(proc.returncode == 0 and lines[-1].startswith("ok: "), lines[-1], notes)
-
-
-def check(plan: Plan) -> Check:
-    """The trainer's own parse of what the plan would pass (check_sft or check_rl)."""
-    return check_rl(plan) if plan.rl_overrides is not None else check_sft(plan)
-
-
-# --- output and running -------------------------------------------------------------------------
-
-
-def describe(plan: Plan) -> str:
-    """What would run, in plain text (the --dry-run output)."""
-    ds = plan.dataset
-    counts = ds.manifest["counts"]
-    if ds.kind == "sft":
-        what = f"{counts['rows_out']} examples"
-    elif plan.rl_route == "harbor":
-        what = f"{counts['task_dirs']['count']} Harbor tasks"
-    else:
-        what = f"{counts['tasks_out']} task prompts"
-    lines = [
-        f"dataset:  {ds.dataset_id} ({what}, {ds.export_dir.as_posix()})",
-        *([f"revision: {ds.revision}: the export and config as it recorded them"] if ds.revision else []),
-        f"config:   {ds.config_path.as_posix()}",
-        f"backend:  {plan.backend}",
-    ]
-    if plan.gpu:
-        lines.append(f"gpu:      {plan.gpu}")
-    if plan.rl_route:
-        lines.append(f"route:    {plan.rl_route} ({plan.rl_entrypoint})")
-    if plan.task_dirs:
-        lines.append(f"tasks:    {describe_task_dirs(ds.export_dir, ds.manifest, plan.task_dirs)}")
-    if plan.tokenizer:
-        lines.append(f"tokenizer: {plan.tokenizer}")
-    if plan.fresh:
-        lines.append(f"fresh:    {plan.fresh}")
-    if plan.run_dir:
-        lines.append(f"run dir:  {plan.run_dir} ({plan.run_state})")
-    if plan.report_to:
-        lines.append(f"report:   {plan.report_to}")
-    if plan.skyrl:
-        lines.append(f"skyrl:    {plan.skyrl}; its Harbor contract was read at {harbor_contract.SKYRL_COMMIT[:12]}")
-    if plan.harbor_overrides is not None:
-        sandbox = plan.harbor_overrides.get(harbor_contract.SANDBOX)
-        names = ", ".join(f"{n} ({'set' if ok else 'not set'})" for n, ok in plan.credentials.items())
-        where = " from the local environment, forwarded to Modal" if plan.backend == "modal" else ""
-        lines.append(f"sandbox:  {sandbox}: " + (f"{names}{where}" if names else "no credential variable"))
-    for note in plan.notes:
-        lines.append(f"note:     {note}")
-    for mount, volume in plan.volumes.items():
-        lines.append(f"volume:   {volume} -> {mount}")
-    if plan.upload:
-        local, volume, remote = plan.upload
-        lines.append(f"upload:   {local} -> {volume}:{remote} (skipped when {remote} is already on the volume)")
-        if plan.task_dirs:
-            lines.append(f"upload:   {plan.task_dirs.as_posix()} -> {volume}:{remote}/{HARBOR_DIR} (with it)")
-    if plan.backend == "modal":
-        lines.append(
-            "secrets:  "
-            + ", ".join(f"{n} ({'set' if os.environ.get(n) else 'not set'})" for n in FORWARDED_ENV)
-            + " from the local environment"
-        )
-    for k, v in plan.env.items():
-        lines.append(f"env:      {k}={v}")
-    lines.append("command:  " + shlex.join(plan.command))
-    if plan.blocker:
-        lines.append(f"blocked:  {plan.blocker}")
-    if plan.remote_command:
-        lines.append("remote:   " + shlex.join(plan.remote_command))
-    if plan.remote_config is not None and plan.dataset.kind == "sft":
-        lines.append(f"remote config ({REMOTE_SFT_CONFIG}):")
-        lines += ["  " + line for line in yaml.safe_dump(plan.remote_config, sort_keys=False).splitlines()]
-    return "\n".join(lines)
-
-
-def run(plan: Plan) -> int:
-    """Start the plan; returns the trainer's exit code."""
-    if plan.blocker:
-        raise BadInput(f"train {plan.dataset.kind}: {plan.blocker}")
-    missing = [n for n, ok in plan.credentials.items() if not ok]
-    if missing:
-        sandbox = (plan.harbor_overrides or {}).get(harbor_contract.SANDBOX)
-        raise BadInput(
-            f"train rl: {', '.join(missing)} not set: Harbor's {sandbox} sandbox needs it for every trial "
-            f"(harbor_trial_config.environment.type, train.rl.harbor.environment)"
-        )
-    program = plan.command[0]
-    if not (Path(program).exists() or shutil.which(program)):
-        environment = "training" if plan.backend == "modal" else plan.environment
-        variable, _, setup = ENVIRONMENTS[environment]
-        raise BadInput(
-            f"{Path(program).name} not found: install the {environment} environment with "
-            f"`{setup}` (or set {variable} to one)"
-        )
-    if plan.task_dirs:
-        n, now = materialize(plan.dataset.export_dir, plan.dataset.manifest, plan.task_dirs, plan.archive_limits)
-        done = "extracted from the export's task table" if now else "already extracted"
-        out.print(f"tasks:    {n} Harbor task directories in {plan.task_dirs.as_posix()} ({done})", markup=False)
-    return subprocess.run(plan.command, env={**os.environ, **plan.env}).returncode

@@ -1,4 +1,4 @@
-"""Export the list's current selection from `tracelake view`: its trajectories, whole, as JSONL or
+"""Download the list's current selection from `tracelake view`: its trajectories, whole, as JSONL or
 Parquet (every column of the trajectories table, in the lake's order), or as one self-contained HTML
 file (the trajectory pages with their stylesheet inlined, no script, nothing fetched: it opens
 anywhere, offline).

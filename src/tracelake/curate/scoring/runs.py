@@ -1,4 +1,4 @@
-"""Task scores: the score cache of the model-free scorers, and imported scores.
+"""Running the model-free scorers into task scores, their score cache, and imported scores.
 
 A scorer turns each task into one *request* (the exact text it looks at) and each request into a
 float. Scores are keyed by (task_id, scorer, model, sha256 of the request, sampling): a key already
