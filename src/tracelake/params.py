@@ -32,7 +32,7 @@ SECTION_HOMES: dict[str, str] = {
     "score": "tracelake.curate.params",
     "dedup": "tracelake.curate.params",
     "decontaminate": "tracelake.curate.params",
-    "filter": "tracelake.curate.params",
+    "filter": "tracelake.curate.filter_params",
     "mix": "tracelake.curate.params",
     "select": "tracelake.curate.params",
     "scales": "tracelake.curate.params",

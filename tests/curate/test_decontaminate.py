@@ -26,7 +26,8 @@ from tracelake.curate.dedup.decontaminate import (
 )
 from tracelake.curate.dedup.shingles import WordHasher, words
 from tracelake.curate.filter import attach_dedup, run_filters
-from tracelake.curate.params import DecontaminateParams, FilterParams
+from tracelake.curate.filter_params import FilterParams
+from tracelake.curate.params import DecontaminateParams
 from tracelake.ingest.derived_tasks import derive_tasks
 from tracelake.ingest.traces import ingest_traces
 from tracelake.tokens.rendering import Rendering

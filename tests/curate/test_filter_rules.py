@@ -14,8 +14,8 @@ import yaml
 from tracelake.core.assets import asset_dir
 from tracelake.core.tables import read_table
 from tracelake.curate import filter_rules
+from tracelake.curate.filter_params import FilterParams
 from tracelake.curate.filter_rules import RULES, SHARED_KEYS
-from tracelake.curate.params import FilterParams
 from tracelake.export.rl import TASK_RULES
 
 from ..helpers import ROOT, run_stage, run_tracelake, view_page, written_doc_table

@@ -12,7 +12,7 @@ from tracelake.core.duckdb_views import connect
 from tracelake.core.executor import Executor
 from tracelake.curate import filter as filter_module
 from tracelake.curate.filter import run_filters
-from tracelake.curate.params import FilterParams
+from tracelake.curate.filter_params import FilterParams
 from tracelake.tokens.rendering import RenderCounting
 from tracelake.tokens.tokenizer import build_tokenizer
 

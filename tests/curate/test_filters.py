@@ -28,8 +28,8 @@ from tracelake.core.outputs import read_manifest
 from tracelake.core.schema import load_schema
 from tracelake.core.tables import read_table
 from tracelake.curate.filter import run_filters
+from tracelake.curate.filter_params import FilterParams
 from tracelake.curate.filter_rules import RULES
-from tracelake.curate.params import FilterParams
 from tracelake.ingest.harbor import ingest_harbor
 from tracelake.ingest.traces import ingest_traces
 from tracelake.tokens.rendering import Rendering, count_template_tokens

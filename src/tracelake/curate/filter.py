@@ -31,8 +31,8 @@ from tracelake.core.executor import Executor
 from tracelake.core.ids import COPY_SUFFIX
 from tracelake.core.lake import Lake, is_built
 from tracelake.core.schema import load_schema
+from tracelake.curate.filter_params import FilterParams
 from tracelake.curate.filter_rules import RULES, FilterRule
-from tracelake.curate.params import FilterParams
 from tracelake.curate.screen_cache import ScreenCache
 from tracelake.tokens.special_tokens import ControlTokens
 from tracelake.tokens.token_count import (

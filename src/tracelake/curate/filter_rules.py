@@ -4,7 +4,7 @@ A rule is its SQL (sql/filter_rules/<query>.sql: a query over the view `candidat
 (trajectory_id, detail) pairs it drops) and one `FilterRule` below: its versioned name, the
 params.yaml `filter.<key>` that switches it on (name, type, default, help), what it drops, an
 example of its detail, and what it needs. Everything else follows from RULES: FilterParams' rule
-keys (curate/params.py), the filter's order (curate/filter.py), the funnel's columns (`tracelake
+keys (curate/filter_params.py), the filter's order (curate/filter.py), the funnel's columns (`tracelake
 status`, the report), the pool's params in the viewer, the RL export's task-level rules, and the
 rule table of docs/curation.md (`python -m tracelake.curate.filter_rules --docs docs/curation.md`
 writes it; a test holds it equal).
@@ -216,7 +216,7 @@ RULES: tuple[FilterRule, ...] = (
     ),
 )
 
-# filter.<key>s no single rule owns (curate/params.py declares them)
+# filter.<key>s no single rule owns (curate/filter_params.py declares them)
 SHARED_KEYS = ("tokenizer", "count_tokens")
 
 

@@ -1,5 +1,5 @@
-"""params.yaml `score`, `dedup`, `decontaminate`, `filter`, `mix`, `select` and `scales` (stages
-score, dedup, filter, select).
+"""params.yaml `score`, `dedup`, `decontaminate`, `mix`, `select` and `scales` (stages score, dedup,
+filter, select); `filter` is curate/filter_params.py's, beside the rules it is built from.
 
 What needs other sections (mix names sources, select names a configured scorer) is checked where
 the file is assembled: tracelake/params.py.
@@ -11,10 +11,9 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, create_model, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from tracelake.core.params import CheckedAs, Count, Invalid, Name, Number, Section
-from tracelake.curate.filter_rules import RULES, Param
 from tracelake.ingest.params import SourceSelection
 
 _SCORER = re.compile(r"^[a-z0-9_]+_v[0-9]+$")
@@ -137,39 +136,6 @@ class ScoreParams(Section):
         if needing and self.model is None:
             raise Invalid(f": {needing[0]} needs a score.model block (backend, name: see params.yaml)", at=("scorers",))
         return self
-
-
-class _FilterShared(Section):
-    """`filter:` keys no single rule owns; each rule's own key comes from its declaration
-    (curate/filter_rules.py RULES), so FilterParams below is built from the registry."""
-
-    tokenizer: str = "data/tokenizer"  # an HF tokenizer directory: n_tokens for max_tokens and reports
-    count_tokens: bool = True  # false: n_tokens stays null (max_tokens must then be null)
-
-    @model_validator(mode="after")
-    def _rule_checks(self) -> _FilterShared:
-        for rule in RULES:
-            refused = rule.check(self)
-            if refused:
-                key, message = refused
-                raise Invalid(message, at=(key,))
-        return self
-
-
-def _rule_field(param: Param) -> tuple[Any, Any]:
-    default = param.default
-    if isinstance(default, (list, tuple)):
-        return param.type, Field(default_factory=lambda: list(default), description=param.help)
-    return param.type, Field(default=default, description=param.help)
-
-
-# `filter:`: the shared keys, and each rule's key with its type, default and help (filter_rules.py)
-FilterParams = create_model(
-    "FilterParams",
-    __base__=_FilterShared,
-    __module__=__name__,
-    **{rule.param.name: _rule_field(rule.param) for rule in RULES if rule.param is not None},
-)
 
 
 class MixParams(Section):
@@ -315,7 +281,6 @@ SECTIONS: dict[str, tuple[Any, Any]] = {
     "score": (ScoreParams, Field(default_factory=ScoreParams)),
     "dedup": (DedupParams, Field(default_factory=DedupParams)),
     "decontaminate": (DecontaminateParams, Field(default_factory=DecontaminateParams)),
-    "filter": (FilterParams, Field(default_factory=FilterParams)),
     "mix": (MixParams, Field(default_factory=MixParams)),
     "select": (SelectParams, Field(default_factory=SelectParams)),
     "scales": (Scales, Field(default_factory=lambda: dict(DEFAULT_SCALES))),

@@ -59,7 +59,7 @@ from tracelake.ingest.task_archive import build_archive, read_archive
 from tracelake.tokens.tokenizer import load_tokenizer, render_chatml, tokenizer_fingerprint
 
 if TYPE_CHECKING:
-    from tracelake.curate.params import FilterParams
+    from tracelake.curate.filter_params import FilterParams
     from tracelake.export.params import ExportRlParams, RlPickParams
 
 PROMPT_RULE = "skyrl_prompt_v1"
