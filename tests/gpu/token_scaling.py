@@ -6,7 +6,7 @@
 Runs in a python with polars, numpy, orjson and tokenizers (PYTHONPATH with src/): no DuckDB, so that
 polars (a 54 MB wheel) fits what a lent machine may carry.
 
-1. The OpenThoughts-style trace table of check 3 (ingest_scaling.generate: `--rows` rows, one part
+1. The OpenThoughts-style trace table of check 3 (scaling.generate: `--rows` rows, one part
    file per 1/40th), read into conversations. Not timed.
 2. The filter's counting loop (curate/filter.py `_count_tokens`, without its DuckDB reads): batches of
    TOKEN_BATCH conversations, each a shard (`count_chatml_shard`) mapped on the executor, the driver's
@@ -23,12 +23,11 @@ OUT/token_scaling.json: wall, CPU, conversations/s and speed-up against the firs
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import time
 from pathlib import Path
 
-from ingest_scaling import cpu_seconds, generate  # tests/gpu/: this folder is sys.path[0]
+import scaling  # tests/gpu/scaling.py: run as a script, this folder is sys.path[0]
 from report import report
 
 SPOT = 50
@@ -74,14 +73,8 @@ def check(args: argparse.Namespace, started: float) -> dict:
 
     rows = 300 if args.cpu_smoke and args.rows is None else (args.rows or 5000)
     runs_wanted = (args.workers or ("local,2" if args.cpu_smoke else "local,4,16")).split(",")
-    work = Path(args.work)
-    if work.exists():
-        shutil.rmtree(work)
-    corpus = work / "corpus"
-    cpus = len(os.sched_getaffinity(0))
-    result: dict = {"check": "token_scaling", "cpus": cpus, "runs_wanted": runs_wanted, "cpu_smoke": args.cpu_smoke}
-    result["corpus"] = generate(corpus, rows, max(1, rows // 40), min(cpus, 16))
-    convs = conversations(corpus / "traces")
+    work, result = scaling.start(args, "token_scaling", rows, runs_wanted=runs_wanted)
+    convs = conversations(work / "corpus" / "traces")
     result["conversations"] = len(convs)
     result["chars"] = sum(len(m.get("content") or "") for c in convs for m in c)
     tok = load_tokenizer(args.tokenizer)
@@ -89,12 +82,11 @@ def check(args: argparse.Namespace, started: float) -> dict:
     direct = {i: len(tok.encode(render_chatml(convs[i]), add_special_tokens=False).ids) for i in spots}
     runs, reference = [], None
     for name in runs_wanted:
-        if time.perf_counter() - started > args.budget_s:
-            runs.append({"run": name, "skipped": f"over the {args.budget_s:.0f} s budget"})
+        if scaling.over_budget(args, started, runs, run=name):
             continue
         executor = Executor() if name == "local" else Executor("processes", int(name))
         cache = work / f"cache-{name}"
-        cpu0, t = cpu_seconds(), time.perf_counter()
+        cpu0, t = scaling.cpu_seconds(), time.perf_counter()
         totals, stats = count(convs, args.tokenizer, cache, executor)
         wall = time.perf_counter() - t
         run = {
@@ -103,7 +95,7 @@ def check(args: argparse.Namespace, started: float) -> dict:
             "workers": executor.workers,
             "shards": executor.shards,
             "wall_s": round(wall, 2),
-            "cpu_s": round(cpu_seconds() - cpu0, 1),
+            "cpu_s": round(scaling.cpu_seconds() - cpu0, 1),
             "conversations_per_s": round(len(totals) / wall, 1),
             "tokens": sum(totals),
             "stats": stats,
@@ -114,53 +106,40 @@ def check(args: argparse.Namespace, started: float) -> dict:
         run["spot_mismatches"] = [i for i in spots if totals[i] != direct[i]]
         runs.append(run)
         shutil.rmtree(cache, ignore_errors=True)
-    done = [r for r in runs if "wall_s" in r]
-    for r in done:
-        r["speedup"] = round(done[0]["wall_s"] / r["wall_s"], 2)
-    result["runs"] = runs
-    problems = []
-    if len(done) < 2:
-        problems.append(f"only {len(done)} run(s) finished")
-    problems += [f"{r['run']}: counts differ from {done[0]['run']}" for r in done if not r["same_counts"]]
-    problems += [
-        f"{r['run']}: {len(r['spot_mismatches'])} of {len(spots)} spot counts differ from the tokenizer"
-        for r in done
-        if r["spot_mismatches"]
-    ]
-    if done and done[0]["tokens"] == 0:
-        problems.append("nothing counted")
-    if problems:
-        result["error"] = "; ".join(problems)
-    if not args.keep:
-        shutil.rmtree(work, ignore_errors=True)
-    return result
+
+    def problems(done: list[dict]) -> list[str]:
+        found = [f"only {len(done)} run(s) finished"] if len(done) < 2 else []
+        found += [f"{r['run']}: counts differ from {done[0]['run']}" for r in done if not r["same_counts"]]
+        found += [
+            f"{r['run']}: {len(r['spot_mismatches'])} of {len(spots)} spot counts differ from the tokenizer"
+            for r in done
+            if r["spot_mismatches"]
+        ]
+        if done and done[0]["tokens"] == 0:
+            found.append("nothing counted")
+        return found
+
+    return scaling.finish(args, work, result, runs, problems)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = scaling.arguments(
+        __doc__, rows=(5000, 300), workers=("local,4,16", "local,2"), work="/tmp/gpu-tokens", budget_s=300
+    )
     parser.add_argument("--tokenizer", required=True, help="a tokenizer directory or tokenizer.json")
-    parser.add_argument("--out", default=os.environ.get("OUT") or "gpu-out")
-    parser.add_argument("--rows", type=int, default=None, help="default 5000 (300 with --cpu-smoke)")
-    parser.add_argument("--workers", default=None, help="comma list of local or N (default local,4,16)")
-    parser.add_argument("--work", default="/tmp/gpu-tokens", help="scratch directory (removed at the end)")
-    parser.add_argument("--budget-s", type=float, default=300)
-    parser.add_argument("--keep", action="store_true", help="keep the corpus under --work")
-    parser.add_argument("--cpu-smoke", action="store_true")
     args = parser.parse_args()
     started = time.perf_counter()
 
-    def detail(result: dict) -> str:
-        runs = "; ".join(
-            f"{r['run']} {r['wall_s']} s {r['conversations_per_s']:.0f} conv/s x{r['speedup']}"
-            if "wall_s" in r
-            else f"{r['run']} skipped"
-            for r in result.get("runs", [])
-        )
-        if "error" in result:
-            return result["error"] + (f" ({runs})" if runs else "")
+    def passed(result: dict, runs: str) -> str:
         return f"{result.get('conversations')} conversations, {result.get('chars', 0) / 1e9:.2f} G chars; {runs}; same counts"
 
-    report("token_scaling", args.out, "token_scaling.json", lambda: check(args, started), detail)
+    report(
+        "token_scaling",
+        args.out,
+        "token_scaling.json",
+        lambda: check(args, started),
+        lambda result: scaling.detail(result, lambda r: r["run"], "conversations_per_s", "conv/s", passed),
+    )
 
 
 if __name__ == "__main__":
