@@ -8,8 +8,8 @@ first run, an ablation, a new scale and a rerun with nothing changed, against th
 
 For each size it writes (or reuses, under --work) `tracelake synth --profile openthoughts` data and
 its Qwen-style tokenizer (benchmarks/pipeline.py's `synth` and `tokenizer`). Each project is a new
-git repository with `dvc init` and the project's pipeline files (PROJECT_FILES, as the tests copy
-them); its params.yaml has one traces source (`ot`), the tokenizer stage copying the Qwen-style
+git repository with `dvc init` and the project's pipeline files (tests/helpers.py's PROJECT_FILES, as
+the tests copy them); its params.yaml has one traces source (`ot`), the tokenizer stage copying the Qwen-style
 tokenizer as the training model's (tokenizer.source model, train.sft.model its directory: every
 stage counts with tokenizer.out), no decontamination benchmark (its root an empty `benchmarks/` of the project), and one scale of rows/2; dvc.yaml is
 written by `python -m stages.dvc_yaml`, and everything is committed. Every step is one `dvc repro`
@@ -66,23 +66,10 @@ import pipeline  # noqa: E402
 import profiles  # noqa: E402
 from pipeline import BENCH, PY, ROOT, SOURCE, Step, measure  # noqa: E402
 
+sys.path.insert(0, str(ROOT))
+from tests.helpers import PROJECT_FILES  # noqa: E402  # what a project is made of, as the tests copy it
+
 DVC = Path(PY).parent / "dvc"  # the venv's own dvc (not resolved: the venv's python is a link)
-# What a project is made of, as tests/helpers.py copies it (a test checks the two lists agree).
-PROJECT_FILES = [
-    "dvc.yaml",
-    "params.yaml",
-    "stages",
-    "src",
-    "schemas",
-    "sql",
-    "imports",
-    "training",
-    "scoring",
-    ".dvc/config",
-    ".dvc/plots",
-    ".dvcignore",
-    ".gitignore",
-]
 GIT_USER = ["-c", "user.name=benchmark", "-c", "user.email=benchmark@localhost"]
 RUNNING = re.compile(r"Running stage '([^']+)'")
 SKIPPED = re.compile(r"Stage '([^']+)' didn't change, skipping")
