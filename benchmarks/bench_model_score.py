@@ -55,7 +55,7 @@ def tables(n: int, chars: int, directory: Path) -> duckdb.DuckDBPyConnection:
 
 
 def model_params(base_url: str, concurrency: int):
-    from tracelake.curate.params import ModelParams
+    from tracelake.curate.score_params import ModelParams
 
     return ModelParams(
         backend="openai",

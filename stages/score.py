@@ -11,7 +11,7 @@ from tracelake.core.lake import Lake
 from tracelake.core.schema import load_schema
 from tracelake.core.stage import Context, Output, Result, Stage, Table
 from tracelake.core.ui import progress
-from tracelake.curate.params import ImportParams
+from tracelake.curate.score_params import ImportParams
 from tracelake.curate.scoring.answers import ModelRun
 from tracelake.curate.scoring.model_run import engine_for, run_model
 from tracelake.curate.scoring.runs import ScoreCache, import_scores, known_tasks_of, run_scorer

@@ -29,7 +29,7 @@ SECTION_HOMES: dict[str, str] = {
     "ingest": "tracelake.ingest.params",
     "sources": "tracelake.ingest.params",
     "tokenizer": "tracelake.core.params",
-    "score": "tracelake.curate.params",
+    "score": "tracelake.curate.score_params",
     "dedup": "tracelake.curate.params",
     "decontaminate": "tracelake.curate.params",
     "filter": "tracelake.curate.filter_params",

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tracelake.core.errors import BadInput, BadParams
-from tracelake.curate.params import ModelParams
+from tracelake.curate.score_params import ModelParams
 from tracelake.curate.scoring.answers import (
     FLUSH_ROWS,
     AnswerCache,

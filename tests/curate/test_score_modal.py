@@ -14,7 +14,7 @@ import yaml
 
 from tracelake.core.errors import BadParams
 from tracelake.core.hashing import model_fingerprint
-from tracelake.curate.params import ModelParams, ScoreParams
+from tracelake.curate.score_params import ModelParams, ScoreParams
 from tracelake.curate.scoring.answers import run_model_scorer
 from tracelake.curate.scoring.engines.modal import PREFIX
 from tracelake.curate.scoring.model_run import describe, plan_score

@@ -20,7 +20,7 @@ from tracelake.core.ids import task_id_for
 from tracelake.core.lake import Lake
 from tracelake.core.outputs import read_manifest
 from tracelake.core.tables import read_table
-from tracelake.curate.params import ImportParams
+from tracelake.curate.score_params import ImportParams
 from tracelake.curate.scoring.runs import ScoreCache, import_scores, known_tasks_of, run_scorer
 from tracelake.curate.scoring.scorers import ResponseLengthProxy, Scorer, ScoreRequest
 from tracelake.ingest.tasks import ingest_tasks

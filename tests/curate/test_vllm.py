@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tracelake.core.errors import BadInput
-from tracelake.curate.params import ModelParams
+from tracelake.curate.score_params import ModelParams
 from tracelake.curate.scoring.answers import run_model_scorer
 from tracelake.curate.scoring.scorers import LlmResponseLength
 from tracelake.tokens.tokenizer import build_tokenizer

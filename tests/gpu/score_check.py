@@ -129,7 +129,7 @@ def task_tables(tasks_dir: Path, n: int):
 def check(args: argparse.Namespace) -> dict:
     import duckdb
 
-    from tracelake.curate.params import ModelParams
+    from tracelake.curate.score_params import ModelParams
 
     try:  # curate/scoring/ (the layout since the scoring modules moved), else curate/
         from tracelake.curate.scoring.answers import run_model_scorer

@@ -29,7 +29,7 @@ from tracelake.core.assets import sql
 from tracelake.core.errors import BadInput, BadParams
 from tracelake.core.hashing import canonical_json, content_id
 from tracelake.core.schema import load_schema
-from tracelake.curate.params import ModelParams
+from tracelake.curate.score_params import ModelParams
 from tracelake.curate.scoring.engines import (
     Answer,
     Engine,

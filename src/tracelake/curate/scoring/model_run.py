@@ -22,7 +22,7 @@ import duckdb
 
 from tracelake.core.errors import BadInput, BadParams, check
 from tracelake.core.ui import progress_status
-from tracelake.curate.params import ModelParams, ScoreParams
+from tracelake.curate.score_params import ModelParams, ScoreParams
 from tracelake.curate.scoring.answers import (
     AnswerCache,
     ModelRun,

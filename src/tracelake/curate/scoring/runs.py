@@ -24,7 +24,7 @@ from tracelake.core.hashing import content_id
 from tracelake.core.ids import COPY_SUFFIX, base_task_name
 from tracelake.core.schema import TableSchema, load_schema
 from tracelake.core.tables import open_parquet
-from tracelake.curate.params import ImportParams
+from tracelake.curate.score_params import ImportParams
 from tracelake.curate.scoring.scorers import Scorer, ScoreRequest
 
 

@@ -1,6 +1,7 @@
-"""The scorer interfaces and the built-in scorers, without any engine (their names, which params.yaml
-is checked against, are listed in curate/params.py). The score cache and imported scores are in score.py; model
-answers, their cache and the engines in answers.py and engines/.
+"""The scorer interfaces and the built-in scorers, without any engine: BUILTIN_SCORERS is the one
+registry of their names, which params.yaml's `score` is checked against (curate/score_params.py).
+Running them, the score cache and imported scores are in runs.py; model answers, their cache and the
+engines in answers.py and engines/.
 
 A scorer turns each task into one *request* (the exact text it looks at). A `Scorer` turns each
 request into a float itself (the model-free proxy). A `ModelScorer` renders a chat prompt per

@@ -20,7 +20,7 @@ from pathlib import Path
 from tracelake.core.envs import env_command
 from tracelake.core.errors import BadParams
 from tracelake.core.hashing import model_fingerprint
-from tracelake.curate.params import ModelParams, ScoreModalParams
+from tracelake.curate.score_params import ModelParams, ScoreModalParams
 from tracelake.curate.scoring.engines.local import LocalEngine
 
 PREFIX = b"tracelake-answer "

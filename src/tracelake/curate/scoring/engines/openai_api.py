@@ -30,7 +30,7 @@ import httpx
 import orjson
 
 from tracelake.core.errors import BadInput
-from tracelake.curate.params import ModelParams
+from tracelake.curate.score_params import ModelParams
 from tracelake.curate.scoring.engines import Answer, Engine, Failure, GenRequest, Sample
 from tracelake.curate.scoring.engines.http_deadline import DeadlineClient, HttpReply
 
