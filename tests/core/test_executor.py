@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import threading
 import time
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -226,12 +229,31 @@ def slow_items(n: int):
 INTERRUPTED = "tracelake: interrupted before any output was started; nothing was written\n"
 
 
+@contextmanager
+def killed_at_the_end(proc: subprocess.Popen):
+    """Whatever happens in the block, the process group of `proc` (started in a session of its own) is
+    not left running."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def ctrl_c(proc: subprocess.Popen, timeout: float) -> tuple[str, float]:
+    """Ctrl-C to the process group of `proc`: its stderr, and the seconds it took to exit."""
+    os.killpg(proc.pid, signal.SIGINT)
+    interrupted = time.monotonic()
+    _, stderr = proc.communicate(timeout=timeout)
+    return stderr, time.monotonic() - interrupted
+
+
 def test_ctrl_c_under_processes_prints_the_one_line_and_exits_130(tmp_path):
     """Ctrl-C in a terminal is SIGINT to the whole process group: the driver and every worker. The
     workers ignore it and the driver ends them: stderr is run_stage's one line, no worker's
     KeyboardInterrupt traceback (each worker waiting for its next shard printed one), exit 130,
     and no waiting for the shards left."""
-    import signal
     import subprocess
     import sys
 
@@ -247,29 +269,22 @@ def test_ctrl_c_under_processes_prints_the_one_line_and_exits_130(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-c", code], cwd=root, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
-    try:
+    with killed_at_the_end(proc):
         deadline = time.monotonic() + 60
         while not (log.exists() and log.read_text().count('"done"') >= 3) and time.monotonic() < deadline:
             assert proc.poll() is None, proc.stderr.read()
             time.sleep(0.05)
         assert log.exists(), "no shard started"
-        os.killpg(proc.pid, signal.SIGINT)
-        interrupted = time.monotonic()
-        _, stderr = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stderr, seconds = ctrl_c(proc, timeout=30)
     assert stderr == INTERRUPTED, stderr
     assert proc.returncode == 130
-    assert time.monotonic() - interrupted < 10  # 200 shards were left: none was waited for
+    assert seconds < 10  # 200 shards were left: none was waited for
 
 
 def test_ctrl_c_on_a_ray_cluster_prints_the_one_line_and_exits_130(cluster, tmp_path):
     """A driver joined to a cluster it did not start, interrupted mid-map: run_stage's one line and
     exit 130, then the process leaves at once (Ray's threads are not torn down at interpreter exit,
     where the probe once saw a segfault, exit 139); the cluster keeps running for others."""
-    import signal
     import subprocess
     import sys
 
@@ -293,19 +308,13 @@ def test_ctrl_c_on_a_ray_cluster_prints_the_one_line_and_exits_130(cluster, tmp_
         text=True,
         start_new_session=True,
     )
-    try:
+    with killed_at_the_end(proc):
         assert proc.stdout.readline() == "mapping\n", proc.stderr.read()
-        os.killpg(proc.pid, signal.SIGINT)
-        interrupted = time.monotonic()
-        _, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stderr, seconds = ctrl_c(proc, timeout=60)
     assert stderr.splitlines()[-1:] == [INTERRUPTED.rstrip("\n")], stderr
     assert "Traceback" not in stderr, stderr
     assert proc.returncode == 130
-    assert time.monotonic() - interrupted < 20
+    assert seconds < 20
     import ray
 
     ray.init(address=cluster.address)  # the cluster still serves
