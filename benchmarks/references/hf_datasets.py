@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from datasets import load_dataset
+from datasets import Dataset, load_dataset
 
 TAGS = {"user": "human", "tool": "observation", "assistant": "gpt"}
 
@@ -25,15 +25,25 @@ def to_sharegpt(row: dict) -> dict:
     return {"conversations": turns, "system": system, "id": row["task"]}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--num-proc", type=int, default=1)
+def add_arguments(ap: argparse.ArgumentParser, num_proc: int) -> None:
+    """The options this reference and hf_loop.py share: processes, the cache, the output and the input."""
+    ap.add_argument("--num-proc", type=int, default=num_proc)
     ap.add_argument("--cache", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("files", nargs="+")
-    args = ap.parse_args()
+
+
+def load(args: argparse.Namespace) -> tuple[Dataset, int | None]:
+    """load_dataset('json') of the input files, and the num_proc to give each step (None: one process)."""
     nproc = args.num_proc if args.num_proc > 1 else None
-    ds = load_dataset("json", data_files=args.files, split="train", cache_dir=args.cache, num_proc=nproc)
+    return load_dataset("json", data_files=args.files, split="train", cache_dir=args.cache, num_proc=nproc), nproc
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    add_arguments(ap, num_proc=1)
+    args = ap.parse_args()
+    ds, nproc = load(args)
     ds = ds.filter(keep, num_proc=nproc)
     ds = ds.map(to_sharegpt, remove_columns=ds.column_names, num_proc=nproc)
     ds.to_parquet(args.out)

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import argparse
 
-from datasets import load_dataset
-from hf_datasets import to_sharegpt  # the same conversion as the cold reference (this directory)
+from hf_datasets import add_arguments, load, to_sharegpt  # the cold reference's (this directory)
 
 KEEP = """
 def keep(row):
@@ -40,13 +39,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--min-turns", type=int, required=True)
     ap.add_argument("--rows", type=int, help="shuffle (seed 0) and write this many rows")
-    ap.add_argument("--num-proc", type=int, default=2)
-    ap.add_argument("--cache", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("files", nargs="+")
+    add_arguments(ap, num_proc=2)
     args = ap.parse_args()
-    nproc = args.num_proc if args.num_proc > 1 else None
-    ds = load_dataset("json", data_files=args.files, split="train", cache_dir=args.cache, num_proc=nproc)
+    ds, nproc = load(args)
     ds = ds.filter(make_keep(args.min_turns), num_proc=nproc)
     filtered = ds._fingerprint
     ds = ds.map(to_sharegpt, remove_columns=ds.column_names, num_proc=nproc)
