@@ -46,10 +46,8 @@ most samples are listed as the functions holding them; raw profiles are kept und
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import re
 import shutil
 import statistics
@@ -212,11 +210,7 @@ def dvc_run(name: str, proj: Path, log: Path, args: tuple[str, ...] = ("repro",)
                 said[-1] = now  # the stage's own output (before DVC writes its lock entry)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start
-    rc = os.waitstatus_to_exitcode(status)
-    step = Step(name, wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, rc)
-    if rc != 0:
-        tail = log.read_text(errors="replace")[-3000:]
-        raise SystemExit(f"{name} failed (exit {rc}); the end of {log}:\n{tail}")
+    step = pipeline.finished(name, wall, status, usage, log)
     ends = [t for _, t in started[1:]] + [wall]
     stages = [
         {
@@ -769,11 +763,7 @@ def report(meta: dict, results: list[dict]) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=int, action="append", help="trace rows (repeat for several sizes)")
-    ap.add_argument("--work", type=Path, default=ROOT / ".bench", help="data, venvs and projects (reused)")
-    ap.add_argument("--skip", default="", help="comma list of references to skip: hf, lf, floors")
-    ap.add_argument("--json", type=Path, help="write every measurement here")
+    ap = pipeline.arguments(__doc__)
     ap.add_argument(
         "--profile",
         action="store_true",
@@ -801,11 +791,8 @@ def main() -> None:
     start, load_before = time.perf_counter(), os.getloadavg()
     results = [run_size(args.work.resolve(), rows, skip, args.profile, args.repeats) for rows in (args.rows or [20000])]
     meta = {
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
-        f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
-        "command": "uv run python benchmarks/loop.py "
-        + " ".join(f"--rows {n}" for n in (args.rows or [20000]))
+        **pipeline.machine(),
+        "command": pipeline.command("loop.py", args.rows or [20000])
         + (f" --skip {args.skip}" if skip else "")
         + (" --profile" if args.profile else "")
         + (f" --repeats {args.repeats}" if args.repeats != 5 else ""),

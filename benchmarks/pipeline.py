@@ -46,6 +46,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import sys
@@ -107,6 +108,17 @@ def warm_bytecode(python: Path | str, what: str, log: Path) -> None:
         )
 
 
+def finished(name: str, wall: float, status: int, usage: resource.struct_rusage, log: Path) -> Step:
+    """The Step of a command os.wait4 gave `status` and `usage` for; a failed one stops the benchmark
+    with the end of its log."""
+    rc = os.waitstatus_to_exitcode(status)
+    step = Step(name, wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, rc)
+    if rc != 0:
+        tail = log.read_text(errors="replace")[-3000:]
+        raise SystemExit(f"{name} failed (exit {rc}); the end of {log}:\n{tail}")
+    return step
+
+
 def measure(name: str, cmd: list[str], cwd: Path, log: Path, env: dict | None = None) -> Step:
     """Run cmd; wall from the clock; CPU (user+sys) and peak RSS from wait4: the process's own, plus
     its waited-for children's CPU (a worker pool's work is counted; RSS is the largest process)."""
@@ -117,11 +129,7 @@ def measure(name: str, cmd: list[str], cwd: Path, log: Path, env: dict | None = 
         proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env={**_ENV, **(env or {})})
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start
-    rc = os.waitstatus_to_exitcode(status)
-    step = Step(name, wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, rc)
-    if rc != 0:
-        tail = log.read_text(errors="replace")[-3000:]
-        raise SystemExit(f"{name} failed (exit {rc}); the end of {log}:\n{tail}")
+    step = finished(name, wall, status, usage, log)
     print(f"  {name}: {wall:.1f}s wall, {step.cpu_s:.1f}s CPU, {step.rss_mb:,.0f} MB peak", flush=True)
     return step
 
@@ -571,12 +579,32 @@ def measure_size(work: Path, rows: int, skip: set[str], exact_runs: bool, copies
     return result
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(description: str) -> argparse.ArgumentParser:
+    """The options this benchmark and loop.py share: sizes, the work folder, references skipped, --json."""
+    ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, action="append", help="trace rows (repeat for several sizes)")
     ap.add_argument("--work", type=Path, default=ROOT / ".bench", help="data, venvs and projects (reused)")
     ap.add_argument("--skip", default="", help="comma list of references to skip: hf, lf, floors")
     ap.add_argument("--json", type=Path, help="write every measurement here")
+    return ap
+
+
+def machine() -> dict[str, str]:
+    """When and where a benchmark ran (no local paths)."""
+    return {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
+        f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
+    }
+
+
+def command(script: str, rows: list[int]) -> str:
+    """The command that reruns benchmarks/<script> at these sizes (its other options appended)."""
+    return f"uv run python benchmarks/{script} " + " ".join(f"--rows {n}" for n in rows)
+
+
+def main() -> None:
+    ap = arguments(__doc__)
     ap.add_argument(
         "--same-work-only",
         action="store_true",
@@ -603,11 +631,8 @@ def main() -> None:
         for rows in (args.rows or [10000])
     ]
     meta = {
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
-        f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
-        "command": "uv run python benchmarks/pipeline.py "
-        + " ".join(f"--rows {n}" for n in (args.rows or [10000]))
+        **machine(),
+        "command": command("pipeline.py", args.rows or [10000])
         + (" --same-work-only" if args.same_work_only else "")
         + (f" --copies {args.copies}" if args.copies > 1 else "")
         + (f" --skip {args.skip}" if skip else "")
