@@ -312,6 +312,17 @@ def train_python() -> Path:
     return _env_python("training environment", "training", "TRACELAKE_REQUIRE_TRAIN_ENV")
 
 
+def train_env(tmp: Path) -> dict[str, str]:
+    """The variables a script runs with in the training environment: offline, a scratch datasets
+    cache under `tmp`, TRACELAKE_TRAIN_ENV naming the environment."""
+    return {
+        "HF_DATASETS_CACHE": str(tmp / "hf-datasets"),
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "TRACELAKE_TRAIN_ENV": str(train_python().parent.parent),
+    }
+
+
 def skyrl_python() -> Path:
     """The SkyRL environment's python (skyrl 0.4, Python 3.12)."""
     return _env_python("SkyRL environment", "skyrl", "TRACELAKE_REQUIRE_TRAIN_ENV")

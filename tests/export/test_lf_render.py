@@ -40,7 +40,7 @@ from tracelake.tokens.templates import (
 )
 from tracelake.tokens.tokenizer import load_tokenizer
 
-from ..helpers import convert_slots, lf_config, run_ok, sft_slot, train_python
+from ..helpers import convert_slots, lf_config, run_ok, sft_slot, train_env, train_python
 
 pytestmark = pytest.mark.train_env
 IGNORE_INDEX = -100
@@ -113,17 +113,11 @@ def lf_examples(config: Path, cwd: Path, tmp: Path, **overrides) -> dict[str, di
         "output_dir": str(tmp / "out"),
         **overrides,
     }
-    env = {
-        "HF_DATASETS_CACHE": str(tmp / "hf-datasets"),
-        "HF_HUB_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "TRACELAKE_TRAIN_ENV": str(train_python().parent.parent),
-    }
     modes = {mode.name: mode.lf_args() for mode in CHECKED}
     run_ok(
         [str(train_python()), str(script), str(config), str(out), json.dumps(overrides), json.dumps(modes)],
         cwd,
-        env=env,
+        env=train_env(tmp),
     )
     return json.loads(out.read_text())
 

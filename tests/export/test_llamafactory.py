@@ -25,20 +25,11 @@ from tracelake.core.outputs import read_manifest
 from tracelake.core.tables import read_table
 from tracelake.tokens.tokenizer import load_tokenizer
 
-from ..helpers import FIXTURES, ROOT, convert_slots, lf_config, need, run_ok, sft_slot, train_python
+from ..helpers import FIXTURES, ROOT, convert_slots, lf_config, need, run_ok, sft_slot, train_env, train_python
 
 pytestmark = pytest.mark.train_env
 LF_LOAD = ROOT / "tests" / "train_env" / "lf_load.py"
 CPU = {"deepspeed": None, "bf16": False, "preprocessing_num_workers": 1}
-
-
-def train_env(tmp: Path) -> dict[str, str]:
-    return {
-        "HF_DATASETS_CACHE": str(tmp / "hf-datasets"),
-        "HF_HUB_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "TRACELAKE_TRAIN_ENV": str(train_python().parent.parent),
-    }
 
 
 def lf_load(config: Path, cwd: Path, tmp: Path, **overrides) -> dict:

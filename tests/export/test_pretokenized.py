@@ -42,7 +42,7 @@ from tracelake.tokens.sharegpt import ExportReject, SharegptRow, dataset_info_en
 from tracelake.tokens.templates import MODES, render_pieces, template_slots
 from tracelake.tokens.tokenizer import load_tokenizer
 
-from ..helpers import FIXTURES, GOLDEN, need, run_ok, train_python, tree_bytes
+from ..helpers import FIXTURES, GOLDEN, need, run_ok, train_env, train_python, tree_bytes
 
 QWEN3 = FIXTURES / "qwen3-tokenizer"
 V0 = [m for m in MODES.values() if not m.v1]
@@ -349,15 +349,6 @@ json.dump(result, open(out, "w"))
 """
 
 
-def lf_env(tmp: Path) -> dict[str, str]:
-    return {
-        "HF_DATASETS_CACHE": str(tmp / "hf-datasets"),
-        "HF_HUB_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "TRACELAKE_TRAIN_ENV": str(train_python().parent.parent),
-    }
-
-
 def sharegpt_dataset(rows: list[SharegptRow], directory: Path) -> Path:
     """The rows as export_sft writes them (a sharegpt Parquet shard and dataset_info.json)."""
     (directory / "d").mkdir(parents=True)
@@ -416,7 +407,7 @@ def test_llamafactory_loads_what_it_builds_itself(tmp_path, rows, qwen3_tiny_mod
     run_ok(
         [str(train_python()), str(script), json.dumps(base), json.dumps(jobs), str(result)],
         tmp_path,
-        env=lf_env(tmp_path),
+        env=train_env(tmp_path),
     )
     got = json.loads(result.read_text())
     for name, r in got.items():
@@ -469,7 +460,7 @@ def lf_train(tiny: Path, tokenized: Path, tmp: Path, data_dir: Path, keys: dict)
         cwd=tmp,
         capture_output=True,
         text=True,
-        env={**os.environ, **lf_env(tmp)},
+        env={**os.environ, **train_env(tmp)},
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
