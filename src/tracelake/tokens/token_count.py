@@ -37,7 +37,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from tokenizers import Tokenizer
 
@@ -208,8 +208,34 @@ class CountStats:
         )
 
 
+class CachedEncoder:
+    """What TokenCounter and TokenIds share: the tiktoken engine asked for at the first encode, and
+    `close()` (or the end of a with-block that raised nothing) saving the segments encoded."""
+
+    def _fast_engine(self, fast: bool = True) -> Any:
+        """fast_bpe.engine's tiktoken encoder where the tokenizer qualifies (`fast` False: never),
+        else None (`tokenizers` encodes); the stats name the engine."""
+        if self._engine is None:
+            from tracelake.tokens import fast_bpe
+
+            self._engine = fast_bpe.engine(self.tokenizer, split_pattern) if fast else (None, "fast=False")
+        engine, why = self._engine
+        self.stats.engine = engine.name if engine else f"tokenizers (not tiktoken: {why})"
+        return engine
+
+    def close(self) -> None:
+        self.cache.save()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            self.close()
+
+
 @dataclass
-class TokenCounter:
+class TokenCounter(CachedEncoder):
     """Exact token counts of texts for one tokenizer, backed by a segment count cache.
 
     `count(texts)` gives `len(tokenizer.encode(t, add_special_tokens=False))` for each text. Build it
@@ -310,12 +336,7 @@ class TokenCounter:
 
     def _encode_counts(self, texts: list[str]) -> list[int]:
         """Each text's count: tiktoken where the tokenizer qualifies (fast_bpe.py), else `tokenizers`."""
-        if self._engine is None:
-            from tracelake.tokens import fast_bpe
-
-            self._engine = fast_bpe.engine(self.tokenizer, split_pattern)
-        fast, why = self._engine
-        self.stats.engine = fast.name if fast else f"tokenizers (not tiktoken: {why})"
+        fast = self._fast_engine()
         if fast is not None:
             return fast.counts(texts)
         return [len(e) for e in self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
@@ -327,16 +348,6 @@ class TokenCounter:
         if now - self._checkpointed >= every:
             self.cache.flush()
             self._checkpointed = now
-
-    def close(self) -> None:
-        self.cache.save()
-
-    def __enter__(self) -> "TokenCounter":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if exc[0] is None:
-            self.close()
 
 
 def count_chatml_tokens(

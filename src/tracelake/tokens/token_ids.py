@@ -44,7 +44,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from tracelake.core.errors import check
-from tracelake.tokens.token_count import ENCODE_BATCH_CHARS, SegmentRule, segment_key, split_pattern
+from tracelake.tokens.token_count import ENCODE_BATCH_CHARS, CachedEncoder, SegmentRule, segment_key
 from tracelake.tokens.tokenizer import load_tokenizer, tokenizer_file
 
 FLUSH_TOKENS = 32 << 20  # pending ids become a part at this many tokens (128 MB of uint32)
@@ -282,7 +282,7 @@ class IdStats:
 
 
 @dataclass
-class TokenIds:
+class TokenIds(CachedEncoder):
     """Exact token ids of texts for one tokenizer, backed by a segment ids cache.
 
     `encode(texts)` gives `tokenizer.encode(t, add_special_tokens=False).ids` of each text (uint32).
@@ -394,27 +394,12 @@ class TokenIds:
         return fresh
 
     def _encode_ids(self, texts: list[str]) -> list[np.ndarray]:
-        if self._engine is None:
-            from tracelake.tokens import fast_bpe
-
-            self._engine = fast_bpe.engine(self.tokenizer, split_pattern) if self.fast else (None, "fast=False")
-        fast, why = self._engine
-        self.stats.engine = fast.name if fast else f"tokenizers (not tiktoken: {why})"
+        fast = self._fast_engine(self.fast)
         if fast is not None:
             return fast.ids(texts)
         return [
             np.array(e.ids, dtype=np.uint32) for e in self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
         ]
-
-    def close(self) -> None:
-        self.cache.save()
-
-    def __enter__(self) -> "TokenIds":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if exc[0] is None:
-            self.close()
 
 
 def _added(config: dict[str, Any]) -> dict[str, np.ndarray]:
