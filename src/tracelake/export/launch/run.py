@@ -97,22 +97,20 @@ def describe(plan: Plan) -> str:
         f"config:   {ds.config_path.as_posix()}",
         f"backend:  {plan.backend}",
     ]
-    if plan.gpu:
-        lines.append(f"gpu:      {plan.gpu}")
-    if plan.rl_route:
-        lines.append(f"route:    {plan.rl_route} ({plan.rl_entrypoint})")
-    if plan.task_dirs:
-        lines.append(f"tasks:    {describe_task_dirs(ds.export_dir, ds.manifest, plan.task_dirs)}")
-    if plan.tokenizer:
-        lines.append(f"tokenizer: {plan.tokenizer}")
-    if plan.fresh:
-        lines.append(f"fresh:    {plan.fresh}")
-    if plan.run_dir:
-        lines.append(f"run dir:  {plan.run_dir} ({plan.run_state})")
-    if plan.report_to:
-        lines.append(f"report:   {plan.report_to}")
-    if plan.skyrl:
-        lines.append(f"skyrl:    {plan.skyrl}; its Harbor contract was read at {harbor_contract.SKYRL_COMMIT[:12]}")
+    optional = (  # (whether the plan has it, its line)
+        (plan.gpu, lambda: f"gpu:      {plan.gpu}"),
+        (plan.rl_route, lambda: f"route:    {plan.rl_route} ({plan.rl_entrypoint})"),
+        (plan.task_dirs, lambda: f"tasks:    {describe_task_dirs(ds.export_dir, ds.manifest, plan.task_dirs)}"),
+        (plan.tokenizer, lambda: f"tokenizer: {plan.tokenizer}"),
+        (plan.fresh, lambda: f"fresh:    {plan.fresh}"),
+        (plan.run_dir, lambda: f"run dir:  {plan.run_dir} ({plan.run_state})"),
+        (plan.report_to, lambda: f"report:   {plan.report_to}"),
+        (
+            plan.skyrl,
+            lambda: f"skyrl:    {plan.skyrl}; its Harbor contract was read at {harbor_contract.SKYRL_COMMIT[:12]}",
+        ),
+    )
+    lines += [line() for present, line in optional if present]
     if plan.harbor_overrides is not None:
         sandbox = plan.harbor_overrides.get(harbor_contract.SANDBOX)
         names = ", ".join(f"{n} ({'set' if ok else 'not set'})" for n, ok in plan.credentials.items())
