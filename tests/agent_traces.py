@@ -8,6 +8,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tracelake.core.lake import Lake
+from tracelake.ingest.derived_tasks import derive_tasks
+from tracelake.ingest.traces import ingest_traces
+
 from .helpers import GOLDEN
 
 # What OpenHands' system prompt looks like: its first sentence, then rules; as long as the probe's.
@@ -63,3 +67,12 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+def derived_lake(tmp_path: Path, rows: list[dict], source: str):
+    """The rows as the trace table <tmp_path>/in/<source>.jsonl, every one ingested into the lake at
+    <tmp_path>/lake, and the tasks derived from them: (the lake, derive_tasks' result)."""
+    lake = Lake(tmp_path / "lake")
+    f = write_jsonl(tmp_path / "in" / f"{source}.jsonl", rows)
+    assert ingest_traces([f], source=source, out_dir=lake.table("trajectories", source)).rows == len(rows)
+    return lake, derive_tasks(lake, source=source, out_dir=lake.table("tasks", source))

@@ -14,7 +14,6 @@ import yaml
 
 from tracelake.core.duckdb_views import connect
 from tracelake.core.errors import BadInput
-from tracelake.core.lake import Lake
 from tracelake.core.outputs import read_manifest
 from tracelake.core.tables import read_table
 from tracelake.curate.dedup.decontaminate import (
@@ -28,12 +27,16 @@ from tracelake.curate.dedup.shingles import WordHasher, words
 from tracelake.curate.filter import attach_dedup, run_filters
 from tracelake.curate.filter_params import FilterParams
 from tracelake.curate.params import DecontaminateParams
-from tracelake.ingest.derived_tasks import derive_tasks
-from tracelake.ingest.traces import ingest_traces
 from tracelake.tokens.rendering import Rendering
 from tracelake.tokens.templates import TEMPLATES
 
-from ..agent_traces import OPENHANDS_SYSTEM_PROMPT, openhands_conversation, terminus_golden_row, trace_row, write_jsonl
+from ..agent_traces import (
+    OPENHANDS_SYSTEM_PROMPT,
+    derived_lake,
+    openhands_conversation,
+    terminus_golden_row,
+    trace_row,
+)
 from ..helpers import FIXTURES, need, run_stage
 
 QWEN3 = TEMPLATES["qwen3"].markup()
@@ -256,10 +259,7 @@ def test_a_benchmark_task_in_rollouts_opening_turns_is_found_and_its_rollouts_dr
             trial="t3",
         ),
     ]
-    lake = Lake(tmp_path / "lake")
-    f = write_jsonl(tmp_path / "in" / "mixed.jsonl", rows)
-    assert ingest_traces([f], source="mixed", out_dir=lake.table("trajectories", "mixed")).rows == 5
-    derived = derive_tasks(lake, source="mixed", out_dir=lake.table("tasks", "mixed"))
+    lake, derived = derived_lake(tmp_path, rows, "mixed")
     assert (derived.rows, derived.rejects) == (3, 1)  # word-count-7: task_not_found
     params = {
         "lake": "lake",

@@ -20,7 +20,7 @@ from tracelake.curate.scoring.scorers import LlmResponseLength
 from tracelake.ingest.derived_tasks import DERIVE_RULE, derive_tasks
 from tracelake.ingest.traces import ingest_traces
 
-from ..agent_traces import OPENHANDS_SYSTEM_PROMPT, openhands_conversation, trace_row, write_jsonl
+from ..agent_traces import OPENHANDS_SYSTEM_PROMPT, derived_lake, openhands_conversation, trace_row
 from ..helpers import FIXTURES, need
 
 
@@ -91,57 +91,47 @@ def reply(k: int = 0) -> dict:
     return {"role": "assistant", "content": f"ok ({k})"}
 
 
+def run_r1(*trials: tuple[str, str, list[dict]]) -> list[dict]:
+    """Trace rows of run r1, its trials t1, t2, ... in order: (task, agent, conversation) each."""
+    return [
+        trace_row(task, conversation, agent=agent, run_id="r1", trial=f"t{i}")
+        for i, (task, agent, conversation) in enumerate(trials, 1)
+    ]
+
+
 def derive(tmp_path, rows: list[dict]) -> dict[str, dict]:
     """rows -> a trace table -> trajectories -> derived tasks, by name (every row ingested, no reject)."""
-    lake = Lake(tmp_path / "lake")
-    f = write_jsonl(tmp_path / "in" / "t.jsonl", rows)
-    assert ingest_traces([f], source="s", out_dir=lake.table("trajectories", "s")).rows == len(rows)
-    assert derive_tasks(lake, source="s", out_dir=lake.table("tasks", "s")).rejects == 0
+    lake, result = derived_lake(tmp_path, rows, "s")
+    assert result.rejects == 0
     return {r["name"]: r for r in read_table(lake.table("tasks", "s"), "tasks").to_pylist()}
 
 
 def test_each_agent_format_gives_its_task_not_its_system_prompt(tmp_path):
     hello = 'Create a file called hello.txt with "Hello, world!" as the content.'
-    rows = [
+    rows = run_r1(
         # OpenHands as Harbor exports it: the 21,633-character system prompt is a user message
-        trace_row("oh-harbor", openhands_conversation(hello), agent="openhands", run_id="r1", trial="t1"),
+        ("oh-harbor", "openhands", openhands_conversation(hello)),
         # OpenHands from a table that kept the system role
-        trace_row(
-            "oh-system",
-            openhands_conversation("Fix the bug in parse().", system_role="system"),
-            agent="OpenHands",
-            run_id="r1",
-            trial="t2",
-        ),
+        ("oh-system", "OpenHands", openhands_conversation("Fix the bug in parse().", system_role="system")),
         # OpenHands without a system prompt in the trace: its one user message is the task
-        trace_row(
-            "oh-bare",
-            [{"role": "user", "content": "Sort the lines of a.txt."}, reply()],
-            agent="openhands",
-            run_id="r1",
-            trial="t3",
-        ),
+        ("oh-bare", "openhands", [{"role": "user", "content": "Sort the lines of a.txt."}, reply()]),
         # terminus-2: the text between its markers
-        trace_row(
+        (
             "t2",
+            "terminus-2",
             [{"role": "user", "content": TERMINUS_PROMPT.format(task="Count the words in b.txt.")}, reply()],
-            agent="terminus-2",
-            run_id="r1",
-            trial="t4",
         ),
         # any other agent: the first user message (a system message is not one)
-        trace_row(
+        (
             "generic",
+            "mini-swe-agent",
             [
                 {"role": "system", "content": "You are a helpful agent."},
                 {"role": "user", "content": "  List every file under /etc.  "},
                 reply(),
             ],
-            agent="mini-swe-agent",
-            run_id="r1",
-            trial="t5",
         ),
-    ]
+    )
     tasks = derive(tmp_path, rows)
     assert {n: t["instruction"] for n, t in tasks.items()} == {
         "oh-harbor": hello,
@@ -155,36 +145,15 @@ def test_each_agent_format_gives_its_task_not_its_system_prompt(tmp_path):
 
 
 def test_a_task_not_found_is_a_reject_with_its_reason(tmp_path):
-    rows = [
+    rows = run_r1(
         # OpenHands whose only user message is its system prompt: no task in it
-        trace_row(
-            "oh-prompt-only",
-            [{"role": "user", "content": OPENHANDS_SYSTEM_PROMPT}, reply()],
-            agent="openhands",
-            run_id="r1",
-            trial="t1",
-        ),
+        ("oh-prompt-only", "openhands", [{"role": "user", "content": OPENHANDS_SYSTEM_PROMPT}, reply()]),
         # terminus-2 without its Task Description marker
-        trace_row(
-            "t2-no-marker",
-            [{"role": "user", "content": "You are an AI assistant. Solve it."}, reply()],
-            agent="terminus-2",
-            run_id="r1",
-            trial="t2",
-        ),
+        ("t2-no-marker", "terminus-2", [{"role": "user", "content": "You are an AI assistant. Solve it."}, reply()]),
         # no user message at all
-        trace_row(
-            "no-user",
-            [{"role": "system", "content": "be brief"}, reply()],
-            agent="mini-swe-agent",
-            run_id="r1",
-            trial="t3",
-        ),
-    ]
-    lake = Lake(tmp_path / "lake")
-    f = write_jsonl(tmp_path / "in" / "t.jsonl", rows)
-    assert ingest_traces([f], source="s", out_dir=lake.table("trajectories", "s")).rows == 3
-    result = derive_tasks(lake, source="s", out_dir=lake.table("tasks", "s"))
+        ("no-user", "mini-swe-agent", [{"role": "system", "content": "be brief"}, reply()]),
+    )
+    lake, result = derived_lake(tmp_path, rows, "s")
     assert (result.rows, result.rejects) == (0, 3)
     traj = dict(
         zip(
