@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from ..helpers import PROJECT_FILES
 from .test_benchmark_harness import run_script
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,10 +91,6 @@ def run_git(repo: Path, *args: str) -> str:
     import subprocess
 
     return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout
-
-
-def test_the_loop_copies_the_project_as_the_tests_do():
-    assert loop_module().PROJECT_FILES == PROJECT_FILES
 
 
 def test_a_dvc_repro_profile_splits_by_stage(tmp_path):
