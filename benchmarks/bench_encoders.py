@@ -2,7 +2,7 @@
 
     uv run python benchmarks/bench_encoders.py TRACES_DIR [--tokenizer DIR ...] [--rows 2000] [--json OUT]
 
-TRACES_DIR holds JSONL traces with a `conversations` list (sample.openthoughts writes them). Their
+TRACES_DIR holds JSONL traces with a `conversations` list (benchmarks/openthoughts.py writes them). Their
 ChatML renderings are cut into segments as TokenCounter cuts them (SegmentRule.segments), each
 distinct segment once, sampled down to --chars characters. Each tokenizer (the project's builtin
 one, and each --tokenizer; by default Qwen3's real tokenizer, read from

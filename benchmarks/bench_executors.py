@@ -7,7 +7,7 @@ stops if one does not.
     uv run python benchmarks/bench_executors.py --rows 20000 [--workers 2] [--json out.json]
     uv run python benchmarks/bench_executors.py --rows 20000 --workers 1,4,16      # scaling, 16 cores
 
-Input: `tracelake synth --profile openthoughts` rows (benchmarks/pipeline.py `synth`, median ~60 KB
+Input: benchmarks/openthoughts.py rows (benchmarks/pipeline.py `synth`, median ~60 KB
 a row) and its Qwen-style byte-level BPE. Each measured step starts with empty ingest and token
 caches, so it does the whole work; score and dedup run once, on `local`, untimed (the filter reads
 their outputs). The Ray cluster is started before its steps and not timed: its start-up is the

@@ -2,7 +2,7 @@
 
     uv run python benchmarks/bench_pretokenized.py [--rows 1000] [--tokenizer DIR] [--lf] [--json OUT]
 
-Rows: OpenThoughts-Agent-style traces at realistic size (sample/openthoughts.py: median ~64 KB per row,
+Rows: OpenThoughts-Agent-style traces at realistic size (benchmarks/openthoughts.py: median ~64 KB per row,
 every row's text drawn fresh but the shared preamble), converted as export_sft converts them
 (to_sharegpt, merge). Each run writes the directory LLaMA-Factory loads through tokenized_path, in a
 fresh process so its peak RSS is its own:
@@ -85,8 +85,8 @@ def main() -> None:
 
     import pyarrow as pa
     import pyarrow.parquet as pq
+    from openthoughts import openthoughts_rows
 
-    from tracelake.sample.openthoughts import openthoughts_rows
     from tracelake.tokens.sharegpt import ExportReject, dataset_info_entry, to_sharegpt
 
     result: dict = {"rows_asked": args.rows, "tokenizer": Path(tokenizer).name, "cpus": os.cpu_count()}

@@ -4,7 +4,7 @@
         --json benchmarks/results/view-100k.json
     uv run python benchmarks/bench_view.py --rows 300 --repeats 3      # a smoke test, seconds
 
-The lake (built once per --rows under --work, then reused): `tracelake synth --profile openthoughts`
+The lake (built once per --rows under --work, then reused): benchmarks/openthoughts.py
 rows (benchmarks/pipeline.py's corpus and its same-work params: token counting off, exact
 duplicates only) through ingest -> score -> dedup -> filter -> select (one scale holding every kept
 row), each stage under `nice -n 10`. The JSONL input is deleted after ingest (--keep-input keeps it).
@@ -82,13 +82,10 @@ def build(work: Path, rows: int, keep_input: bool) -> tuple[Path, dict]:
     start = time.perf_counter()
     if not (data / "synth_manifest.json").is_file() or not (data / "traces").is_dir():
         shutil.rmtree(data, ignore_errors=True)
-        code = (
-            "import sys; from pathlib import Path; "
-            "from tracelake.sample.openthoughts import synthesize_openthoughts; "
-            f"synthesize_openthoughts(Path(sys.argv[1]), rows={rows}, "
-            f"rows_per_file={max(1, rows // 100)})"
+        corpus = [str(BENCH / "openthoughts.py"), str(data), "--rows", str(rows)]
+        steps.append(
+            pipeline.measure("synth", nice([PY, *corpus, "--rows-per-file", str(max(1, rows // 100))]), ROOT, log)
         )
-        steps.append(pipeline.measure("synth", nice([PY, "-c", code, str(data)]), ROOT, log))
     input_mb = pipeline.input_mb(data)
     caches = proj / "caches"
     # token counting off; the filter still reads the tokenizer's control tokens (special_token_in_text_v1)

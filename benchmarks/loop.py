@@ -6,7 +6,7 @@ first run, an ablation, a new scale and a rerun with nothing changed, against th
                                      [--skip hf,lf,floors] [--profile] [--repeats 5]
     uv run python benchmarks/loop.py --render RESULTS.json    # the tables and verdicts of a saved run
 
-For each size it writes (or reuses, under --work) `tracelake synth --profile openthoughts` data and
+For each size it writes (or reuses, under --work) benchmarks/openthoughts.py data and
 its Qwen-style tokenizer (benchmarks/pipeline.py's `synth` and `tokenizer`). Each project is a new
 git repository with `dvc init` and the project's pipeline files (tests/helpers.py's PROJECT_FILES, as
 the tests copy them); its params.yaml has one traces source (`ot`), the tokenizer stage copying the Qwen-style

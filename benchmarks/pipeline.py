@@ -6,7 +6,7 @@ against the Hugging Face `datasets` way and the parse/write floors, on the same 
     uv run python benchmarks/pipeline.py --rows 100000 --copies 10    # memory at 1M rows
     uv run python benchmarks/pipeline.py --rows 20000 --profile       # and profiles of the misses
 
-For each size it writes (or reuses) `tracelake synth --profile openthoughts` data under --work, and
+For each size it writes (or reuses) benchmarks/openthoughts.py data under --work, and
 a Qwen-style byte-level BPE (Qwen2 split regex, NFC, 32K vocab) trained on its first rows. Then:
 
 - same_work: ingest -> score -> dedup (exact duplicates only: the references do not deduplicate)
@@ -138,16 +138,13 @@ def measure(name: str, cmd: list[str], cwd: Path, log: Path, env: dict | None = 
 
 
 def synth(work: Path, rows: int, log: Path) -> Path:
-    """`tracelake synth --profile openthoughts` data in 100 files of 1% each (row content does not
-    depend on the file split), so that a 1% append is one more file."""
+    """benchmarks/openthoughts.py data in 100 files of 1% each (row content does not depend on the
+    file split), so that a 1% append is one more file."""
     data = work / f"data-{rows}"
     if not (data / "synth_manifest.json").is_file():
         shutil.rmtree(data, ignore_errors=True)
-        code = (
-            "import sys; from pathlib import Path; from tracelake.sample.openthoughts import synthesize_openthoughts; "
-            f"synthesize_openthoughts(Path(sys.argv[1]), rows={rows}, rows_per_file={max(1, rows // 100)})"
-        )
-        measure("synth", [PY, "-c", code, str(data)], ROOT, log)
+        corpus = [str(Path(__file__).resolve().parent / "openthoughts.py"), str(data), "--rows", str(rows)]
+        measure("synth", [PY, *corpus, "--rows-per-file", str(max(1, rows // 100))], ROOT, log)
     return data
 
 

@@ -145,45 +145,15 @@ def synth(
     out_dir: Annotated[Path, typer.Option("--out", "-o", help="Directory to create (must be empty or absent).")] = Path(
         "data/sample"
     ),
-    trials: Annotated[
-        int,
-        typer.Option(
-            help="Trials (Harbor trial dirs or trace rows) over all sources; with --profile openthoughts, trace rows."
-        ),
-    ] = 2000,
+    trials: Annotated[int, typer.Option(help="Trials (Harbor trial dirs or trace rows) over all sources.")] = 2000,
     tasks: Annotated[
-        Optional[int],
-        typer.Option(
-            help="Task directories over all sources [default: 300; with --profile openthoughts, base tasks, trials/6].",
-            show_default=False,
-        ),
+        Optional[int], typer.Option(help="Task directories over all sources [default: 300].", show_default=False)
     ] = None,
     seed: Annotated[int, typer.Option(help="Random seed; same seed and sizes give byte-identical files.")] = 0,
-    profile: Annotated[
-        str,
-        typer.Option(
-            metavar="[sample|openthoughts]",
-            help="sample: the embedded sample corpus; openthoughts: an OpenThoughts-Agent-style trace table at realistic size (OUT/traces/part-*.jsonl, OUT/tasks/), for benchmarks.",
-        ),
-    ] = "sample",
 ) -> None:
     """Write a deterministic, realistic sample corpus: Harbor job dirs, task dirs and a trace table,
-    several sources, timeouts, subagents, continuations and a few malformed files. With --profile
-    openthoughts, a realistic-size OpenThoughts-Agent-style trace table instead."""
-    if profile not in ("sample", "openthoughts"):
-        raise typer.BadParameter(f"{profile!r} is not one of 'sample', 'openthoughts'.", param_hint="'--profile'")
-    if profile == "openthoughts":
-        from tracelake.sample.openthoughts import synthesize_openthoughts
-
-        with progress("synth openthoughts") as (set_total, advance):
-            set_total(trials)
-            m = synthesize_openthoughts(out_dir, rows=trials, seed=seed, tasks=tasks, progress=advance)
-        out.print(
-            f"synth openthoughts: {m['rows']} rows, {m['tasks']} tasks, {len(m['files'])} files, "
-            f"{m['total_bytes'] / 1e9:.2f} GB, median {m['stats']['bytes_per_row']['median'] / 1e3:.1f} KB/row "
-            f"-> {out_dir}"
-        )
-        return
+    several sources, timeouts, subagents, continuations and a few malformed files. (The benchmarks'
+    realistic-size OpenThoughts-Agent-style table: `python benchmarks/openthoughts.py DIR --rows N`.)"""
     from tracelake.sample.synth import synthesize
 
     with progress("synth") as (set_total, advance):

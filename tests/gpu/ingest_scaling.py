@@ -6,7 +6,7 @@
 Runs in a python with tracelake's ingest dependencies (pyarrow, orjson, PyYAML; PYTHONPATH with src/).
 
 1. An OpenThoughts-Agent-style trace table of `--rows` rows (scaling.generate: tracelake.sample.
-   openthoughts, the corpus of `tracelake synth --profile openthoughts` and benchmarks/pipeline.py), written by one
+   openthoughts, the corpus of benchmarks/openthoughts.py and benchmarks/pipeline.py), written by one
    process per core: row i depends only on (seed, i) and the task plan, so each process writes whole
    part files, byte-identical to synthesize_openthoughts(rows_per_file=...)'s (the same lines in the
    same files; the tasks/ folders and synth_manifest.json, which ingest_traces does not read, are not

@@ -10,18 +10,19 @@ import multiprocessing
 import os
 import resource
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Callable
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # openthoughts.py, the corpus
 _PLAN: tuple = ()
 
 
 def _write_part(task: tuple[int, int, int, int, str]) -> int:
     """Rows [start, stop) of the table as traces/part-<index>.jsonl (what synthesize_openthoughts writes)."""
     import orjson
-
-    from tracelake.sample.openthoughts import _row, _task
+    from openthoughts import _row, _task  # benchmarks/openthoughts.py
 
     index, start, stop, seed, traces = task
     tasks, task_of, copy_of = _PLAN
@@ -39,7 +40,7 @@ def _write_part(task: tuple[int, int, int, int, str]) -> int:
 def generate(corpus: Path, rows: int, rows_per_file: int, procs: int, seed: int = 0) -> dict:
     """The trace table's part files, written by `procs` forked processes."""
     global _PLAN
-    from tracelake.sample import openthoughts as ot
+    import openthoughts as ot  # benchmarks/openthoughts.py
 
     traces = corpus / "traces"
     traces.mkdir(parents=True)

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
 
-from tracelake.sample.openthoughts import synthesize_openthoughts
+from benchmarks.openthoughts import synthesize_openthoughts
 from tracelake.tokens import fast_bpe, token_count
 from tracelake.tokens.fast_bpe import TiktokenCounts, byte_level_alphabet
 from tracelake.tokens.token_cache import SegmentCache

@@ -1,4 +1,4 @@
-"""Tests for tracelake.sample.openthoughts: determinism, realistic sizes and shares, ingestible
+"""Tests for benchmarks/openthoughts.py (the benchmarks' corpus): determinism, realistic sizes and shares, ingestible
 output (trace rows and task directories with 0 rejects), the refusal of a non-empty directory."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from pathlib import Path
 import orjson
 import pytest
 
+from benchmarks.openthoughts import PREAMBLE, openthoughts_rows, synthesize_openthoughts
 from tracelake.core.errors import BadInput, BadParams
 from tracelake.ingest.tasks import ingest_tasks
 from tracelake.ingest.traces import ingest_traces
-from tracelake.sample.openthoughts import PREAMBLE, openthoughts_rows, synthesize_openthoughts
 
 DIST_ROWS = 2000
 

@@ -1,7 +1,7 @@
 """OpenThoughts-Agent-style trace tables at realistic size, for performance benchmarks.
 
-`synthesize_openthoughts(out, rows=N)` (the command line: `tracelake synth --profile openthoughts
---trials N --out DIR`) writes
+`synthesize_openthoughts(out, rows=N)` (the command line: `python benchmarks/openthoughts.py DIR
+--rows N`) writes
 
     out/tasks/<task>/...             the base tasks, as tasks.py writes them (instruction.md, ...)
     out/traces/part-00000.jsonl ...  rows_per_file rows each, one JSON object per line
@@ -1279,3 +1279,38 @@ def synthesize_openthoughts(
     }
     write(out / "synth_manifest.json", dumps(manifest))
     return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(
+        description="Write an OpenThoughts-Agent-style trace table at realistic size (OUT/traces/part-*.jsonl, OUT/tasks/) for the benchmarks."
+    )
+    ap.add_argument("out", type=Path, help="an absent or empty directory")
+    ap.add_argument("--rows", type=int, required=True, help="trace rows")
+    ap.add_argument("--seed", type=int, default=0, help="same seed and sizes give byte-identical files")
+    ap.add_argument("--tasks", type=int, default=None, help="base tasks [default: rows/6]")
+    ap.add_argument("--rows-per-file", type=int, default=10_000, help="rows per traces/part-NNNNN.jsonl")
+    args = ap.parse_args(argv)
+    from tracelake.core.ui import progress
+
+    with progress("openthoughts") as (set_total, advance):
+        set_total(args.rows)
+        m = synthesize_openthoughts(
+            args.out,
+            rows=args.rows,
+            seed=args.seed,
+            tasks=args.tasks,
+            rows_per_file=args.rows_per_file,
+            progress=advance,
+        )
+    print(
+        f"openthoughts: {m['rows']} rows, {m['tasks']} tasks, {len(m['files'])} files, "
+        f"{m['total_bytes'] / 1e9:.2f} GB, median {m['stats']['bytes_per_row']['median'] / 1e3:.1f} KB/row -> {args.out}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
