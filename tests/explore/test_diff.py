@@ -329,6 +329,19 @@ def test_ids_resolve_by_unique_prefix_only(sample_project, tmp_path):
         assert resolve_version("x", stack, root=tmp_path).directory == lake / "selections" / "x"
 
 
+def test_an_export_outside_a_lakes_layout_says_its_moves_are_explained_in_part(sample_project, tmp_path):
+    """An SFT export copied out of its lake has no selection or pool beside it to explain its moves:
+    diff says so, and still compares it."""
+    copy = tmp_path / "somewhere" / "1k"
+    shutil.copytree(sample_project / "lake" / "exports" / "sft" / "1k", copy, symlinks=True)
+    with ExitStack() as stack:
+        v = resolve_version(str(copy), stack, root=tmp_path)
+        assert v.pool is None and v.scored is None and list(v.lineage) == ["export_sft"]
+        assert v.notes == [f"{copy}: not in a lake (no selection beside it): moves are explained only in part"]
+        same = diff_versions(v, resolve_version(str(copy), stack, root=tmp_path))
+    assert same["identical"] and same["summary"]["trajectories"]["unchanged"]["rows_a"] == 1000
+
+
 def test_html_report_renders_in_headless_chromium(ablation, tmp_path):
     """The --html page in a real browser (Debian's Chromium through Playwright): it loads with no console
     message and no failed request, every chart is drawn with visible bars, and the same diff gives the

@@ -171,6 +171,8 @@ def _attach_lineage(v: Version) -> None:
     v.lineage[v.kind] = v.manifest
     v.homes[v.kind] = v.directory
     kind, placed = v.declared, v.declared.lake_of(v.directory)
+    if placed is None and kind.parent:
+        v.notes.append(f"{v.spec}: not in a lake (no {kind.parent} beside it): moves are explained only in part")
     child = v.manifest
     while placed is not None and kind.parent:
         lake, scale = placed
