@@ -87,11 +87,17 @@ def test_each_stage_depends_on_its_code_digest(tmp_path: Path) -> None:
 
 
 def test_a_stage_depends_on_its_own_params_code_only() -> None:
-    """ingest reads no curate or export section, so editing their params modules reruns none of it."""
+    """ingest reads no curate or export section, so editing their params modules reruns none of it;
+    a filter rule (curate/filter_rules.py, filter's params) or a scorer (scorers.py, score's) reruns
+    no select."""
     deps = code_deps(declared("ingest"))
     assert covered("src/tracelake/ingest/params.py", deps)
     assert not [d for d in deps if d.startswith(("src/tracelake/curate", "src/tracelake/export"))], deps
-    assert covered("src/tracelake/curate/params.py", code_deps(declared("filter")))
+    assert covered("src/tracelake/curate/filter_params.py", code_deps(declared("filter")))
+    assert covered("src/tracelake/curate/score_params.py", code_deps(declared("score")))
+    select = code_deps(declared("select"))
+    assert covered("src/tracelake/curate/params.py", select)
+    assert not [d for d in select if d.endswith(("filter_rules.py", "filter_params.py", "scorers.py"))], select
 
 
 def test_closure_rules(tmp_path: Path) -> None:
