@@ -14,7 +14,7 @@ import yaml
 
 from tracelake.core import assets
 from tracelake.core.datasets import DOCS, ID_PREFIXES, KINDS, dataset_id, dataset_kind, trained_kind, versions
-from tracelake.core.errors import Bug
+from tracelake.core.errors import BadInput, Bug
 from tracelake.core.lake import Lake
 from tracelake.core.outputs import read_manifest
 
@@ -203,3 +203,14 @@ def test_a_new_dataset_kind_is_its_stage_and_one_declaration(sample_project, tmp
 
     page = view_page(repo, "/datasets", tmp_path / "view.log", env)
     assert f"<code>{jsonl_id}</code>" in page and "diff with jsonl-1k" in page
+
+
+def test_a_manifest_naming_a_file_outside_its_directory_is_refused(tmp_path):
+    from tracelake.core.outputs import manifest_files
+
+    (tmp_path / "d").mkdir()
+    with pytest.raises(BadInput, match="table rows's file '../secret.parquet' is outside its directory"):
+        manifest_files(tmp_path / "d", {"tables": {"rows": {"file": "../secret.parquet", "rows": 1}}}, "rows")
+    assert manifest_files(tmp_path / "d", {"tables": {"rows": {"file": "rows.parquet", "rows": 1}}}, "rows") == [
+        tmp_path / "d" / "rows.parquet"
+    ]

@@ -6,6 +6,7 @@ needs no engine; the Parquet tables inside an output are core/tables.py's.
 
 from __future__ import annotations
 
+import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -131,6 +132,9 @@ def manifest_files(directory: Path, manifest: dict[str, Any], table: str) -> lis
     """The files of one table of a built directory as its manifest names them: the table's one file,
     or the Parquet files of the directory it names (a parted table's parts, an export's shards)."""
     name = manifest["tables"][table]["file"]
-    if name.endswith("/"):
-        return sorted((Path(directory) / name).glob("*.parquet"))
-    return [Path(directory) / name]
+    root = Path(directory)
+    path = root / name
+    # by name, not by resolving: a file may be a link into the DVC cache (a lake at a revision)
+    if not Path(os.path.normpath(path)).is_relative_to(os.path.normpath(root)):  # a hand-made manifest
+        raise BadInput(f"{root / 'manifest.json'}: table {table}'s file {name!r} is outside its directory")
+    return sorted(path.glob("*.parquet")) if name.endswith("/") else [path]

@@ -205,16 +205,7 @@ def write_output(out: Output | Streamed) -> dict | None:
         found = out.write(tmp) if isinstance(out, Streamed) else _write_tables(tmp, out)
         if found is None:
             return None
-        return write_manifest(
-            tmp,
-            kind=found.kind,
-            tables=found.tables,
-            inputs=found.inputs,
-            params=found.params,
-            formulas=found.formulas,
-            counts=found.counts,
-            dataset_id=found.dataset_id,
-        )
+        return write_manifest(tmp, **vars(found))  # a Manifest's fields are write_manifest's arguments
 
 
 def _write_tables(tmp: Path, out: Output) -> Manifest:

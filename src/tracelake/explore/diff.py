@@ -61,7 +61,7 @@ class Version:
     lineage: dict[str, dict[str, Any]] = field(default_factory=dict)  # kind -> manifest, itself first
     homes: dict[str, Path] = field(default_factory=dict)  # kind -> directory, of its lineage found beside it
     notes: list[str] = field(default_factory=list)
-    scored: Path | None = None  # the directory whose rows carry the task scores it was drawn by, if known
+    scored: str | None = None  # the lineage kind whose rows carry the task scores it was drawn by, if known
 
     @property
     def kind(self) -> str:
@@ -72,18 +72,25 @@ class Version:
         return dataset_kind(self.kind)
 
     @property
+    def pool_kind(self) -> str | None:
+        """The lineage kind of the filtered rows it was drawn from (the one with dropped rows keyed by
+        trajectory: the pool), when known."""
+        return next((k for k in self.homes if dataset_kind(k).dropped and dataset_kind(k).per_trajectory), None)
+
+    @property
     def pool(self) -> Path | None:
-        """The directory of the filtered rows it was drawn from (the lineage kind with dropped rows
-        keyed by trajectory), when known."""
-        return next((d for k, d in self.homes.items() if _filtered(k)), None)
+        return self.homes[self.pool_kind] if self.pool_kind else None
 
     @property
     def dataset_id(self) -> str:
         return self.manifest.get("dataset_id") or f"pool-{self.manifest['version_id']}"
 
-    def files(self, table: str = "") -> list[str]:
-        """The Parquet files holding the dataset's rows (or another table of its directory)."""
-        return [str(f) for f in manifest_files(self.directory, self.manifest, table or self.declared.table)]
+    def files(self, table: str = "", kind: str = "") -> list[str]:
+        """The Parquet files of the dataset's rows, or of another table of its directory, or of a kind
+        of its lineage found beside it (manifests as read when the lineage was found)."""
+        kind = kind or self.kind
+        table = table or dataset_kind(kind).table
+        return [str(f) for f in manifest_files(self.homes[kind], self.lineage[kind], table)]
 
     @property
     def lineage_known(self) -> bool:
@@ -94,9 +101,7 @@ class Version:
     @property
     def scorer(self) -> str | None:
         """The scorer its selection upsampled by (`select.score`), when that selection is known."""
-        if self.scored is None:
-            return None
-        return read_manifest(self.scored).get("params", {}).get("score")
+        return self.lineage[self.scored].get("params", {}).get("score") if self.scored else None
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -158,12 +163,6 @@ def _under(path: str, lake: str) -> bool:
     return parts[: len(lake_parts)] == lake_parts
 
 
-def _filtered(kind: str) -> bool:
-    """A kind holding filtered trajectories with the rows its filters dropped (the pool)."""
-    k = dataset_kind(kind) if kind in {k.name for k in KINDS} else None
-    return k is not None and bool(k.dropped) and k.per_trajectory
-
-
 def _attach_lineage(v: Version) -> None:
     """Walk what a version was drawn from (core/datasets.py: each kind's parent, in the same lake and
     of the same scale), checking by version id that each is the one its manifest names; then the task
@@ -180,7 +179,7 @@ def _attach_lineage(v: Version) -> None:
         if not _link(v, parent.home(lake, scale), parent.name, child.get("inputs", {}).get(kind.parent_input)):
             break
         kind, child = parent, v.lineage[parent.name]
-    v.scored = next((v.homes[k] for k in v.homes if dataset_kind(k).task_scores), None)
+    v.scored = next((k for k in v.homes if dataset_kind(k).task_scores), None)
     scores = next((m["inputs"][SCORES] for m in v.lineage.values() if SCORES in m.get("inputs", {})), None)
     if scores and placed is not None:
         _link(v, placed[0].scores, SCORES, scores, required=False)
@@ -247,22 +246,23 @@ def _load_side(con: duckdb.DuckDBPyConnection, side: str, v: Version) -> None:
             raise BadInput(
                 f"{v.spec}: a {kind.name} needs the pool it was drawn from beside it ({kind.parent}) for turns and tokens"
             )
-        params["pool"] = _files(v.pool)
+        params["pool"] = v.files(kind=v.pool_kind)
     try:
         con.execute(f"CREATE TABLE {side}_rows AS " + query, params)
     except duckdb.Error as e:
         raise BadInput(f"{v.spec}: cannot read its rows: {str(e).splitlines()[0]}") from None
     if v.pool is not None:
-        con.execute(f"CREATE TABLE {side}_pool AS SELECT trajectory_id FROM read_parquet($f)", {"f": _files(v.pool)})
+        con.execute(
+            f"CREATE TABLE {side}_pool AS SELECT trajectory_id FROM read_parquet($f)", {"f": v.files(kind=v.pool_kind)}
+        )
     else:
         con.execute(f"CREATE TABLE {side}_pool (trajectory_id VARCHAR)")
-    dropping = v.directory if kind.dropped else v.pool  # its own filters' drops, else its pool's
-    manifest = read_manifest(dropping) if dropping is not None else {"tables": {}}
-    dropped = dataset_kind(manifest["kind"]).dropped if dropping is not None else ""
-    if dropped in manifest["tables"]:
+    dropping = v.kind if kind.dropped else v.pool_kind  # its own filters' drops, else its pool's
+    dropped = dataset_kind(dropping).dropped if dropping else ""
+    if dropped and dropped in v.lineage[dropping]["tables"]:
         con.execute(
             f"CREATE TABLE {side}_dropped AS SELECT {kind.key} AS trajectory_id, rule, detail FROM read_parquet($f)",
-            {"f": [str(f) for f in manifest_files(dropping, manifest, dropped)]},
+            {"f": v.files(dropped, dropping)},
         )
     else:
         con.execute(f"CREATE TABLE {side}_dropped (trajectory_id VARCHAR, rule VARCHAR, detail VARCHAR)")
@@ -276,12 +276,10 @@ def _load_side(con: duckdb.DuckDBPyConnection, side: str, v: Version) -> None:
     else:
         con.execute(f"CREATE TABLE {side}_xrej (trajectory_id VARCHAR, reason VARCHAR, detail VARCHAR)")
     if v.scored is not None:
-        scored = read_manifest(v.scored)
-        declared = dataset_kind(scored["kind"])
+        declared = dataset_kind(v.scored)
         try:
             con.execute(
-                f"CREATE TABLE {side}_scores AS " + assets.sql(declared.task_scores),
-                {"file": _files(v.scored)},
+                f"CREATE TABLE {side}_scores AS " + assets.sql(declared.task_scores), {"file": v.files(kind=v.scored)}
             )
             return
         except duckdb.Error as e:
@@ -291,12 +289,6 @@ def _load_side(con: duckdb.DuckDBPyConnection, side: str, v: Version) -> None:
             )
             v.scored = None
     con.execute(f"CREATE TABLE {side}_scores (task_id VARCHAR, score DOUBLE)")
-
-
-def _files(directory: Path) -> list[str]:
-    """The files of the rows table of a built dataset directory."""
-    manifest = read_manifest(directory)
-    return [str(f) for f in manifest_files(directory, manifest, dataset_kind(manifest["kind"]).table)]
 
 
 def _rows(con: duckdb.DuckDBPyConnection, query: str, params: dict | None = None) -> list[dict[str, Any]]:

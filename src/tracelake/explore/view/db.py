@@ -169,7 +169,7 @@ class LakeView:
 
     def _datasets(self) -> list[dict[str, Any]]:
         """Every dataset of the lake with one trajectory per row (pool, selections, SFT exports): its
-        view, content id, kind, rows, distinct trajectories and manifest."""
+        view, content id, kind, rows, distinct trajectories, columns and manifest."""
         found = []
         lake = Lake(self.lake)
         for kind in (k for k in KINDS if k.per_trajectory):  # core/datasets.py: in the order declared
@@ -189,6 +189,7 @@ class LakeView:
                         "trajectories": counts["t"],
                         "manifest": manifest,
                         "directory": directory,
+                        "columns": {c[0] for c in self._execute(f'SELECT * FROM "{view}" LIMIT 0').description},
                     }
                 )
         return found
@@ -423,7 +424,7 @@ class LakeView:
         system, n_tokens: the SFT export) with that export's `scale`, `dataset_id` and `template`; None
         when no export holds it."""
         for d in self.datasets:
-            if not dataset_kind(d["kind"]).is_export or not {"conversations", "system"} <= self._columns(d["view"]):
+            if not dataset_kind(d["kind"]).is_export or not {"conversations", "system"} <= d["columns"]:
                 continue
             found = self._rows(
                 f'SELECT conversations, system, n_tokens FROM "{d["view"]}" WHERE trajectory_id = $id LIMIT 1',
@@ -437,9 +438,6 @@ class LakeView:
                     "template": d["manifest"].get("params", {}).get("template"),
                 }
         return None
-
-    def _columns(self, view: str) -> set[str]:
-        return {c[0] for c in self._execute(f'SELECT * FROM "{view}" LIMIT 0').description}
 
     def turn_tokens(self, messages: list[dict]) -> list[int] | None:
         """Each message's ChatML tokens (`<|im_start|>role\\n…<|im_end|>\\n`) with the pool's tokenizer: a
