@@ -13,6 +13,7 @@ from typing import Any
 NAMES = (
     "synth",
     "tokenizer",
+    "scan",
     "ingest",
     "score",
     "dedup",

@@ -10,12 +10,13 @@ sections, tracked whole). A test checks that the committed dvc.yaml is what this
 knob touches one place. Sources and scales are not copied here: their stages iterate params.yaml's
 `sources` and `scales` (`foreach`), so adding one is an edit of params.yaml and `dvc repro`. What
 params.yaml decides here is only whether `synth` is a stage (a source or the decontamination root
-reads the embedded sample).
+reads the embedded sample), and then which stages depend on its record.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import importlib
 import re
@@ -38,8 +39,10 @@ HEADER = """\
 # <stage>.txt, written by `code`: the modules it imports, the params code of its sections, the SQL and
 # schemas it loads) and its data; it tracks whole params sections, so any edit in a section reruns
 # the stage and its check stops on an unknown key.
-#   code -> every stage;  synth, tokenizer -> ingest@<source> -> score, dedup -> filter -> select@<scale> -> export_sft@<scale>
-#   ingest@<source> -> export_rl;  export_sft@<scale>, export_rl -> train_config;  report;  check
+#   code -> every stage;  synth -> scan -> ingest@<source> -> score, dedup -> filter -> select@<scale> -> export_sft@<scale>
+#   tokenizer -> filter;  ingest@<source> -> export_rl;  export_sft@<scale>, export_rl -> train_config;  report;  check
+# synth and scan run at every `dvc repro` (always_changed): scan lists each source's files into
+# .tracelake/scan/<source>.json, which ingest depends on in place of them (DVC walks no source).
 """
 
 
@@ -116,7 +119,10 @@ def stage_lines(stage: Stage, root: Path = ROOT) -> list[str]:
     if outs or uncached:
         lines.append(f"{ind}outs:")
         lines += [f"{ind}  - {o}" for o in outs]
-        lines += [f"{ind}  - {o}:\n{ind}      cache: false" for o in uncached]
+        keep = f"\n{ind}      persist: true" if stage.always_run else ""  # the stage rewrites what changed
+        lines += [f"{ind}  - {o}:\n{ind}      cache: false{keep}" for o in uncached]
+    if stage.always_run:
+        lines.append(f"{ind}always_changed: true")
     if stage.headline:
         lines += [f"{ind}metrics:", f"{ind}  - {headline_path(stage.metrics)}:", f"{ind}      cache: false"]
     return lines
@@ -124,12 +130,20 @@ def stage_lines(stage: Stage, root: Path = ROOT) -> list[str]:
 
 def render(params_file: Path = Path("params.yaml"), root: Path = ROOT) -> str:
     params = load_params(params_file, ("sources", "synth", "decontaminate"))
-    inputs = [p for s in params.sources.values() for p in (s.path, s.tasks)] + [params.decontaminate.root]
     lines = [HEADER.rstrip("\n"), "stages:", *code_stage_lines(), ""]
+    # the stages that read the embedded sample, which synth makes (its output is a record of it, not
+    # the files: they come after synth by depending on that record)
+    readers = {
+        "scan": reads_sample([p for s in params.sources.values() for p in (s.path, s.tasks)], params.synth.out),
+        "dedup": reads_sample([params.decontaminate.root], params.synth.out),
+    }
     for name in NAMES:
-        if name == "synth" and not reads_sample(inputs, params.synth.out):
-            continue  # no source reads the embedded sample: DVC need not build it, nor walk its files
-        lines += stage_lines(declared(name), root)
+        if name == "synth" and not any(readers.values()):
+            continue  # nothing reads the embedded sample: DVC need not build it
+        stage = declared(name)
+        if readers.get(name):
+            stage = dataclasses.replace(stage, deps=(*stage.deps, *declared("synth").outs_uncached))
+        lines += stage_lines(stage, root)
         lines.append("")
     report = importlib.import_module("stages.report")
     lines.append("plots:")

@@ -1,6 +1,7 @@
 """Stage `ingest@<source>`: one configured source -> <lake>/trajectories/<source> and
 <lake>/tasks/<source>, counts to metrics/ingest/<source>.json. A source whose `tasks:` is its `path`
-(a trace table published without task directories) gets tasks derived from its traces."""
+(a trace table published without task directories) gets tasks derived from its traces. DVC tracks
+the source through its manifest (`scan`); the files read must still match it at the end."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from tracelake.core.stage import Context, Manifest, Result, Stage, Streamed
 from tracelake.ingest.common import IngestResult
 from tracelake.ingest.derived_tasks import DERIVE_RULE, derive_tasks
 from tracelake.ingest.harbor import ingest_harbor
+from tracelake.ingest.sources import MANIFESTS, check_unchanged
 from tracelake.ingest.tasks import ingest_tasks
 from tracelake.ingest.traces import ingest_traces
 
@@ -51,6 +53,7 @@ def run(ctx: Context) -> Result:
                 into=tmp,
             )
         done["tasks"] = r
+        check_unchanged(source, src, Path(p.ingest.cache))  # what was read is the version DVC records
         return r.written
 
     def summary(manifests: list[dict]) -> list[str]:
@@ -83,7 +86,7 @@ STAGE = Stage(
     foreach="sources",
     params=("sources.${key}", "ingest", "lake"),
     untracked=("executor",),
-    deps=("${item.path}", "${item.tasks}"),  # the source's inputs: params.yaml's, as DVC iterates them
+    deps=(f"{MANIFESTS}/${{key}}.json",),  # the source's inputs, as `scan` lists them (ingest/sources.py)
     outs=("${lake}/trajectories/${key}", "${lake}/tasks/${key}"),
     metrics="metrics/ingest/${key}.json",
     headline=lambda m: {

@@ -190,6 +190,24 @@ CACHE_PARAMS = ["score.cache", "tokenizer.cache", "ingest.cache", "dedup.cache"]
 NOT_INPUTS = {"*": [], "ingest": ["src/tracelake/core/*.py", "src/tracelake/ingest/*.py"]}
 
 
+def manifest_inputs(project: Path, entry: str) -> list[str]:
+    """The inputs a manifest stands for (core/scan.py), when `entry` (a dep or an out) is one: the
+    source manifests `scan` writes (.tracelake/scan, each listing a source's path and tasks) and
+    synth's record (naming synth.out). A stage that depends on one, or writes it, may read the files
+    it lists: DVC tracks them through it. Anything else: []."""
+    from stages.synth import RECORD
+    from tracelake.ingest.sources import MANIFESTS
+
+    path = project / entry
+    if entry == str(RECORD) and path.is_file():
+        return [json.loads(path.read_text())["made"]["out"]]
+    if entry == str(MANIFESTS) and path.is_dir():
+        return sorted({i for m in path.glob("*.json") for i in manifest_inputs(project, f"{entry}/{m.name}")})
+    if entry.startswith(f"{MANIFESTS}/") and path.is_file():
+        return [posixpath.normpath(i) for i in json.loads(path.read_text())]
+    return []
+
+
 @dataclass(frozen=True)
 class Read:
     file: str  # project-relative

@@ -391,6 +391,20 @@ def run_ok(args: list[str], cwd: Path, env: dict | None = None) -> str:
     return proc.stdout + proc.stderr
 
 
+def always_run() -> list[str]:
+    """The stages DVC runs at every `dvc repro` (declared `always_run`: synth, scan), sorted."""
+    from stages import NAMES, declared
+
+    return sorted(n for n in NAMES if declared(n).always_run)
+
+
+def ran(out: str, *, always: bool = False) -> list[str]:
+    """The stages a `dvc repro` ran, sorted, from its output; those it runs every time left out
+    unless `always`."""
+    names = sorted(line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage '"))
+    return names if always else [n for n in names if n not in always_run()]
+
+
 def copy_project(dest: Path, *, trials: int = 240, tasks: int = 40) -> Path:
     """The project's pipeline files in a new git repository at dest, with a small sample (the same
     code paths as the default sample, a few seconds to build). Generated outputs are not copied."""

@@ -39,8 +39,9 @@ def test_loop_runs_through_dvc_at_a_small_size(tmp_path):
     steps = result["steps"]
     assert set(steps) == {"first_off", "first_exact", "ablation", "new_scale", "no_change"}
 
-    # no source and no decontamination root reads the sample: synth is not in dvc.yaml
-    every = {"code", "tokenizer", "ingest@ot", "score", "dedup", "filter", "select@100", "export_sft@100"}
+    # no source and no decontamination root reads the sample: synth is not in dvc.yaml; scan, which
+    # DVC runs every time, lists the source's files
+    every = {"code", "tokenizer", "scan", "ingest@ot", "score", "dedup", "filter", "select@100", "export_sft@100"}
     every |= {"export_rl", "train_config", "report", "check"}
     for key in ("first_off", "first_exact"):  # a fresh project: DVC runs every stage once
         run = steps[key]
@@ -57,7 +58,7 @@ def test_loop_runs_through_dvc_at_a_small_size(tmp_path):
     assert {"select@50", "export_sft@50"} <= new_scale
     assert not new_scale & {"code", "ingest@ot", "score", "dedup", "filter", "select@100", "export_sft@100"}
     no_change = steps["no_change"]
-    assert no_change["ran"] == [] and len(no_change["repro"]) == len(no_change["status"]) == 1
+    assert no_change["ran"] == ["scan"] and len(no_change["repro"]) == len(no_change["status"]) == 1
     assert no_change["repro_median_s"] > 0 and no_change["status_median_s"] > 0
     assert result["references"] == {}
 
@@ -111,7 +112,7 @@ def test_harbor_loop_measures_both_layouts_at_a_small_size(tmp_path):
         for run in (p["first"], p["ablation"], *(r for runs in p["no_change"].values() for r in runs)):
             assert run["wall_s"] > 0 and run["cpu_s"] > 0 and run["rss_mb"] > 0
         assert set(p["no_change"]) == set(p["no_change_median"]) == no_change
-        assert all(len(runs) == 1 for runs in p["no_change"].values()) and p["no_change_ran"] == []
+        assert all(len(runs) == 1 for runs in p["no_change"].values()) and p["no_change_ran"] == ["scan"]
         assert f"ingest@{p['source']['name']}" in p["first"]["ran"] and "export_sft@20" in p["first"]["ran"]
         # the ablation (a filter param) reruns the filter and what reads the pool, nothing upstream
         assert {"filter", "select@20", "export_sft@20"} <= set(p["ablation"]["ran"])

@@ -11,7 +11,9 @@ so `dvc repro` never leaves an output stale after a change to code, SQL, a schem
    Arrow and tokenizers open their files themselves, without an audit event). Every project file
    the stage opens for reading before writing it is covered by a dep of that stage, except its own
    outputs (outs, metrics, plots), params.yaml when the stage declares `params` (DVC tracks those
-   keys) and content-addressed caches (CACHE_PARAMS). This catches data (a table, a manifest) as
+   keys) and content-addressed caches (CACHE_PARAMS). A manifest of files (core/scan.py: a source's,
+   which `scan` writes and ingest depends on; synth's record of the sample), as a dep or an out,
+   covers the files it lists. This catches data (a table, a manifest) as
    well as code. The audit test also shows the same check reporting a data dep once it is removed;
    the strace test skips, saying why, where strace cannot run.
 """
@@ -40,6 +42,8 @@ from ..depcheck import (
     expand_stages,
     explain,
     load_yaml,
+    manifest_inputs,
+    outputs_of,
     strace,
     trace_stage,
     unexplained_reads,
@@ -159,8 +163,11 @@ def traced(sample_project: Path, tmp_path_factory: pytest.TempPathFactory) -> Tr
     project = _copy(sample_project, tmp_path_factory.mktemp("deps") / "project").resolve()
     dvc, params = load_yaml(project / "dvc.yaml"), load_yaml(project / "params.yaml")
     stages = expand_stages(dvc, params, project)
-    for stage in stages.values():  # a code digest dep stands for the files it lists
-        stage["deps"] = [f for d in _paths(stage.get("deps")) for f in _digest_files(project, d)]
+    for stage in stages.values():  # a code digest dep stands for the files it lists; a manifest (a dep
+        # or an out) for the inputs it lists
+        deps = [f for d in _paths(stage.get("deps")) for f in _digest_files(project, d)]
+        listed = [i for e in _paths(stage.get("deps")) + outputs_of(stage) for i in manifest_inputs(project, e)]
+        stage["deps"] = deps + listed
     strace_path = strace()
     traces = {}
     for name, stage in stages.items():

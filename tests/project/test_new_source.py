@@ -1,10 +1,11 @@
 """A source added to params.yaml is built by `dvc repro` alone: dvc.yaml's ingest stage iterates
-params.yaml's `sources` (`foreach: ${sources}`, deps `${item.path}` and `${item.tasks}`), so no
-other file is rewritten first. On a built copy of the sample project, two sources are added (a
-Harbor one with task directories, and a trace table whose tasks are derived from its traces); one
-`dvc repro` ingests them, the pool takes them in, and git and DVC are clean once it is committed.
-An edit under a new source's inputs reruns its ingest, and only its. A source without `tasks` stops
-DVC's parsing of dvc.yaml (it cannot interpolate a missing key); the params check names the fix."""
+params.yaml's `sources` (`foreach: ${sources}`, its dep the source's manifest that `scan` writes,
+.tracelake/scan/${key}.json), so no other file is rewritten first. On a built copy of the sample
+project, two sources are added (a Harbor one with task directories, and a trace table whose tasks
+are derived from its traces); one `dvc repro` ingests them, the pool takes them in, and git and DVC
+are clean once it is committed (nothing runs but the stages DVC runs every time, which change
+nothing). An edit under a new source's inputs reruns its ingest, and only its. A source without
+`tasks` stops the run with the params check's one line, naming the fix."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tracelake.core.freshness import pipeline_freshness
 from tracelake.core.outputs import read_manifest
 from tracelake.core.tables import read_table
 
-from ..helpers import run_ok
+from ..helpers import always_run, ran, run_ok
 
 pytestmark = pytest.mark.e2e  # builds on the sample project's `dvc repro`
 
@@ -40,10 +42,6 @@ def git(repo: Path, *args: str) -> str:
 
 def changed(repo: Path) -> list[str]:
     return [line[3:] for line in git(repo, "status", "--porcelain", "--untracked-files=all").splitlines()]
-
-
-def ran(out: str) -> list[str]:
-    return [line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage '")]
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +97,11 @@ def test_git_and_dvc_are_clean_once_committed(grown):
     assert {"metrics/ingest/mirror.json", "metrics/ingest/derived.json"} <= set(changed(repo))
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "two sources")
-    assert ran(run_ok(["dvc", "repro"], repo)) == []
-    assert "Data and pipelines are up to date" in run_ok(["dvc", "status"], repo)
+    assert ran(run_ok(["dvc", "repro"], repo), always=True) == always_run()
+    status = run_ok(["dvc", "status"], repo)  # DVC names the stages it runs every time, and no other
+    assert {line.rstrip(":") for line in status.splitlines() if line and not line[0].isspace()} == set(always_run())
+    fresh = pipeline_freshness(repo)
+    assert fresh.checked and fresh.changed == {}, fresh.why
     assert changed(repo) == []
 
 
@@ -111,10 +112,14 @@ def test_a_new_source_without_tasks_is_named_with_its_fix(grown):
     del params["sources"]["derived"]["tasks"]
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     try:
-        # DVC parses dvc.yaml before any stage runs: its own line names the stage and the key
-        dvc = subprocess.run(["dvc", "status"], cwd=repo, capture_output=True, text=True)
+        # scan reads `sources` first: the params check's line names the key and the fix
+        dvc = subprocess.run(["dvc", "repro"], cwd=repo, capture_output=True, text=True)
         assert dvc.returncode != 0
-        assert "failed to parse 'stages.ingest@derived.deps' in 'dvc.yaml': Could not find 'item.tasks'" in dvc.stderr
+        assert (
+            "tracelake: params.yaml: sources.derived.tasks: required: its task directories or (path, "
+            "task_binary) table, or, when its tasks are derived from its traces, the traces' own path "
+            f"(tasks: {TRACES})"
+        ) in dvc.stdout + dvc.stderr
         check = subprocess.run([sys.executable, "-m", "stages", "check"], cwd=repo, capture_output=True, text=True)
         assert check.returncode == 2 and check.stderr.strip() == (
             "tracelake: params.yaml: sources.derived.tasks: required: its task directories or (path, task_binary) "
@@ -131,10 +136,10 @@ def test_an_edit_under_a_new_source_reruns_its_ingest(grown):
     (repo / TRACES).write_text("".join(lines[:-1]))  # one trace row less
     job = next(p for p in sorted((repo / HARBOR / "jobs").iterdir()) if p.is_dir())
     shutil.rmtree(next(p for p in sorted(job.iterdir()) if p.is_dir()))  # one trial (its traces) less
-    status = run_ok(["dvc", "status"], repo)
-    stale = {line.rstrip(":") for line in status.splitlines() if line.startswith("ingest@")}
-    assert stale == {"ingest@mirror", "ingest@derived"}, status
+    fresh = pipeline_freshness(repo)  # what `tracelake status` shows: the scan asked in DVC's place
+    assert {s for s in fresh.changed if s.startswith("ingest@")} == {"ingest@mirror", "ingest@derived"}, fresh
+    assert fresh.changed["ingest@mirror"] == ["changed inputs"]
     out = run_ok(["dvc", "repro", "ingest@mirror", "ingest@derived"], repo)
-    assert sorted(ran(out)) == ["ingest@derived", "ingest@mirror"], out
+    assert ran(out) == ["ingest@derived", "ingest@mirror"], out
     for name in NEW:
         assert read_manifest(repo / "lake/trajectories" / name)["counts"]["inputs"] < inputs[name]  # read again

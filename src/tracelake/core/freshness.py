@@ -4,7 +4,9 @@
     fresh.stale("export_sft@1k")   # [] when up to date, else the stale stages it is built from
 
 A stage is stale when DVC says it changed (its params, code, inputs or outputs differ from what
-dvc.lock recorded, or it never ran) or when any stage upstream of it did: after a params edit
+dvc.lock recorded, or it never ran), when its source's files differ from their manifest (the stages
+DVC runs every time, `scan` and `synth`, are asked what they would change: stages/pending.py), or
+when any stage upstream of it did: after a params edit
 without `dvc repro`, DVC names the edited stage, and everything built from it is stale too.
 `tracelake train` refuses a stale dataset; `status` and `view` flag it. Outside a DVC project, or
 while DVC cannot answer (a broken dvc.yaml), nothing is checked and `why` says so.
@@ -105,6 +107,30 @@ def _code_changes(project: Path, changed: dict[str, list[str]], upstream: dict) 
     return out
 
 
+def _pending(project: Path, changed: dict[str, list[str]]) -> dict[str, list[str]]:
+    """DVC calls the stages it runs at every repro (synth, scan: they are how inputs DVC does not
+    walk are seen) "always changed". In their place, what running them now would change (`python -m
+    stages.pending`: the stages whose inputs differ from what they were built from); if that cannot
+    be asked, they stay changed (never fresh by mistake)."""
+    import subprocess
+    import sys
+
+    import orjson
+
+    always = sorted(stage for stage, kinds in changed.items() if "always changed" in kinds)
+    proc = subprocess.run([sys.executable, "-m", "stages.pending", *always], cwd=project, capture_output=True)
+    try:
+        found = orjson.loads(proc.stdout) if proc.returncode == 0 else None
+    except orjson.JSONDecodeError:
+        found = None
+    if not isinstance(found, dict):
+        return changed
+    out = {stage: kinds for stage, kinds in changed.items() if "always changed" not in kinds}
+    for stage, kinds in found.items():
+        out[stage] = sorted({*out.get(stage, []), *kinds})
+    return out
+
+
 @contextmanager
 def _read_only(repo) -> Iterator[None]:
     """`repo` (a dvc.repo.Repo) reading without its locks: the repository lock a no-op, and the
@@ -140,6 +166,8 @@ def pipeline_freshness(project: Path, targets: list[str] | None = None) -> Fresh
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         return Freshness(False, f"not checked: dvc status failed ({first[:200]})")
     changed = {_name(stage): _kinds(changes) for stage, changes in status.items()}
+    if any("always changed" in kinds for kinds in changed.values()):
+        changed = _pending(Path(project), changed)
     if CODE_STAGE in changed:
         changed = _code_changes(Path(project), changed, upstream)
     what = ", ".join(targets) + " and what they read" if targets else "every stage"

@@ -131,6 +131,12 @@ class Stage:
         headline_path(metrics). `dvc metrics show` prints the union of every metrics file's keys as
         its columns: the detailed counts of all stages made it ~6,000 columns wide; shared keys keep
         it one narrow table, and `dvc metrics diff` still shows what a change moved.
+    always_run: DVC runs the stage at every `dvc repro` (`always_changed`): it is how inputs DVC does
+        not walk are seen (`scan`: each source's files; `synth`: the sample on disk). Its outputs are
+        kept between runs (`persist`): the stage rewrites only what changed, so nothing downstream
+        reruns when nothing did. The callable says, writing nothing, what running it now would
+        change ({stage: kinds of change}); freshness (core/freshness.py) asks it in place of DVC's
+        "always changed".
     uses_every_core: the stage's heavy work already keeps every core of one machine busy (token
         counting: the encoder's own threads), so executor.kind `processes` from params.yaml runs it
         in the stage's own process: worker processes would only add the copying of conversations
@@ -151,6 +157,7 @@ class Stage:
     outs_uncached: tuple[str, ...] = ()  # outputs kept in git, not in DVC's cache
     plots: str | None = None  # a directory of DVC plot files (uncached)
     uses_every_core: bool = False
+    always_run: Callable[[Context], dict[str, list[str]]] | None = None
 
 
 # The keys of every DVC metrics file, in the stage's own unit (trajectories: ingest, filter, select,

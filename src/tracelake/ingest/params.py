@@ -43,7 +43,8 @@ class IngestParams(Section):
 
 class SourceParams(Section):
     """One source: dvc.yaml's ingest stage iterates params.yaml's `sources` itself (`foreach:
-    ${sources}`, deps `${item.path}` and `${item.tasks}`), so every source names its `tasks`."""
+    ${sources}`); the `scan` stage lists the files under its `path` and `tasks` (ingest/sources.py),
+    so every source names its `tasks`."""
 
     format: Format
     path: str
@@ -54,7 +55,7 @@ class SourceParams(Section):
     @model_validator(mode="before")
     @classmethod
     def _tasks_required(cls, data: Any) -> Any:
-        # DVC cannot interpolate a missing key: say what to write, in the words of this file
+        # say what to write, in the words of this file
         if isinstance(data, dict) and data.get("tasks") is None:
             path = data.get("path")
             own = f"tasks: {path}" if isinstance(path, str) else "its own path"
