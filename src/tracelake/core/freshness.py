@@ -25,7 +25,10 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
+
+if TYPE_CHECKING:
+    import subprocess
 
 
 @dataclass(frozen=True)
@@ -107,20 +110,46 @@ def _code_changes(project: Path, changed: dict[str, list[str]], upstream: dict) 
     return out
 
 
-def _pending(project: Path, changed: dict[str, list[str]]) -> dict[str, list[str]]:
+def _always_run(project: Path) -> list[str]:
+    """The stages dvc.yaml has DVC run at every repro (`always_changed`: synth, scan)."""
+    import yaml
+
+    try:
+        stages = yaml.safe_load((project / "dvc.yaml").read_text()).get("stages") or {}
+    except (OSError, yaml.YAMLError, AttributeError):
+        return []
+    return sorted(n for n, s in stages.items() if isinstance(s, dict) and s.get("always_changed") is True)
+
+
+def _ask_pending(project: Path) -> "subprocess.Popen | None":
+    """`python -m stages.pending` for the always-run stages, started at once: it stats every source
+    file while DVC's status runs in this process (the two overlap on two cores)."""
+    import subprocess
+    import sys
+
+    always = _always_run(project)
+    if not always:
+        return None
+    return subprocess.Popen(
+        [sys.executable, "-m", "stages.pending", *always],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _pending(asked: "subprocess.Popen | None", changed: dict[str, list[str]]) -> dict[str, list[str]]:
     """DVC calls the stages it runs at every repro (synth, scan: they are how inputs DVC does not
     walk are seen) "always changed". In their place, what running them now would change (`python -m
     stages.pending`: the stages whose inputs differ from what they were built from); if that cannot
     be asked, they stay changed (never fresh by mistake)."""
-    import subprocess
-    import sys
-
     import orjson
 
-    always = sorted(stage for stage, kinds in changed.items() if "always changed" in kinds)
-    proc = subprocess.run([sys.executable, "-m", "stages.pending", *always], cwd=project, capture_output=True)
+    if asked is None:
+        return changed
+    out_bytes, _ = asked.communicate()
     try:
-        found = orjson.loads(proc.stdout) if proc.returncode == 0 else None
+        found = orjson.loads(out_bytes) if asked.returncode == 0 else None
     except orjson.JSONDecodeError:
         found = None
     if not isinstance(found, dict):
@@ -154,6 +183,7 @@ def pipeline_freshness(project: Path, targets: list[str] | None = None) -> Fresh
         from dvc.repo import Repo
     except ImportError:
         return Freshness(False, "not checked: dvc is not installed")
+    asked = _ask_pending(Path(project))
     try:
         with Repo(str(project)) as repo, _read_only(repo), warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # DVC's own, about its graph library
@@ -163,11 +193,13 @@ def pipeline_freshness(project: Path, targets: list[str] | None = None) -> Fresh
                 _name(s.addressing): frozenset(_name(d.addressing) for d in _reachable(graph, s)) for s in graph.nodes
             }
     except Exception as e:  # noqa: BLE001 - DVC's own errors (a broken dvc.yaml, a file half written): reported
+        if asked is not None:
+            asked.kill()
+            asked.wait()
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         return Freshness(False, f"not checked: dvc status failed ({first[:200]})")
     changed = {_name(stage): _kinds(changes) for stage, changes in status.items()}
-    if any("always changed" in kinds for kinds in changed.values()):
-        changed = _pending(Path(project), changed)
+    changed = _pending(asked, changed)
     if CODE_STAGE in changed:
         changed = _code_changes(Path(project), changed, upstream)
     what = ", ".join(targets) + " and what they read" if targets else "every stage"

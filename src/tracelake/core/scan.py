@@ -72,6 +72,53 @@ def _hash(path: str) -> tuple[str | None, list[int] | None, bool, str | None]:
     return h.hexdigest(), _stat_key(after), _stat_key(before) == _stat_key(after), None
 
 
+def _list(directory: str, rel: str, entries: dict, files: list) -> list[tuple[str, str]]:
+    """One directory's entries: regular files appended to `files` (with their lstat), links and
+    anything else named in `entries`; its subdirectories returned as (path, name), in name order. An
+    entry's type comes from the listing (no system call): only regular files are stat'ed."""
+    prefix = "" if rel == "." else rel + "/"
+    with os.scandir(directory) as it:
+        listing = list(it)
+    subdirs = []
+    for e in listing:
+        name = prefix + (e.name if e.name.isascii() else text(e.name))
+        try:
+            if e.is_dir(follow_symlinks=False):
+                subdirs.append((e.name, e.path, name))
+            elif e.is_file(follow_symlinks=False):
+                files.append((name, e.path, e.stat(follow_symlinks=False)))
+            elif e.is_symlink():
+                entries[name] = f"link -> {text(os.readlink(e.path))}"
+            else:
+                entries[name] = "not a regular file"
+        except OSError as err:
+            entries[name] = f"unreadable: {err.strerror or err}"
+    subdirs.sort()
+    return [(path, name) for _, path, name in subdirs]
+
+
+def _walk(top: str) -> tuple[dict, list]:
+    """Every entry under a directory, depth first in name order: (entries, files). Each directory is
+    stat'ed once, so one reached again without a link (a bind mount) is named, not walked twice.
+    (Walking subtrees in threads was slower: the per-entry Python holds the interpreter.)"""
+    entries: dict[str, str] = {}
+    files: list = []
+    visited: dict[tuple[int, int], str] = {}
+    stack = [(top, ".")]
+    while stack:
+        directory, rel = stack.pop()
+        try:
+            st = os.stat(directory)
+            if (st.st_dev, st.st_ino) in visited:
+                entries[rel] = f"walked once: {visited[(st.st_dev, st.st_ino)]}"
+                continue
+            visited[(st.st_dev, st.st_ino)] = rel
+            stack.extend(reversed(_list(directory, rel, entries, files)))
+        except OSError as e:
+            entries[rel] = f"unreadable: {e.strerror or e}"
+    return entries, files
+
+
 class Scan:
     """Manifests of input files, recalling file hashes from `state` (None: every file is hashed)."""
 
@@ -111,50 +158,14 @@ class Scan:
             return {".": f"unreadable: {e.strerror or e}"}
         real = os.path.realpath(path)
         if stat.S_ISDIR(st.st_mode):
-            self._walk(real, entries, files)
+            found, files = _walk(real)
+            entries.update(found)
         elif stat.S_ISREG(st.st_mode):
             files.append((".", real, st))
         else:
             entries["."] = "not a regular file"
         self._hash_files(files, entries)
         return entries
-
-    def _walk(self, top: str, entries: dict, files: list) -> None:
-        visited: dict[tuple[int, int], str] = {}
-        stack = [(top, ".")]
-        while stack:
-            directory, rel = stack.pop()
-            try:
-                st = os.stat(directory)
-                if (st.st_dev, st.st_ino) in visited:
-                    entries[rel] = f"walked once: {visited[(st.st_dev, st.st_ino)]}"
-                    continue
-                visited[(st.st_dev, st.st_ino)] = rel
-                with os.scandir(directory) as it:
-                    listing = sorted(it, key=lambda e: e.name)
-            except OSError as e:
-                entries[rel] = f"unreadable: {e.strerror or e}"
-                continue
-            subdirs = []
-            for e in listing:
-                name = text(e.name) if rel == "." else f"{rel}/{text(e.name)}"
-                try:
-                    st = e.stat(follow_symlinks=False)
-                except OSError as err:
-                    entries[name] = f"unreadable: {err.strerror or err}"
-                    continue
-                if stat.S_ISLNK(st.st_mode):
-                    try:
-                        entries[name] = f"link -> {text(os.readlink(e.path))}"
-                    except OSError as err:
-                        entries[name] = f"unreadable: {err.strerror or err}"
-                elif stat.S_ISDIR(st.st_mode):
-                    subdirs.append((e.path, name))
-                elif stat.S_ISREG(st.st_mode):
-                    files.append((name, e.path, st))
-                else:
-                    entries[name] = "not a regular file"
-            stack.extend(reversed(subdirs))
 
     def _hash_files(self, files: list[tuple[str, str, os.stat_result]], entries: dict) -> None:
         todo = []
