@@ -23,7 +23,8 @@ loop.dvc_run and loop.dvc_part), through the project's python and environment (l
 
 1. the first `dvc repro` (once, its input read once just before, untimed);
 2. nothing changed: `dvc status`, `dvc repro`, `tracelake status`, `tracelake status --no-fresh`
-   (the same without asking DVC) and `tracelake train sft --dataset <scale> --dry-run`, each the
+   (the same without asking DVC), `tracelake train sft --dataset <scale> --dry-run` and the floor of
+   the `scan` stage's walk (`find` stat'ing every file of the source's path and tasks), each the
    median of --repeats runs, the two projects alternated so that both see the same noise;
 3. the ablation: filter.min_assistant_turns 5 -> 8 committed, then `dvc repro` (once; which stages
    DVC ran is recorded).
@@ -42,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -63,13 +65,15 @@ NO_CHANGE = {  # the no-change steps, in the order they run
     "tracelake_status": "tracelake status",
     "tracelake_status_no_fresh": "tracelake status --no-fresh",
     "train_dry_run": "tracelake train sft --dry-run",
+    "stat_floor": "find's stat walk of the source (a scan's floor)",
 }
 CLI_LIMIT_S = 3.0  # tracelake status and train --dry-run, nothing changed
 ABLATION_RATIO = 1.2  # the Harbor ablation against the traces one
 TARGETS_INTRO = (
     "judged on the Harbor project's numbers of this run, the traces project's the reference; DVC's part: "
     "DVC's own seconds in that step (for tracelake status and train --dry-run: the median dvc status, which "
-    "both ask in process), against the wall the target allows"
+    "both ask in process while `python -m stages.pending` runs the scan beside it), against the wall the "
+    "target allows"
 )
 
 
@@ -115,12 +119,17 @@ def sources(traces: Path, harbor: Path) -> dict[str, dict]:
 # --- the runs -----------------------------------------------------------------------------------------
 
 
-def no_change_run(key: str, proj: Path, scale: str, log: Path, i: int) -> dict:
+def no_change_run(key: str, proj: Path, scale: str, log: Path, i: int, source: dict) -> dict:
     """One no-change step in the project: dvc by the venv's dvc, tracelake as `python -m tracelake`
-    with the project's own copy of the code first on PYTHONPATH (loop.project_env)."""
+    with the project's own copy of the code first on PYTHONPATH (loop.project_env); the floor of
+    the `scan` stage's walk, `find` stat'ing every file and directory of the source's path and tasks."""
     name = f"{NO_CHANGE[key]} ({i})"
     if key == "dvc_repro":
         return loop.dvc_run(name, proj, log)
+    if key == "stat_floor":
+        paths = " ".join(shlex.quote(source[p]) for p in ("path", "tasks"))
+        walk = ["sh", "-c", f"find {paths} -printf '%s %T@ %C@ %i\\n' > /dev/null"]
+        return asdict(measure(name, walk, proj, log))
     cmd = {
         "dvc_status": [str(loop.DVC), "status"],
         "tracelake_status": [PY, "-m", "tracelake", "status"],
@@ -188,7 +197,8 @@ def measure_size(work: Path, rows: int, tok: Path, repeats: int) -> dict:
     for i in range(1, repeats + 1):
         for kind in KINDS:
             for k, runs in result["projects"][kind]["no_change"].items():
-                runs.append(no_change_run(k, projects[kind], scale[0], log, i))
+                ((_, entry),) = entries[kind].items()
+                runs.append(no_change_run(k, projects[kind], scale[0], log, i, entry))
     for kind in KINDS:
         nc = result["projects"][kind]["no_change"]
         result["projects"][kind]["no_change_median"] = {k: medians(runs) for k, runs in nc.items()}
@@ -331,6 +341,10 @@ def steps_table(result: dict) -> str:
         ", ".join(h["no_change_ran"]) or "-",
         ", ".join(t["no_change_ran"]) or "-",
     )
+    scan = [statistics.median(loop.stage_wall(r, "scan") for r in p["no_change"]["dvc_repro"]) for p in (h, t)]
+    dvc = [statistics.median(loop.dvc_part(r) for r in p["no_change"]["dvc_repro"]) for p in (h, t)]
+    add("  its stage scan (median)", f"{scan[0]:.2f} s", f"{scan[1]:.2f} s", ratio(*scan))
+    add("  its DVC part (median)", f"{dvc[0]:.2f} s", f"{dvc[1]:.2f} s", ratio(*dvc))
     return "\n".join(lines)
 
 
