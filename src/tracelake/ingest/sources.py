@@ -35,12 +35,13 @@ def scan_source(source: str, params: SourceParams, cache: Path) -> tuple[bytes, 
 
 def check_unchanged(source: str, params: SourceParams, cache: Path) -> None:
     """Stop with one line when the source's inputs are not what its manifest says (written to since
-    `scan` ran, or while ingest read them)."""
+    `scan` ran, or while ingest read them). Without a manifest (the stage run by hand, outside
+    `dvc repro`, before any `scan`), no version was recorded, and there is nothing to check."""
     path = manifest_path(source)
     try:
         recorded = path.read_bytes()
-    except OSError:
-        raise BadInput(f"{path} is missing: the `scan` stage writes it (`dvc repro` runs it first)") from None
+    except FileNotFoundError:
+        return
     if scan_source(source, params, cache)[0] != recorded:
         raise BadInput(
             f"source {source}: its files changed since `scan` listed them ({path}); nothing is published "
