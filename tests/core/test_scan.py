@@ -66,7 +66,11 @@ def test_hashes_are_recalled_and_a_write_is_always_seen(tmp_path):
 def test_a_damaged_state_costs_time_only(tmp_path):
     root, state = _tree(tmp_path / "in"), tmp_path / "state.json"
     expected = Scan().manifest([str(root)])
-    for damage in (b"{not json", b"[1, 2]", b""):
+    first = Path(os.path.realpath(root / "job" / "result.json"))
+    st = first.stat()
+    stat_key = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    no_hash = orjson.dumps({str(first): stat_key})  # its stat, but no hash
+    for damage in (b"{not json", b"[1, 2]", b"", no_hash, orjson.dumps({str(first): [*stat_key, 7]})):
         state.write_bytes(damage)
         scan = Scan(state)
         assert scan.manifest([str(root)]) == expected and scan.hashed == 3

@@ -172,7 +172,7 @@ class Scan:
         for name, path, st in files:
             key = _stat_key(st)
             known = self._known.get(path)
-            if known is not None and known[:5] == key:
+            if isinstance(known, list) and len(known) == 6 and known[:5] == key and isinstance(known[5], str):
                 entries[name] = f"{st.st_size} {known[5]}"
                 self._seen[path] = known
             else:
