@@ -27,14 +27,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from tracelake.core.scan import text as display  # a path as text: non-UTF-8 bytes as \\xNN
 from tracelake.ingest.common import Reject
 
 Problem = tuple[str, Reject]  # (path as a reject names it, why it is no input)
-
-
-def display(path: str) -> str:
-    """A path as text: bytes that are not UTF-8 (held as surrogate escapes) written as \\xNN."""
-    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def is_text(path: str) -> bool:
